@@ -1,0 +1,64 @@
+"""Self-describing checkpoints: atomic writes, `weights_only=True` loads.
+
+A checkpoint is a dict of tensors and plain Python values: the model, optimizer, scheduler and
+AMP-scaler states, the number of finished epochs, the RNG states, the metric history and the
+resolved `TrialConfig` as a dict, so a model can be rebuilt and certified from the file alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainables.config import TrialConfig
+from trainables.datasets import INFO
+from trainables.models import build_model
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing or unreadable; the message says which file."""
+
+
+def save(payload: dict[str, Any], path: str | Path) -> None:
+    """Write `payload` to `path` atomically (temp file in the same directory, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({**payload, "format_version": FORMAT_VERSION}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with `torch.load(weights_only=True)`."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
+    except Exception as e:  # torch raises many types for a truncated or foreign file
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
+
+
+def load_model(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, TrialConfig]:
+    """The trained model (eval mode, on `device`) and the config that produced it."""
+    payload = load(path, map_location=device)
+    cfg = TrialConfig.from_dict(payload["config"])
+    info = INFO[cfg.dataset]
+    model = build_model(cfg.arch, info.num_classes, info.mean, info.std)
+    model.load_state_dict(payload["model"])
+    return model.to(device).eval(), cfg

@@ -1,0 +1,220 @@
+"""`TrialConfig`: one training trial, completely described, validated, hashable.
+
+Pure Python (no torch) so the control plane can validate a whole grid before Ray starts.
+The name lists here are the single source of truth; the model, data and method registries
+are keyed by them and a test checks they agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, fields
+from typing import Any
+
+DATASETS = ("cifar10", "imagenet", "mnist", "digits")
+ARCHS = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "resnet50", "lenet", "digits_cnn")
+DEFAULT_ARCH = {
+    "cifar10": "cifar_resnet110",
+    "imagenet": "resnet50",
+    "mnist": "lenet",
+    "digits": "digits_cnn",
+}
+METHODS = ("gaussian", "smoothadv", "vanilla_pgd", "pgd_noise")
+ATTACKS = ("pgd", "ddn")
+
+# Hyperparameters only some methods use; for the others they resolve to None (a null column).
+_ATTACK_FIELDS = ("attack", "epsilon", "steps", "warmup_epochs")
+_DDN_FIELDS = ("ddn_init_norm", "ddn_gamma")
+METHOD_FIELDS: dict[str, tuple[str, ...]] = {
+    "gaussian": ("m_train",),
+    "smoothadv": ("m_train", *_ATTACK_FIELDS, *_DDN_FIELDS),
+    "vanilla_pgd": _ATTACK_FIELDS,
+    "pgd_noise": ("m_train", *_ATTACK_FIELDS),
+}
+OPTIONAL_FIELDS = frozenset(f for fs in METHOD_FIELDS.values() for f in fs)
+
+# Where the data lives and how it is loaded does not change the trained model's identity.
+ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers"})
+
+
+class ConfigError(ValueError):
+    """Every problem with a configuration, reported at once."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One trial. Defaults are the SmoothAdv paper's CIFAR-10 protocol (appendix D)."""
+
+    # -- what is trained
+    dataset: str = "cifar10"
+    arch: str | None = None  # None -> DEFAULT_ARCH[dataset]
+    method: str = "smoothadv"  # gaussian | smoothadv | vanilla_pgd | pgd_noise
+    sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
+    m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
+    attack: str | None = "pgd"  # pgd | ddn (vanilla baselines: pgd only)
+    epsilon: float | None = 1.0  # ℓ2 attack radius; the paper's floats 0.25, 0.5, 1.0, 2.0
+    steps: int | None = 1  # attack steps T (2..10 in the paper's grid)
+    warmup_epochs: int | None = 10  # ε is 0 in epoch 0, reaches ε at epoch warmup_epochs-1
+    ddn_init_norm: float | None = 1.0  # DDN ε0 (Rony et al.)
+    ddn_gamma: float | None = 0.05  # DDN norm update factor γ
+    # -- optimisation: SGD, step schedule
+    epochs: int = 150
+    batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    lr_step_size: int = 50  # epochs between lr drops
+    lr_gamma: float = 0.1
+    # -- data and runtime
+    train_subset: int | None = None  # use only this many training inputs (smoke runs)
+    eval_subset: int | None = None  # evaluate clean/noisy accuracy on this many test inputs
+    data_dir: str | None = None
+    download: bool = False
+    num_workers: int = 0
+    amp: bool = False  # CUDA only: autocast fp16 + GradScaler; ignored on CPU
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):  # 1 and 1.0 must hash to the same trial_id
+            value = getattr(self, f.name)
+            if isinstance(value, int) and float in (*typing.get_args(hints[f.name]), hints[f.name]):
+                object.__setattr__(self, f.name, float(value))
+        if self.arch is None:
+            object.__setattr__(self, "arch", DEFAULT_ARCH[self.dataset])
+        if self.method in ("vanilla_pgd", "pgd_noise") and self.attack is None:
+            object.__setattr__(self, "attack", "pgd")
+        used = set(METHOD_FIELDS[self.method])
+        if self.attack != "ddn":
+            used -= set(_DDN_FIELDS)
+        for name in OPTIONAL_FIELDS - used:
+            object.__setattr__(self, name, None)
+
+    # ------------------------------------------------------------------ validation
+    def problems(self) -> list[str]:
+        """All problems with this configuration, each naming its field."""
+        p = _type_problems(self)
+        if p:
+            return p
+        p += _choice("dataset", self.dataset, DATASETS)
+        p += _choice("method", self.method, METHODS)
+        if self.arch is not None:
+            p += _choice("arch", self.arch, ARCHS)
+        if not self.sigma > 0:
+            p.append(f"sigma must be > 0 (got {self.sigma})")
+        if self.method not in METHOD_FIELDS:
+            return p
+        used = METHOD_FIELDS[self.method]
+        p += _method_problems(self, used)
+        for name in ("epochs", "batch_size", "lr_step_size"):
+            if getattr(self, name) < 1:
+                p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("train_subset", "eval_subset"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                p.append(f"{name} must be >= 1 or null (got {value})")
+        for name in ("lr", "lr_gamma"):
+            if not getattr(self, name) > 0:
+                p.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        if self.momentum < 0 or self.weight_decay < 0 or self.num_workers < 0:
+            p.append("momentum, weight_decay and num_workers must be >= 0")
+        return p
+
+    # ------------------------------------------------------------------ identity
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """The resolved hyperparameters that determine the trained model."""
+        return {k: v for k, v in self.to_dict().items() if k not in ENVIRONMENT_FIELDS}
+
+    @property
+    def trial_id(self) -> str:
+        """Stable id: a hash of the resolved config (not of Ray's trial name)."""
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialConfig:
+        """Build from a plain mapping; unknown keys are reported with the other problems."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        problems = [f"unknown key {k!r} (valid: {', '.join(sorted(names))})" for k in unknown]
+        try:
+            cfg = cls(**{k: v for k, v in d.items() if k in names})
+        except ConfigError as e:
+            raise ConfigError(problems + e.problems) from None
+        if problems:
+            raise ConfigError(problems)
+        return cfg
+
+    def replace(self, **changes: Any) -> TrialConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _method_problems(cfg: TrialConfig, used: tuple[str, ...]) -> list[str]:
+    p: list[str] = []
+    if "m_train" in used and (cfg.m_train is None or cfg.m_train < 1):
+        p.append(f"m_train must be >= 1 (got {cfg.m_train})")
+    if "attack" not in used:
+        return p
+    allowed = ATTACKS if cfg.method == "smoothadv" else ("pgd",)
+    if cfg.attack is not None or cfg.method == "smoothadv":
+        p += _choice("attack", cfg.attack, allowed, f" for method {cfg.method!r}")
+    if cfg.epsilon is None or cfg.epsilon < 0:
+        p.append(f"epsilon must be >= 0 (got {cfg.epsilon})")
+    if cfg.steps is None or cfg.steps < 1:
+        p.append(f"steps must be >= 1 (got {cfg.steps})")
+    if cfg.warmup_epochs is None or cfg.warmup_epochs < 0:
+        p.append(f"warmup_epochs must be >= 0 (got {cfg.warmup_epochs})")
+    if cfg.attack == "ddn":
+        if cfg.ddn_init_norm is None or not cfg.ddn_init_norm > 0:
+            p.append(f"ddn_init_norm must be > 0 (got {cfg.ddn_init_norm})")
+        if cfg.ddn_gamma is None or not 0 < cfg.ddn_gamma < 1:
+            p.append(f"ddn_gamma must be in (0, 1) (got {cfg.ddn_gamma})")
+    return p
+
+
+def _choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> list[str]:
+    if value in valid:
+        return []
+    return [f"unknown {name} {value!r}{where} (valid: {', '.join(valid)})"]
+
+
+def _type_problems(cfg: TrialConfig) -> list[str]:
+    hints = typing.get_type_hints(type(cfg))
+    return [
+        f"{f.name} must be {_type_name(hints[f.name])} (got {getattr(cfg, f.name)!r})"
+        for f in fields(cfg)
+        if not _is_instance(getattr(cfg, f.name), hints[f.name])
+    ]
+
+
+def _is_instance(value: Any, hint: Any) -> bool:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_is_instance(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    args = typing.get_args(hint)
+    if args:
+        return " or ".join("null" if a is type(None) else a.__name__ for a in args)
+    return hint.__name__

@@ -1,0 +1,236 @@
+"""Data sets, read from local files in their standard on-disk formats.
+
+Every data set yields `(x, y, idx)`: x a float tensor in [0, 1] of shape (C, H, W), y the label
+and idx the position in the split (certification shards and DDRS key results by it).
+Standardization is *not* applied here: it is the model's first layer.
+
+Nothing is downloaded unless `download=True`; a missing directory raises `DataError` whose
+message names the path and the files expected there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from trainables.config import DATASETS
+
+
+class DataError(RuntimeError):
+    """A data set cannot be read; the message is one line saying what to fix."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    num_classes: int
+    shape: tuple[int, int, int]  # (C, H, W) of a model input
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def dim(self) -> int:
+        c, h, w = self.shape
+        return c * h * w
+
+
+INFO = {
+    "cifar10": DatasetInfo("cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "imagenet": DatasetInfo("imagenet", 1000, (3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "mnist": DatasetInfo("mnist", 10, (1, 28, 28), (0.1307,), (0.3081,)),
+    # Statistics of the digits training split (pixels / 16).
+    "digits": DatasetInfo("digits", 10, (1, 8, 8), (0.3052,), (0.3760,)),
+}  # fmt: skip
+assert tuple(INFO) == DATASETS, "data registry and config.DATASETS disagree"
+
+CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+DIGITS_TEST_FRACTION = 0.25
+DIGITS_SPLIT_SEED = 0
+
+
+class ImageTensors(Dataset):
+    """In-memory images (N, C, H, W) uint8 or float in [0, 1], with an optional per-sample
+    transform (applied to the float tensor)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform=None):
+        self.images = images
+        self.labels = labels.long()
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        x = self.images[i]
+        x = x.float().div(255) if x.dtype == torch.uint8 else x
+        if self.transform is not None:
+            x = self.transform(x)
+        return x, int(self.labels[i]), i
+
+
+class IndexedFolder(Dataset):
+    """torchvision ImageFolder that also yields the index."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getitem__(self, i: int):
+        x, y = self.folder[i]
+        return x, y, i
+
+
+def load_dataset(
+    name: str,
+    split: str,
+    data_dir: str | None = None,
+    download: bool = False,
+    augment: bool = False,
+) -> Dataset:
+    """The `split` ("train" or "test") of data set `name`; `augment` turns on the training
+    augmentation (CIFAR-10: random crop with 4-pixel padding + horizontal flip; ImageNet:
+    RandomResizedCrop 224 + flip)."""
+    if name not in INFO:
+        raise DataError(f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})")
+    if split not in ("train", "test"):
+        raise DataError(f"unknown split {split!r} (valid: train, test)")
+    if name == "digits":
+        return _digits(split)
+    root = _data_root(name, data_dir)
+    if name == "cifar10":
+        return _cifar10(root, split, download, augment)
+    if name == "mnist":
+        return _mnist(root, split, download)
+    return _imagenet(root, split, augment)
+
+
+def _data_root(name: str, data_dir: str | None) -> Path:
+    if data_dir is None:
+        raise DataError(f"dataset {name!r} needs a data directory: pass --data-dir DIR (data_dir)")
+    return Path(data_dir).expanduser()
+
+
+def _digits(split: str) -> ImageTensors:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    data = load_digits()
+    images = data.images.astype(np.float32) / 16.0
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        images, data.target, test_size=DIGITS_TEST_FRACTION, stratify=data.target,
+        random_state=DIGITS_SPLIT_SEED,
+    )  # fmt: skip
+    x, y = (x_tr, y_tr) if split == "train" else (x_te, y_te)
+    return ImageTensors(torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y))
+
+
+def _cifar10(root: Path, split: str, download: bool, augment: bool) -> ImageTensors:
+    folder = root / "cifar-10-batches-py"
+    if download and not folder.is_dir():
+        import torchvision
+
+        torchvision.datasets.CIFAR10(str(root), train=True, download=True)
+    names = CIFAR_FILES[:5] if split == "train" else CIFAR_FILES[5:]
+    _require(folder, names, "CIFAR-10 (python version, as torchvision writes it)", download)
+    images, labels = [], []
+    for fname in names:
+        try:
+            with open(folder / fname, "rb") as f:
+                batch = pickle.load(f, encoding="latin1")
+            images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.extend(batch["labels"])
+        except (OSError, pickle.UnpicklingError, KeyError, ValueError, EOFError) as e:
+            raise DataError(f"cannot read CIFAR-10 file {folder / fname}: {e}") from None
+    transform = _cifar_augment() if augment else None
+    return ImageTensors(torch.from_numpy(np.concatenate(images)), torch.tensor(labels), transform)
+
+
+def _cifar_augment():
+    from torchvision import transforms
+
+    return transforms.Compose(
+        [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
+    )
+
+
+def _mnist(root: Path, split: str, download: bool) -> ImageTensors:
+    folder = root / "MNIST" / "raw"
+    if download and not folder.is_dir():
+        import torchvision
+
+        torchvision.datasets.MNIST(str(root), train=True, download=True)
+    if not folder.is_dir() and (root / MNIST_FILES["train"][0]).exists():
+        folder = root  # the raw files directly in the given directory
+    img_name, lbl_name = MNIST_FILES[split]
+    _require(
+        folder,
+        [img_name, lbl_name],
+        "MNIST (idx format, as torchvision writes it)",
+        download,
+        gz=True,
+    )
+    images = _read_idx(folder, img_name)
+    labels = _read_idx(folder, lbl_name)
+    if images.ndim != 3 or len(images) != len(labels):
+        raise DataError(f"MNIST files in {folder} do not match: {images.shape} vs {labels.shape}")
+    return ImageTensors(
+        torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
+    )
+
+
+def _read_idx(folder: Path, name: str) -> np.ndarray:
+    """Read an idx file (plain or .gz): magic (0, 0, dtype, ndim), big-endian dims, data."""
+    path = folder / name if (folder / name).exists() else folder / f"{name}.gz"
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        ndim = raw[3]
+        dims = np.frombuffer(raw, dtype=">i4", count=ndim, offset=4)
+        if raw[2] != 0x08:
+            raise ValueError(f"unsupported idx dtype 0x{raw[2]:02x}")
+        return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims).copy()
+    except (OSError, ValueError, IndexError, EOFError) as e:
+        raise DataError(f"cannot read MNIST file {path}: {e}") from None
+
+
+def _imagenet(root: Path, split: str, augment: bool) -> IndexedFolder:
+    from torchvision import datasets, transforms
+
+    sub = "train" if split == "train" else "val"
+    if not (root / sub).is_dir():
+        raise DataError(
+            f"ImageNet not found: expected {root / sub}/<class>/<image> (ImageFolder layout "
+            f"with train/ and val/); pass --data-dir pointing at the directory holding them"
+        )
+    if augment:
+        tf = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()]
+    else:
+        tf = [transforms.Resize(256), transforms.CenterCrop(224)]
+    return IndexedFolder(
+        datasets.ImageFolder(str(root / sub), transforms.Compose([*tf, transforms.ToTensor()]))
+    )
+
+
+def _require(folder: Path, names: list[str], what: str, download: bool, gz: bool = False) -> None:
+    missing = [
+        n for n in names if not (folder / n).exists() and not (gz and (folder / f"{n}.gz").exists())
+    ]
+    if missing:
+        hint = "" if download else " (or pass --download where there is internet)"
+        raise DataError(
+            f"{what} not found: expected {', '.join(missing)} in {folder}; "
+            f"pass --data-dir pointing at the directory that holds it{hint}"
+        )

@@ -1,0 +1,17 @@
+"""Gaussian data augmentation (Cohen et al. 2019): cross-entropy on x + δ, δ ~ N(0, σ² I)."""
+
+from __future__ import annotations
+
+from trainables.methods.base import (
+    StepContext,
+    StepOutput,
+    cross_entropy_on,
+    draw_noise,
+    noisy_copies,
+)
+
+
+def loss(model, x, y, ctx: StepContext) -> StepOutput:
+    """Cross-entropy on m_train noisy copies of each input (m_train = 1 is Cohen's training)."""
+    noise = draw_noise(x, ctx.cfg.m_train, ctx.cfg.sigma, ctx.generator)
+    return cross_entropy_on(model, *noisy_copies(x, noise, y))

@@ -1,0 +1,29 @@
+"""SmoothAdv-ersarial training (Salman et al. 2019, Pseudocode 1, batched).
+
+Per chunk of inputs: draw m_train noises δ_1..δ_m per input once; find x̂ by SmoothAdv-PGD or
+SmoothAdv-DDN on the plug-in smoothed loss using exactly those noises in every step; train
+with cross-entropy on the m noisy adversarial copies x̂ + δ_i, reusing the same noises.
+"""
+
+from __future__ import annotations
+
+from trainables import attacks
+from trainables.methods.base import (
+    StepContext,
+    StepOutput,
+    cross_entropy_on,
+    draw_noise,
+    noisy_copies,
+)
+
+
+def loss(model, x, y, ctx: StepContext) -> StepOutput:
+    cfg = ctx.cfg
+    noise = draw_noise(x, cfg.m_train, cfg.sigma, ctx.generator)
+    if cfg.attack == "pgd":
+        x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, cfg.steps)
+    else:
+        x_adv = attacks.ddn(
+            model, x, y, noise, ctx.epsilon, cfg.steps, cfg.ddn_init_norm, cfg.ddn_gamma
+        )
+    return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))

@@ -1,0 +1,149 @@
+"""Randomized smoothing: CERTIFY and PREDICT of Cohen, Rosenfeld & Kolter (2019).
+
+The smoothed classifier is g(x) = argmax_c P(f(x + ε) = c), ε ~ N(0, σ² I), with noise added
+in [0, 1] pixel space (the base classifier standardizes its input in its first layer), so
+radii are ℓ2 distances in pixel units.
+
+Guarantees (for a base classifier f that is a fixed function):
+- `certify` returns (ĉ, R). With probability at least 1 − α over its sampling, if ĉ ≠ ABSTAIN
+  then g(x + δ) = ĉ for every ‖δ‖₂ < R.
+- `predict` returns a class that, with probability at least 1 − α, is g(x) (or ABSTAIN).
+
+This module is pure: no Ray, no I/O; the device is that of the input. Sampling draws batches
+of noise on the device, counts votes with `bincount` there, and never loops over samples in
+Python. Several test points can share one forward batch (`certify_batch`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.stats import beta, binomtest, norm
+
+ABSTAIN = -1
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The outcome of CERTIFY for one input, with the counts it came from."""
+
+    prediction: int  # ĉ_A, or ABSTAIN (-1)
+    radius: float  # σ·Φ⁻¹(pABar); 0.0 when abstaining
+    nA: int  # votes for ĉ_A among the n selection-independent samples
+    n: int
+    p_lower: float  # pABar: one-sided (1 − α) Clopper–Pearson lower bound on P(f(x+ε) = ĉ_A)
+
+
+def lower_confidence_bound(nA, n, alpha):
+    """One-sided (1 − α) Clopper–Pearson lower bound on a binomial proportion.
+
+    Equals statsmodels' `proportion_confint(nA, n, alpha=2*alpha, method="beta")[0]`,
+    i.e. `beta.ppf(alpha, nA, n - nA + 1)`, and 0 when nA = 0. Works elementwise on arrays.
+    """
+    nA = np.asarray(nA, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    safe = np.where(nA > 0, nA, 1.0)
+    bound = np.where(nA > 0, beta.ppf(alpha, safe, n - nA + 1), 0.0)
+    return float(bound) if bound.ndim == 0 else bound
+
+
+def radius_from_counts(nA, n, alpha, sigma):
+    """(p_lower, radius) of CERTIFY's second stage; radius 0 where p_lower < 1/2 (abstain).
+
+    Vectorised, so stored counts can be re-certified for another α or σ without a model.
+    """
+    p_lower = lower_confidence_bound(nA, n, alpha)
+    p = np.asarray(p_lower, dtype=np.float64)
+    radius = np.where(p >= 0.5, np.asarray(sigma, dtype=np.float64) * norm.ppf(p), 0.0)
+    return p_lower, (float(radius) if radius.ndim == 0 else radius)
+
+
+def certificate_from_counts(cAHat: int, nA: int, n: int, alpha: float, sigma: float) -> Certificate:
+    """CERTIFY's decision given the selected class ĉ_A and its vote count nA among n."""
+    p_lower, radius = radius_from_counts(nA, n, alpha, sigma)
+    if p_lower < 0.5:
+        return Certificate(ABSTAIN, 0.0, int(nA), int(n), float(p_lower))
+    return Certificate(int(cAHat), float(radius), int(nA), int(n), float(p_lower))
+
+
+def predict_from_counts(counts, alpha: float) -> int:
+    """PREDICT's decision: the top class unless the two-sided binomial test of the top two
+    counts n1, n2 against 1/2 has p-value > α (then ABSTAIN)."""
+    counts = np.asarray(counts)
+    top2 = np.argsort(counts, kind="stable")[::-1][:2]
+    n1, n2 = int(counts[top2[0]]), int(counts[top2[1]])
+    if n1 + n2 == 0 or binomtest(n1, n1 + n2, 0.5).pvalue > alpha:
+        return ABSTAIN
+    return int(top2[0])
+
+
+class Smooth:
+    """A smoothed classifier around `base_classifier` (a module mapping (B,C,H,W) -> logits)."""
+
+    ABSTAIN = ABSTAIN
+
+    def __init__(self, base_classifier: torch.nn.Module, num_classes: int, sigma: float):
+        if not sigma > 0:
+            raise ValueError(f"sigma must be > 0 (got {sigma})")
+        self.base_classifier = base_classifier
+        self.num_classes = num_classes
+        self.sigma = float(sigma)
+
+    def certify(self, x, n0, n, alpha, batch_size, generator=None) -> tuple[int, float]:
+        """CERTIFY for one input x of shape (C,H,W): (prediction, radius)."""
+        cert = self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
+        return cert.prediction, cert.radius
+
+    def certificate(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
+        """CERTIFY for one input, with nA, n and p_lower kept."""
+        return self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
+
+    def certify_batch(self, xs, n0, n, alpha, batch_size, generator=None) -> list[Certificate]:
+        """CERTIFY for each of the P inputs in `xs` (P,C,H,W), sharing forward batches.
+
+        Each input gets its own n0 selection samples and n fresh estimation samples, so the
+        guarantee holds per input exactly as in the one-at-a-time algorithm.
+        """
+        counts0 = self.sample_counts(xs, n0, batch_size, generator)
+        cAHat = counts0.argmax(dim=1)
+        counts = self.sample_counts(xs, n, batch_size, generator)
+        nA = counts.gather(1, cAHat.unsqueeze(1)).squeeze(1)
+        return [
+            certificate_from_counts(c, a, n, alpha, self.sigma)
+            for c, a in zip(cAHat.tolist(), nA.tolist(), strict=True)
+        ]
+
+    def predict(self, x, n, alpha, batch_size, generator=None) -> int:
+        """PREDICT for one input x (C,H,W): the smoothed prediction or ABSTAIN."""
+        counts = self.sample_counts(x.unsqueeze(0), n, batch_size, generator)[0]
+        return predict_from_counts(counts.cpu().numpy(), alpha)
+
+    def sample_counts(self, xs, num, batch_size, generator=None) -> torch.Tensor:
+        """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
+        summing to `num`. Forward batches hold about `batch_size` noisy samples in all."""
+        P = xs.shape[0]
+        per_point = max(1, batch_size // P)
+        counts = torch.zeros(P * self.num_classes, dtype=torch.long, device=xs.device)
+        offsets = torch.arange(P, device=xs.device) * self.num_classes
+        remaining = num
+        with torch.inference_mode():
+            while remaining > 0:
+                k = min(per_point, remaining)
+                batch = xs.repeat_interleave(k, dim=0)
+                noise = torch.randn(
+                    batch.shape, generator=generator, device=batch.device, dtype=batch.dtype
+                )
+                preds = self.base_classifier(batch + noise * self.sigma).argmax(dim=1)
+                counts += torch.bincount(
+                    preds + offsets.repeat_interleave(k), minlength=P * self.num_classes
+                )
+                remaining -= k
+        return counts.view(P, self.num_classes)
+
+
+def max_radius(n: int, alpha: float, sigma: float) -> float:
+    """Largest radius CERTIFY can return with n samples (all votes agree): σ·Φ⁻¹(α^(1/n))."""
+    return sigma * float(norm.ppf(math.pow(alpha, 1.0 / n)))

@@ -1,0 +1,211 @@
+"""The training entry point: one shared epoch loop for every method, a checkpoint per epoch,
+and exact resume (on CPU, a resumed run is bitwise identical to an uninterrupted one).
+
+Each loader batch of B inputs is split into m_train chunks of about B/m inputs; every chunk
+becomes m noisy copies, so each optimizer step sees about B samples, as in the reference
+SmoothAdv code. Batches smaller than m_train are split into fewer, non-empty chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from trainables import checkpoint
+from trainables.config import TrialConfig
+from trainables.datasets import INFO, load_dataset
+from trainables.methods import REGISTRY, StepContext
+from trainables.methods.base import epoch_epsilon
+from trainables.models import build_model
+
+log = logging.getLogger(__name__)
+
+EpochCallback = Callable[[dict[str, Any], "TrainState"], None]
+
+
+@dataclass
+class TrainState:
+    cfg: TrialConfig
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    loader_generator: torch.Generator
+    noise_generator: torch.Generator
+    epoch: int = 0  # epochs finished
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def amp(self) -> bool:
+        return self.cfg.amp and self.device.type == "cuda"
+
+    def payload(self) -> dict[str, Any]:
+        """Everything needed to resume or to certify, as a checkpoint dict."""
+        rng = {
+            "torch": torch.get_rng_state(),
+            "loader": self.loader_generator.get_state(),
+            "noise": self.noise_generator.get_state(),
+        }
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "config": self.cfg.to_dict(),
+            "trial_id": self.cfg.trial_id,
+            "epoch": self.epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng,
+            "history": list(self.history),
+        }
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        if payload["config"] != self.cfg.to_dict():
+            log.warning("resuming from a checkpoint written with a different config")
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        rng = payload["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        self.loader_generator.set_state(rng["loader"].cpu())
+        self.noise_generator.set_state(rng["noise"].cpu())
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+        self.epoch = int(payload["epoch"])
+        self.history = list(payload["history"])
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainState:
+    """A fresh model and optimizer, seeded from cfg.seed."""
+    device = device or default_device()
+    torch.manual_seed(cfg.seed)
+    info = INFO[cfg.dataset]
+    model = build_model(cfg.arch, info.num_classes, info.mean, info.std).to(device)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and device.type == "cuda")
+    loader_gen = torch.Generator().manual_seed(cfg.seed)
+    noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    return TrainState(cfg, device, model, optimizer, scheduler, scaler, loader_gen, noise_gen)
+
+
+def make_loaders(state: TrainState) -> tuple[DataLoader, DataLoader]:
+    cfg = state.cfg
+    train = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.download, augment=True)
+    test = load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.download)
+    if cfg.train_subset is not None and cfg.train_subset < len(train):
+        train = Subset(train, range(cfg.train_subset))
+    if cfg.eval_subset is not None and cfg.eval_subset < len(test):
+        test = Subset(test, range(cfg.eval_subset))
+    pin = state.device.type == "cuda"
+    common = {"num_workers": cfg.num_workers, "pin_memory": pin}
+    return (
+        DataLoader(train, cfg.batch_size, shuffle=True, generator=state.loader_generator, **common),
+        DataLoader(test, max(cfg.batch_size, 256), shuffle=False, **common),
+    )
+
+
+def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
+    """One epoch of the configured method; returns mean loss and accuracy on what it trained on."""
+    cfg, model, device = state.cfg, state.model, state.device
+    method = REGISTRY[cfg.method]
+    ctx = StepContext(cfg, state.epoch, epoch_epsilon(cfg, state.epoch), state.noise_generator)
+    model.train()
+    total_loss, correct, seen = 0.0, 0, 0
+    for x, y, _ in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for xc, yc in zip(
+            x.tensor_split(cfg.m_train or 1), y.tensor_split(cfg.m_train or 1), strict=True
+        ):
+            if len(xc) == 0:
+                continue
+            with torch.autocast(device.type, dtype=torch.float16, enabled=state.amp):
+                out = method(model, xc, yc, ctx)
+            state.optimizer.zero_grad(set_to_none=True)
+            state.scaler.scale(out.loss).backward()
+            state.scaler.step(state.optimizer)
+            state.scaler.update()
+            total_loss += out.loss.item() * len(out.targets)
+            correct += (out.logits.argmax(1) == out.targets).sum().item()
+            seen += len(out.targets)
+    return {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
+
+
+def evaluate(
+    model, loader: DataLoader, sigma: float, device: torch.device, seed: int
+) -> dict[str, float]:
+    """Clean accuracy and accuracy under one draw of N(0, σ²) noise per test input."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    model.eval()
+    clean = noisy = total = 0
+    with torch.inference_mode():
+        for x, y, _ in loader:
+            x, y = x.to(device), y.to(device)
+            noise = torch.randn(x.shape, generator=generator, device=device) * sigma
+            clean += (model(x).argmax(1) == y).sum().item()
+            noisy += (model(x + noise).argmax(1) == y).sum().item()
+            total += len(y)
+    return {"test_clean_acc": clean / max(total, 1), "test_noisy_acc": noisy / max(total, 1)}
+
+
+def fit(
+    cfg: TrialConfig,
+    checkpoint_path: str | Path | None = None,
+    device: torch.device | None = None,
+    on_epoch: EpochCallback | None = None,
+    stop_after: int | None = None,
+    resume_from: dict[str, Any] | None = None,
+) -> TrainState:
+    """Train `cfg` to cfg.epochs (or to `stop_after` finished epochs).
+
+    Resumes from `resume_from` (a checkpoint payload) or from `checkpoint_path` if that file
+    exists, and writes `checkpoint_path` atomically after every epoch. `on_epoch(metrics,
+    state)` is called after each epoch's checkpoint is written.
+    """
+    state = build_state(cfg, device)
+    if resume_from is None and checkpoint_path is not None and Path(checkpoint_path).exists():
+        resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
+    if resume_from is not None:
+        state.restore(resume_from)
+        log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
+    train_loader, test_loader = make_loaders(state)
+    last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
+    while state.epoch < last:
+        start = time.perf_counter()
+        metrics = {"epoch": state.epoch + 1, "lr": state.optimizer.param_groups[0]["lr"]}
+        metrics["epsilon"] = epoch_epsilon(cfg, state.epoch)
+        metrics.update(train_epoch(state, train_loader))
+        metrics.update(
+            evaluate(
+                state.model,
+                test_loader,
+                cfg.sigma,
+                state.device,
+                cfg.seed + 7919 * (state.epoch + 1),
+            )
+        )
+        state.scheduler.step()
+        state.epoch += 1
+        metrics["epoch_time_s"] = time.perf_counter() - start
+        state.history.append(metrics)
+        if checkpoint_path is not None:
+            checkpoint.save(state.payload(), checkpoint_path)
+        if on_epoch is not None:
+            on_epoch(metrics, state)
+    return state
