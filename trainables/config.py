@@ -113,10 +113,8 @@ class TrialConfig:
             p += _choice("arch", self.arch, ARCHS)
         if not self.sigma > 0:
             p.append(f"sigma must be > 0 (got {self.sigma})")
-        if self.method not in METHOD_FIELDS:
-            return p
-        used = METHOD_FIELDS[self.method]
-        p += _method_problems(self, used)
+        if self.method in METHOD_FIELDS:  # an unknown method must not hide the other problems
+            p += _method_problems(self, METHOD_FIELDS[self.method])
         for name in ("epochs", "batch_size", "lr_step_size"):
             if getattr(self, name) < 1:
                 p.append(f"{name} must be >= 1 (got {getattr(self, name)})")

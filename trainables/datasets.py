@@ -149,10 +149,15 @@ def _cifar10(root: Path, split: str, download: bool, augment: bool) -> ImageTens
         try:
             with open(folder / fname, "rb") as f:
                 batch = pickle.load(f, encoding="latin1")
-            images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            labels.extend(batch["labels"])
-        except (OSError, pickle.UnpicklingError, KeyError, ValueError, EOFError) as e:
-            raise DataError(f"cannot read CIFAR-10 file {folder / fname}: {e}") from None
+            data = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+            batch_labels = [int(y) for y in batch["labels"]]
+            if len(data) != len(batch_labels):
+                raise ValueError(f"{len(data)} images but {len(batch_labels)} labels")
+        except Exception as e:  # a corrupt pickle can raise almost anything
+            msg = f"{type(e).__name__}: {e}".replace("\n", " ")
+            raise DataError(f"cannot read CIFAR-10 file {folder / fname}: {msg}") from None
+        images.append(data)
+        labels.extend(batch_labels)
     transform = _cifar_augment() if augment else None
     return ImageTensors(torch.from_numpy(np.concatenate(images)), torch.tensor(labels), transform)
 
@@ -171,9 +176,9 @@ def _mnist(root: Path, split: str, download: bool) -> ImageTensors:
         import torchvision
 
         torchvision.datasets.MNIST(str(root), train=True, download=True)
-    if not folder.is_dir() and (root / MNIST_FILES["train"][0]).exists():
-        folder = root  # the raw files directly in the given directory
     img_name, lbl_name = MNIST_FILES[split]
+    if not folder.is_dir() and any((root / n).exists() for n in (img_name, f"{img_name}.gz")):
+        folder = root  # the raw files (plain or .gz) directly in the given directory
     _require(
         folder,
         [img_name, lbl_name],
@@ -219,9 +224,15 @@ def _imagenet(root: Path, split: str, augment: bool) -> IndexedFolder:
         tf = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()]
     else:
         tf = [transforms.Resize(256), transforms.CenterCrop(224)]
-    return IndexedFolder(
-        datasets.ImageFolder(str(root / sub), transforms.Compose([*tf, transforms.ToTensor()]))
-    )
+    try:
+        folder = datasets.ImageFolder(
+            str(root / sub), transforms.Compose([*tf, transforms.ToTensor()])
+        )
+    except OSError as e:  # no class folders, or no images in them
+        raise DataError(
+            f"ImageNet not readable in {root / sub}: {e} (expected <class>/<image> subfolders)"
+        ) from None
+    return IndexedFolder(folder)
 
 
 def _require(folder: Path, names: list[str], what: str, download: bool, gz: bool = False) -> None:

@@ -1,0 +1,243 @@
+"""TrialConfig: paper defaults, validation (every problem at once), resolution, identity."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainables.config import (
+    ARCHS,
+    DATASETS,
+    DEFAULT_ARCH,
+    ENVIRONMENT_FIELDS,
+    METHOD_FIELDS,
+    METHODS,
+    OPTIONAL_FIELDS,
+    ConfigError,
+    TrialConfig,
+)
+
+# A fully explicit config (no defaults involved) and its id, computed once. If this changes,
+# every stored trial id changes: only update it on purpose.
+PINNED = dict(
+    dataset="digits", method="smoothadv", sigma=0.5, m_train=2, attack="ddn", epsilon=0.5,
+    steps=4, warmup_epochs=3, ddn_init_norm=1.0, ddn_gamma=0.05, epochs=20, batch_size=64,
+    lr=0.05, momentum=0.9, weight_decay=5e-4, lr_step_size=10, lr_gamma=0.1, seed=3,
+)  # fmt: skip
+PINNED_ID = "787f7d687611"
+
+# For PINNED, another valid value of every identity field.
+ALTERNATIVES = dict(
+    dataset="mnist", arch="lenet", method="gaussian", sigma=0.25, m_train=4, attack="pgd",
+    epsilon=1.0, steps=5, warmup_epochs=4, ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
+    batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
+    train_subset=100, eval_subset=50, amp=True, seed=4,
+)  # fmt: skip
+
+ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
+
+
+def _problems(**kwargs) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        TrialConfig(**kwargs)
+    assert str(e.value) == "; ".join(e.value.problems)
+    return e.value.problems
+
+
+def _assert_each_named(problems: list[str], names: list[str]) -> None:
+    """One problem per name, in any order, each naming its field."""
+    assert len(problems) == len(names), problems
+    for name in names:
+        assert any(name in p for p in problems), (name, problems)
+
+
+# ---------------------------------------------------------------------------- defaults
+def test_defaults_are_the_paper_cifar10_protocol():
+    cfg = TrialConfig()
+    assert (cfg.dataset, cfg.arch, cfg.method) == ("cifar10", "cifar_resnet110", "smoothadv")
+    assert (cfg.lr, cfg.momentum, cfg.weight_decay) == (0.1, 0.9, 1e-4)
+    assert (cfg.lr_step_size, cfg.lr_gamma) == (50, 0.1)
+    assert (cfg.epochs, cfg.batch_size) == (150, 256)
+    assert (cfg.attack, cfg.m_train, cfg.warmup_epochs) == ("pgd", 1, 10)
+    assert (cfg.train_subset, cfg.eval_subset, cfg.data_dir) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "arch"),
+    [("cifar10", "cifar_resnet110"), ("mnist", "lenet"), ("imagenet", "resnet50"),
+     ("digits", "digits_cnn")],
+)  # fmt: skip
+def test_arch_resolves_per_dataset(dataset: str, arch: str):
+    assert TrialConfig(dataset=dataset).arch == arch == DEFAULT_ARCH[dataset]
+
+
+def test_explicit_arch_is_kept():
+    assert TrialConfig(dataset="cifar10", arch="cifar_resnet20").arch == "cifar_resnet20"
+
+
+def test_name_tuples_are_consistent():
+    assert set(DEFAULT_ARCH) == set(DATASETS)
+    assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
+    assert tuple(METHOD_FIELDS) == METHODS
+    assert OPTIONAL_FIELDS <= ALL_FIELDS
+    assert {"data_dir", "download", "num_workers"} == ENVIRONMENT_FIELDS
+
+
+# ---------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("sigma", 0), ("sigma", -0.5), ("epsilon", -0.1), ("steps", 0), ("m_train", 0),
+     ("warmup_epochs", -1), ("dataset", "svhn"), ("arch", "vgg16"), ("method", "trades"),
+     ("attack", "fgsm"), ("epochs", 0), ("batch_size", 0), ("lr", 0.0), ("lr_gamma", 0.0),
+     ("lr_step_size", 0), ("train_subset", 0), ("eval_subset", 0), ("momentum", -0.9),
+     ("sigma", "a"), ("steps", 1.5), ("m_train", "2"), ("sigma", True), ("amp", "yes"),
+     ("seed", 1.0), ("dataset", 3), ("data_dir", 7)],
+)  # fmt: skip
+def test_single_problem_names_its_field(field: str, value):
+    _assert_each_named(_problems(**{field: value}), [field])
+
+
+def test_all_value_problems_reported_at_once():
+    problems = _problems(
+        dataset="svhn", arch="vgg16", sigma=0, m_train=0, attack="fgsm", epsilon=-1, steps=0,
+        warmup_epochs=-1, epochs=0, batch_size=0, lr=0, lr_gamma=0, lr_step_size=0,
+        train_subset=0, eval_subset=0,
+    )  # fmt: skip
+    _assert_each_named(
+        problems,
+        ["dataset", "arch", "sigma", "m_train", "attack", "epsilon", "steps", "warmup_epochs",
+         "epochs", "batch_size", "lr must", "lr_gamma", "lr_step_size", "train_subset",
+         "eval_subset"],
+    )  # fmt: skip
+
+
+def test_unknown_method_does_not_hide_other_problems():
+    _assert_each_named(
+        _problems(method="trades", sigma=-1, epochs=0), ["method", "sigma", "epochs"]
+    )
+
+
+def test_ddn_parameters_are_validated_when_used():
+    problems = _problems(attack="ddn", ddn_init_norm=0.0, ddn_gamma=1.0)
+    _assert_each_named(problems, ["ddn_init_norm", "ddn_gamma"])
+    # ...and ignored (then nulled) when the attack is pgd
+    assert TrialConfig(attack="pgd", ddn_gamma=1.0).ddn_gamma is None
+
+
+def test_all_type_problems_reported_at_once():
+    problems = _problems(sigma="a", steps=1.5, m_train="2", amp=1, dataset=None)
+    _assert_each_named(problems, ["sigma", "steps", "m_train", "amp", "dataset"])
+
+
+def test_from_dict_reports_unknown_keys_with_other_problems():
+    with pytest.raises(ConfigError) as e:
+        TrialConfig.from_dict({"sigma": "a", "steps": 1.5, "sigmaa": 0.5, "lr_decay": 0.1})
+    _assert_each_named(e.value.problems, ["sigmaa", "lr_decay", "sigma must", "steps"])
+    with pytest.raises(ConfigError, match="unknown key 'bogus'"):
+        TrialConfig.from_dict({"bogus": 1})
+
+
+def test_from_dict_round_trips():
+    for method in METHODS:
+        cfg = TrialConfig(method=method, sigma=0.5)
+        again = TrialConfig.from_dict(cfg.to_dict())
+        assert again == cfg and again.trial_id == cfg.trial_id
+    assert TrialConfig.from_dict({"dataset": "mnist"}) == TrialConfig(dataset="mnist")
+
+
+# ---------------------------------------------------------------------------- resolution
+def test_gaussian_nulls_attack_fields():
+    cfg = TrialConfig(method="gaussian", m_train=4)
+    assert cfg.m_train == 4
+    for name in ("attack", "epsilon", "steps", "warmup_epochs", "ddn_init_norm", "ddn_gamma"):
+        assert getattr(cfg, name) is None, name
+
+
+def test_gaussian_ignores_invalid_unused_values():
+    cfg = TrialConfig(method="gaussian", epsilon=-1, steps=0, attack="fgsm")
+    assert (cfg.attack, cfg.epsilon, cfg.steps) == (None, None, None)
+
+
+def test_ddn_keeps_ddn_fields_and_pgd_nulls_them():
+    ddn = TrialConfig(attack="ddn", ddn_init_norm=2.0, ddn_gamma=0.1)
+    assert (ddn.attack, ddn.ddn_init_norm, ddn.ddn_gamma) == ("ddn", 2.0, 0.1)
+    pgd = TrialConfig(attack="pgd", ddn_init_norm=2.0, ddn_gamma=0.1)
+    assert (pgd.attack, pgd.ddn_init_norm, pgd.ddn_gamma) == ("pgd", None, None)
+
+
+def test_smoothadv_needs_an_attack():
+    _assert_each_named(_problems(method="smoothadv", attack=None), ["attack"])
+
+
+@pytest.mark.parametrize("method", ["vanilla_pgd", "pgd_noise"])
+def test_pgd_baselines_default_to_pgd_and_refuse_ddn(method: str):
+    assert TrialConfig(method=method, attack=None).attack == "pgd"
+    _assert_each_named(_problems(method=method, attack="ddn"), ["attack"])
+
+
+def test_vanilla_pgd_has_no_noise_draws():
+    assert TrialConfig(method="vanilla_pgd").m_train is None
+    assert TrialConfig(method="pgd_noise", m_train=2).m_train == 2
+
+
+def test_method_fields_resolve_to_none_exactly_when_unused():
+    for method, used in METHOD_FIELDS.items():
+        cfg = TrialConfig(method=method, attack="ddn" if method == "smoothadv" else "pgd")
+        for name in OPTIONAL_FIELDS:
+            assert (getattr(cfg, name) is not None) == (name in used), (method, name)
+
+
+def test_ints_become_floats_for_float_fields():
+    cfg = TrialConfig(sigma=1, epsilon=2, lr=1, weight_decay=0)
+    assert all(type(v) is float for v in (cfg.sigma, cfg.epsilon, cfg.lr, cfg.weight_decay))
+    assert type(TrialConfig(steps=3).steps) is int
+
+
+# ---------------------------------------------------------------------------- identity
+def test_trial_id_is_pinned():
+    cfg = TrialConfig(**PINNED)
+    assert cfg.trial_id == PINNED_ID
+    assert TrialConfig(**PINNED).trial_id == cfg.trial_id
+    assert len(cfg.trial_id) == 12 and int(cfg.trial_id, 16) >= 0
+
+
+def test_trial_id_equal_for_int_and_float():
+    assert TrialConfig(sigma=1).trial_id == TrialConfig(sigma=1.0).trial_id
+    assert TrialConfig(sigma=1) == TrialConfig(sigma=1.0)
+    assert TrialConfig(epsilon=2, lr=1).trial_id == TrialConfig(epsilon=2.0, lr=1.0).trial_id
+
+
+def test_trial_id_changes_with_every_identity_field():
+    assert set(ALTERNATIVES) == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
+    base = TrialConfig(**PINNED)
+    ids = {base.trial_id}
+    for name, value in ALTERNATIVES.items():
+        changed = TrialConfig(**{**PINNED, name: value})
+        assert getattr(changed, name) != getattr(base, name), name
+        assert changed.trial_id != base.trial_id, name
+        ids.add(changed.trial_id)
+    assert len(ids) == len(ALTERNATIVES) + 1
+
+
+def test_trial_id_ignores_environment_fields():
+    base = TrialConfig(**PINNED)
+    moved = base.replace(data_dir="/somewhere/else", num_workers=8, download=True)
+    assert moved.trial_id == base.trial_id == PINNED_ID
+    assert moved != base, "environment fields still take part in equality"
+    assert set(base.identity()) == ALL_FIELDS - ENVIRONMENT_FIELDS
+
+
+def test_unused_fields_do_not_change_trial_id():
+    a = TrialConfig(method="gaussian", epsilon=0.5, steps=2)
+    b = TrialConfig(method="gaussian", epsilon=2.0, steps=7)
+    assert a.trial_id == b.trial_id
+
+
+def test_frozen_and_hashable():
+    cfg = TrialConfig(**PINNED)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.sigma = 1.0  # type: ignore[misc]
+    assert hash(cfg) == hash(TrialConfig(**PINNED))
+    assert len({cfg, TrialConfig(**PINNED), cfg.replace(seed=9)}) == 2
+    assert {cfg: 1}[TrialConfig(**PINNED)] == 1
