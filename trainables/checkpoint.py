@@ -7,13 +7,13 @@ resolved `TrialConfig` as a dict, so a model can be rebuilt and certified from t
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainables import fileio
 from trainables.config import TrialConfig
 from trainables.datasets import INFO
 from trainables.models import build_model
@@ -27,27 +27,20 @@ class CheckpointError(RuntimeError):
 
 
 def save(payload: dict[str, Any], path: str | Path) -> None:
-    """Write `payload` to `path` atomically (temp file in the same directory, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({**payload, "format_version": FORMAT_VERSION}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `payload` to `path` (a local path or URI) atomically."""
+    buffer = io.BytesIO()
+    torch.save({**payload, "format_version": FORMAT_VERSION}, buffer)
+    fileio.write_bytes_atomic(str(path), buffer.getvalue())
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint with `torch.load(weights_only=True)`."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        data = fileio.read_bytes(str(path))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises many types for a truncated or foreign file
         raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
 

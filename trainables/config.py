@@ -190,7 +190,13 @@ def _choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> l
     return [f"unknown {name} {value!r}{where} (valid: {', '.join(valid)})"]
 
 
-def _type_problems(cfg: TrialConfig) -> list[str]:
+def type_problems(obj: Any) -> list[str]:
+    """Fields of a dataclass instance whose values do not match their annotations
+    (int is accepted for float, bool is not accepted for int)."""
+    return _type_problems(obj)
+
+
+def _type_problems(cfg: Any) -> list[str]:
     hints = typing.get_type_hints(type(cfg))
     return [
         f"{f.name} must be {_type_name(hints[f.name])} (got {getattr(cfg, f.name)!r})"

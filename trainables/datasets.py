@@ -245,3 +245,35 @@ def _require(folder: Path, names: list[str], what: str, download: bool, gz: bool
             f"{what} not found: expected {', '.join(missing)} in {folder}; "
             f"pass --data-dir pointing at the directory that holds it{hint}"
         )
+
+
+def data_problem(name: str, data_dir: str | None, download: bool = False) -> str | None:
+    """Why data set `name` cannot be read from `data_dir` (one line), or None if it can.
+    Cheap: looks for the expected files without reading them."""
+    if name not in INFO:
+        return f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})"
+    if name == "digits" or download:
+        return None
+    try:
+        root = _data_root(name, data_dir)
+        if name == "cifar10":
+            _require(
+                root / "cifar-10-batches-py",
+                CIFAR_FILES,
+                "CIFAR-10 (python version, as torchvision writes it)",
+                download,
+            )
+        elif name == "mnist":
+            folder = root / "MNIST" / "raw" if (root / "MNIST" / "raw").is_dir() else root
+            _require(
+                folder,
+                [*MNIST_FILES["train"], *MNIST_FILES["test"]],
+                "MNIST (idx format, as torchvision writes it)",
+                download,
+                gz=True,
+            )
+        elif not (root / "train").is_dir() or not (root / "val").is_dir():
+            return f"ImageNet not found: expected {root}/train and {root}/val in ImageFolder layout; pass --data-dir pointing at the directory holding them"
+    except DataError as e:
+        return str(e)
+    return None

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from trainables import checkpoint
+from trainables import checkpoint, fileio
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.methods import REGISTRY, StepContext
@@ -179,7 +179,7 @@ def fit(
     state)` is called after each epoch's checkpoint is written.
     """
     state = build_state(cfg, device)
-    if resume_from is None and checkpoint_path is not None and Path(checkpoint_path).exists():
+    if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
         resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
     if resume_from is not None:
         state.restore(resume_from)

@@ -1,0 +1,1 @@
+"""Search spaces shipped with sweeper: one YAML file per named space (see `sweeper spaces`)."""

@@ -1,0 +1,176 @@
+"""Certification as Ray tasks: each finished trial's test subset is cut into shards (index
+ranges), each shard is one task that loads the checkpoint once, runs CERTIFY on its points
+and writes one Parquet file atomically. Existing shard files are skipped, so re-running
+certifies only what is missing; other settings (n, α, σ_cert) get their own files.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ray
+
+from sweeper.results import shard_table, write_shard
+from sweeper.spec import CertifySpec, Resources
+from sweeper.storage import Experiment
+from trainables import fileio
+from trainables.config import TrialConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Shard:
+    trial_id: str
+    cert_id: str
+    index: int
+    count: int
+    indices: tuple[int, ...]  # positions in the test split
+
+
+@dataclass(frozen=True)
+class Event:
+    """A progress event of a sweep (trial_started/_epoch/_finished/_failed, shard_done/_failed,
+    shards_planned); `shards` is the certifier's (done, total, failed) after the event."""
+
+    kind: str
+    trial_id: str
+    detail: str = ""
+    shards: tuple[int, int, int] | None = None
+
+
+@lru_cache(maxsize=8)
+def test_size(dataset: str, data_dir: str | None) -> int:
+    from trainables.datasets import load_dataset
+
+    return len(load_dataset(dataset, "test", data_dir))
+
+
+def subset_indices(num_test: int, spec: CertifySpec) -> list[int]:
+    """Every `skip`-th test point, at most `max_points` of them (the paper: every 20th, 500)."""
+    indices = list(range(0, num_test, spec.skip))
+    return indices if spec.max_points is None else indices[: spec.max_points]
+
+
+def plan_shards(cfg: TrialConfig, spec: CertifySpec, num_test: int) -> list[Shard]:
+    indices = subset_indices(num_test, spec)
+    chunks = [indices[i : i + spec.shard_size] for i in range(0, len(indices), spec.shard_size)]
+    return [
+        Shard(cfg.trial_id, spec.cert_id, k, len(chunks), tuple(c)) for k, c in enumerate(chunks)
+    ]
+
+
+def trial_shards(cfg: TrialConfig, spec: CertifySpec) -> list[Shard]:
+    """Every shard of a trial's certification under `spec`."""
+    return plan_shards(cfg, spec, test_size(cfg.dataset, cfg.data_dir))
+
+
+def missing_shards(exp: Experiment, shards: list[Shard]) -> list[Shard]:
+    return [
+        s
+        for s in shards
+        if not fileio.exists(exp.shard_path(s.trial_id, s.cert_id, s.index, s.count))
+    ]
+
+
+def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float) -> int:
+    """Run CERTIFY on one shard and write its Parquet file; returns rows written (0: existed)."""
+    import torch
+
+    from trainables import checkpoint
+    from trainables.certification import CertifySettings, certify_points, seed_for
+    from trainables.datasets import INFO, load_dataset
+
+    out = exp.shard_path(shard.trial_id, shard.cert_id, shard.index, shard.count)
+    if fileio.exists(out):
+        return 0
+    torch.set_num_threads(max(1, int(cpus)))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
+    sigma = spec.sigma if spec.sigma is not None else cfg.sigma
+    settings = CertifySettings(
+        spec.n0, spec.n, spec.alpha, sigma, spec.batch_size, spec.points_per_batch
+    )
+    dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
+    seed = seed_for(shard.trial_id, shard.cert_id, shard.index)
+    cols = certify_points(
+        model, dataset, shard.indices, INFO[cfg.dataset].num_classes, settings, seed, device
+    )
+    constants = {"sigma_cert": sigma, "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
+    metadata = {
+        "certify_backend": f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}",
+        "normalization": f"{type(model[0]).__name__}(means={model[0].means.flatten().tolist()}, sds={model[0].sds.flatten().tolist()})",
+        "config": cfg.to_dict(),
+        "shard": f"{shard.index}/{shard.count}",
+    }
+    write_shard(shard_table(cfg, exp.name, shard.cert_id, constants, cols, metadata), out)
+    return len(cols["idx"])
+
+
+_remote_certify = ray.remote(max_retries=2)(certify_shard)
+
+
+class Certifier:
+    """Submits certification tasks as trials finish and collects their outcomes."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        spec: CertifySpec,
+        resources: Resources,
+        on_event: Callable[[Event], None],
+    ):
+        self.exp, self.spec, self.resources, self.on_event = exp, spec, resources, on_event
+        self.pending: dict[ray.ObjectRef, Shard] = {}
+        self.failures: list[tuple[Shard, str]] = []
+        self.done = 0
+        self.total = 0
+
+    def submit(self, cfg: TrialConfig) -> int:
+        """Queue every missing shard of a finished trial; returns how many were queued."""
+        planned = trial_shards(cfg, self.spec)
+        todo = missing_shards(self.exp, planned)
+        self.total += len(planned)
+        self.done += len(planned) - len(todo)
+        options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
+        if self.resources.gpu:
+            options["max_calls"] = 0  # keep the worker (and its CUDA context) between shards
+        for shard in todo:
+            ref = _remote_certify.options(**options).remote(
+                self.exp, shard, self.spec, self.resources.cpu
+            )
+            self.pending[ref] = shard
+        self._emit("shards_planned", cfg.trial_id, f"{len(todo)} of {len(planned)} to do")
+        return len(todo)
+
+    def _emit(self, kind: str, trial_id: str, detail: str) -> None:
+        self.on_event(Event(kind, trial_id, detail, (self.done, self.total, len(self.failures))))
+
+    def poll(self, timeout: float = 0) -> None:
+        if not self.pending:
+            return
+        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
+        for ref in ready:
+            shard = self.pending.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:  # a task's failure is reported, not raised
+                message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                self.failures.append((shard, message))
+                self._emit("shard_failed", shard.trial_id, message)
+                continue
+            self.done += 1
+            self._emit("shard_done", shard.trial_id, f"{shard.index + 1}/{shard.count}")
+
+    def wait(self, poll_every: float = 0.5) -> None:
+        while self.pending:
+            self.poll(timeout=poll_every)
+
+    def cancel(self) -> None:
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+        self.pending.clear()

@@ -1,0 +1,301 @@
+"""Launching a sweep on Ray: connect or start a cluster, check it can host the trials, run a
+Ray Tune experiment of the unfinished trials, and certify each trial as soon as it finishes.
+
+Resuming needs no Tune state: every trial keeps its own checkpoint under the experiment
+(`trials/<trial_id>/`), so a later run trains only what is unfinished, continuing from the
+newest epoch on storage, and certifies only the shards that are missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # keeps torch out of the driver
+
+import ray
+
+from sweeper.certify import Certifier, Event
+from sweeper.spec import CertifySpec, Resources
+from sweeper.storage import Experiment
+from trainables.config import TrialConfig
+from trainables.tune_trial import FAULT_ENV, read_status, run_trial, write_status
+
+log = logging.getLogger(__name__)
+
+
+class LaunchError(RuntimeError):
+    """The cluster cannot run the sweep; `problems` has one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    address: str | None = None  # None: start a local Ray in-process
+    max_concurrent: int | None = None
+    max_failures: int = 2  # Tune retries per trial (each resumes from its checkpoint)
+    cpu_only: bool = False
+
+
+@dataclass
+class Outcome:
+    completed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # trial_id -> error message
+    interrupted: bool = False
+    certify_failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- the cluster
+def address_problems(address: str | None) -> list[str]:
+    """Reachability of a `host:port` or `ray://host:port` address (checked before ray.init)."""
+    if address in (None, "auto", "local"):
+        return []
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return [f"--address {address!r} is not host:port, ray://host:port or auto"]
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:
+        return [
+            f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}): "
+            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
+        ]
+    return []
+
+
+@contextmanager
+def ray_cluster(address: str | None) -> Iterator[None]:
+    """Use an already-initialized Ray, join `address`, or start a local Ray; shut down what we
+    started."""
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    except (ConnectionError, RuntimeError) as e:
+        raise LaunchError(
+            [f"cannot connect to Ray at --address {address}: {str(e).splitlines()[0]}"]
+        ) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def effective_resources(resources: Resources, cpu_only: bool) -> Resources:
+    return Resources(cpu=max(resources.cpu, 1.0), gpu=0.0) if cpu_only else resources
+
+
+def resource_problems(resources: Resources) -> list[str]:
+    """Can any node of the connected cluster host one trial? (A trial asking for a GPU on a
+    cluster without one would otherwise wait forever.)"""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    total_gpu = sum(n.get("GPU", 0) for n in nodes)
+    if resources.gpu > 0 and total_gpu == 0:
+        return [
+            f"the Ray cluster has no GPU but each trial asks for gpu={resources.gpu}: pass --cpu-only "
+            "to train on CPUs, or join a GPU cluster with --address"
+        ]
+    if not any(
+        n.get("CPU", 0) >= resources.cpu and n.get("GPU", 0) >= resources.gpu for n in nodes
+    ):
+        biggest = max((n.get("CPU", 0) for n in nodes), default=0)
+        return [
+            f"no node of the Ray cluster has cpu={resources.cpu}, gpu={resources.gpu} for one trial "
+            f"(largest node: {biggest:g} CPUs): lower `resources` in the space or add bigger nodes"
+        ]
+    return []
+
+
+# ---------------------------------------------------------------------------- trial state
+def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict | None]:
+    """trial_id -> the trial's `trial.json` (None if it never started)."""
+    return {t.trial_id: read_status(exp.trial_dir(t.trial_id)) for t in trials}
+
+
+def is_finished(status: dict | None, cfg: TrialConfig) -> bool:
+    return bool(status) and status["state"] == "finished" and status["epoch"] >= cfg.epochs
+
+
+# ---------------------------------------------------------------------------- Tune
+class _SweepCallback:
+    """Tune callback (duck-typed into a tune.Callback subclass at run time)."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        certifier: Certifier,
+        outcome: Outcome,
+        on_event: Callable[[Event], None],
+    ):
+        self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its run config into the experiment state; the live certifier and the
+        # progress display stay in this process (resuming does not use Tune's state).
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.on_event(Event("trial_started", _tid(trial)))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.on_event(Event("trial_epoch", _tid(trial), f"{result.get('epoch')}"))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        cfg = TrialConfig.from_dict(trial.config["trial"])
+        self.outcome.completed.append(cfg.trial_id)
+        self.on_event(Event("trial_finished", cfg.trial_id))
+        self.certifier.submit(cfg)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        cfg = TrialConfig.from_dict(trial.config["trial"])
+        message = _error_message(trial)
+        self.outcome.failed[cfg.trial_id] = message
+        status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
+        write_status(
+            self.exp.trial_dir(cfg.trial_id),
+            cfg,
+            "failed",
+            status["epoch"],
+            status["metrics"],
+            error=message,
+        )
+        self.on_event(Event("trial_failed", cfg.trial_id, message))
+
+    def on_step_end(self, iteration, trials, **info):
+        self.certifier.poll()
+
+
+def _tid(trial) -> str:
+    return TrialConfig.from_dict(trial.config["trial"]).trial_id
+
+
+def _error_message(trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        text = Path(path).read_text().strip() if path else ""
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "trial failed (see Ray Tune's error.txt under tune/)"
+
+
+@contextmanager
+def _sigterm_as_sigint() -> Iterator[None]:
+    """A scheduler's SIGTERM stops the sweep like Ctrl-C does: Tune saves and returns."""
+    if threading_main():
+        previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        yield
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _tuner(
+    exp: Experiment,
+    trials: list[TrialConfig],
+    resources: Resources,
+    options: LaunchOptions,
+    callback,
+):
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    callback_cls = type("SweepCallback", (_SweepCallback, tune.Callback), {})
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, experiment_root=exp.root),
+        {"cpu": resources.cpu, "gpu": resources.gpu},
+    )
+    param_space = {
+        "trial": tune.grid_search([t.to_dict() for t in trials]),
+        "cpus_per_trial": resources.cpu,
+        "fault": os.environ.get(FAULT_ENV, ""),
+    }
+    run_config = tune.RunConfig(
+        name=time.strftime("run-%Y%m%d-%H%M%S"),
+        storage_path=exp.tune_dir,
+        verbose=0,
+        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), callback_cls(*callback)],
+    )
+    tune_config = tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True)
+    return tune.Tuner(
+        trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
+    )
+
+
+def run_sweep(
+    exp: Experiment,
+    to_train: list[TrialConfig],
+    finished: list[TrialConfig],
+    certify: CertifySpec,
+    resources: Resources,
+    options: LaunchOptions,
+    on_event: Callable[[Event], None],
+) -> Outcome:
+    """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
+    `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`)."""
+    outcome = Outcome()
+    certifier = Certifier(exp, certify, resources, on_event)
+    for cfg in finished:
+        certifier.submit(cfg)
+    if to_train:
+        tuner = _tuner(exp, to_train, resources, options, (exp, certifier, outcome, on_event))
+        with _sigterm_as_sigint():
+            tuner.fit()
+    ended = set(outcome.completed) | set(outcome.failed)
+    outcome.interrupted = any(t.trial_id not in ended for t in to_train)
+    if outcome.interrupted:
+        certifier.cancel()
+    else:
+        certifier.wait()
+    outcome.certify_failures = [(s.trial_id, m) for s, m in certifier.failures]
+    return outcome
+
+
+def certify_trials(
+    exp: Experiment,
+    trials: list[TrialConfig],
+    certify: CertifySpec,
+    resources: Resources,
+    on_event: Callable[[Event], None],
+) -> Outcome:
+    """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
+    outcome = Outcome()
+    certifier = Certifier(exp, certify, resources, on_event)
+    for cfg in trials:
+        certifier.submit(cfg)
+    try:
+        certifier.wait()
+    except KeyboardInterrupt:
+        certifier.cancel()
+        outcome.interrupted = True
+    outcome.certify_failures = [(s.trial_id, m) for s, m in certifier.failures]
+    return outcome

@@ -1,0 +1,265 @@
+"""Search spaces: YAML files validated into a typed, frozen `SweepSpec`.
+
+A space declares `fixed` hyperparameters, one or more `grids` (each a product of axes, the
+sweep being their union), per-trial `resources`, the `certify` settings and `smoke`
+overrides for a quick look. An axis value may be a mapping, to set several fields together
+(e.g. `{attack: pgd, steps: 1}` vs `{attack: ddn, steps: 2}`). Every problem in a file is
+reported at once, each with its place in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainables.config import TrialConfig, type_problems
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "smoke")
+TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
+
+
+class SpecError(ValueError):
+    """Problems with a search space; `problems` has one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-trial (and per-certification-task) resources. Fractions pack trials on a GPU."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+    def problems(self) -> list[str]:
+        p = type_problems(self)
+        if not p and (self.cpu < 0 or self.gpu < 0 or self.cpu + self.gpu == 0):
+            p.append(
+                f"resources must be >= 0 and not all zero (got cpu={self.cpu}, gpu={self.gpu})"
+            )
+        return p
+
+
+@dataclass(frozen=True)
+class CertifySpec:
+    """CERTIFY settings. The paper's: n0=100, n=100,000, α=0.001 on every 20th test image."""
+
+    n0: int = 100
+    n: int = 100_000
+    alpha: float = 0.001
+    skip: int = 20  # certify test points 0, skip, 2·skip, ...
+    max_points: int | None = 500  # at most this many points (None: the whole subset)
+    sigma: float | None = None  # σ_cert; None: each model's training σ
+    batch_size: int = 1000  # noisy samples per forward pass (lower it if a GPU runs out)
+    points_per_batch: int | None = None  # None: enough points to fill a batch at n0 samples each
+    shard_size: int = 50  # test points per certification task (and Parquet file)
+
+    def problems(self) -> list[str]:
+        p = type_problems(self)
+        if p:
+            return p
+        for name in ("n0", "n", "skip", "batch_size", "shard_size"):
+            if getattr(self, name) < 1:
+                p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("max_points", "points_per_batch"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                p.append(f"{name} must be >= 1 or null (got {getattr(self, name)})")
+        if not 0 < self.alpha < 0.5:
+            p.append(f"alpha must be in (0, 0.5) (got {self.alpha})")
+        if self.sigma is not None and not self.sigma > 0:
+            p.append(f"sigma must be > 0 (got {self.sigma})")
+        return p
+
+    @property
+    def cert_id(self) -> str:
+        """Names the settings in file paths; new settings give new files, old rows stay."""
+        sigma = "train" if self.sigma is None else f"{self.sigma:g}"
+        mp = "all" if self.max_points is None else self.max_points
+        return (
+            f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
+        )
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    fixed: Mapping[str, Any]
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    description: str
+    fixed: Mapping[str, Any]
+    grids: tuple[Grid, ...]
+    resources: Resources = field(default_factory=Resources)
+    certify: CertifySpec = field(default_factory=CertifySpec)
+    smoke_fixed: Mapping[str, Any] = field(default_factory=dict)
+    smoke_certify: Mapping[str, Any] = field(default_factory=dict)
+
+    def smoked(self) -> SweepSpec:
+        """The same sweep with the `smoke` overrides: tiny epochs and n for a quick look."""
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}-smoke",
+            fixed={**self.fixed, **self.smoke_fixed},
+            certify=dataclasses.replace(self.certify, **self.smoke_certify),
+            smoke_fixed={},
+            smoke_certify={},
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=list)
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def resolve_space_path(space: str) -> Path:
+    """A shipped space by name, or a path to the user's own YAML file."""
+    path = Path(space).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise SpecError([f"search space file not found: {path}"])
+        return path
+    shipped = SPACES_DIR / f"{space}.yaml"
+    if not shipped.is_file():
+        names = ", ".join(available_spaces())
+        raise SpecError(
+            [f"unknown space {space!r} (available: {names}; or pass a path to a YAML file)"]
+        )
+    return shipped
+
+
+def load_space(space: str) -> SweepSpec:
+    """Read and validate a search space; raises SpecError listing every problem."""
+    path = resolve_space_path(space)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError([f"{path}: malformed YAML{where}: {problem}"]) from None
+    except OSError as e:
+        raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
+    spec, problems = parse_spec(path.stem, raw)
+    if problems:
+        raise SpecError([f"{path.name}: {p}" for p in problems])
+    return spec
+
+
+def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
+    """(spec, []) or (None, every problem)."""
+    if not isinstance(raw, dict):
+        return None, ["a search space must be a mapping with keys: " + ", ".join(TOP_KEYS)]
+    problems = [
+        f"unknown key {k!r} (valid: {', '.join(TOP_KEYS)})" for k in raw if k not in TOP_KEYS
+    ]
+    fixed = _trial_mapping(raw.get("fixed"), "fixed", problems)
+    grids = _grids(raw.get("grids"), problems)
+    resources = _dataclass(Resources, raw.get("resources"), "resources", problems)
+    certify = _dataclass(CertifySpec, raw.get("certify"), "certify", problems)
+    smoke = raw.get("smoke") or {}
+    if not isinstance(smoke, dict) or set(smoke) - {"fixed", "certify"}:
+        problems.append("smoke must be a mapping with keys fixed, certify")
+        smoke = {}
+    smoke_fixed = _trial_mapping(smoke.get("fixed"), "smoke.fixed", problems)
+    smoke_certify = smoke.get("certify") or {}
+    if isinstance(smoke_certify, dict):
+        _dataclass(
+            CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", problems
+        )
+    else:
+        problems.append("smoke.certify must be a mapping")
+    if problems:
+        return None, problems
+    description = str(raw.get("description", ""))
+    spec = SweepSpec(
+        name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify
+    )
+    from sweeper.grid import expansion_problems
+
+    problems = expansion_problems(spec) + expansion_problems(
+        spec.smoked(), "with smoke overrides: "
+    )
+    return (None, problems) if problems else (spec, [])
+
+
+def _trial_mapping(value: Any, where: str, problems: list[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be a mapping of hyperparameters")
+        return {}
+    for key in value:
+        if key not in TRIAL_KEYS:
+            problems.append(f"{where}: unknown hyperparameter {key!r}")
+    return dict(value)
+
+
+def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
+    if not isinstance(value, list) or not value:
+        problems.append("grids must be a non-empty list of {name, fixed, axes}")
+        return ()
+    grids = []
+    for i, g in enumerate(value):
+        where = f"grids[{i}]"
+        if not isinstance(g, dict) or set(g) - {"name", "fixed", "axes"}:
+            problems.append(f"{where} must be a mapping with keys name, fixed, axes")
+            continue
+        fixed = _trial_mapping(g.get("fixed", {}), f"{where}.fixed", problems)
+        axes = _axes(g.get("axes", {}) or {}, where, problems)
+        grids.append(Grid(str(g.get("name", f"grid{i}")), fixed, axes))
+    return tuple(grids)
+
+
+def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if not isinstance(value, dict):
+        problems.append(f"{where}.axes must be a mapping of axis name -> list of values")
+        return ()
+    axes = []
+    for name, values in value.items():
+        if not isinstance(values, list):
+            problems.append(f"{where}.axes.{name} must be a list (got {values!r})")
+        elif not values:
+            problems.append(f"{where}.axes.{name} is empty")
+        else:
+            for v in values:
+                keys = v.keys() if isinstance(v, dict) else [name]
+                problems.extend(
+                    f"{where}.axes.{name}: unknown hyperparameter {k!r}"
+                    for k in keys
+                    if k not in TRIAL_KEYS
+                )
+            axes.append((str(name), tuple(values)))
+    return tuple(axes)
+
+
+def _dataclass(cls, value: Any, where: str, problems: list[str]):
+    """Build settings dataclass `cls` from a mapping, collecting its problems."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be a mapping")
+        return cls()
+    names = {f.name for f in fields(cls)}
+    problems.extend(
+        f"{where}: unknown key {k!r} (valid: {', '.join(sorted(names))})"
+        for k in value
+        if k not in names
+    )
+    obj = cls(**{k: v for k, v in value.items() if k in names})
+    problems.extend(f"{where}.{p}" for p in obj.problems())
+    return obj

@@ -1,0 +1,81 @@
+"""The storage layout of one experiment (a local path or a URI such as s3://bucket/prefix):
+
+<storage>/<experiment>/
+  sweep.json                                   the resolved sweep, written before Ray starts
+  tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
+  trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
+  certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet
+  reports/                                     tables and figures
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trainables import fileio
+from trainables.checkpoint import CHECKPOINT_NAME
+
+DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
+SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    storage: str
+    name: str
+
+    @property
+    def root(self) -> str:
+        base = (
+            self.storage
+            if fileio.is_uri(self.storage)
+            else str(fileio.local_path(self.storage).absolute())
+        )
+        return fileio.join(base, self.name)
+
+    @property
+    def sweep_json(self) -> str:
+        return fileio.join(self.root, "sweep.json")
+
+    @property
+    def tune_dir(self) -> str:
+        return fileio.join(self.root, "tune")
+
+    @property
+    def certify_dir(self) -> str:
+        return fileio.join(self.root, "certify")
+
+    @property
+    def reports_dir(self) -> str:
+        return fileio.join(self.root, "reports")
+
+    def trial_dir(self, trial_id: str) -> str:
+        return fileio.join(self.root, "trials", trial_id)
+
+    def checkpoint(self, trial_id: str) -> str:
+        return fileio.join(self.trial_dir(trial_id), CHECKPOINT_NAME)
+
+    def shard_path(self, trial_id: str, cert_id: str, shard: int, num_shards: int) -> str:
+        return fileio.join(
+            self.certify_dir, trial_id, cert_id, f"shard-{shard:05d}-of-{num_shards:05d}.parquet"
+        )
+
+    def exists(self) -> bool:
+        return fileio.exists(self.sweep_json)
+
+
+def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
+    fileio.write_bytes_atomic(
+        exp.sweep_json, json.dumps({**doc, "written": time.time()}, indent=1).encode()
+    )
+
+
+def read_sweep(exp: Experiment) -> dict[str, Any] | None:
+    if not fileio.exists(exp.sweep_json):
+        return None
+    return json.loads(fileio.read_bytes(exp.sweep_json))

@@ -1,0 +1,83 @@
+"""The Ray Tune function trainable: one trial = `train.fit` of one `TrialConfig`.
+
+Checkpoints live at `<experiment>/trials/<trial_id>/checkpoint.pt` (a local path or a URI),
+keyed by the config hash rather than by Ray's trial name, and are written atomically after
+every epoch. Whatever started the trial (a first run, Tune's retry after a crash, or a later
+`sweeper run` of the same sweep), it resumes from the newest epoch on storage and never
+redoes a finished trial. A small `trial.json` next to it says how far the trial got.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+
+from trainables import checkpoint, fileio
+from trainables.config import TrialConfig
+from trainables.train import TrainState, fit
+
+# Test hook: with "<trial_id>:<epoch>" in this variable of the driver's environment, that trial
+# raises right after writing that epoch's checkpoint, so tests can interrupt a sweep at a known
+# point. A retry or a later run resumes past that epoch and is not interrupted again.
+FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
+
+
+def trial_dir(experiment_root: str, trial_id: str) -> str:
+    return fileio.join(experiment_root, "trials", trial_id)
+
+
+def write_status(
+    directory: str, cfg: TrialConfig, state: str, epoch: int, metrics: dict, **extra
+) -> None:
+    """`trial.json`: the trial's config, state (running/finished/failed), epochs done, metrics."""
+    doc = {
+        "trial_id": cfg.trial_id,
+        "state": state,
+        "epoch": epoch,
+        "epochs": cfg.epochs,
+        "metrics": metrics,
+        "config": cfg.to_dict(),
+        "updated": time.time(),
+        **extra,
+    }
+    fileio.write_bytes_atomic(
+        fileio.join(directory, "trial.json"), json.dumps(doc, indent=1).encode()
+    )
+
+
+def read_status(directory: str) -> dict[str, Any] | None:
+    path = fileio.join(directory, "trial.json")
+    if not fileio.exists(path):
+        return None
+    return json.loads(fileio.read_bytes(path))
+
+
+def _maybe_fail(fault: str, cfg: TrialConfig, epoch: int) -> None:
+    if fault and fault == f"{cfg.trial_id}:{epoch}":
+        raise RuntimeError(f"injected failure after epoch {epoch} ({FAULT_ENV})")
+
+
+def run_trial(config: dict[str, Any], experiment_root: str) -> None:
+    """Tune entry point. `config["trial"]` is the resolved TrialConfig as a dict."""
+    from ray import tune
+
+    cfg = TrialConfig.from_dict(config["trial"])
+    directory = trial_dir(experiment_root, cfg.trial_id)
+    ckpt = fileio.join(directory, checkpoint.CHECKPOINT_NAME)
+    cpus = int(config.get("cpus_per_trial") or 1)
+    torch.set_num_threads(max(1, cpus))
+    resume = checkpoint.load(ckpt) if fileio.exists(ckpt) else None
+
+    def on_epoch(metrics: dict[str, Any], state: TrainState) -> None:
+        write_status(directory, cfg, "running", state.epoch, metrics)
+        tune.report({**metrics, "trial_id": cfg.trial_id})
+        _maybe_fail(config.get("fault", ""), cfg, state.epoch)
+
+    state = fit(cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume)
+    last = state.history[-1] if state.history else {}
+    write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt)
+    if resume is not None and int(resume["epoch"]) >= cfg.epochs:
+        tune.report({**last, "trial_id": cfg.trial_id})  # Tune wants at least one result
