@@ -1,0 +1,329 @@
+"""SmoothAdv attacks and the training methods that use them, on tiny hand-made models."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from trainables import attacks
+from trainables.config import TrialConfig
+from trainables.methods import smoothadv, vanilla_pgd
+from trainables.methods.base import StepContext, draw_noise, epoch_epsilon, warmup_factor
+
+SHAPE = (1, 8, 8)
+D = 64
+
+
+class Recorder(nn.Module):
+    """Wraps a model; records every forward input with the mode and gradient flags."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.calls: list[SimpleNamespace] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(
+            SimpleNamespace(
+                x=x.detach().clone(),
+                training=self.training,
+                requires_grad=[p.requires_grad for p in self.parameters()],
+                grad_enabled=torch.is_grad_enabled(),
+            )
+        )
+        return self.inner(x)
+
+
+def linear_model(num_classes: int = 10, scale: float = 1.0, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, num_classes))
+    with torch.no_grad():
+        model[1].weight.mul_(scale)
+    return model
+
+
+def two_class_model(v: torch.Tensor) -> nn.Module:
+    """logits = (0, v·x): the loss of class 0 rises along +v, at every point."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.zero_()
+        model[1].weight[1] = v.flatten()
+    return model
+
+
+def inputs(batch: int, seed: int = 1) -> torch.Tensor:
+    """Random images in [0, 1] with saturated pixels (0 and 1), as real digits have."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand((batch, *SHAPE), generator=g)
+    x[x < 0.2] = 0.0
+    x[x > 0.8] = 1.0
+    return x
+
+
+def noise_for(x: torch.Tensor, m: int, sigma: float = 0.25, seed: int = 2) -> torch.Tensor:
+    return draw_noise(x, m, sigma, torch.Generator().manual_seed(seed))
+
+
+def p_true(model, x, y, noise) -> torch.Tensor:
+    with torch.no_grad():
+        return attacks.smoothed_probs(model, x, noise).gather(1, y.unsqueeze(1)).squeeze(1)
+
+
+def norms(v: torch.Tensor) -> torch.Tensor:
+    return v.flatten(1).norm(dim=1)
+
+
+def run_attack(name: str, model, x, y, noise, epsilon: float, steps: int) -> torch.Tensor:
+    if name == "pgd":
+        return attacks.pgd(model, x, y, noise, epsilon, steps)
+    if name == "ddn":
+        return attacks.ddn(model, x, y, noise, epsilon, steps)
+    return attacks.stein_pgd(model, x, y, noise, epsilon, steps, sigma=0.25)
+
+
+def ctx_for(method, epsilon=0.5, steps=3, m_train=2, seed=5, attack="pgd") -> StepContext:
+    extra = {} if method == "vanilla_pgd" else {"m_train": m_train}
+    cfg = TrialConfig(
+        dataset="digits", method=method, attack=attack, epsilon=epsilon, steps=steps, **extra
+    )
+    return StepContext(
+        cfg, epoch=20, epsilon=epsilon, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+# ---------------------------------------------------------------------------- PGD
+
+
+@pytest.mark.parametrize("name", ["pgd", "ddn", "stein"])
+@pytest.mark.parametrize("epsilon", [0.25, 1.0, 3.0])
+def test_attack_stays_in_ball_and_box(name, epsilon):
+    model = linear_model(scale=5.0)
+    x = inputs(16)
+    y = torch.arange(16) % 10
+    x_adv = run_attack(name, model, x, y, noise_for(x, 3), epsilon, steps=4)
+    assert x_adv.shape == x.shape
+    assert bool((norms(x_adv - x) <= epsilon + 1e-5).all())
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    assert not x_adv.requires_grad
+
+
+def test_pgd_has_no_random_start_and_zero_gradient_does_not_move():
+    """Input 0 sits where ReLU(v·x − 1) is dead (zero gradient); input 1 does not."""
+    v = torch.ones(D)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, 1), nn.ReLU(), nn.Linear(1, 2))
+    with torch.no_grad():
+        model[1].weight.copy_(v.view(1, D))
+        model[1].bias.fill_(-1.0)
+        model[3].weight.copy_(torch.tensor([[0.0], [1.0]]))
+        model[3].bias.zero_()
+    rec = Recorder(model)
+    x = torch.stack([torch.zeros(SHAPE), torch.full(SHAPE, 0.5)])
+    y = torch.zeros(2, dtype=torch.long)
+    no_noise = torch.zeros(2, 1, *SHAPE)
+    x_adv = attacks.pgd(rec, x, y, no_noise, epsilon=0.5, steps=3)
+    assert torch.equal(rec.calls[0].x, x)  # the first step starts at x itself
+    assert torch.equal(x_adv[0], x[0])
+    assert all(torch.equal(c.x[0], x[0]) for c in rec.calls)
+    assert norms(x_adv - x)[1] == pytest.approx(0.5, abs=1e-5)
+
+
+def test_pgd_zero_gradient_everywhere_returns_x_exactly():
+    model = linear_model()
+    with torch.no_grad():
+        model[1].weight.zero_()
+    x = inputs(4)
+    x_adv = attacks.pgd(model, x, torch.zeros(4, dtype=torch.long), noise_for(x, 2), 1.0, 5)
+    assert torch.equal(x_adv, x)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4, 10])
+def test_pgd_step_is_2eps_over_T_along_the_gradient(steps):
+    """From x = 0.5 (no clamping), the first step moves min(2ε/T, ε) along +v exactly."""
+    epsilon = 0.3
+    v = torch.where(torch.arange(D) % 3 == 0, 1.0, -1.0).view(1, *SHAPE)
+    rec = Recorder(two_class_model(v))
+    x = torch.full((1, *SHAPE), 0.5)
+    x_adv = attacks.pgd(
+        rec, x, torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, *SHAPE), epsilon, steps
+    )
+    first = rec.calls[1].x if steps > 1 else x_adv
+    expected = min(2 * epsilon / steps, epsilon) * v / v.norm()
+    torch.testing.assert_close(first - x, expected, atol=1e-6, rtol=0)
+    assert len(rec.calls) == steps
+
+
+def test_pgd_lowers_smoothed_probability_of_true_class():
+    model = linear_model(scale=3.0)
+    x = inputs(32)
+    y = model(x).argmax(1).detach()
+    noise = noise_for(x, 4)
+    before = p_true(model, x, y, noise)
+    after = p_true(model, attacks.pgd(model, x, y, noise, epsilon=0.5, steps=5), y, noise)
+    assert bool((after < before).all())
+    assert after.mean() < 0.8 * before.mean()
+
+
+@pytest.mark.parametrize("attack", ["pgd", "ddn"])
+def test_smoothadv_reuses_the_same_noise_in_every_step_and_in_training(attack):
+    """Every forward of smoothadv.loss sees x' + δ_i with the same δ (drawn from ctx.generator)."""
+    b, m, steps, sigma = 6, 3, 4, 0.25
+    inner = linear_model(scale=3.0)
+    rec = Recorder(inner)
+    x, y = inputs(b), torch.arange(b)
+    ctx = ctx_for("smoothadv", epsilon=0.5, steps=steps, m_train=m, seed=7, attack=attack)
+    out = smoothadv.loss(rec, x, y, ctx)
+    noise = draw_noise(x, m, sigma, torch.Generator().manual_seed(7))
+    assert len(rec.calls) == steps + 1
+    points = [c.x.view(b, m, *SHAPE) - noise for c in rec.calls]
+    for p in points:  # every copy i of input j shows the same x'_j once δ_i is removed
+        torch.testing.assert_close(p, p[:, :1].expand_as(p), atol=1e-6, rtol=0)
+    torch.testing.assert_close(points[0][:, 0], x, atol=1e-6, rtol=0)
+    x_adv = run_attack(attack, inner, x, y, noise, 0.5, steps)
+    assert not torch.allclose(x_adv, x)
+    assert bool((norms(points[-1][:, 0] - x) <= 0.5 + 1e-5).all())
+    torch.testing.assert_close(points[-1][:, 0], x_adv, atol=1e-6, rtol=0)
+    assert [c.training for c in rec.calls] == [False] * steps + [True]
+    assert torch.equal(out.targets, y.repeat_interleave(m))
+
+
+# ---------------------------------------------------------------------------- DDN
+
+
+def test_ddn_lowers_smoothed_probability():
+    model = linear_model(scale=3.0)
+    x = inputs(32)
+    y = model(x).argmax(1).detach()
+    noise = noise_for(x, 4)
+    x_adv = attacks.ddn(model, x, y, noise, epsilon=2.0, steps=10)
+    before, after = p_true(model, x, y, noise), p_true(model, x_adv, y, noise)
+    moved = norms(x_adv - x) > 0
+    assert moved.float().mean() > 0.5
+    assert bool((after[moved] < before[moved]).all())
+    assert torch.equal(x_adv[~moved], x[~moved])
+
+
+def test_ddn_returns_clean_input_when_nothing_is_found():
+    """A classifier whose class 0 always wins by a wide margin (but depends on x)."""
+    model = linear_model(num_classes=3)
+    with torch.no_grad():
+        model[1].bias.copy_(torch.tensor([100.0, 0.0, 0.0]))
+    x = inputs(8)
+    y = torch.zeros(8, dtype=torch.long)
+    x_adv = attacks.ddn(model, x, y, noise_for(x, 2), epsilon=1.0, steps=6)
+    assert torch.equal(x_adv, x)
+
+
+def test_ddn_step_sizes_cosine_from_1_to_001():
+    sizes = attacks.ddn_step_sizes(7)
+    assert sizes[0] == pytest.approx(1.0) and sizes[-1] == pytest.approx(0.01)
+    assert sizes[3] == pytest.approx((1 + 0.01) / 2)
+    assert all(a > b for a, b in itertools.pairwise(sizes))
+    k = 2
+    assert sizes[k] == pytest.approx(0.01 + 0.99 * (1 + math.cos(math.pi * k / 6)) / 2)
+    assert attacks.ddn_step_sizes(1) == [1.0]
+    assert attacks.ddn_step_sizes(2) == pytest.approx([1.0, 0.01])
+
+
+# ---------------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize("name", ["pgd", "ddn", "stein"])
+def test_attack_runs_in_eval_mode_with_frozen_parameters_and_restores(name):
+    inner = nn.Sequential(nn.Flatten(), nn.Linear(D, 16), nn.BatchNorm1d(16), nn.Linear(16, 4))
+    rec = Recorder(inner).train()
+    x = inputs(8)
+    x_adv = run_attack(name, rec, x, torch.arange(8) % 4, noise_for(x, 2), 0.5, steps=3)
+    assert len(rec.calls) == 3
+    assert all(not c.training and not any(c.requires_grad) for c in rec.calls)
+    assert rec.training and all(mod.training for mod in rec.modules())
+    assert all(p.requires_grad and p.grad is None for p in rec.parameters())
+    assert x_adv.shape == x.shape
+
+
+def test_frozen_eval_keeps_eval_mode_and_frozen_parameters_as_they_were():
+    model = linear_model().eval()
+    model[1].bias.requires_grad_(False)
+    with attacks.frozen_eval(model):
+        assert not any(p.requires_grad for p in model.parameters())
+    assert not model.training
+    assert model[1].weight.requires_grad and not model[1].bias.requires_grad
+
+
+# ---------------------------------------------------------------------------- Stein
+
+
+def test_stein_pgd_descends_G_y_without_network_gradients():
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, -1.0).view(1, *SHAPE)
+    rec = Recorder(two_class_model(2.0 * v))
+    x = torch.full((4, *SHAPE), 0.5)
+    y = torch.zeros(4, dtype=torch.long)
+    x_adv = attacks.stein_pgd(rec, x, y, noise_for(x, 256), epsilon=0.5, steps=4, sigma=0.25)
+    assert all(not c.grad_enabled for c in rec.calls)
+    assert all(p.grad is None for p in rec.parameters())
+    direction = (x_adv - x).flatten(1)
+    cosine = direction @ v.flatten() / (direction.norm(dim=1) * v.norm())
+    assert bool((cosine > 0.5).all())  # the loss of class 0 rises along +v
+    fresh = noise_for(x, 2000, seed=11)
+    assert bool((p_true(rec.inner, x_adv, y, fresh) < p_true(rec.inner, x, y, fresh) - 0.1).all())
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+def test_vanilla_pgd_trains_on_x_adv_without_noise():
+    inner = linear_model(scale=3.0)
+    rec = Recorder(inner)
+    x, y = inputs(6), torch.arange(6)
+    ctx = ctx_for("vanilla_pgd", epsilon=0.5, steps=3)
+    out = vanilla_pgd.loss_vanilla(rec, x, y, ctx)
+    x_adv = attacks.pgd(inner, x, y, torch.zeros(6, 1, *SHAPE), 0.5, 3)
+    assert len(rec.calls) == 4
+    assert torch.equal(rec.calls[0].x, x)  # the attack sees no noise
+    assert torch.equal(rec.calls[-1].x, x_adv) and rec.calls[-1].training
+    assert not torch.allclose(x_adv, x)
+    assert torch.equal(out.targets, y)
+
+
+def test_pgd_noise_trains_on_x_adv_plus_noise():
+    inner = linear_model(scale=3.0)
+    rec = Recorder(inner)
+    x, y = inputs(6), torch.arange(6)
+    ctx = ctx_for("pgd_noise", epsilon=0.5, steps=3, m_train=2, seed=9)
+    out = vanilla_pgd.loss_with_noise(rec, x, y, ctx)
+    x_adv = attacks.pgd(inner, x, y, torch.zeros(6, 1, *SHAPE), 0.5, 3)
+    noise = draw_noise(x, 2, 0.25, torch.Generator().manual_seed(9))
+    assert torch.equal(rec.calls[0].x, x)
+    assert torch.equal(rec.calls[-1].x, (x_adv.unsqueeze(1) + noise).flatten(0, 1))
+    assert rec.calls[-1].training
+    assert torch.equal(out.targets, y.repeat_interleave(2))
+
+
+# ---------------------------------------------------------------------------- warm-up
+
+
+def test_warmup_rises_linearly_from_zero_over_ten_epochs():
+    factors = [warmup_factor(e, 10) for e in range(13)]
+    assert factors[0] == 0.0
+    assert factors[1] == pytest.approx(1 / 9)
+    assert factors[5] == pytest.approx(5 / 9)
+    assert factors[9:] == [1.0] * 4
+    cfg = TrialConfig(dataset="digits", method="smoothadv", epsilon=0.5, warmup_epochs=10)
+    assert [epoch_epsilon(cfg, e) for e in (0, 3, 9, 50)] == pytest.approx([0, 0.5 / 3, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("warmup", [0, 1])
+def test_no_warmup_when_warmup_epochs_at_most_one(warmup):
+    assert [warmup_factor(e, warmup) for e in range(3)] == [1.0] * 3
+    cfg = TrialConfig(dataset="digits", method="pgd_noise", epsilon=2.0, warmup_epochs=warmup)
+    assert epoch_epsilon(cfg, 0) == 2.0
+
+
+def test_methods_without_attack_have_zero_epsilon():
+    cfg = TrialConfig(dataset="digits", method="gaussian")
+    assert epoch_epsilon(cfg, 0) == 0.0 and epoch_epsilon(cfg, 30) == 0.0

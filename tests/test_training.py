@@ -1,0 +1,202 @@
+"""The training loop on the digits data set: exact resume, checkpoints, learning, chunking."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from trainables import checkpoint
+from trainables.config import TrialConfig
+from trainables.methods import REGISTRY
+from trainables.train import build_state, fit, make_loaders, train_epoch
+
+CPU = torch.device("cpu")
+HISTORY_KEYS = (
+    "epoch",
+    "lr",
+    "epsilon",
+    "train_loss",
+    "train_acc",
+    "test_clean_acc",
+    "test_noisy_acc",
+)
+
+
+def small_cfg(**changes) -> TrialConfig:
+    base = {
+        "dataset": "digits",
+        "method": "smoothadv",
+        "attack": "pgd",
+        "m_train": 2,
+        "epsilon": 0.5,
+        "steps": 2,
+        "warmup_epochs": 2,
+        "epochs": 3,
+        "batch_size": 64,
+        "lr": 0.02,
+        "lr_step_size": 2,
+        "train_subset": 192,
+        "eval_subset": 96,
+    }
+    return TrialConfig(**{**base, **changes})
+
+
+def assert_nested_equal(a, b, where="") -> None:
+    """Tensors equal bitwise (torch.equal), everything else ==, recursively."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), f"tensors differ at {where}"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"keys differ at {where}"
+        for k in a:
+            assert_nested_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"lengths differ at {where}"
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
+            assert_nested_equal(u, v, f"{where}[{i}]")
+    else:
+        assert a == b, f"{a!r} != {b!r} at {where}"
+
+
+@pytest.mark.parametrize(
+    ("attack", "stop_after"), [("pgd", 1), ("pgd", 2), ("ddn", 1)], ids=["pgd-1", "pgd-2", "ddn-1"]
+)
+def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, attack, stop_after):
+    cfg = small_cfg(attack=attack)
+    interrupted = tmp_path / "a" / "checkpoint.pt"
+    first = fit(cfg, interrupted, device=CPU, stop_after=stop_after)
+    assert first.epoch == stop_after
+    resumed = fit(cfg, interrupted, device=CPU)
+    straight = fit(cfg, tmp_path / "b" / "checkpoint.pt", device=CPU)
+    assert resumed.epoch == straight.epoch == cfg.epochs
+    assert_nested_equal(resumed.model.state_dict(), straight.model.state_dict(), "model")
+    assert_nested_equal(resumed.optimizer.state_dict(), straight.optimizer.state_dict(), "optim")
+    assert_nested_equal(resumed.scheduler.state_dict(), straight.scheduler.state_dict(), "sched")
+    assert_nested_equal(resumed.payload()["rng"], straight.payload()["rng"], "rng")
+    for h_resumed, h_straight in zip(resumed.history, straight.history, strict=True):
+        assert {k: h_resumed[k] for k in HISTORY_KEYS} == {k: h_straight[k] for k in HISTORY_KEYS}
+    assert [h["epsilon"] for h in straight.history] == [0.0, 0.5, 0.5]
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    cfg = small_cfg(epochs=2, m_train=1, steps=1)
+    path = tmp_path_factory.mktemp("ckpt") / "checkpoint.pt"
+    return cfg, path, fit(cfg, path, device=CPU)
+
+
+def test_checkpoint_is_self_describing_and_loads_weights_only(trained):
+    cfg, path, state = trained
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("model", "optimizer", "scheduler", "epoch", "rng", "config", "trial_id"):
+        assert key in payload
+    assert payload["config"] == cfg.to_dict()
+    assert payload["trial_id"] == cfg.trial_id
+    assert payload["epoch"] == 2
+    assert_nested_equal(payload["model"], state.model.state_dict(), "model")
+    assert_nested_equal(payload["optimizer"], state.optimizer.state_dict(), "optim")
+    assert len(payload["history"]) == 2
+
+
+def test_load_model_rebuilds_the_same_classifier(trained):
+    cfg, path, state = trained
+    model, loaded_cfg = checkpoint.load_model(path)
+    assert loaded_cfg == cfg and not model.training
+    x = torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    state.model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), state.model(x))
+
+
+def test_corrupt_or_missing_checkpoint_raises_checkpoint_error_naming_the_file(tmp_path):
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"this is not a checkpoint")
+    for target in (bad, tmp_path / "missing.pt"):
+        with pytest.raises(checkpoint.CheckpointError, match=str(target)):
+            checkpoint.load(target)
+        with pytest.raises(checkpoint.CheckpointError, match=str(target)):
+            checkpoint.load_model(target)
+
+
+def test_checkpoint_write_is_atomic(trained, tmp_path, monkeypatch):
+    """A write that fails before its final rename leaves the old file intact and no litter."""
+    _, path, state = trained
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left
+    target = tmp_path / "checkpoint.pt"
+    checkpoint.save(state.payload(), target)
+    before = target.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("crashed before the rename")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="crashed"):
+        checkpoint.save({**state.payload(), "epoch": 99}, target)
+    monkeypatch.undo()
+    assert target.read_bytes() == before
+    assert checkpoint.load(target)["epoch"] == state.epoch
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+# ---------------------------------------------------------------------------- learning
+
+
+def test_smoothadv_on_digits_learns_well_above_chance():
+    cfg = TrialConfig(
+        dataset="digits", method="smoothadv", attack="pgd", m_train=1, sigma=0.25,
+        epsilon=0.25, steps=2, warmup_epochs=3, epochs=5, batch_size=64, lr=0.01,
+    )  # fmt: skip
+    history = fit(cfg, None, device=CPU).history
+    assert [h["epsilon"] for h in history] == pytest.approx([0, 0.125, 0.25, 0.25, 0.25])
+    assert history[-1]["test_noisy_acc"] > 0.6  # chance is 0.1
+    assert history[-1]["test_clean_acc"] > 0.6
+
+
+METHOD_CASES = [(m, "pgd") for m in REGISTRY] + [("smoothadv", "ddn")]
+
+
+@pytest.mark.parametrize(
+    ("method", "attack"), METHOD_CASES, ids=[f"{m}-{a}" for m, a in METHOD_CASES]
+)
+def test_every_method_trains_one_epoch_with_finite_loss(method, attack):
+    extra = {} if method == "gaussian" else {"attack": attack, "warmup_epochs": 1}
+    if method == "vanilla_pgd":
+        extra["m_train"] = None
+    cfg = small_cfg(
+        method=method, epochs=1, train_subset=64, batch_size=32, eval_subset=32, **extra
+    )
+    initial = build_state(cfg, CPU).model.state_dict()
+    state = fit(cfg, None, device=CPU)
+    (metrics,) = state.history
+    assert metrics["epsilon"] == (0.0 if method == "gaussian" else 0.5)
+    assert math.isfinite(metrics["train_loss"])
+    assert 0 <= metrics["train_acc"] <= 1
+    params = state.model.state_dict()
+    assert all(torch.isfinite(p).all() for p in params.values() if p.is_floating_point())
+    assert any(not torch.equal(params[k], initial[k]) for k in params)
+
+
+@pytest.mark.parametrize("method", ["gaussian", "smoothadv"])
+def test_batch_is_split_into_m_train_chunks_each_a_full_optimizer_step(method):
+    """B = 64 with m_train = 4: 4 steps on 16 inputs × 4 noisy copies = 64 samples each;
+    a last batch of 6 inputs gives chunks of 2, 2, 1, 1 inputs."""
+    cfg = small_cfg(method=method, m_train=4, batch_size=64, train_subset=70, warmup_epochs=1)
+    state = build_state(cfg, CPU)
+    train_loader, _ = make_loaders(state)
+    seen: list[tuple[bool, int]] = []
+    steps: list[int] = []
+    state.model.register_forward_pre_hook(
+        lambda mod, args: seen.append((mod.training, len(args[0])))
+    )
+    state.optimizer.register_step_post_hook(lambda opt, args, kwargs: steps.append(len(seen)))
+    train_epoch(state, train_loader)
+    trained_on = [n for training, n in seen if training]
+    assert trained_on == [64, 64, 64, 64, 8, 8, 4, 4]
+    assert len(steps) == 8
+    attack_calls = [n for training, n in seen if not training]
+    assert attack_calls == ([] if method == "gaussian" else [64] * 8 + [8] * 4 + [4] * 4)
