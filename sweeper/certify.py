@@ -112,6 +112,8 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
 
 
 _remote_certify = ray.remote(max_retries=2)(certify_shard)
+# GPU tasks get a fresh worker each by default; keep the worker (and its CUDA context).
+_remote_certify_gpu = ray.remote(max_retries=2, max_calls=0)(certify_shard)
 
 
 class Certifier:
@@ -137,12 +139,9 @@ class Certifier:
         self.total += len(planned)
         self.done += len(planned) - len(todo)
         options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
-        if self.resources.gpu:
-            options["max_calls"] = 0  # keep the worker (and its CUDA context) between shards
+        task = _remote_certify_gpu if self.resources.gpu else _remote_certify
         for shard in todo:
-            ref = _remote_certify.options(**options).remote(
-                self.exp, shard, self.spec, self.resources.cpu
-            )
+            ref = task.options(**options).remote(self.exp, shard, self.spec, self.resources.cpu)
             self.pending[ref] = shard
         self._emit("shards_planned", cfg.trial_id, f"{len(todo)} of {len(planned)} to do")
         return len(todo)

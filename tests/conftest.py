@@ -15,3 +15,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole session: 2 CPUs and one fake GPU (for packing tests)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

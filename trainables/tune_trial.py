@@ -62,6 +62,7 @@ def _maybe_fail(fault: str, cfg: TrialConfig, epoch: int) -> None:
 
 def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     """Tune entry point. `config["trial"]` is the resolved TrialConfig as a dict."""
+    import ray
     from ray import tune
 
     cfg = TrialConfig.from_dict(config["trial"])
@@ -71,13 +72,15 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     torch.set_num_threads(max(1, cpus))
     resume = checkpoint.load(ckpt) if fileio.exists(ckpt) else None
 
+    node = ray.get_runtime_context().get_node_id()
+
     def on_epoch(metrics: dict[str, Any], state: TrainState) -> None:
-        write_status(directory, cfg, "running", state.epoch, metrics)
+        write_status(directory, cfg, "running", state.epoch, metrics, node=node)
         tune.report({**metrics, "trial_id": cfg.trial_id})
         _maybe_fail(config.get("fault", ""), cfg, state.epoch)
 
     state = fit(cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume)
     last = state.history[-1] if state.history else {}
-    write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt)
+    write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:
         tune.report({**last, "trial_id": cfg.trial_id})  # Tune wants at least one result

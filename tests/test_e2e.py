@@ -1,0 +1,190 @@
+"""End-to-end sweeps on a local Ray (2 CPUs, one fake GPU): train, certify, resume, pack."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from sweeper import envelope as env
+from sweeper.cli import app
+from sweeper.grid import expand
+from sweeper.results import SCHEMA, load_results
+from sweeper.spec import load_space
+from sweeper.storage import Experiment
+from trainables import checkpoint
+from trainables.tune_trial import FAULT_ENV, read_status
+
+pytestmark = pytest.mark.e2e
+
+SPACE = """
+fixed: {dataset: digits, epochs: 2, batch_size: 64, train_subset: 128, eval_subset: 60, lr: 0.05, warmup_epochs: 1}
+grids:
+  - name: sa
+    fixed: {method: smoothadv, attack: pgd, steps: 1, m_train: 1}
+    axes: {sigma: [0.25, 0.5], epsilon: [0.25]}
+  - name: g
+    fixed: {method: gaussian}
+    axes: {sigma: [0.25]}
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 16, n: 64, alpha: 0.01, skip: 15, max_points: null, batch_size: 64, shard_size: 10}
+"""
+POINTS = 30  # 450 digits test images, every 15th
+SHARDS = 3
+
+
+def write_space(tmp_path, text=SPACE, name="tiny.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_cli(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return result
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(ray_session, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    space = write_space(tmp)
+    result = run_cli("run", "grid", space, "--storage", tmp / "store", "--experiment", "e2e")
+    assert result.exit_code == 0, result.output
+    return space, Experiment(str(tmp / "store"), "e2e")
+
+
+def test_sweep_writes_checkpoints_and_shards(finished_sweep):
+    space, exp = finished_sweep
+    trials = expand(load_space(str(space)))
+    assert len(trials) == 3
+    for cfg in trials:
+        status = read_status(exp.trial_dir(cfg.trial_id))
+        assert status["state"] == "finished" and status["epoch"] == 2
+        payload = checkpoint.load(exp.checkpoint(cfg.trial_id))
+        assert payload["epoch"] == 2 and payload["config"] == cfg.to_dict()
+        assert len(payload["history"]) == 2
+    results = load_results(exp)
+    assert len(results.files) == 3 * SHARDS and not results.missing_shards
+    assert pq.read_schema(results.files[0]).remove_metadata() == SCHEMA
+    frame = results.frame
+    assert len(frame) == 3 * POINTS
+    assert not frame.duplicated(["trial_id", "idx"]).any()
+    assert sorted(frame["idx"].unique()) == list(range(0, 450, 15))
+    assert set(frame["trial_id"]) == {t.trial_id for t in trials}
+    assert (frame.loc[frame["predict"] == -1, "radius"] == 0).all()
+
+
+def test_envelope_is_max_of_curves_and_non_increasing(finished_sweep):
+    _, exp = finished_sweep
+    frame = load_results(exp).frame
+    radii = env.parse_radii("0:1.5:0.05")
+    table = env.envelope(frame, radii)
+    curves = env.certified_accuracy(frame, radii)
+    assert np.allclose(table["certified_accuracy"], curves.max(axis=0).to_numpy())
+    assert (np.diff(table["certified_accuracy"]) <= 1e-12).all()
+    assert table["certified_accuracy"].iloc[0] > 0.1
+
+
+def test_second_run_redoes_nothing(finished_sweep):
+    space, exp = finished_sweep
+    before = {f: Path(f).read_bytes() for f in load_results(exp).files}
+    ckpts = {
+        t.trial_id: Path(exp.checkpoint(t.trial_id)).read_bytes()
+        for t in expand(load_space(str(space)))
+    }
+    result = run_cli("run", "grid", space, "--storage", exp.storage, "--experiment", "e2e")
+    assert result.exit_code == 0, result.output
+    assert "3 finished" in result.output
+    assert {f: Path(f).read_bytes() for f in load_results(exp).files} == before
+    assert {t: Path(exp.checkpoint(t)).read_bytes() for t in ckpts} == ckpts
+
+
+def test_certify_with_other_settings_adds_rows(finished_sweep):
+    space, exp = finished_sweep
+    old = load_results(exp).frame
+    result = run_cli(
+        "certify",
+        space,
+        "--storage",
+        exp.storage,
+        "--experiment",
+        "e2e",
+        "--n",
+        "32",
+        "--max-points",
+        "10",
+    )
+    assert result.exit_code == 0, result.output
+    new = load_results(exp).frame
+    assert len(new) == len(old) + 3 * 10
+    assert set(new["n"]) == {64, 32}
+    assert new["cert_id"].nunique() == 2
+
+
+def test_failed_trial_exits_nonzero_and_resume_continues(ray_session, tmp_path, monkeypatch):
+    space = write_space(tmp_path)
+    trials = expand(load_space(str(space)))
+    victim = trials[1].trial_id
+    store = tmp_path / "store"
+    monkeypatch.setenv(FAULT_ENV, f"{victim}:1")
+    first = run_cli(
+        "run", "grid", space, "--storage", store, "--experiment", "r", "--max-failures", "0"
+    )
+    assert first.exit_code == 1, first.output
+    assert "failures" in first.output and victim in first.output
+    exp = Experiment(str(store), "r")
+    assert read_status(exp.trial_dir(victim))["state"] == "failed"
+    assert checkpoint.load(exp.checkpoint(victim))["epoch"] == 1
+    survivors = {
+        t.trial_id: Path(exp.checkpoint(t.trial_id)).read_bytes()
+        for t in trials
+        if t.trial_id != victim
+    }
+    first_epoch = checkpoint.load(exp.checkpoint(victim))["history"][0]
+
+    monkeypatch.delenv(FAULT_ENV)
+    second = run_cli("run", "grid", space, "--storage", store, "--experiment", "r")
+    assert second.exit_code == 0, second.output
+    assert "1 to resume" in second.output
+    payload = checkpoint.load(exp.checkpoint(victim))
+    assert payload["epoch"] == 2 and payload["history"][0] == first_epoch
+    assert {t: Path(exp.checkpoint(t)).read_bytes() for t in survivors} == survivors
+    frame = load_results(exp).frame
+    assert len(frame) == 3 * POINTS and not frame.duplicated(["trial_id", "idx"]).any()
+
+
+def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
+    from sweeper.launch import LaunchOptions, run_sweep
+    from sweeper.spec import Resources
+
+    space = write_space(
+        tmp_path,
+        SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]").replace(
+            "epochs: 2", "epochs: 3"
+        ),
+    )
+    spec = load_space(str(space))
+    trials = expand(spec)
+    assert len(trials) == 4
+    running, peak = set(), [0]
+
+    def on_event(event):
+        if event.kind == "trial_started":
+            running.add(event.trial_id)
+            peak[0] = max(peak[0], len(running))
+        elif event.kind in ("trial_finished", "trial_failed"):
+            running.discard(event.trial_id)
+
+    exp = Experiment(str(tmp_path / "store"), "pack")
+    outcome = run_sweep(
+        exp, trials, [], spec.certify, Resources(cpu=0.5, gpu=0.25), LaunchOptions(), on_event
+    )
+    assert not outcome.failed and not outcome.interrupted
+    assert peak[0] == 4
+    status = json.loads(Path(exp.trial_dir(trials[0].trial_id), "trial.json").read_text())
+    assert status["state"] == "finished"
