@@ -4,7 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test test-fast lint demo bench clean
+
+DEMO_STORAGE ?= results
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +23,24 @@ test: $(STAMP)
 	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
 	$(BIN)/python -m pytest -q
 
+# Unit, CLI and config tests only (no Ray): about a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not e2e"
+
+# A real sweep on the embedded digits data (34 trials, 2 CPU cores), then its envelope.
+demo: $(STAMP)
+	$(BIN)/sweeper run grid digits --storage $(DEMO_STORAGE)
+	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25
+	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25 --by sigma \
+		--plot $(DEMO_STORAGE)/digits/reports/envelope.png
+
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/certify_throughput.py
+	$(BIN)/python benchmarks/envelope_speed.py
+	$(BIN)/python benchmarks/launcher_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
