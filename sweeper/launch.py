@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # keeps torch out of the driver
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter honours verbose=0: our display only
 
 import ray
 
