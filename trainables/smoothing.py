@@ -11,12 +11,14 @@ Guarantees (for a base classifier f that is a fixed function):
 
 This module is pure: no Ray, no I/O; the device is that of the input. Sampling draws batches
 of noise on the device, counts votes with `bincount` there, and never loops over samples in
-Python. Several test points can share one forward batch (`certify_batch`).
+Python. Several test points can share one forward batch (`certify_batch`). The base classifier
+is evaluated in eval mode (its modes are restored afterwards).
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,25 +125,53 @@ class Smooth:
 
     def sample_counts(self, xs, num, batch_size, generator=None) -> torch.Tensor:
         """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
-        summing to `num`. Forward batches hold about `batch_size` noisy samples in all."""
+        summing to `num`. Every forward batch holds at most max(batch_size, 1) noisy samples:
+        up to `batch_size` points at a time, each with batch_size // (those points) draws.
+
+        The base classifier runs in eval mode (each submodule's mode is restored afterwards),
+        so batch-norm uses its running statistics and no point's votes depend on another's.
+        """
         P = xs.shape[0]
-        per_point = max(1, batch_size // P)
-        counts = torch.zeros(P * self.num_classes, dtype=torch.long, device=xs.device)
-        offsets = torch.arange(P, device=xs.device) * self.num_classes
+        counts = torch.zeros(P, self.num_classes, dtype=torch.long, device=xs.device)
+        group = max(1, min(P, batch_size))
+        per_point = max(1, batch_size // group)
+        with _eval_mode(self.base_classifier), torch.inference_mode():
+            for start in range(0, P, group):
+                chunk = xs[start : start + group]
+                counts[start : start + group] = self._chunk_counts(chunk, num, per_point, generator)
+        return counts
+
+    def _chunk_counts(self, xs, num, per_point, generator) -> torch.Tensor:
+        """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
+
+        The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by
+        σ on the fly) and xs is added by broadcasting, so nothing is repeated or reallocated."""
+        g, shape, K = xs.shape[0], xs.shape[1:], self.num_classes
+        k = min(per_point, num)
+        buffer = torch.empty((g * k, *shape), dtype=xs.dtype, device=xs.device)
+        offsets = torch.arange(g, device=xs.device).unsqueeze(1) * K
+        counts = torch.zeros(g * K, dtype=torch.long, device=xs.device)
         remaining = num
-        with torch.inference_mode():
-            while remaining > 0:
-                k = min(per_point, remaining)
-                batch = xs.repeat_interleave(k, dim=0)
-                noise = torch.randn(
-                    batch.shape, generator=generator, device=batch.device, dtype=batch.dtype
-                )
-                preds = self.base_classifier(batch + noise * self.sigma).argmax(dim=1)
-                counts += torch.bincount(
-                    preds + offsets.repeat_interleave(k), minlength=P * self.num_classes
-                )
-                remaining -= k
-        return counts.view(P, self.num_classes)
+        while remaining > 0:
+            k = min(k, remaining)
+            noisy = buffer[: g * k].view(g, k, *shape)
+            noisy.normal_(0.0, self.sigma, generator=generator).add_(xs.unsqueeze(1))
+            preds = self.base_classifier(noisy.view(g * k, *shape)).argmax(dim=1)
+            counts += torch.bincount((preds.view(g, k) + offsets).view(-1), minlength=g * K)
+            remaining -= k
+        return counts.view(g, K)
+
+
+@contextmanager
+def _eval_mode(module: torch.nn.Module):
+    """Put every submodule in eval mode; restore each one's own mode afterwards."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def max_radius(n: int, alpha: float, sigma: float) -> float:

@@ -1,0 +1,322 @@
+"""CERTIFY / PREDICT of `trainables.smoothing` against reference statistics and classifiers
+whose smoothed behaviour is known in closed form (constant, linear, coin-flip)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import binom, binomtest, norm
+from statsmodels.stats.proportion import proportion_confint
+from torch import nn
+
+from trainables.models import NormalizeLayer
+from trainables.smoothing import (
+    ABSTAIN,
+    Smooth,
+    certificate_from_counts,
+    lower_confidence_bound,
+    max_radius,
+    predict_from_counts,
+    radius_from_counts,
+)
+
+SHAPE = (1, 4, 4)
+ALPHAS = (0.001, 0.01, 0.05)
+COUNTS = sorted(
+    {(nA, n) for n in (1, 10, 100, 1000, 100_000) for nA in (0, 1, n // 2, n - 1, n)}
+    | {(52, 100), (600, 1000), (99_990, 100_000)}
+)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class ConstantClassifier(nn.Module):
+    """Always votes for `label`, whatever the input."""
+
+    def __init__(self, label: int, num_classes: int = 10):
+        super().__init__()
+        self.label, self.num_classes = label, num_classes
+
+    def forward(self, x):
+        logits = torch.zeros(x.shape[0], self.num_classes)
+        logits[:, self.label] = 1.0
+        return logits
+
+
+class LinearBinary(nn.Sequential):
+    """Class 1 iff a·x + c > 0 in pixel space, built behind a NormalizeLayer (as every model in
+    `trainables.models`), so a wrong noise space would show up as a wrong radius."""
+
+    MEAN, SD = 0.3, 0.5
+
+    def __init__(self, seed: int = 0):
+        gen = _gen(seed)
+        a = torch.randn(math.prod(SHAPE), generator=gen)
+        self.a, self.c = a, float(-(a * 0.5).sum())  # the centre 0.5·1 lies on the hyperplane
+        linear = nn.Linear(a.numel(), 2)
+        with torch.no_grad():  # logit₁ − logit₀ = (a·s)·z + c + a·μ·1 with z = (x − μ)/s
+            linear.weight.zero_()
+            linear.weight[1] = a * self.SD
+            linear.bias.copy_(torch.tensor([0.0, self.c + float(a.sum()) * self.MEAN]))
+        super().__init__(NormalizeLayer((self.MEAN,), (self.SD,)), nn.Flatten(), linear)
+
+    def signed_distance(self, xs: torch.Tensor) -> torch.Tensor:
+        """ℓ2 distance (pixel units) of each input to the decision hyperplane, signed by side."""
+        return (xs.flatten(1) @ self.a + self.c) / self.a.norm()
+
+    def at_distances(self, distances) -> torch.Tensor:
+        """Inputs at the given signed distances from the hyperplane, along its normal."""
+        d = torch.as_tensor(distances, dtype=torch.float32).unsqueeze(1)
+        return (0.5 + d * self.a / self.a.norm()).view(-1, *SHAPE)
+
+
+class CoinFlip(nn.Module):
+    """Class 1 iff pixel (0,0,0) exceeds `threshold`: at x = threshold it is a fair coin
+    under noise; far below or above it, it is (nearly) deterministic."""
+
+    def __init__(self, threshold: float = 0.0):
+        super().__init__()
+        self.threshold = threshold
+
+    def forward(self, x):
+        up = (x[:, 0, 0, 0] > self.threshold).float()
+        return torch.stack([1 - up, up, torch.zeros_like(up)], dim=1)
+
+
+class PixelArgmax(nn.Module):
+    """Votes for the brightest of the first `num_classes` pixels."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.num_classes = num_classes
+
+    def forward(self, x):
+        return x.flatten(1)[:, : self.num_classes]
+
+
+def _one_hot_inputs(labels) -> torch.Tensor:
+    """One input per label, with pixel number `label` lit (1.0) and the others dark."""
+    xs = torch.zeros(len(labels), *SHAPE)
+    xs.view(len(labels), -1)[torch.arange(len(labels)), torch.as_tensor(labels)] = 1.0
+    return xs
+
+
+# ---------------------------------------------------------------- confidence bound and radius
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_lower_confidence_bound_matches_statsmodels(alpha):
+    for nA, n in COUNTS:
+        expected = proportion_confint(nA, n, alpha=2 * alpha, method="beta")[0]
+        assert lower_confidence_bound(nA, n, alpha) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert lower_confidence_bound(0, 1000, alpha) == 0.0
+    assert lower_confidence_bound(1000, 1000, alpha) == pytest.approx(alpha ** (1 / 1000))
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("sigma", [0.12, 0.5, 1.0])
+def test_radius_is_sigma_times_probit_or_abstain(alpha, sigma):
+    outcomes = set()
+    for nA, n in COUNTS:
+        p = proportion_confint(nA, n, alpha=2 * alpha, method="beta")[0]
+        p_lower, radius = radius_from_counts(nA, n, alpha, sigma)
+        cert = certificate_from_counts(7, nA, n, alpha, sigma)
+        assert p_lower == pytest.approx(p, rel=1e-9, abs=1e-12)
+        if p >= 0.5:
+            assert radius == pytest.approx(sigma * norm.ppf(p), rel=1e-9, abs=1e-12)
+            assert (cert.prediction, cert.nA, cert.n) == (7, nA, n)
+        else:
+            assert radius == 0.0
+            assert cert.prediction == ABSTAIN
+        assert cert.radius == pytest.approx(radius)
+        outcomes.add(cert.prediction)
+    assert outcomes == {7, ABSTAIN}
+
+
+def test_vectorised_counts_equal_scalar_ones():
+    nA, n = (np.array(v) for v in zip(*COUNTS, strict=True))
+    for alpha, sigma in [(0.001, 0.25), (0.05, 1.0)]:
+        bounds = lower_confidence_bound(nA, n, alpha)
+        p_lower, radii = radius_from_counts(nA, n, alpha, sigma)
+        assert bounds.shape == radii.shape == (len(COUNTS),)
+        for i, (a, m) in enumerate(COUNTS):
+            assert bounds[i] == lower_confidence_bound(a, m, alpha)
+            assert (p_lower[i], radii[i]) == radius_from_counts(a, m, alpha, sigma)
+
+
+def test_max_radius_value():
+    assert round(max_radius(100_000, 0.001, 1.0), 4) == 3.8115
+    assert max_radius(100_000, 0.001, 0.25) == pytest.approx(0.25 * 3.8115, abs=1e-4)
+
+
+# ---------------------------------------------------------------- CERTIFY
+
+
+@pytest.mark.parametrize("sigma", [0.25, 0.5])
+def test_constant_classifier_certifies_the_largest_radius(sigma):
+    n, alpha = 100_000, 0.001
+    smooth = Smooth(ConstantClassifier(3), num_classes=10, sigma=sigma)
+    cert = smooth.certificate(torch.rand(SHAPE), 100, n, alpha, 25_000, _gen())
+    expected = sigma * norm.ppf(alpha ** (1 / n))
+    assert (cert.prediction, cert.nA, cert.n) == (3, n, n)
+    assert cert.radius == pytest.approx(expected, rel=1e-9)
+    assert max_radius(n, alpha, sigma) == pytest.approx(expected, rel=1e-12)
+    assert round(cert.radius / sigma, 4) == 3.8115
+
+
+def test_certify_is_sound_on_a_linear_classifier():
+    """Certified radius > true distance, or a wrong class, happens with probability <= α per
+    point; count such failures over 200 points with non-saturated vote shares."""
+    sigma, alpha, points = 0.25, 0.05, 200
+    model = LinearBinary(seed=1)
+    distances = (torch.rand(points, generator=_gen(2)) * 2 - 1) * 2.5 * sigma
+    xs = model.at_distances(distances)
+    certs = Smooth(model, 2, sigma).certify_batch(xs, 64, 500, alpha, 10_000, _gen(3))
+    failures = certified = 0
+    for cert, d in zip(certs, distances.tolist(), strict=True):
+        if cert.prediction == ABSTAIN:
+            continue
+        certified += 1
+        failures += cert.prediction != int(d > 0) or cert.radius > abs(d)
+    assert certified >= points // 2
+    assert failures <= binom.ppf(1 - 1e-6, points, alpha)
+
+
+def test_certified_radius_is_tight_on_a_linear_classifier():
+    """The smoothed linear classifier's exact robust radius is the distance itself, so with
+    many samples the certificate lies just below it (z_α·SE/φ ≈ 0.03σ … 0.05σ here); n0 is
+    large enough that the selection step never picks the minority class (which would abstain)."""
+    sigma, alpha = 0.25, 1e-4
+    model = LinearBinary(seed=4)
+    distances = torch.tensor([0.25, -0.5, 1.0, -1.5]) * sigma
+    xs = model.at_distances(distances)
+    assert torch.allclose(model.signed_distance(xs), distances, atol=1e-5)
+    certs = Smooth(model, 2, sigma).certify_batch(xs, 1000, 20_000, alpha, 40_000, _gen(5))
+    for cert, d in zip(certs, distances.tolist(), strict=True):
+        assert cert.prediction == int(d > 0)
+        assert abs(d) - 0.1 * sigma < cert.radius < abs(d)
+        if abs(d) >= sigma:
+            assert cert.radius > 0.92 * abs(d)
+
+
+def test_vote_shares_follow_the_gaussian_in_pixel_space():
+    """P(f(x + ε) = 1) = Φ(d/σ) for the linear classifier: checks the noise scale and space."""
+    sigma, num = 0.5, 20_000
+    model = LinearBinary(seed=6)
+    distances = torch.tensor([-0.6, -0.1, 0.0, 0.3, 0.8])
+    counts = Smooth(model, 2, sigma).sample_counts(model.at_distances(distances), num, 7_000)
+    expected = norm.cdf(distances.numpy() / sigma)
+    se = np.sqrt(expected * (1 - expected) / num)
+    assert np.all(np.abs(counts[:, 1].numpy() / num - expected) < 5 * se)
+
+
+def test_certify_batch_matches_one_at_a_time():
+    """With votes that noise cannot change, batched and single CERTIFY agree exactly, and
+    every point gets its own class (no mix-up between points sharing a forward batch)."""
+    labels = [4, 0, 2, 2, 5, 1, 3]
+    smooth = Smooth(PixelArgmax(6), num_classes=6, sigma=0.05)
+    xs = _one_hot_inputs(labels)
+    batched = smooth.certify_batch(xs, 11, 1001, 0.001, 300, _gen())
+    single = [smooth.certify(x, 11, 1001, 0.001, 128, _gen(9)) for x in xs]
+    assert [(c.prediction, c.radius) for c in batched] == single
+    assert [c.prediction for c in batched] == labels
+    assert all(r == pytest.approx(max_radius(1001, 0.001, 0.05)) for _, r in single)
+
+
+@pytest.mark.parametrize(("points", "num", "batch_size"), [(1, 101, 7), (3, 10, 2), (7, 13, 5)])
+def test_sample_counts_rows_sum_to_num(points, num, batch_size):
+    labels = [i % 4 for i in range(points)]
+    smooth = Smooth(PixelArgmax(4), num_classes=4, sigma=0.1)
+    counts = smooth.sample_counts(_one_hot_inputs(labels), num, batch_size, _gen())
+    assert counts.dtype == torch.long and counts.shape == (points, 4)
+    assert counts.sum(dim=1).tolist() == [num] * points
+    assert counts.argmax(dim=1).tolist() == labels
+
+
+def test_sample_counts_respects_batch_size():
+    sizes = []
+
+    class Recorder(PixelArgmax):
+        def forward(self, x):
+            sizes.append(x.shape[0])
+            return super().forward(x)
+
+    Smooth(Recorder(4), 4, 0.1).sample_counts(torch.rand(10, *SHAPE), 9, 4)
+    assert max(sizes) <= 4 and sum(sizes) == 10 * 9
+
+
+def test_seeded_runs_reproduce():
+    model = LinearBinary(seed=7)
+    smooth = Smooth(model, 2, 0.5)
+    xs = model.at_distances([0.05, -0.1, 0.2])
+    first = smooth.sample_counts(xs, 999, 256, _gen(11))
+    assert torch.equal(first, smooth.sample_counts(xs, 999, 256, _gen(11)))
+    assert not torch.equal(first, smooth.sample_counts(xs, 999, 256, _gen(12)))
+    certs = [smooth.certify_batch(xs, 50, 999, 0.01, 256, _gen(13)) for _ in range(2)]
+    assert certs[0] == certs[1]
+
+
+def test_batchnorm_model_runs_in_eval_mode_and_is_restored():
+    """A model left in train mode is still evaluated as a fixed function: batch-norm must not
+    mix the points of a forward batch nor update its running statistics. Point 0's noise is
+    the generator's first draw whether or not other points share its batch."""
+    model = nn.Sequential(nn.BatchNorm2d(1), nn.Flatten(), nn.Linear(16, 3))
+    model.train()
+    model[2].eval()
+    running_mean = model[0].running_mean.clone()
+    smooth = Smooth(model, 3, 0.25)
+    xs = torch.rand(4, *SHAPE)
+    batched = smooth.sample_counts(xs, 500, 2000, _gen(1))
+    alone = smooth.sample_counts(xs[:1], 500, 500, _gen(1))
+    assert torch.equal(batched[:1], alone)
+    assert torch.equal(model[0].running_mean, running_mean)
+    assert [m.training for m in model] == [True, True, False]
+
+
+# ---------------------------------------------------------------- PREDICT
+
+
+def test_predict_abstains_on_a_fair_coin_and_not_on_a_sure_thing():
+    x = torch.zeros(SHAPE)
+    fair = Smooth(CoinFlip(0.0), num_classes=3, sigma=0.5)
+    assert fair.predict(x, 2000, 0.001, 500, _gen()) == ABSTAIN
+    sure = Smooth(CoinFlip(-2.0), num_classes=3, sigma=0.5)
+    assert sure.predict(x, 2000, 0.001, 500, _gen()) == 1
+    assert Smooth(CoinFlip(2.0), 3, 0.5).predict(x, 2000, 0.001, 500, _gen()) == 0
+
+
+HAND_COUNTS = [
+    [60, 40, 0],
+    [0, 45, 55],
+    [100, 0, 0],
+    [0, 0, 0, 30, 10],
+    [510, 490, 3],
+    [5, 5, 0],
+    [1, 12, 1],
+    [0, 9, 0],
+    [7, 0, 1, 0],
+    [300, 200, 250, 10],
+]
+
+
+@pytest.mark.parametrize("alpha", [0.001, 0.05])
+def test_predict_from_counts_matches_binomtest(alpha):
+    outcomes = set()
+    for counts in HAND_COUNTS:
+        order = np.argsort(counts)[::-1]
+        n1, n2 = counts[order[0]], counts[order[1]]
+        expected = int(order[0]) if binomtest(n1, n1 + n2, 0.5).pvalue <= alpha else ABSTAIN
+        assert predict_from_counts(counts, alpha) == expected, counts
+        outcomes.add(expected == ABSTAIN)
+    assert outcomes == {True, False}
+
+
+@pytest.mark.parametrize("sigma", [0.0, -0.25, float("nan")])
+def test_smooth_rejects_non_positive_sigma(sigma):
+    with pytest.raises(ValueError, match="sigma"):
+        Smooth(ConstantClassifier(0), 10, sigma)
