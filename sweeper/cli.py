@@ -82,13 +82,16 @@ class Plan:
 
 
 def make_plan(space: str, storage: str, experiment: str | None, smoke: bool, only: str | None,
-              data_dir: str | None, download: bool, certify_overrides: dict | None = None) -> Plan:  # fmt: skip
+              data_dir: str | None, download: bool, certify_overrides: dict | None = None,
+              address: str | None = None, restarting: bool = False) -> Plan:  # fmt: skip
     """Validate everything that can be checked without Ray; exit 2 listing every problem."""
-    problems: list[str] = []
+    from sweeper.launch import address_problems
+
+    problems: list[str] = address_problems(address)
     try:
         spec = load_space(space)
     except SpecError as e:
-        fail(e.problems)
+        fail(e.problems + problems)
     spec = spec.smoked() if smoke else spec
     if certify_overrides:
         certify = dataclasses.replace(spec.certify, **certify_overrides)
@@ -101,7 +104,7 @@ def make_plan(space: str, storage: str, experiment: str | None, smoke: bool, onl
     try:
         all_trials = expand(spec, overrides)
     except ConfigError as e:
-        fail(e.problems)
+        fail(e.problems + problems)
     selection, only_problems = parse_only(only)
     trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
     problems += only_problems + select_problems
@@ -111,7 +114,7 @@ def make_plan(space: str, storage: str, experiment: str | None, smoke: bool, onl
         problem = data_problem(dataset, overrides["data_dir"], download)
         problems += [problem] if problem else []
     exp = Experiment(storage, experiment or spec.name)
-    problems += sweep_conflict(exp, all_trials)
+    problems += [] if restarting else sweep_conflict(exp, all_trials)
     if problems:
         fail(problems)
     return Plan(spec, exp, trials, all_trials)
@@ -121,11 +124,13 @@ def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
     """An existing experiment of the same name must hold the same sweep."""
     try:
         existing = read_sweep(exp)
-    except (OSError, json.JSONDecodeError) as e:
-        return [f"cannot read {exp.sweep_json}: {e}"]
-    if existing is None:
+        old = None if existing is None else {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        return [
+            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
+        ]
+    if old is None:
         return []
-    old = {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}
     if old != {t.trial_id for t in trials}:
         return [
             f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "
@@ -293,7 +298,6 @@ def run_grid(
     from sweeper.launch import (
         LaunchError,
         LaunchOptions,
-        address_problems,
         effective_resources,
         is_finished,
         ray_cluster,
@@ -302,10 +306,9 @@ def run_grid(
         trial_states,
     )
 
-    plan = make_plan(space, storage, experiment, smoke, only, data_dir, download)
-    problems = address_problems(address)
-    if problems:
-        fail(problems)
+    plan = make_plan(
+        space, storage, experiment, smoke, only, data_dir, download, None, address, restart_
+    )
     resources = effective_resources(plan.spec.resources, cpu_only)
     if restart_ and not dry_run:
         restart(plan.exp)
@@ -413,6 +416,7 @@ def certify(
         data_dir,
         False,
         {k: v for k, v in flags.items() if v is not None},
+        address,
     )
     if not plan.exp.exists():
         fail(
@@ -568,8 +572,10 @@ def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None)
     exp = resolve_experiment(storage, experiment)
     try:
         st = experiment_status(exp)
-    except (FileNotFoundError, json.JSONDecodeError) as e:
+    except FileNotFoundError as e:
         fail([str(e)])
+    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        fail([f"cannot read the experiment at {exp.root} ({type(e).__name__}: {e})"])
     counts = st.counts()
     console.print(
         f"[bold]{st.experiment}[/] at {st.root}: {len(st.trials)} trials: "

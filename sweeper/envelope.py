@@ -28,11 +28,15 @@ def parse_radii(text: str) -> list[float]:
     try:
         if ":" in text:
             start, stop, step = (float(p) for p in text.split(":"))
-            if step <= 0 or stop < start:
+            if not (np.isfinite([start, stop, step]).all() and step > 0 and start <= stop):
                 raise ValueError
             count = int(np.floor((stop - start) / step + 1e-9)) + 1
-            return [round(start + k * step, 10) for k in range(count)]
-        return [float(p) for p in text.split(",") if p.strip()]
+            radii = [round(start + k * step, 10) for k in range(count)]
+        else:
+            radii = [float(p) for p in text.split(",") if p.strip()]
+        if not radii or not all(np.isfinite(r) and r >= 0 for r in radii):
+            raise ValueError
+        return radii
     except ValueError:
         raise EnvelopeError(
             f"--radii {text!r}: expected start:stop:step (e.g. 0:2.25:0.25) or a list 0,0.5,1"

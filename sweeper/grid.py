@@ -61,7 +61,14 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
         elif key not in TRIAL_KEYS:
             problems.append(f"--only: unknown hyperparameter {key!r}")
         else:
-            selection[key] = yaml.safe_load(value.strip()) if value.strip() else None
+            try:
+                parsed = yaml.safe_load(value.strip()) if value.strip() else None
+            except yaml.YAMLError:
+                parsed = []  # reported below
+            if parsed is not None and not isinstance(parsed, (bool, int, float, str)):
+                problems.append(f"--only {key}: expected one number, word or null, got {value!r}")
+            else:
+                selection[key] = parsed
     return selection, problems
 
 

@@ -44,7 +44,7 @@ class Resources:
         p = type_problems(self)
         if not p and (self.cpu < 0 or self.gpu < 0 or self.cpu + self.gpu == 0):
             p.append(
-                f"resources must be >= 0 and not all zero (got cpu={self.cpu}, gpu={self.gpu})"
+                f"cpu and gpu must be >= 0 and not both zero (got cpu={self.cpu}, gpu={self.gpu})"
             )
         return p
 
@@ -178,22 +178,28 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
     smoke_fixed = _trial_mapping(smoke.get("fixed"), "smoke.fixed", problems)
     smoke_certify = smoke.get("certify") or {}
     if isinstance(smoke_certify, dict):
+        merged: list[str] = []  # the certify block's own problems are reported once
         _dataclass(
-            CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", problems
+            CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", merged
         )
+        problems += [p for p in merged if p.replace("smoke.", "", 1) not in problems]
+        names = {f.name for f in fields(CertifySpec)}
+        smoke_certify = {k: v for k, v in smoke_certify.items() if k in names}
     else:
         problems.append("smoke.certify must be a mapping")
-    if problems:
-        return None, problems
+        smoke_certify = {}
     description = str(raw.get("description", ""))
     spec = SweepSpec(
         name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify
     )
     from sweeper.grid import expansion_problems
 
-    problems = expansion_problems(spec) + expansion_problems(
-        spec.smoked(), "with smoke overrides: "
-    )
+    # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural
+    # ones above: unknown keys were dropped, so what is left can still be checked.
+    prefix = "with smoke overrides: "
+    base = expansion_problems(spec)
+    smoked = [p for p in expansion_problems(spec.smoked(), prefix) if p[len(prefix) :] not in base]
+    problems = list(dict.fromkeys(problems + base + smoked))
     return (None, problems) if problems else (spec, [])
 
 
@@ -206,7 +212,7 @@ def _trial_mapping(value: Any, where: str, problems: list[str]) -> dict[str, Any
     for key in value:
         if key not in TRIAL_KEYS:
             problems.append(f"{where}: unknown hyperparameter {key!r}")
-    return dict(value)
+    return {k: v for k, v in value.items() if k in TRIAL_KEYS}
 
 
 def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
@@ -243,7 +249,14 @@ def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple
                     for k in keys
                     if k not in TRIAL_KEYS
                 )
-            axes.append((str(name), tuple(values)))
+            # Keep what is known, so the values' own problems can be reported too.
+            values = [
+                {k: x for k, x in v.items() if k in TRIAL_KEYS} if isinstance(v, dict) else v
+                for v in values
+                if isinstance(v, dict) or name in TRIAL_KEYS
+            ]
+            if values:
+                axes.append((str(name), tuple(values)))
     return tuple(axes)
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables import fileio
-from trainables.checkpoint import CHECKPOINT_NAME
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
@@ -58,6 +57,10 @@ class Experiment:
         return fileio.join(self.root, "trials", trial_id)
 
     def checkpoint(self, trial_id: str) -> str:
+        # Imported here: trainables.checkpoint pulls in torch, which `sweeper envelope` and
+        # `sweeper status` do not need (it took most of their start-up time).
+        from trainables.checkpoint import CHECKPOINT_NAME
+
         return fileio.join(self.trial_dir(trial_id), CHECKPOINT_NAME)
 
     def shard_path(self, trial_id: str, cert_id: str, shard: int, num_shards: int) -> str:

@@ -1,0 +1,408 @@
+"""The `sweeper` command line on bad input and on hand-made experiments (no Ray is started)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.grid import expand
+from sweeper.results import shard_table, write_shard
+from sweeper.spec import CertifySpec, load_space
+from sweeper.storage import Experiment, write_sweep
+from trainables.config import TrialConfig
+from trainables.tune_trial import write_status
+
+runner = CliRunner()
+SWEEPER = Path(sys.executable).parent / "sweeper"
+
+CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+CID = CERT.cert_id
+GAUSS = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
+ADV = TrialConfig(
+    dataset="digits", method="smoothadv", sigma=0.5, attack="ddn", epsilon=0.5, steps=2,
+    m_train=2, epochs=1,
+)  # fmt: skip
+PENDING = GAUSS.replace(sigma=1.0)
+# GAUSS: clean 0.75, radii 0.1 / 0.5 / 1.0 and one abstention.
+# ADV: clean 0.5, radii 2.0 / 0.3, one wrong prediction with radius 0.7, one abstention.
+POINTS = {
+    GAUSS: ([1, 2, 3, -1], [True, True, True, False], [0.1, 0.5, 1.0, 0.0]),
+    ADV: ([4, 5, 9, -1], [True, True, False, False], [2.0, 0.3, 0.7, 0.0]),
+}
+RADII = "0,0.5,1,1.5,2,2.25"
+ENVELOPE = [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
+WINNERS = [GAUSS, GAUSS, GAUSS, ADV, ADV, GAUSS]  # r=1: tie, GAUSS has the higher clean acc
+
+
+def _shard(exp: Experiment, cfg: TrialConfig, rows: slice, shard: int, of: int) -> None:
+    predict, correct, radius = (v[rows] for v in POINTS[cfg])
+    k = len(predict)
+    cols = {
+        "idx": list(range(rows.start, rows.stop)),
+        "label": [p if c else 0 for p, c in zip(predict, correct, strict=True)],
+        "predict": predict,
+        "count": [90] * k,
+        "p_lower": [0.9] * k,
+        "radius": radius,
+        "correct": correct,
+        "time_s": [0.01] * k,
+    }
+    constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
+    table = shard_table(cfg, exp.name, CID, constants, cols, meta)
+    write_shard(table, exp.shard_path(cfg.trial_id, CID, shard, of))
+
+
+def make_experiment(storage: Path, name: str = "exp") -> Experiment:
+    """sweep.json with 3 trials; GAUSS finished with 2 of 2 shards, ADV failed after
+    certifying shards 0 and 2 of 3, PENDING never started."""
+    exp = Experiment(str(storage), name)
+    write_sweep(exp, {"space": {"name": "hand"}, "trials": [c.to_dict() for c in (GAUSS, ADV, PENDING)]})  # fmt: skip
+    _shard(exp, GAUSS, slice(0, 2), 0, 2)
+    _shard(exp, GAUSS, slice(2, 4), 1, 2)
+    _shard(exp, ADV, slice(0, 2), 0, 3)
+    _shard(exp, ADV, slice(2, 4), 2, 3)
+    write_status(exp.trial_dir(GAUSS.trial_id), GAUSS, "finished", 1, {"clean_acc": 0.9})
+    write_status(exp.trial_dir(ADV.trial_id), ADV, "failed", 0, {}, error="CUDA out of memory")
+    return exp
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def bad_input(args: list[str], *fragments: str) -> list[str]:
+    """Run the CLI, expect exit 2 with only `error: ...` lines on stderr; return them."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("experiment: ")]
+    assert lines, "no error printed"
+    assert all(line.startswith("error: ") for line in lines), result.stderr
+    text = "\n".join(lines)
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} missing from:\n{text}"
+    return lines
+
+
+@pytest.fixture
+def storage(tmp_path) -> Path:
+    """A storage directory with a marker file that no failing command may touch."""
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "MARKER").write_text("keep me")
+    return root
+
+
+MALFORMED = "fixed:\n  dataset: digits\n grids: []\n"
+NEGATIVE_SIGMA = """\
+fixed: {dataset: digits}
+grids:
+  - name: g
+    axes:
+      sigma: [0.25, -0.5, 0]
+"""
+
+
+# ------------------------------------------------------------------------------ help, spaces
+@pytest.mark.parametrize(
+    "args",
+    [[], ["spaces"], ["run"], ["run", "grid"], ["certify"], ["envelope"], ["status"]],
+)
+def test_help_for_every_command(args):
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_spaces_lists_the_shipped_spaces():
+    result = runner.invoke(app, ["spaces"])
+    assert result.exit_code == 0, result.output
+    for name, count in (("cifar10", 644), ("digits", 34), ("imagenet", 33), ("mnist", 21)):
+        line = next(ln for ln in result.stdout.splitlines() if f" {name} " in ln)
+        assert f" {count} " in line, line
+    assert "gpu=0.25" in result.stdout
+
+
+# ------------------------------------------------------------------------------ run grid
+def test_run_grid_bad_input_exits_2_and_touches_nothing(tmp_path, storage):
+    before = tree(storage)
+    st = ["--storage", str(storage)]
+    bad_input(["run", "grid", "nosuchspace", *st], "unknown space 'nosuchspace'", "digits")
+    malformed = tmp_path / "malformed.yaml"
+    malformed.write_text(MALFORMED)
+    [line] = bad_input(["run", "grid", str(malformed), *st], "malformed YAML", "line 3")
+    assert str(malformed) in line
+    negative = tmp_path / "negative.yaml"
+    negative.write_text(NEGATIVE_SIGMA)
+    lines = bad_input(["run", "grid", str(negative), *st], "sigma must be > 0 (got -0.5)")
+    assert any("sigma must be > 0 (got 0)" in line for line in lines)
+    bad_input(["run", "grid", str(tmp_path / "absent.yaml"), *st], "not found")
+    bad_input(
+        ["run", "grid", "digits", "--only", "nosuchkey=1", *st],
+        "--only: unknown hyperparameter 'nosuchkey'",
+    )
+    bad_input(["run", "grid", "digits", "--only", "sigma=0.3", *st], "--only sigma=0.3")
+    bad_input(["run", "grid", "digits", "--only", "sigma=[1", *st], "--only sigma")
+    bad_input(
+        ["run", "grid", "digits", "--address", "127.0.0.1:1", *st],
+        "cannot reach the Ray cluster at --address 127.0.0.1:1",
+    )
+    bad_input(["run", "grid", "digits", "--address", "nohostport", *st], "--address 'nohostport'")
+    assert tree(storage) == before
+
+
+def test_cifar10_needs_its_data(tmp_path, storage):
+    before = tree(storage)
+    bad_input(["run", "grid", "cifar10", "--storage", str(storage)], "--data-dir")
+    missing = tmp_path / "no" / "such" / "dir"
+    bad_input(
+        ["run", "grid", "cifar10", "--data-dir", str(missing), "--storage", str(storage)],
+        str(missing),
+    )
+    assert tree(storage) == before
+
+
+def test_several_problems_are_reported_together(tmp_path, storage):
+    missing = tmp_path / "nodata"
+    lines = bad_input(
+        ["run", "grid", "mnist", "--data-dir", str(missing), "--storage", str(storage),
+         "--only", "nosuchkey=1,sigma", "--address", "127.0.0.1:1"],
+        str(missing), "nosuchkey", "expected key=value", "127.0.0.1:1",
+    )  # fmt: skip
+    assert len(lines) == 4, lines
+    negative = tmp_path / "negative.yaml"
+    negative.write_text(NEGATIVE_SIGMA + "colour: red\ncertify: {n: 0}\n")
+    lines = bad_input(
+        ["run", "grid", str(negative), "--storage", str(storage), "--address", "127.0.0.1:1"],
+        "unknown key 'colour'", "certify.n must be >= 1", "sigma must be > 0", "127.0.0.1:1",
+    )  # fmt: skip
+    assert len(lines) == 5, lines
+    assert tree(storage) == {"MARKER": b"keep me"}
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(storage):
+    result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", str(storage)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "dry run" in out
+    assert "34 of 34 in the sweep" in out
+    assert "34 new" in out
+    c = load_space("digits").certify
+    assert f"n0={c.n0} n={c.n} alpha={c.alpha:g} every {c.skip}-th" in out
+    assert str(storage / "digits") in out
+    assert not (storage / "digits").exists()
+    assert tree(storage) == {"MARKER": b"keep me"}
+    result = runner.invoke(
+        app,
+        ["run", "grid", "digits", "--dry-run", "--smoke", "--only", "sigma=0.25,attack=pgd",
+         "--storage", str(storage)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "8 of 34 in the sweep" in result.stdout
+    c = load_space("digits").smoked().certify
+    assert f"n0={c.n0} n={c.n} " in result.stdout
+    assert str(storage / "digits-smoke") in result.stdout
+    assert tree(storage) == {"MARKER": b"keep me"}
+
+
+def test_existing_experiment_with_another_sweep(storage):
+    make_experiment(storage, "digits")
+    before = tree(storage)
+    [line] = bad_input(
+        ["run", "grid", "digits", "--dry-run", "--storage", str(storage)],
+        "holds a different sweep",
+        "--experiment",
+        "--restart",
+    )
+    assert "'digits'" in line
+    # --restart is the way out it names: the conflict is not an error then
+    result = runner.invoke(
+        app, ["run", "grid", "digits", "--restart", "--dry-run", "--storage", str(storage)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "34 of 34" in result.stdout
+    # ... but bad input still stops it before anything is moved aside
+    bad_input(
+        ["run", "grid", "digits", "--restart", "--address", "127.0.0.1:1", "--storage", str(storage)],
+        "127.0.0.1:1",
+    )  # fmt: skip
+    assert tree(storage) == before
+    # a new experiment name is fine
+    result = runner.invoke(
+        app, ["run", "grid", "digits", "--dry-run", "--experiment", "d2", "--storage", str(storage)]
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_unreadable_sweep_json_is_one_error_line(storage):
+    exp = Experiment(str(storage), "digits")
+    (storage / "digits").mkdir()
+    Path(exp.sweep_json).write_text(json.dumps({"trials": [{"bogus": 1}]}))
+    bad_input(["run", "grid", "digits", "--dry-run", "--storage", str(storage)], exp.sweep_json)
+    Path(exp.sweep_json).write_text("{not json")
+    bad_input(["run", "grid", "digits", "--dry-run", "--storage", str(storage)], exp.sweep_json)
+    bad_input(["status", "--storage", str(storage), "--experiment", "digits"], "cannot read")
+
+
+# ------------------------------------------------------------------------------ certify
+def test_certify_bad_input(storage):
+    before = tree(storage)
+    st = ["--storage", str(storage)]
+    bad_input(["certify", "digits", *st], "no experiment at", "run grid digits")
+    bad_input(["certify", "digits", "--n", "0", "--alpha", "0.9", *st], "n must be >= 1", "alpha")
+    bad_input(["certify", "nosuchspace", *st], "unknown space")
+    # an experiment with a finished trial: an unreachable cluster is caught before Ray
+    exp = Experiment(str(storage), "digits")
+    trials = expand(load_space("digits"))
+    write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
+    write_status(exp.trial_dir(trials[0].trial_id), trials[0], "finished", trials[0].epochs, {})
+    before = tree(storage)
+    bad_input(["certify", "digits", "--address", "127.0.0.1:1", *st], "127.0.0.1:1")
+    assert tree(storage) == before
+
+
+# ------------------------------------------------------------------------------ envelope
+def test_envelope_bad_input(tmp_path, storage):
+    [line] = bad_input(["envelope", "--storage", str(storage)], "no experiments under")
+    assert str(storage) in line
+    bad_input(["envelope", "--storage", str(tmp_path / "absent")], "no experiments under")
+    (storage / "empty").mkdir()
+    write_sweep(Experiment(str(storage), "empty"), {"trials": []})
+    bad_input(["envelope", "--storage", str(storage)], "no certification results yet")
+    [line] = bad_input(
+        ["envelope", "--storage", str(storage), "--experiment", "nope"], "no experiment at"
+    )
+    for args, fragment in [
+        (["--radii", "bad"], "--radii 'bad'"),
+        (["--radii", "0:inf:1"], "--radii"),
+        (["--radii", ","], "--radii"),
+        (["--format", "nope"], "--format 'nope'"),
+        (["--plot", "x.txt"], "--plot 'x.txt'"),
+        (["--radius", "-1"], "--radius must be >= 0"),
+        (["--radius", "1", "--radii", "0,1"], "not both"),
+        (["--only", "nosuch=1"], "nosuch"),
+    ]:
+        [line] = bad_input(["envelope", "--storage", str(storage), *args], fragment)
+    lines = bad_input(
+        ["envelope", "--storage", str(storage), "--format", "nope", "--radii", "x"],
+        "--format",
+        "--radii",
+    )
+    assert len(lines) == 2
+
+
+def test_envelope_on_corrupt_parquet(storage):
+    exp = make_experiment(storage)
+    bad = Path(exp.shard_path(ADV.trial_id, CID, 1, 3))
+    bad.write_bytes(b"\x00garbage" * 50)
+    before = tree(storage)
+    lines = bad_input(
+        ["envelope", "--storage", str(storage), "--experiment", "exp"], "corrupt", str(bad)
+    )
+    assert len(lines) == 1
+    assert tree(storage) == before
+
+
+def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
+    make_experiment(storage)
+    base = ["envelope", "--storage", str(storage), "--radii", RADII]
+    result = runner.invoke(app, [*base, "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    assert frame["radius"].tolist() == [0, 0.5, 1, 1.5, 2, 2.25]
+    assert frame["certified_accuracy"].tolist() == ENVELOPE
+    assert frame["trial_id"].tolist() == [w.trial_id for w in WINNERS]
+    assert frame["clean_acc"].tolist() == [0.75, 0.75, 0.75, 0.5, 0.5, 0.75]
+    assert (frame["models"] == 2).all()
+    # partial results are read, and the models missing shards are named
+    assert "experiment: exp" in result.stderr
+    assert "2 models, 8 certified points" in result.stderr
+    assert f"1 models are missing shards (partial results): {ADV.trial_id} (1 shards)" in (
+        result.stderr
+    )
+
+    result = runner.invoke(app, [*base, "--format", "json", "--experiment", "exp"])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert [r["certified_accuracy"] for r in records] == ENVELOPE
+    assert [r["attack"] for r in records] == [w.attack for w in WINNERS]
+
+    result = runner.invoke(app, [*base, "--format", "markdown", "--by", "sigma"])
+    assert result.exit_code == 0, result.output
+    md = result.stdout.strip().splitlines()
+    assert md[0].startswith("| sigma | radius | certified_accuracy | trial_id |")
+    assert len(md) == 2 + 12
+    assert md[2].startswith(f"| 0.25 | 0 | 0.75 | {GAUSS.trial_id} |")
+    assert md[-1].startswith(f"| 0.5 | 2.25 | 0 | {ADV.trial_id} |")
+
+    result = runner.invoke(
+        app, ["envelope", "--storage", str(storage), "--radius", "1.5", "--format", "csv"]
+    )
+    assert result.exit_code == 0, result.output
+    [row] = pd.read_csv(io.StringIO(result.stdout)).to_dict("records")
+    assert (row["certified_accuracy"], row["trial_id"]) == (0.25, ADV.trial_id)
+
+    result = runner.invoke(app, [*base, "--only", "method=gaussian", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    assert frame["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0, 0, 0]
+    assert (frame["models"] == 1).all()
+
+    result = runner.invoke(app, base)  # the rich table
+    assert result.exit_code == 0, result.output
+    assert "upper envelope of exp" in result.stdout
+    assert GAUSS.trial_id in result.stdout and ADV.trial_id in result.stdout
+
+    plot = tmp_path / "out" / "envelope.png"
+    result = runner.invoke(app, [*base, "--plot", str(plot), "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert f"figure written to {plot}" in result.stderr
+
+
+# ------------------------------------------------------------------------------ status
+def test_status_shows_states_and_shards(storage):
+    make_experiment(storage)
+    result = runner.invoke(app, ["status", "--storage", str(storage), "--experiment", "exp"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "3 trials: failed 1, finished 1, pending 1" in out
+    rows = {tid: next(ln for ln in out.splitlines() if tid in ln) for tid in (GAUSS.trial_id, ADV.trial_id, PENDING.trial_id)}  # fmt: skip
+    assert "finished" in rows[GAUSS.trial_id] and "2/2" in rows[GAUSS.trial_id]
+    assert "1/1" in rows[GAUSS.trial_id]  # epochs
+    assert "failed" in rows[ADV.trial_id] and "2/3" in rows[ADV.trial_id]
+    assert "CUDA out of memory" in rows[ADV.trial_id]
+    assert "pending" in rows[PENDING.trial_id]
+    assert "shards: 4 done, 1 missing" in out
+    bad_input(["status", "--storage", str(storage), "--experiment", "nope"], "no experiment at")
+    bad_input(["status", "--storage", str(storage / "void")], "no experiments under")
+
+
+# ------------------------------------------------------------------------------ a real process
+def test_console_script_prints_errors_without_traceback(storage):
+    exp = make_experiment(storage)
+    bad = Path(exp.shard_path(GAUSS.trial_id, CID, 0, 2))
+    bad.write_bytes(b"PAR1 but not really")
+    before = tree(storage)
+    proc = subprocess.run(
+        [str(SWEEPER), "envelope", "--storage", str(storage), "--experiment", "exp"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: corrupt results file {bad}")
+    assert proc.stdout == ""
+    assert tree(storage) == before

@@ -1,0 +1,373 @@
+"""Parquet shards -> results table -> certified accuracy, upper envelope, reports (no Ray)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sweeper.envelope import (
+    EnvelopeError,
+    certified_accuracy,
+    envelope,
+    envelope_curve,
+    model_table,
+    parse_radii,
+)
+from sweeper.report import plot_envelope, render, to_markdown
+from sweeper.results import (
+    SCHEMA,
+    ResultsError,
+    load_results,
+    missing_shards,
+    shard_files,
+    shard_table,
+    write_shard,
+)
+from sweeper.spec import CertifySpec
+from sweeper.storage import Experiment
+from trainables.config import TrialConfig
+
+CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+CID = CERT.cert_id
+RADII = [0.0, 0.5, 1.0, 1.5, 2.0, 2.25]
+
+
+def _configs() -> tuple[TrialConfig, TrialConfig]:
+    """Two digits models, ordered so that the first has the LARGER trial_id: the model with
+    the higher clean accuracy then cannot win a tie by trial_id alone."""
+    a = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
+    b = TrialConfig(
+        dataset="digits", method="smoothadv", sigma=0.5, attack="pgd", epsilon=0.5, steps=2,
+        m_train=2, epochs=1,
+    )  # fmt: skip
+    return (a, b) if a.trial_id > b.trial_id else (b, a)
+
+
+HI, LO = _configs()
+# HI: 4 points, 3 correct (radii 0.1, 0.5, 1.0) and one abstention. clean 0.75, ACR 0.4.
+HI_POINTS = {
+    "predict": [1, 2, 3, -1],
+    "correct": [True, True, True, False],
+    "radius": [0.1, 0.5, 1.0, 0.0],
+}
+# LO: 4 points; correct with radii 2.0 and 0.3, one WRONG with radius 0.7, one abstention.
+LO_POINTS = {
+    "predict": [4, 5, 9, -1],
+    "correct": [True, True, False, False],
+    "radius": [2.0, 0.3, 0.7, 0.0],
+}
+HI_CURVE = [0.75, 0.5, 0.25, 0.0, 0.0, 0.0]
+LO_CURVE = [0.5, 0.25, 0.25, 0.25, 0.25, 0.0]
+
+
+def columns(points: dict, idx: list[int]) -> dict[str, list]:
+    k = len(points["predict"])
+    return {
+        "idx": idx,
+        "label": [p if c else 0 for p, c in zip(points["predict"], points["correct"], strict=True)],
+        "predict": points["predict"],
+        "count": [90 if p >= 0 else 40 for p in points["predict"]],
+        "p_lower": [0.9 if p >= 0 else 0.4 for p in points["predict"]],
+        "radius": points["radius"],
+        "correct": points["correct"],
+        "time_s": [0.01] * k,
+    }
+
+
+def table(cfg: TrialConfig, points: dict, idx: list[int], experiment: str = "exp") -> pa.Table:
+    constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    metadata = {
+        "certify_backend": "test-backend 1.0",
+        "normalization": "NormalizeLayer(means=[0.5], sds=[0.5])",
+        "config": cfg.to_dict(),
+    }
+    return shard_table(cfg, experiment, CID, constants, columns(points, idx), metadata)
+
+
+def _part(points: dict, sl: slice) -> dict:
+    return {k: v[sl] for k, v in points.items()}
+
+
+def write_experiment(storage, name: str = "exp") -> Experiment:
+    """HI: complete, 2 shards of 2 points; LO: shards 0 and 2 of 3 (shard 1 missing)."""
+    exp = Experiment(str(storage), name)
+    write_shard(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(HI.trial_id, CID, 0, 2))  # fmt: skip
+    write_shard(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
+    write_shard(table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(LO.trial_id, CID, 0, 3))  # fmt: skip
+    write_shard(table(LO, _part(LO_POINTS, slice(2, 4)), [4, 5], name), exp.shard_path(LO.trial_id, CID, 2, 3))  # fmt: skip
+    return exp
+
+
+def frame_of(*tables: pa.Table) -> pd.DataFrame:
+    return pa.concat_tables(tables).to_pandas()
+
+
+@pytest.fixture
+def frame() -> pd.DataFrame:
+    return frame_of(table(HI, HI_POINTS, [0, 1, 2, 3]), table(LO, LO_POINTS, [0, 1, 2, 3]))
+
+
+# ------------------------------------------------------------------------------ results
+def test_shard_table_repeats_identity_and_constants():
+    t = table(LO, LO_POINTS, [0, 1, 2, 3])
+    assert t.schema.remove_metadata().equals(SCHEMA)
+    d = t.to_pydict()
+    assert d["trial_id"] == [LO.trial_id] * 4
+    assert d["cert_id"] == [CID] * 4
+    assert d["experiment"] == ["exp"] * 4
+    assert d["sigma"] == [LO.sigma] * 4
+    assert d["n"] == [100] * 4
+    assert d["attack"] == [LO.attack] * 4
+    g = table(HI, HI_POINTS, [0, 1, 2, 3]).to_pydict()
+    gauss = g if HI.method == "gaussian" else d
+    assert gauss["epsilon"] == [None] * 4 and gauss["attack"] == [None] * 4  # null columns
+    assert "data_dir" not in d and "num_workers" not in d  # environment is not identity
+
+
+def test_load_results_reads_every_shard(tmp_path):
+    exp = write_experiment(tmp_path)
+    results = load_results(exp)
+    assert len(results.files) == 4
+    assert all(f.startswith(exp.certify_dir) for f in results.files)
+    frame = results.frame
+    assert len(frame) == 8
+    assert list(frame.columns) == SCHEMA.names
+    assert results.models == 2
+    assert sorted(frame.groupby("trial_id").size().items()) == sorted(
+        [(HI.trial_id, 4), (LO.trial_id, 4)]
+    )
+    assert set(frame.loc[frame.trial_id == LO.trial_id, "idx"]) == {0, 1, 4, 5}
+    assert frame["radius"].dtype == np.float64 and frame["correct"].dtype == bool
+    assert results.missing_shards == {(LO.trial_id, CID): [1]}
+    for f in results.files:
+        schema = pq.read_schema(f)
+        assert schema.remove_metadata().equals(SCHEMA)
+        meta = schema.metadata
+        for key in (b"sweeper.certify_backend", b"sweeper.normalization", b"sweeper.config"):
+            assert key in meta, key
+        cfg = TrialConfig.from_dict(json.loads(meta[b"sweeper.config"]))
+        assert cfg.trial_id in (HI.trial_id, LO.trial_id)
+        assert f"/{cfg.trial_id}/" in f
+    assert not list(tmp_path.rglob("*.tmp")), "atomic write left a temp file"
+
+
+def test_missing_shards_from_file_names():
+    files = [
+        "s/exp/certify/t1/c/shard-00000-of-00003.parquet",
+        "s/exp/certify/t1/c/shard-00002-of-00003.parquet",
+        "s/exp/certify/t2/c/shard-00000-of-00001.parquet",
+        "s/exp/certify/t3/c/shard-00001-of-00004.parquet",
+    ]
+    assert missing_shards(files) == {("t1", "c"): [1], ("t3", "c"): [0, 2, 3]}
+    assert missing_shards([]) == {}
+
+
+def test_empty_experiment_has_no_rows(tmp_path):
+    exp = Experiment(str(tmp_path), "exp")
+    (tmp_path / "exp").mkdir()
+    results = load_results(exp)
+    assert results.frame.empty and results.files == [] and results.models == 0
+    assert list(results.frame.columns) == SCHEMA.names
+
+
+def test_corrupt_parquet_names_the_file(tmp_path):
+    exp = write_experiment(tmp_path)
+    bad = exp.shard_path(LO.trial_id, CID, 1, 3)
+    with open(bad, "wb") as f:
+        f.write(b"this is not parquet at all" * 10)
+    assert bad in shard_files(exp)
+    with pytest.raises(ResultsError) as info:
+        load_results(exp)
+    message = str(info.value)
+    assert bad in message and "corrupt" in message
+    assert "\n" not in message
+    with open(bad, "rb") as f:  # nothing deleted
+        assert f.read().startswith(b"this is not parquet")
+
+
+def test_temp_and_foreign_files_are_ignored(tmp_path):
+    exp = write_experiment(tmp_path)
+    d = tmp_path / "exp" / "certify" / HI.trial_id / CID
+    (d / ".shard-00005-of-00009.parquet.abc.tmp").write_bytes(b"partial")
+    (d / "notes.parquet").write_bytes(b"not a shard")
+    assert len(load_results(exp).frame) == 8
+
+
+def test_nonexistent_experiment(tmp_path):
+    with pytest.raises(ResultsError, match="no experiment at"):
+        load_results(Experiment(str(tmp_path), "nope"))
+
+
+# ------------------------------------------------------------------------------ envelope math
+def test_certified_accuracy_by_hand(frame):
+    acc = certified_accuracy(frame, RADII)
+    models = model_table(frame)
+    rows = {tid: i for i, tid in enumerate(models["trial_id"])}
+    assert acc.loc[rows[HI.trial_id]].tolist() == HI_CURVE
+    assert acc.loc[rows[LO.trial_id]].tolist() == LO_CURVE
+
+
+def test_model_table_by_hand(frame):
+    m = model_table(frame).set_index("trial_id")
+    assert m.loc[HI.trial_id, "points"] == 4
+    assert m.loc[HI.trial_id, "clean_acc"] == pytest.approx(0.75)
+    assert m.loc[HI.trial_id, "acr"] == pytest.approx((0.1 + 0.5 + 1.0) / 4)
+    assert m.loc[HI.trial_id, "abstain_rate"] == pytest.approx(0.25)
+    assert m.loc[LO.trial_id, "clean_acc"] == pytest.approx(0.5)
+    assert m.loc[LO.trial_id, "acr"] == pytest.approx((2.0 + 0.3) / 4)  # the wrong 0.7 is not
+    assert m.loc[LO.trial_id, "abstain_rate"] == pytest.approx(0.25)
+    assert m.loc[LO.trial_id, "sigma"] == LO.sigma
+    assert m.loc[LO.trial_id, "method"] == LO.method
+    assert m.loc[HI.trial_id, "cert_id"] == CID
+
+
+def test_envelope_by_hand(frame):
+    env = envelope(frame, RADII)
+    assert env["radius"].tolist() == RADII
+    assert env["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
+    # r=1.0: both 0.25, HI has the higher clean accuracy (and the larger trial_id);
+    # r=2.25: everybody 0, clean accuracy decides again.
+    winners = [HI, HI, HI, LO, LO, HI]
+    assert env["trial_id"].tolist() == [w.trial_id for w in winners]
+    assert env["clean_acc"].tolist() == [0.75, 0.75, 0.75, 0.5, 0.5, 0.75]
+    assert env["sigma"].tolist() == [w.sigma for w in winners]
+    assert env["method"].tolist() == [w.method for w in winners]
+    assert (env["models"] == 2).all()
+    assert (env["points"] == 4).all()
+    assert env.loc[3, "acr"] == pytest.approx(2.3 / 4)
+    assert (env["cert_id"] == CID).all()
+
+
+def test_envelope_tie_with_equal_clean_accuracy_goes_to_smaller_trial_id():
+    twin = HI.replace(seed=1)  # same outcomes, another trial
+    frame = frame_of(table(HI, HI_POINTS, [0, 1, 2, 3]), table(twin, HI_POINTS, [0, 1, 2, 3]))
+    env = envelope(frame, RADII)
+    smaller = min(HI.trial_id, twin.trial_id)
+    assert (env["trial_id"] == smaller).all()
+    assert env["certified_accuracy"].tolist() == HI_CURVE
+
+
+def test_envelope_by_group(frame):
+    env = envelope(frame, RADII, by="sigma")
+    assert len(env) == 2 * len(RADII)
+    assert (env["models"] == 1).all()
+    for cfg, curve in ((HI, HI_CURVE), (LO, LO_CURVE)):
+        part = env[env["sigma"] == cfg.sigma]
+        assert part["certified_accuracy"].tolist() == curve
+        assert (part["trial_id"] == cfg.trial_id).all()
+    by_method = envelope(frame, [0.0], by="method")
+    assert set(by_method["method"]) == {"gaussian", "smoothadv"}
+    # attack is null for the Gaussian model: it still forms a group
+    by_attack = envelope(frame, [0.0], by="attack")
+    assert len(by_attack) == 2
+
+
+def test_envelope_errors(frame):
+    with pytest.raises(EnvelopeError, match="no certification results"):
+        envelope(frame.iloc[0:0], RADII)
+    with pytest.raises(EnvelopeError, match="--by 'colour'"):
+        envelope(frame, RADII, by="colour")
+
+
+def random_frame(seed: int, models: int = 7, points: int = 60) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    base = TrialConfig(dataset="digits", method="gaussian", m_train=1, epochs=1)
+    tables = []
+    for k in range(models):
+        cfg = base.replace(seed=k, sigma=float(rng.choice([0.25, 0.5, 1.0])))
+        abstain = rng.random(points) < 0.2
+        correct = (rng.random(points) < 0.7) & ~abstain
+        radius = np.where(abstain, 0.0, np.round(rng.exponential(0.6, points), 2))
+        predict = np.where(abstain, -1, rng.integers(0, 10, points))
+        pts = {"predict": predict.tolist(), "correct": correct.tolist(), "radius": radius.tolist()}
+        tables.append(table(cfg, pts, list(range(points))))
+    return frame_of(*tables)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_envelope_is_the_max_of_the_curves_on_random_data(seed):
+    frame = random_frame(seed)
+    radii = parse_radii("0:3:0.1")
+    env = envelope(frame, radii)
+    acc = env["certified_accuracy"].to_numpy()
+    assert np.all(np.diff(acc) <= 0), "the envelope must be non-increasing"
+    # naive per-model curves
+    naive = {}
+    for tid, part in frame.groupby("trial_id"):
+        naive[tid] = [np.mean(part["correct"] & (part["radius"] >= r)) for r in radii]
+    best = np.max(np.array(list(naive.values())), axis=0)
+    np.testing.assert_allclose(acc, best)
+    np.testing.assert_allclose(envelope_curve(frame, np.array(radii)), best)
+    clean = {tid: part["correct"].mean() for tid, part in frame.groupby("trial_id")}
+    for i, row in env.iterrows():
+        tid = row["trial_id"]
+        assert naive[tid][i] == pytest.approx(acc[i])  # the winner achieves it
+        tied = [t for t in naive if naive[t][i] == pytest.approx(acc[i])]
+        top = max(clean[t] for t in tied)
+        assert clean[tid] == pytest.approx(top)
+        assert tid == min(t for t in tied if clean[t] == pytest.approx(top))
+    grouped = envelope(frame, radii, by="sigma")
+    for _, part in grouped.groupby("sigma"):
+        assert np.all(part["certified_accuracy"].to_numpy() <= acc + 1e-12)
+    per_r = grouped.groupby("radius")["certified_accuracy"].max().to_numpy()
+    np.testing.assert_allclose(per_r, acc)
+
+
+# ------------------------------------------------------------------------------ radii
+def test_parse_radii():
+    r = parse_radii("0:2.25:0.25")
+    assert len(r) == 10
+    assert r[0] == 0.0 and r[-1] == 2.25
+    np.testing.assert_allclose(np.diff(r), 0.25)
+    assert parse_radii("0,0.5") == [0.0, 0.5]
+    assert parse_radii("0.5") == [0.5]
+    assert parse_radii("0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
+    assert parse_radii("0.1:0.3:0.1") == [0.1, 0.2, 0.3]  # float steps keep the stop
+
+
+@pytest.mark.parametrize(
+    "text", ["bad", "0:1", "0:1:0", "0:1:-1", "2:1:0.5", "a,b", ",", "", "0:inf:1", "-1,0", "nan"]
+)
+def test_parse_radii_rejects(text):
+    with pytest.raises(EnvelopeError, match="--radii"):
+        parse_radii(text)
+
+
+# ------------------------------------------------------------------------------ reports
+def test_render_round_trips(frame):
+    env = envelope(frame, RADII)
+    back = pd.read_csv(io.StringIO(render(env, "csv")))
+    assert back["certified_accuracy"].tolist() == env["certified_accuracy"].tolist()
+    assert back["trial_id"].tolist() == env["trial_id"].tolist()
+    records = json.loads(render(env, "json"))
+    assert [r["radius"] for r in records] == RADII
+    assert [r["trial_id"] for r in records] == env["trial_id"].tolist()
+    assert records[0]["certified_accuracy"] == 0.75
+    md = render(env, "markdown").splitlines()
+    assert len(md) == len(env) + 2
+    assert md[0].startswith("| radius | certified_accuracy |")
+    assert md[1].startswith("|---|")
+    assert md[2].startswith("| 0 | 0.75 | " + HI.trial_id)
+    assert md == to_markdown(env).splitlines()
+    with pytest.raises(ValueError, match="unknown format"):
+        render(env, "xml")
+
+
+def test_markdown_blank_for_null():
+    md = to_markdown(pd.DataFrame({"a": [1.5, None], "b": ["x", None]}))
+    assert md.splitlines()[2:] == ["| 1.5 | x |", "|  |  |"]
+
+
+@pytest.mark.parametrize("by", [None, "sigma"])
+def test_plot_envelope_writes_a_png(tmp_path, frame, by):
+    out = tmp_path / "figs" / "env.png"
+    plot_envelope(frame, str(out), by=by, title="t")
+    data = out.read_bytes()
+    assert len(data) > 1000
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
