@@ -7,10 +7,8 @@ interrupted (re-run the same command to resume).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -19,13 +17,21 @@ from rich.console import Console
 from rich.table import Table
 
 from sweeper import envelope as env
-from sweeper.grid import expand, parse_only, select
+from sweeper.grid import expand, parse_only
+from sweeper.plan import (
+    Plan,
+    PlanError,
+    PlanRequest,
+    is_finished,
+    make_plan,
+    move_aside,
+    trial_states,
+)
 from sweeper.report import FORMATS, cell, plot_envelope, render
 from sweeper.results import ResultsError, load_results
-from sweeper.spec import SpecError, SweepSpec, available_spaces, load_space
-from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep, write_sweep
+from sweeper.spec import available_spaces, load_space
+from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from trainables import fileio
-from trainables.config import ConfigError, TrialConfig
 
 app = typer.Typer(
     help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
@@ -72,90 +78,23 @@ def fail(problems: list[str], code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-# ------------------------------------------------------------------------------ planning
-@dataclasses.dataclass
-class Plan:
-    spec: SweepSpec
-    exp: Experiment
-    trials: list[TrialConfig]  # the selected slice
-    all_trials: list[TrialConfig]  # the whole sweep
-
-
-def make_plan(space: str, storage: str, experiment: str | None, smoke: bool, only: str | None,
-              data_dir: str | None, download: bool, certify_overrides: dict | None = None,
-              address: str | None = None, restarting: bool = False) -> Plan:  # fmt: skip
-    """Validate everything that can be checked without Ray; exit 2 listing every problem."""
-    from sweeper.launch import address_problems
-
-    problems: list[str] = address_problems(address)
+def _plan(request: PlanRequest) -> Plan:
     try:
-        spec = load_space(space)
-    except SpecError as e:
-        fail(e.problems + problems)
-    spec = spec.smoked() if smoke else spec
-    if certify_overrides:
-        certify = dataclasses.replace(spec.certify, **certify_overrides)
-        problems += [f"certify option: {p}" for p in certify.problems()]
-        spec = dataclasses.replace(spec, certify=certify)
-    overrides = {
-        "data_dir": str(Path(data_dir).expanduser().absolute()) if data_dir else None,
-        "download": download,
-    }
+        return make_plan(request)
+    except PlanError as e:
+        fail(e.problems)
+
+
+def _move_aside(exp: Experiment) -> None:
     try:
-        all_trials = expand(spec, overrides)
-    except ConfigError as e:
-        fail(e.problems + problems)
-    selection, only_problems = parse_only(only)
-    trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
-    problems += only_problems + select_problems
-    from trainables.datasets import data_problem
-
-    for dataset in sorted({t.dataset for t in all_trials}):
-        problem = data_problem(dataset, overrides["data_dir"], download)
-        problems += [problem] if problem else []
-    exp = Experiment(storage, experiment or spec.name)
-    problems += [] if restarting else sweep_conflict(exp, all_trials)
-    if problems:
-        fail(problems)
-    return Plan(spec, exp, trials, all_trials)
-
-
-def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
-    """An existing experiment of the same name must hold the same sweep."""
-    try:
-        existing = read_sweep(exp)
-        old = None if existing is None else {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
-        return [
-            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
-        ]
-    if old is None:
-        return []
-    if old != {t.trial_id for t in trials}:
-        return [
-            f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "
-            "for a new one, or --restart to start this one over (the old one is kept aside)"
-        ]
-    return []
-
-
-def restart(exp: Experiment) -> None:
-    """Move an experiment aside (never delete): <name>.old-<time>."""
-    if not fileio.exists(exp.root):
-        return
-    if fileio.is_uri(exp.root):
-        fail(
-            [f"--restart cannot move {exp.root} on remote storage: pass a new --experiment instead"]
-        )
-    src = fileio.local_path(exp.root)
-    dst = src.with_name(f"{src.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-    src.rename(dst)
-    console.print(f"previous experiment moved to {dst}")
+        moved = move_aside(exp)
+    except PlanError as e:
+        fail(e.problems)
+    if moved is not None:
+        console.print(f"previous experiment moved to {moved}")
 
 
 def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
-    from sweeper.launch import is_finished
-
     done = sum(is_finished(states[t.trial_id], t) for t in plan.trials)
     started = sum(
         1 for t in plan.trials if states[t.trial_id] and not is_finished(states[t.trial_id], t)
@@ -295,23 +234,22 @@ def run_grid(
     Re-running the same command resumes: finished trials are not retrained, interrupted ones
     continue from their last checkpoint, and only missing certification shards are computed.
     """
+    request = PlanRequest(
+        space, storage, experiment, smoke, only, data_dir, download, None, address, restart_
+    )
+    plan = _plan(request)
     from sweeper.launch import (
         LaunchError,
         LaunchOptions,
         effective_resources,
-        is_finished,
         ray_cluster,
         resource_problems,
         run_sweep,
-        trial_states,
     )
 
-    plan = make_plan(
-        space, storage, experiment, smoke, only, data_dir, download, None, address, restart_
-    )
     resources = effective_resources(plan.spec.resources, cpu_only)
     if restart_ and not dry_run:
-        restart(plan.exp)
+        _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(
         plan, resources, states, "sweeper run grid (dry run)" if dry_run else "sweeper run grid"
@@ -387,16 +325,6 @@ def certify(
     """(Re)run certification of the finished trials, optionally with other settings.
 
     New settings write new files beside the old ones; existing shards are skipped."""
-    from sweeper.launch import (
-        LaunchError,
-        certify_trials,
-        effective_resources,
-        is_finished,
-        ray_cluster,
-        resource_problems,
-        trial_states,
-    )
-
     flags = {
         "n": n,
         "n0": n0,
@@ -407,17 +335,18 @@ def certify(
         "shard_size": shard_size,
         "batch_size": batch_size,
     }
-    plan = make_plan(
-        space,
-        storage,
-        experiment,
-        smoke,
-        only,
-        data_dir,
-        False,
-        {k: v for k, v in flags.items() if v is not None},
-        address,
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    plan = _plan(
+        PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides, address)
     )
+    from sweeper.launch import (
+        LaunchError,
+        certify_trials,
+        effective_resources,
+        ray_cluster,
+        resource_problems,
+    )
+
     if not plan.exp.exists():
         fail(
             [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # keeps torch out of the driver
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter honours verbose=0: our display only
+os.environ.setdefault(
+    "RAY_AIR_NEW_OUTPUT", "0"
+)  # the legacy reporter honours verbose=0: our display only
 
 import ray
 
@@ -27,7 +28,8 @@ from sweeper.certify import Certifier, Event
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables.config import TrialConfig
-from trainables.tune_trial import FAULT_ENV, read_status, run_trial, write_status
+from trainables.trial_status import read_status, write_status
+from trainables.tune_trial import FAULT_ENV, run_trial
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +59,6 @@ class Outcome:
 
 
 # ---------------------------------------------------------------------------- the cluster
-def address_problems(address: str | None) -> list[str]:
-    """Reachability of a `host:port` or `ray://host:port` address (checked before ray.init)."""
-    if address in (None, "auto", "local"):
-        return []
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        return [f"--address {address!r} is not host:port, ray://host:port or auto"]
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-    except OSError as e:
-        return [
-            f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}): "
-            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
-        ]
-    return []
-
-
 @contextmanager
 def ray_cluster(address: str | None) -> Iterator[None]:
     """Use an already-initialized Ray, join `address`, or start a local Ray; shut down what we
@@ -122,16 +106,6 @@ def resource_problems(resources: Resources) -> list[str]:
             f"(largest node: {biggest:g} CPUs): lower `resources` in the space or add bigger nodes"
         ]
     return []
-
-
-# ---------------------------------------------------------------------------- trial state
-def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict | None]:
-    """trial_id -> the trial's `trial.json` (None if it never started)."""
-    return {t.trial_id: read_status(exp.trial_dir(t.trial_id)) for t in trials}
-
-
-def is_finished(status: dict | None, cfg: TrialConfig) -> bool:
-    return bool(status) and status["state"] == "finished" and status["epoch"] >= cfg.epochs
 
 
 # ---------------------------------------------------------------------------- Tune

@@ -9,7 +9,7 @@ from sweeper.results import missing_shards, shard_files
 from sweeper.storage import Experiment, read_sweep
 from trainables import fileio
 from trainables.config import TrialConfig
-from trainables.tune_trial import read_status
+from trainables.trial_status import read_status
 
 
 @dataclass

@@ -18,7 +18,7 @@ from sweeper.results import shard_table, write_shard
 from sweeper.spec import CertifySpec, load_space
 from sweeper.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
-from trainables.tune_trial import write_status
+from trainables.trial_status import write_status
 
 runner = CliRunner()
 SWEEPER = Path(sys.executable).parent / "sweeper"

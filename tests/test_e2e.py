@@ -18,7 +18,8 @@ from sweeper.results import SCHEMA, load_results
 from sweeper.spec import load_space
 from sweeper.storage import Experiment
 from trainables import checkpoint
-from trainables.tune_trial import FAULT_ENV, read_status
+from trainables.trial_status import read_status
+from trainables.tune_trial import FAULT_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from sweeper.grid import expand
 from sweeper.spec import load_space
 from sweeper.storage import Experiment
 from trainables import checkpoint
-from trainables.tune_trial import read_status
+from trainables.trial_status import read_status
 
 pytestmark = pytest.mark.e2e
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
@@ -31,7 +31,7 @@ from sweeper.grid import expand
 from sweeper.launch import LaunchOptions, run_sweep
 from sweeper.spec import Resources, load_space
 from sweeper.storage import Experiment
-from trainables.tune_trial import read_status
+from trainables.trial_status import read_status
 
 cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 0})
 for _ in range(2):

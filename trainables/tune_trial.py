@@ -9,8 +9,6 @@ redoes a finished trial. A small `trial.json` next to it says how far the trial 
 
 from __future__ import annotations
 
-import json
-import time
 from typing import Any
 
 import torch
@@ -18,41 +16,12 @@ import torch
 from trainables import checkpoint, fileio
 from trainables.config import TrialConfig
 from trainables.train import TrainState, fit
+from trainables.trial_status import trial_dir, write_status
 
 # Test hook: with "<trial_id>:<epoch>" in this variable of the driver's environment, that trial
 # raises right after writing that epoch's checkpoint, so tests can interrupt a sweep at a known
 # point. A retry or a later run resumes past that epoch and is not interrupted again.
 FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
-
-
-def trial_dir(experiment_root: str, trial_id: str) -> str:
-    return fileio.join(experiment_root, "trials", trial_id)
-
-
-def write_status(
-    directory: str, cfg: TrialConfig, state: str, epoch: int, metrics: dict, **extra
-) -> None:
-    """`trial.json`: the trial's config, state (running/finished/failed), epochs done, metrics."""
-    doc = {
-        "trial_id": cfg.trial_id,
-        "state": state,
-        "epoch": epoch,
-        "epochs": cfg.epochs,
-        "metrics": metrics,
-        "config": cfg.to_dict(),
-        "updated": time.time(),
-        **extra,
-    }
-    fileio.write_bytes_atomic(
-        fileio.join(directory, "trial.json"), json.dumps(doc, indent=1).encode()
-    )
-
-
-def read_status(directory: str) -> dict[str, Any] | None:
-    path = fileio.join(directory, "trial.json")
-    if not fileio.exists(path):
-        return None
-    return json.loads(fileio.read_bytes(path))
 
 
 def _maybe_fail(fault: str, cfg: TrialConfig, epoch: int) -> None:

@@ -1,0 +1,145 @@
+"""Planning a run before Ray starts: load and validate the space, expand and slice the grid,
+check the data, the address and the experiment, and read how far each trial got.
+
+Every problem found is collected and raised together as one `PlanError`; nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from pathlib import Path
+
+from sweeper.grid import expand, parse_only, select
+from sweeper.spec import SpecError, SweepSpec, load_space
+from sweeper.storage import Experiment, read_sweep
+from trainables import fileio
+from trainables.config import ConfigError, TrialConfig
+from trainables.trial_status import read_status
+
+
+class PlanError(ValueError):
+    """Everything wrong with a command's input; `problems` has one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    spec: SweepSpec
+    exp: Experiment
+    trials: list[TrialConfig]  # the selected slice
+    all_trials: list[TrialConfig]  # the whole sweep
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """What the user asked for on the command line."""
+
+    space: str
+    storage: str
+    experiment: str | None = None
+    smoke: bool = False
+    only: str | None = None
+    data_dir: str | None = None
+    download: bool = False
+    certify_overrides: dict | None = None
+    address: str | None = None
+    restarting: bool = False
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    """Validate everything that can be checked without Ray; raise PlanError with every problem."""
+    problems = address_problems(req.address)
+    try:
+        spec = load_space(req.space)
+    except SpecError as e:
+        raise PlanError(e.problems + problems) from None
+    spec = spec.smoked() if req.smoke else spec
+    if req.certify_overrides:
+        certify = dataclasses.replace(spec.certify, **req.certify_overrides)
+        problems += [f"certify option: {p}" for p in certify.problems()]
+        spec = dataclasses.replace(spec, certify=certify)
+    data_dir = str(Path(req.data_dir).expanduser().absolute()) if req.data_dir else None
+    try:
+        all_trials = expand(spec, {"data_dir": data_dir, "download": req.download})
+    except ConfigError as e:
+        raise PlanError(e.problems + problems) from None
+    selection, only_problems = parse_only(req.only)
+    trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
+    problems += only_problems + select_problems + data_problems(all_trials, data_dir, req.download)
+    exp = Experiment(req.storage, req.experiment or spec.name)
+    problems += [] if req.restarting else sweep_conflict(exp, all_trials)
+    if problems:
+        raise PlanError(problems)
+    return Plan(spec, exp, trials, all_trials)
+
+
+def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
+    datasets = sorted({t.dataset for t in trials} - {"digits"})  # digits ships with scikit-learn
+    if not datasets:
+        return []
+    from trainables.datasets import data_problem  # imports torch: only when a data dir matters
+
+    return [p for d in datasets if (p := data_problem(d, data_dir, download))]
+
+
+def address_problems(address: str | None) -> list[str]:
+    """Reachability of a `host:port` or `ray://host:port` address (checked before ray.init)."""
+    if address in (None, "auto", "local"):
+        return []
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return [f"--address {address!r} is not host:port, ray://host:port or auto"]
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:
+        return [
+            f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}): "
+            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
+        ]
+    return []
+
+
+def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
+    """An existing experiment of the same name must hold the same sweep."""
+    try:
+        existing = read_sweep(exp)
+        old = None if existing is None else {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        return [
+            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
+        ]
+    if old is None or old == {t.trial_id for t in trials}:
+        return []
+    return [
+        f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "
+        "for a new one, or --restart to start this one over (the old one is kept aside)"
+    ]
+
+
+def move_aside(exp: Experiment) -> Path | None:
+    """Move an experiment out of the way (never delete it): <name>.old-<time>."""
+    if not fileio.exists(exp.root):
+        return None
+    if fileio.is_uri(exp.root):
+        raise PlanError(
+            [f"--restart cannot move {exp.root} on remote storage: pass a new --experiment instead"]
+        )
+    src = fileio.local_path(exp.root)
+    dst = src.with_name(f"{src.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    src.rename(dst)
+    return dst
+
+
+def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict | None]:
+    """trial_id -> the trial's `trial.json` (None if it never started)."""
+    return {t.trial_id: read_status(exp.trial_dir(t.trial_id)) for t in trials}
+
+
+def is_finished(status: dict | None, cfg: TrialConfig) -> bool:
+    return bool(status) and status["state"] == "finished" and status["epoch"] >= cfg.epochs
