@@ -43,15 +43,33 @@ def parse_radii(text: str) -> list[float]:
         ) from None
 
 
-def _codes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Per row, the number of its model; and the models (sorted by trial_id, cert_id)."""
-    groups = frame.groupby(MODEL_KEY, sort=True)
-    return groups.ngroup().to_numpy(), groups.size().index.to_frame(index=False)
+def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """Per row, the number of its model; the models (sorted by trial_id, cert_id); and each
+    model's first row. Hash-based factorization: no sort of the rows."""
+    keys = [pd.factorize(frame[k], sort=True) for k in MODEL_KEY]
+    (tcodes, _), (ccodes, cuniques) = keys
+    combined = tcodes.astype(np.int64) * len(cuniques) + ccodes
+    seen, uniques = pd.factorize(combined)  # numbered in order of first appearance
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(seen), prepend=-1))
+    order = np.argsort(uniques)
+    rank = np.empty(len(uniques), dtype=np.int64)
+    rank[order] = np.arange(len(uniques))
+    first = first[order]
+    models = frame[MODEL_KEY].iloc[first].reset_index(drop=True)
+    return rank[seen], models, first
 
 
 def model_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per model: its identity, points, clean accuracy, ACR and abstention rate."""
-    codes, models = _codes(frame)
+    codes, models, first = _models(frame)
+    return _summarize(frame, codes, models, first)
+
+
+def _summarize(
+    frame: pd.DataFrame, codes: np.ndarray, models: pd.DataFrame, first: np.ndarray
+) -> pd.DataFrame:
+    """`models` plus points, clean accuracy, ACR, abstention rate and the identity columns
+    (from each model's first row)."""
     k = len(models)
     points = np.bincount(codes, minlength=k)
     correct = frame["correct"].to_numpy(dtype=bool)
@@ -62,25 +80,32 @@ def model_table(frame: pd.DataFrame) -> pd.DataFrame:
     models["abstain_rate"] = (
         np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k) / points
     )
-    first = pd.Series(np.arange(len(frame))).groupby(codes).first().to_numpy()
     for col in IDENTITY_COLUMNS:
         if col in frame and col not in models:
-            models[col] = frame[col].to_numpy()[first]
+            models[col] = frame[col].take(first).to_numpy()  # not the whole column
     return models
+
+
+def _accuracy(
+    frame: pd.DataFrame, codes: np.ndarray, k: int, radii: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(models × unique sorted radii) certified accuracy, counting each row once: a row is
+    certified at every radius up to its own (if correct)."""
+    levels = np.unique(np.asarray(radii, dtype=np.float64))
+    correct = frame["correct"].to_numpy(dtype=bool)
+    radius = frame["radius"].to_numpy(dtype=np.float64)
+    reach = np.where(correct & ~np.isnan(radius), radius, -np.inf)
+    bins = np.searchsorted(levels, reach, side="right")  # radii <= the row's radius
+    counts = np.bincount(codes * (len(levels) + 1) + bins, minlength=k * (len(levels) + 1))
+    counts = counts.reshape(k, len(levels) + 1)[:, ::-1].cumsum(axis=1)[:, ::-1]
+    return counts[:, 1:] / np.bincount(codes, minlength=k)[:, None], levels
 
 
 def certified_accuracy(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     """(models × radii) certified accuracy; rows in `model_table` order."""
-    codes, models = _codes(frame)
-    points = np.bincount(codes, minlength=len(models))
-    correct = frame["correct"].to_numpy(dtype=bool)
-    radius = frame["radius"].to_numpy(dtype=np.float64)
-    return pd.DataFrame(
-        {
-            r: np.bincount(codes, weights=correct & (radius >= r), minlength=len(models)) / points
-            for r in radii
-        }
-    )
+    codes, models, _ = _models(frame)
+    acc, levels = _accuracy(frame, codes, len(models), radii)
+    return pd.DataFrame({r: acc[:, np.searchsorted(levels, r)] for r in radii})
 
 
 def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> pd.DataFrame:
@@ -93,35 +118,42 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
         raise EnvelopeError(
             f"--by {by!r} is not a results column (e.g. sigma, method, attack, m_train, epsilon)"
         )
-    models = model_table(frame)
-    acc = certified_accuracy(frame, radii)
+    codes, models, first = _models(frame)
+    models = _summarize(frame, codes, models, first)
+    acc, levels = _accuracy(frame, codes, len(models), radii)
     groups = (
         [(None, models.index)]
         if by is None
         else list(models.groupby(by, dropna=False).groups.items())
     )
-    rows = []
+    # Best model per (group, radius): highest accuracy, then clean accuracy, then the first
+    # in model order (sorted by trial_id, cert_id).
+    clean = models["clean_acc"].to_numpy()
+    picks = []
     for value, index in groups:
+        members = np.sort(np.asarray(index))
         for r in radii:
-            cand = pd.DataFrame(
-                {
-                    "acc": acc.loc[index, r],
-                    "clean": models.loc[index, "clean_acc"],
-                    "tid": models.loc[index, "trial_id"],
-                }
-            )
-            best = cand.sort_values(["acc", "clean", "tid"], ascending=[False, False, True]).index[
-                0
-            ]
-            row = {by: value} if by is not None else {}
-            row.update({"radius": r, "certified_accuracy": float(acc.loc[best, r])})
-            row.update(
-                models.loc[best, ["trial_id", "cert_id", "clean_acc", "acr", "points"]].to_dict()
-            )
-            row.update({c: models.loc[best, c] for c in SUMMARY_COLUMNS if c in models})
-            row["models"] = len(index)
-            rows.append(row)
-    return pd.DataFrame(rows)
+            col = acc[members, np.searchsorted(levels, r)]
+            best = members[np.lexsort((members, -clean[members], -col))[0]]
+            picks.append((value, r, best, len(members)))
+    return _envelope_rows(models, acc, levels, picks, by)
+
+
+def _envelope_rows(
+    models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list, by: str | None
+) -> pd.DataFrame:
+    values, radii, best, sizes = (list(p) for p in zip(*picks, strict=True))
+    best = np.asarray(best)
+    columns = {by: values} if by is not None else {}
+    columns["radius"] = radii
+    columns["certified_accuracy"] = acc[best, np.searchsorted(levels, radii)]
+    # Lists of scalars, not arrays: dtypes are inferred from the picked values (an
+    # all-null `attack` column is float64), as for a frame built row by row.
+    for col in ["trial_id", "cert_id", "clean_acc", "acr", "points", *SUMMARY_COLUMNS]:
+        if col in models:
+            columns[col] = list(models[col].to_numpy()[best])
+    columns["models"] = sizes
+    return pd.DataFrame(columns)
 
 
 def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:
