@@ -474,7 +474,9 @@ def _print_table(table, fmt: str, title: str) -> None:
             DISPLAY.get(col, str(col)),
             justify="right" if table[col].dtype.kind in "fiu" else "left",
         )
-    winner = [c for c in cols if c not in ("radius", "certified_accuracy", "models", table.columns[0])]
+    winner = [
+        c for c in cols if c not in ("radius", "certified_accuracy", "models", table.columns[0])
+    ]
     for _, row in table[cols].iterrows():
         nobody = row["certified_accuracy"] == 0  # no model certifies anything: no winner to name
         out.add_row(*("-" if nobody and c in winner else cell(row[c]) for c in cols))

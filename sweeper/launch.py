@@ -27,19 +27,15 @@ import ray
 from sweeper.certify import Certifier, Event
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
-from trainables.config import TrialConfig
+from trainables.config import ProblemsError, TrialConfig
 from trainables.trial_status import read_status, write_status
 from trainables.tune_trial import FAULT_ENV, run_trial
 
 log = logging.getLogger(__name__)
 
 
-class LaunchError(RuntimeError):
-    """The cluster cannot run the sweep; `problems` has one line each."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
+class LaunchError(ProblemsError):
+    """The cluster cannot run the sweep."""
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,12 @@ from sweeper.grid import expand, parse_only, select
 from sweeper.spec import SpecError, SweepSpec, load_space
 from sweeper.storage import Experiment, read_sweep
 from trainables import fileio
-from trainables.config import ConfigError, TrialConfig
+from trainables.config import ConfigError, ProblemsError, TrialConfig
 from trainables.trial_status import read_status
 
 
-class PlanError(ValueError):
-    """Everything wrong with a command's input; `problems` has one line each."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
+class PlanError(ProblemsError):
+    """Everything wrong with a command's input."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,19 +18,15 @@ from typing import Any
 
 import yaml
 
-from trainables.config import TrialConfig, type_problems
+from trainables.config import ProblemsError, TrialConfig, type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "smoke")
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 
 
-class SpecError(ValueError):
-    """Problems with a search space; `problems` has one line each."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
+class SpecError(ProblemsError):
+    """Problems with a search space."""
 
 
 @dataclass(frozen=True)

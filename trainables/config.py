@@ -42,12 +42,16 @@ OPTIONAL_FIELDS = frozenset(f for fs in METHOD_FIELDS.values() for f in fs)
 ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers"})
 
 
-class ConfigError(ValueError):
-    """Every problem with a configuration, reported at once."""
+class ProblemsError(ValueError):
+    """Several problems found together; `problems` has one line each, reported at once."""
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class ConfigError(ProblemsError):
+    """Problems with a trial configuration."""
 
 
 @dataclass(frozen=True)

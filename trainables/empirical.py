@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from trainables import attacks
+from trainables.methods.base import draw_noise
 from trainables.smoothing import ABSTAIN, Smooth
 
 ESTIMATORS = ("plugin", "stein")
@@ -59,8 +60,7 @@ def smoothadv_attack(
     _check(x, y, sigma, epsilon, steps, m_test, estimator)
     if epsilon == 0:
         return x.detach().clone()
-    shape = (x.shape[0], m_test, *x.shape[1:])
-    noise = torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype) * sigma
+    noise = draw_noise(x, m_test, sigma, generator)
     if estimator == "stein":
         return attacks.stein_pgd(model, x, y, noise, epsilon, steps, sigma)
     with torch.enable_grad():  # input gradients, even when called under torch.no_grad()

@@ -47,7 +47,9 @@ def epoch_epsilon(cfg: TrialConfig, epoch: int) -> float:
     return cfg.epsilon * warmup_factor(epoch, cfg.warmup_epochs or 0)
 
 
-def draw_noise(x: torch.Tensor, m: int, sigma: float, generator: torch.Generator) -> torch.Tensor:
+def draw_noise(
+    x: torch.Tensor, m: int, sigma: float, generator: torch.Generator | None
+) -> torch.Tensor:
     """m Gaussian draws per input: (b, m, C, H, W) with entries N(0, σ²)."""
     shape = (x.shape[0], m, *x.shape[1:])
     return torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype) * sigma
