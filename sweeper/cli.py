@@ -30,8 +30,9 @@ from sweeper.plan import (
 from sweeper.report import FORMATS, cell, plot_envelope, render
 from sweeper.results import ResultsError, load_results
 from sweeper.spec import available_spaces, load_space
-from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
+from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep, write_sweep
 from trainables import fileio
+from trainables.config import TrialConfig
 
 app = typer.Typer(
     help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
@@ -445,7 +446,7 @@ def envelope(
     except (ResultsError, env.EnvelopeError) as e:
         fail([str(e)])
     _print_table(table, fmt, f"upper envelope of {exp.name}")
-    _print_coverage(results, frame)
+    _print_coverage(exp, results, frame)
     if plot:
         plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models")
         typer.echo(f"figure written to {plot}", err=True)
@@ -483,9 +484,20 @@ def _print_table(table, fmt: str, title: str) -> None:
     console.print(out)
 
 
-def _print_coverage(results, frame) -> None:
+def _print_coverage(exp: Experiment, results, frame) -> None:
     models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
     typer.echo(f"{models} models, {len(frame)} certified points", err=True)
+    try:
+        sweep = read_sweep(exp)
+    except (OSError, ValueError):
+        sweep = None
+    if sweep and isinstance(sweep.get("trials"), list):
+        planned = {TrialConfig.from_dict(d).trial_id for d in sweep["trials"]}
+        absent = planned - set(results.frame["trial_id"])
+        if absent:
+            typer.echo(
+                f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
+            )
     if results.missing_shards:
         listed = ", ".join(
             f"{tid} ({len(v)} shards)"
