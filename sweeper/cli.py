@@ -488,16 +488,16 @@ def _print_coverage(exp: Experiment, results, frame) -> None:
     models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
     typer.echo(f"{models} models, {len(frame)} certified points", err=True)
     try:
-        sweep = read_sweep(exp)
-    except (OSError, ValueError):
-        sweep = None
-    if sweep and isinstance(sweep.get("trials"), list):
-        planned = {TrialConfig.from_dict(d).trial_id for d in sweep["trials"]}
-        absent = planned - set(results.frame["trial_id"])
-        if absent:
-            typer.echo(
-                f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
-            )
+        planned = {
+            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
+    absent = planned - set(results.frame["trial_id"])
+    if absent:
+        typer.echo(
+            f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
+        )
     if results.missing_shards:
         listed = ", ".join(
             f"{tid} ({len(v)} shards)"
