@@ -85,7 +85,7 @@ def shard_table(
         "experiment": [experiment] * rows,
         "cert_id": [cert_id] * rows,
     }
-    data.update({k: [v] * rows for k, v in cfg.identity().items()})
+    data.update({k: [v] * rows for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS})
     data.update({k: [v] * rows for k, v in constants.items()})
     data.update(columns)
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)

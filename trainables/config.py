@@ -139,8 +139,15 @@ class TrialConfig:
         return dataclasses.asdict(self)
 
     def identity(self) -> dict[str, Any]:
-        """The resolved hyperparameters that determine the trained model."""
-        return {k: v for k, v in self.to_dict().items() if k not in ENVIRONMENT_FIELDS}
+        """The resolved hyperparameters that determine the trained model.
+
+        Fields a method does not use (None) are left out, so adding a new method's
+        hyperparameters later keeps every existing trial_id (and its results) valid."""
+        return {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in ENVIRONMENT_FIELDS and v is not None
+        }
 
     @property
     def trial_id(self) -> str:
