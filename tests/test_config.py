@@ -185,7 +185,7 @@ def test_vanilla_pgd_has_no_noise_draws():
 def test_method_fields_resolve_to_none_exactly_when_unused():
     for method, used in METHOD_FIELDS.items():
         cfg = TrialConfig(method=method, attack="ddn" if method == "smoothadv" else "pgd")
-        for name in OPTIONAL_FIELDS:
+        for name in OPTIONAL_FIELDS - {"mix_maxnorm"}:  # optional even where used
             assert (getattr(cfg, name) is not None) == (name in used), (method, name)
 
 
@@ -209,8 +209,23 @@ def test_trial_id_equal_for_int_and_float():
     assert TrialConfig(epsilon=2, lr=1).trial_id == TrialConfig(epsilon=2.0, lr=1.0).trial_id
 
 
+# Hyperparameters of the other methods: a base config per method and another valid value.
+METHOD_ALTERNATIVES = {
+    "smoothmix": dict(eta=2.0, mix_alpha=0.3, mix_step=1, mix_maxnorm=1.5, mix_detach=True),
+    "macer": dict(lam=4.0, macer_beta=8.0, macer_gamma=4.0),
+    "consistency": dict(lam=20.0, eta=0.1),
+}
+
+
 def test_trial_id_changes_with_every_identity_field():
-    assert set(ALTERNATIVES) == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
+    covered = set(ALTERNATIVES).union(*METHOD_ALTERNATIVES.values())
+    assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
+    for method, alternatives in METHOD_ALTERNATIVES.items():
+        base = TrialConfig(dataset="digits", method=method, m_train=2, steps=2)
+        for name, value in alternatives.items():
+            changed = base.replace(**{name: value})
+            assert getattr(changed, name) != getattr(base, name), (method, name)
+            assert changed.trial_id != base.trial_id, (method, name)
     base = TrialConfig(**PINNED)
     ids = {base.trial_id}
     for name, value in ALTERNATIVES.items():

@@ -24,19 +24,35 @@ DEFAULT_ARCH = {
     "mnist": "lenet",
     "digits": "digits_cnn",
 }
-METHODS = ("gaussian", "smoothadv", "vanilla_pgd", "pgd_noise")
+METHODS = (
+    "gaussian", "smoothadv", "vanilla_pgd", "pgd_noise", "smoothmix", "macer", "consistency", "stability",
+)  # fmt: skip
 ATTACKS = ("pgd", "ddn")
 
-# Hyperparameters only some methods use; for the others they resolve to None (a null column).
+# Hyperparameters only some methods use; for the others they resolve to None (a null column,
+# and no part of the trial_id).
 _ATTACK_FIELDS = ("attack", "epsilon", "steps", "warmup_epochs")
 _DDN_FIELDS = ("ddn_init_norm", "ddn_gamma")
+_MIX_FIELDS = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
 METHOD_FIELDS: dict[str, tuple[str, ...]] = {
     "gaussian": ("m_train",),
     "smoothadv": ("m_train", *_ATTACK_FIELDS, *_DDN_FIELDS),
     "vanilla_pgd": _ATTACK_FIELDS,
     "pgd_noise": ("m_train", *_ATTACK_FIELDS),
+    "smoothmix": ("m_train", "steps", "warmup_epochs", *_MIX_FIELDS),
+    "macer": ("m_train", "lam", "macer_beta", "macer_gamma"),
+    "consistency": ("m_train", "lam", "eta"),
+    "stability": ("lam",),
 }
 OPTIONAL_FIELDS = frozenset(f for fs in METHOD_FIELDS.values() for f in fs)
+# Values of a method's hyperparameters left unset (None): the papers' CIFAR-10 defaults.
+# SmoothMix's step size mix_alpha defaults to 2σ (Jeong et al. 2021).
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "smoothmix": {"eta": 5.0, "mix_step": 0, "mix_detach": False},
+    "macer": {"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0},  # Zhai et al. 2020
+    "consistency": {"lam": 10.0, "eta": 0.5},  # Jeong & Shin 2020 (λ=20 at σ=0.25)
+    "stability": {"lam": 2.0},  # Li et al. 2019, as the SmoothMix paper ran it
+}
 
 # Where the data lives and how it is loaded does not change the trained model's identity.
 ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers"})
@@ -70,6 +86,14 @@ class TrialConfig:
     warmup_epochs: int | None = 10  # ε is 0 in epoch 0, reaches ε at epoch warmup_epochs-1
     ddn_init_norm: float | None = 1.0  # DDN ε0 (Rony et al.)
     ddn_gamma: float | None = 0.05  # DDN norm update factor γ
+    lam: float | None = None  # λ: regularizer weight (macer 12, consistency 10/20, stability 2)
+    eta: float | None = None  # η: smoothmix mixup weight (5), consistency entropy weight (0.5)
+    mix_alpha: float | None = None  # SmoothMix ascent step α (default 2σ)
+    mix_step: int | None = None  # SmoothMix: 0 = mix with x; 1 = the one-step adversary
+    mix_maxnorm: float | None = None  # SmoothMix: optional ℓ2 bound on the adversary (None: none)
+    mix_detach: bool | None = None  # SmoothMix: stop gradients through the mixed target
+    macer_beta: float | None = None  # MACER inverse temperature β (16)
+    macer_gamma: float | None = None  # MACER hinge margin γ (8)
     # -- optimisation: SGD, step schedule
     epochs: int = 150
     batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
@@ -88,6 +112,14 @@ class TrialConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        problems = _type_problems(self)
+        if problems:
+            raise ConfigError(problems)
+        for name, value in METHOD_DEFAULTS.get(self.method, {}).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        if self.method == "smoothmix" and self.mix_alpha is None and self.sigma > 0:
+            object.__setattr__(self, "mix_alpha", 2 * self.sigma)
         problems = self.problems()
         if problems:
             raise ConfigError(problems)
@@ -144,9 +176,7 @@ class TrialConfig:
         Fields a method does not use (None) are left out, so adding a new method's
         hyperparameters later keeps every existing trial_id (and its results) valid."""
         return {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in ENVIRONMENT_FIELDS and v is not None
+            k: v for k, v in self.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None
         }
 
     @property
@@ -173,22 +203,35 @@ class TrialConfig:
         return dataclasses.replace(self, **changes)
 
 
+# (field, test, requirement) for the method hyperparameters that must be set when used.
+_RANGES = (
+    ("m_train", lambda v: v >= 1, ">= 1"),
+    ("epsilon", lambda v: v >= 0, ">= 0"),
+    ("steps", lambda v: v >= 1, ">= 1"),
+    ("warmup_epochs", lambda v: v >= 0, ">= 0"),
+    ("lam", lambda v: v >= 0, ">= 0"),
+    ("eta", lambda v: v >= 0, ">= 0"),
+    ("mix_alpha", lambda v: v > 0, "> 0"),
+    ("mix_step", lambda v: v in (0, 1), "0 or 1"),
+    ("mix_detach", lambda v: True, "true or false"),
+    ("macer_beta", lambda v: v > 0, "> 0"),
+    ("macer_gamma", lambda v: v > 0, "> 0"),
+)
+
+
 def _method_problems(cfg: TrialConfig, used: tuple[str, ...]) -> list[str]:
     p: list[str] = []
-    if "m_train" in used and (cfg.m_train is None or cfg.m_train < 1):
-        p.append(f"m_train must be >= 1 (got {cfg.m_train})")
-    if "attack" not in used:
-        return p
-    allowed = ATTACKS if cfg.method == "smoothadv" else ("pgd",)
-    if cfg.attack is not None or cfg.method == "smoothadv":
-        p += _choice("attack", cfg.attack, allowed, f" for method {cfg.method!r}")
-    if cfg.epsilon is None or cfg.epsilon < 0:
-        p.append(f"epsilon must be >= 0 (got {cfg.epsilon})")
-    if cfg.steps is None or cfg.steps < 1:
-        p.append(f"steps must be >= 1 (got {cfg.steps})")
-    if cfg.warmup_epochs is None or cfg.warmup_epochs < 0:
-        p.append(f"warmup_epochs must be >= 0 (got {cfg.warmup_epochs})")
-    if cfg.attack == "ddn":
+    for name, ok, requirement in _RANGES:
+        value = getattr(cfg, name)
+        if name in used and (value is None or not ok(value)):
+            p.append(f"{name} must be {requirement} for method {cfg.method!r} (got {value})")
+    if "mix_maxnorm" in used and cfg.mix_maxnorm is not None and not cfg.mix_maxnorm > 0:
+        p.append(f"mix_maxnorm must be > 0 or null (got {cfg.mix_maxnorm})")
+    if "attack" in used:
+        allowed = ATTACKS if cfg.method == "smoothadv" else ("pgd",)
+        if cfg.attack is not None or cfg.method == "smoothadv":
+            p += _choice("attack", cfg.attack, allowed, f" for method {cfg.method!r}")
+    if "attack" in used and cfg.attack == "ddn":
         if cfg.ddn_init_norm is None or not cfg.ddn_init_norm > 0:
             p.append(f"ddn_init_norm must be > 0 (got {cfg.ddn_init_norm})")
         if cfg.ddn_gamma is None or not 0 < cfg.ddn_gamma < 1:

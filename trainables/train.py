@@ -1,9 +1,10 @@
 """The training entry point: one shared epoch loop for every method, a checkpoint per epoch,
 and exact resume (on CPU, a resumed run is bitwise identical to an uninterrupted one).
 
-Each loader batch of B inputs is split into m_train chunks of about B/m inputs; every chunk
-becomes m noisy copies, so each optimizer step sees about B samples, as in the reference
-SmoothAdv code. Batches smaller than m_train are split into fewer, non-empty chunks.
+For the SmoothAdv family (`Method.splits_batch`), each loader batch of B inputs is split into
+m_train chunks of about B/m inputs; every chunk becomes m noisy copies, so each optimizer step
+sees about B samples, as in the reference SmoothAdv code (batches smaller than m_train give
+fewer, non-empty chunks). The other methods take one step per batch, as their papers' code.
 """
 
 from __future__ import annotations
@@ -126,17 +127,16 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
     cfg, model, device = state.cfg, state.model, state.device
     method = REGISTRY[cfg.method]
     ctx = StepContext(cfg, state.epoch, epoch_epsilon(cfg, state.epoch), state.noise_generator)
+    chunks = (cfg.m_train or 1) if method.splits_batch else 1
     model.train()
     total_loss, correct, seen = 0.0, 0, 0
     for x, y, _ in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        for xc, yc in zip(
-            x.tensor_split(cfg.m_train or 1), y.tensor_split(cfg.m_train or 1), strict=True
-        ):
+        for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
             if len(xc) == 0:
                 continue
             with torch.autocast(device.type, dtype=torch.float16, enabled=state.amp):
-                out = method(model, xc, yc, ctx)
+                out = method.loss(model, xc, yc, ctx)
             state.optimizer.zero_grad(set_to_none=True)
             state.scaler.scale(out.loss).backward()
             state.scaler.step(state.optimizer)

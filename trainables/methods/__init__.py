@@ -1,20 +1,43 @@
-"""Training methods, one small module each, keyed by `TrialConfig.method`."""
+"""Training methods, one small module each, keyed by `TrialConfig.method`.
+
+`splits_batch`: the SmoothAdv reference code splits each loader batch of B inputs into m_train
+chunks of B/m inputs, each becoming m noisy copies, one optimizer step per chunk; the other
+methods' reference code takes one step per batch on all B·m copies.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from trainables.config import METHODS
-from trainables.methods import gaussian, smoothadv, vanilla_pgd
+from trainables.methods import (
+    consistency,
+    gaussian,
+    macer,
+    smoothadv,
+    smoothmix,
+    stability,
+    vanilla_pgd,
+)
 from trainables.methods.base import StepContext, StepOutput
 
-Method = Callable[..., StepOutput]
+
+@dataclass(frozen=True)
+class Method:
+    loss: Callable[..., StepOutput]
+    splits_batch: bool
+
 
 REGISTRY: dict[str, Method] = {
-    "gaussian": gaussian.loss,
-    "smoothadv": smoothadv.loss,
-    "vanilla_pgd": vanilla_pgd.loss_vanilla,
-    "pgd_noise": vanilla_pgd.loss_with_noise,
+    "gaussian": Method(gaussian.loss, splits_batch=True),
+    "smoothadv": Method(smoothadv.loss, splits_batch=True),
+    "vanilla_pgd": Method(vanilla_pgd.loss_vanilla, splits_batch=True),
+    "pgd_noise": Method(vanilla_pgd.loss_with_noise, splits_batch=True),
+    "smoothmix": Method(smoothmix.loss, splits_batch=False),
+    "macer": Method(macer.loss, splits_batch=False),
+    "consistency": Method(consistency.loss, splits_batch=False),
+    "stability": Method(stability.loss, splits_batch=False),
 }
 assert tuple(REGISTRY) == METHODS, "method registry and config.METHODS disagree"
 

@@ -1,0 +1,81 @@
+"""SmoothMix (Jeong et al. 2021): mixup between an input and its adversary along the smoothed
+classifier's ascent direction, with a target mixed towards the uniform distribution.
+
+Per chunk of b inputs, with m noises δ_1..δ_m per input drawn once and used everywhere:
+- adversary: T steps x_{t+1} = clip_[0,1](x_t + α·∇J/‖∇J‖₂) of the smoothed soft NLL
+  J(x') = −log mean_i softmax(F(x' + δ_i))_y, no ε-ball unless `mix_maxnorm` is set;
+- λ ~ U[0, ½] per input; x_mix = (1−λ)·x + λ·x_adv;
+  target = (1−λ)·mean_k softmax(F(x + δ_k)) + λ·uniform;
+- loss = mean_k CE(F(x + δ_k), y)
+         + η·w·mean_k[ 1{argmax mean_k softmax(F(x + δ_k)) = y} · KL(target ‖ softmax(F(x_mix + δ_k))) ],
+  w the warm-up factor of the epoch (0 in epoch 0, 1 from epoch warmup_epochs − 1 on);
+- `mix_step = 1`, the "one-step adversary": the first ascent iterate, projected to radius
+  α·w, replaces the clean x everywhere above (noisy cross-entropy, gate, target and mixup).
+
+The mixed target is NOT detached by default (`mix_detach = False`), as in the official code:
+the KL term then also pulls the clean smoothed prediction towards the mixed one, i.e. it
+regularizes both ends of the mixup. Detaching (`mix_detach = True`) trains only the mixed
+prediction towards a fixed target; it is a flag because the paper does not say which it meant.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from trainables import attacks
+from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies, warmup_factor
+
+UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
+
+
+def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxnorm: float | None):
+    """(x_{mix_step}, x_T): the iterate at `mix_step` and the last one, shapes (b, C, H, W)."""
+    x = x.detach()
+    delta = torch.zeros_like(x)
+    anchor = delta
+    with attacks.frozen_eval(model):
+        for t in range(steps):
+            if t == mix_step:
+                anchor = delta
+            grad, _ = attacks._objective_grad(model, x, delta, noise, y)
+            delta = delta + alpha * attacks.l2_normalize(grad)
+            if maxnorm is not None:
+                delta = attacks.project_l2(delta, maxnorm)
+            delta = (x + delta).clamp(0, 1) - x
+    if mix_step >= steps:
+        anchor = delta
+    return (x + anchor).detach(), (x + delta).detach()
+
+
+def mixed_kl(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+    """KL(target ‖ p) per row: Σ_c target_c·(log target_c − log p_c), with 0·log 0 = 0."""
+    return (torch.special.xlogy(target, target) - target * log_probs).sum(dim=-1)
+
+
+def loss(model, x, y, ctx: StepContext) -> StepOutput:
+    cfg = ctx.cfg
+    b, m = x.shape[0], cfg.m_train
+    w = warmup_factor(ctx.epoch, cfg.warmup_epochs)
+    noise = draw_noise(x, m, cfg.sigma, ctx.generator)
+    anchor, x_adv = adversary(
+        model, x, y, noise, cfg.mix_alpha, cfg.steps, cfg.mix_step, cfg.mix_maxnorm
+    )
+    if cfg.mix_step == 1:  # the one-step adversary replaces x, within radius α·w
+        x = x + attacks.project_l2(anchor - x, cfg.mix_alpha * w)
+    inputs, targets = noisy_copies(x, noise, y)
+    logits = model(inputs)
+    xent = F.cross_entropy(logits, targets)
+    clean_avg = F.softmax(logits, dim=1).view(b, m, -1).mean(dim=1)
+    lam = (
+        torch.rand(b, generator=ctx.generator, device=x.device, dtype=x.dtype) * UNIFORM_WEIGHT_MAX
+    )
+    x_mix = (1 - lam).view(-1, 1, 1, 1) * x + lam.view(-1, 1, 1, 1) * x_adv
+    uniform = torch.full_like(clean_avg, 1.0 / clean_avg.shape[1])
+    target = (1 - lam).view(-1, 1) * clean_avg + lam.view(-1, 1) * uniform
+    if cfg.mix_detach:
+        target = target.detach()
+    log_p_mix = F.log_softmax(model(noisy_copies(x_mix, noise, y)[0]), dim=1).view(b, m, -1)
+    gate = (clean_avg.argmax(dim=1) == y).to(x.dtype)
+    mix = (gate.view(-1, 1) * mixed_kl(target.unsqueeze(1), log_p_mix)).mean()
+    return StepOutput(xent + cfg.eta * w * mix, logits, targets)

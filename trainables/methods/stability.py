@@ -1,0 +1,27 @@
+"""Stability training (Li et al. 2019), as the SmoothMix paper ran it:
+  loss = CE(F(x), y) + λ · KL(softmax(F(x)) ‖ softmax(F(x + δ))),  δ ~ N(0, σ² I).
+The clean and the noisy batch go through the model separately (batch-norm statistics of each).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from trainables.methods.base import StepContext, StepOutput, draw_noise
+
+
+def stability_kl(clean_logits: torch.Tensor, noisy_logits: torch.Tensor) -> torch.Tensor:
+    """Per input: KL(softmax(clean) ‖ softmax(noisy))."""
+    log_p = F.log_softmax(clean_logits, dim=1)
+    log_q = F.log_softmax(noisy_logits, dim=1)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=1)
+
+
+def loss(model, x, y, ctx: StepContext) -> StepOutput:
+    cfg = ctx.cfg
+    noise = draw_noise(x, 1, cfg.sigma, ctx.generator)[:, 0]
+    clean = model(x)
+    noisy = model(x + noise)
+    total = F.cross_entropy(clean, y) + cfg.lam * stability_kl(clean, noisy).mean()
+    return StepOutput(total, clean, y)
