@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sweeper.envelope import certified_accuracy, envelope_curve, model_table
+from sweeper.results import identity_fields
 from trainables import fileio
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -70,14 +71,32 @@ def plot_envelope(
     fileio.write_bytes_atomic(location, buffer.getvalue())
 
 
+KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
+SETTING_COLUMNS = ["sigma_cert", "n0", "n", "alpha"]
+
+
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
-    """One row per model: its key hyperparameters, certified accuracy per radius and ACR."""
+    """One row per model: method, σ and the hyperparameters that tell the models apart,
+    certified accuracy per radius (columns "r=0.25", ...), ACR and the number of points;
+    sorted by ACR."""
     models = model_table(frame)
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
-    cols = [
-        c
-        for c in ["trial_id", "method", "attack", "sigma", "epsilon", "steps", "m_train"]
-        if c in models
-    ]
-    return pd.concat([models[cols], acc, models[["acr", "points"]]], axis=1)
+    candidates = [c.name for c in identity_fields()] + SETTING_COLUMNS
+    varying = [c for c in candidates if c in models and models[c].nunique(dropna=True) > 1]
+    if "sigma_cert" in varying and np.allclose(models["sigma_cert"], models["sigma"]):
+        varying.remove("sigma_cert")  # certified at the training σ: nothing to tell apart
+    keys = [c for c in KEY_COLUMNS if c in models and (c in varying or c in ("method", "sigma"))]
+    keys += [c for c in varying if c not in keys]
+    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]]], axis=1)
+    return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
+
+
+def best_rows(table: pd.DataFrame) -> dict[str, set[int]]:
+    """For each certified-accuracy column and ACR: the rows holding its maximum (ties: all)."""
+    scored = [c for c in table.columns if c.startswith("r=")] + ["acr"]
+    return {
+        c: set(table.index[np.isclose(table[c], table[c].max())])
+        for c in scored
+        if table[c].max() > 0
+    }

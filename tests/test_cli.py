@@ -127,7 +127,9 @@ def test_help_for_every_command(args):
 def test_spaces_lists_the_shipped_spaces():
     result = runner.invoke(app, ["spaces"])
     assert result.exit_code == 0, result.output
-    for name, count in (("cifar10", 644), ("digits", 34), ("imagenet", 33), ("mnist", 21)):
+    shipped = (("cifar10", 644), ("cifar10-methods", 21), ("digits", 34), ("digits-methods", 14),
+               ("imagenet", 33), ("mnist", 21))  # fmt: skip
+    for name, count in shipped:
         line = next(ln for ln in result.stdout.splitlines() if f" {name} " in ln)
         assert f" {count} " in line, line
     assert "gpu=0.25" in result.stdout

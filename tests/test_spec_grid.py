@@ -38,7 +38,9 @@ def trials(specs) -> dict[str, list[TrialConfig]]:
 
 
 def test_every_shipped_space_loads(specs):
-    assert available_spaces() == ["cifar10", "digits", "imagenet", "mnist"]
+    assert available_spaces() == [
+        "cifar10", "cifar10-methods", "digits", "digits-methods", "imagenet", "mnist",
+    ]  # fmt: skip
     for name, spec in specs.items():
         assert isinstance(spec, SweepSpec)
         assert spec.name == name
@@ -269,7 +271,7 @@ def test_unknown_space_lists_the_available_ones(tmp_path):
         load_space("cifar100")
     [problem] = info.value.problems
     assert "unknown space 'cifar100'" in problem
-    assert "cifar10, digits, imagenet, mnist" in problem
+    assert "cifar10, cifar10-methods, digits, digits-methods, imagenet, mnist" in problem
     with pytest.raises(SpecError, match="search space file not found"):
         load_space(str(tmp_path / "missing.yaml"))
 

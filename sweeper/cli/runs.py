@@ -1,23 +1,26 @@
-"""The `sweeper` command line: run a grid, certify, read the envelope, see the status.
-
-Exit codes: 0 done; 1 some trial or certification task failed (a table says which, and how
-to resume); 2 bad input (one line per problem, nothing started, nothing deleted); 130
-interrupted (re-run the same command to resume).
-"""
+"""Commands that run work on Ray: `spaces`, `run grid`, `certify`."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from sweeper import envelope as env
-from sweeper.grid import expand, parse_only
+from sweeper.cli.common import (
+    Address,
+    DataDir,
+    ExperimentOpt,
+    Only,
+    Storage,
+    app,
+    console,
+    fail,
+    run_app,
+)
+from sweeper.grid import expand
 from sweeper.plan import (
     Plan,
     PlanError,
@@ -27,56 +30,8 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.report import FORMATS, cell, plot_envelope, render
-from sweeper.results import ResultsError, load_results
 from sweeper.spec import available_spaces, load_space
-from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep, write_sweep
-from trainables import fileio
-from trainables.config import TrialConfig
-
-app = typer.Typer(
-    help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-run_app = typer.Typer(
-    help="Train a sweep and certify every model as it finishes.", no_args_is_help=True
-)
-app.add_typer(run_app, name="run")
-# Piped output keeps whole rows instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 160)
-DISPLAY = {
-    "radius": "radius", "certified_accuracy": "cert. acc", "clean_acc": "clean acc", "trial_id": "winner",
-    "method": "method", "attack": "attack", "sigma": "σ", "epsilon": "ε", "steps": "T", "m_train": "m",
-    "acr": "ACR", "models": "models",
-}  # fmt: skip
-
-Storage = Annotated[
-    str, typer.Option("--storage", help="Results location: a path or a URI (s3://...).")
-]
-ExperimentOpt = Annotated[
-    str | None, typer.Option("--experiment", help="Experiment name (default: the space's name).")
-]
-Address = Annotated[
-    str | None,
-    typer.Option(
-        "--address", help="Ray cluster: auto, host:port or ray://host:port (default: a local Ray)."
-    ),
-]
-DataDir = Annotated[
-    str | None,
-    typer.Option("--data-dir", help="Directory holding the data set (cifar10, mnist, imagenet)."),
-]
-Only = Annotated[
-    str | None, typer.Option("--only", help="A slice of the grid: key=value[,key=value...].")
-]
-
-
-def fail(problems: list[str], code: int = 2) -> NoReturn:
-    for p in problems:
-        typer.echo(f"error: {p}", err=True)
-    raise typer.Exit(code)
+from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 
 
 def _plan(request: PlanRequest) -> Plan:
@@ -381,166 +336,3 @@ def certify(
     except LaunchError as e:
         fail(e.problems)
     _report_outcome(outcome, _command_line())
-
-
-def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
-    """The named experiment, or the most recently written one under `storage`."""
-    if experiment:
-        return Experiment(storage, experiment)
-    sweeps = [
-        f
-        for f in fileio.list_files(storage, "sweep.json")
-        if f.count("/") - storage.count("/") <= 2
-    ]
-    if not sweeps:
-        fail([f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"])
-    root = fileio.local_path(storage) if not fileio.is_uri(storage) else None
-    if root is not None:
-        sweeps.sort(key=lambda f: Path(f).stat().st_mtime)
-    name = Path(sweeps[-1]).parent.name
-    typer.echo(f"experiment: {name} (pass --experiment to choose another)", err=True)
-    return Experiment(storage, name)
-
-
-@app.command()
-def envelope(
-    storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
-    radius: Annotated[float | None, typer.Option("--radius", help="One ℓ2 radius.")] = None,
-    radii: Annotated[
-        str | None,
-        typer.Option("--radii", help="start:stop:step (stop included) or a list 0,0.5,1."),
-    ] = None,
-    by: Annotated[
-        str | None,
-        typer.Option("--by", help="A column to group by (sigma, method, attack, m_train, ...)."),
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
-    plot: Annotated[
-        str | None, typer.Option("--plot", help="Write a figure (.png/.pdf/.svg) of the envelope.")
-    ] = None,
-    only: Only = None,
-) -> None:
-    """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
-    problems = []
-    if fmt not in FORMATS:
-        problems.append(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
-    if radius is not None and radii is not None:
-        problems.append("pass --radius or --radii, not both")
-    if radius is not None and radius < 0:
-        problems.append(f"--radius must be >= 0 (got {radius})")
-    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
-        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
-    try:
-        grid = [radius] if radius is not None else env.parse_radii(radii or "0:2.25:0.25")
-    except env.EnvelopeError as e:
-        problems.append(str(e))
-    selection, only_problems = parse_only(only)
-    if problems or only_problems:
-        fail(problems + only_problems)
-    exp = resolve_experiment(storage, experiment)
-    try:
-        results = load_results(exp)
-        frame = _filter(results.frame, selection)
-        table = env.envelope(frame, grid, by)
-    except (ResultsError, env.EnvelopeError) as e:
-        fail([str(e)])
-    _print_table(table, fmt, f"upper envelope of {exp.name}")
-    _print_coverage(exp, results, frame)
-    if plot:
-        plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models")
-        typer.echo(f"figure written to {plot}", err=True)
-
-
-def _filter(frame, selection: dict):
-    for key, value in selection.items():
-        if key not in frame:
-            fail([f"--only: {key!r} is not a results column"])
-        frame = (
-            frame[frame[key].astype(object) == value]
-            if not isinstance(value, float)
-            else frame[(frame[key] - value).abs() < 1e-9]
-        )
-    return frame
-
-
-def _print_table(table, fmt: str, title: str) -> None:
-    if fmt != "table":
-        typer.echo(render(table, fmt))
-        return
-    cols = [c for c in table.columns if c in DISPLAY or c == table.columns[0]]
-    out = Table(title=title)
-    for col in cols:
-        out.add_column(
-            DISPLAY.get(col, str(col)),
-            justify="right" if table[col].dtype.kind in "fiu" else "left",
-        )
-    winner = [
-        c for c in cols if c not in ("radius", "certified_accuracy", "models", table.columns[0])
-    ]
-    for _, row in table[cols].iterrows():
-        nobody = row["certified_accuracy"] == 0  # no model certifies anything: no winner to name
-        out.add_row(*("-" if nobody and c in winner else cell(row[c]) for c in cols))
-    console.print(out)
-
-
-def _print_coverage(exp: Experiment, results, frame) -> None:
-    models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
-    typer.echo(f"{models} models, {len(frame)} certified points", err=True)
-    try:
-        planned = {
-            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
-    absent = planned - set(results.frame["trial_id"])
-    if absent:
-        typer.echo(
-            f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
-        )
-    if results.missing_shards:
-        listed = ", ".join(
-            f"{tid} ({len(v)} shards)"
-            for (tid, _), v in sorted(results.missing_shards.items())[:10]
-        )
-        typer.echo(
-            f"{len(results.missing_shards)} models are missing shards (partial results): {listed}",
-            err=True,
-        )
-
-
-@app.command()
-def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
-    """Trials by state, certification shards done and missing, storage used."""
-    from sweeper.status import experiment_status
-
-    exp = resolve_experiment(storage, experiment)
-    try:
-        st = experiment_status(exp)
-    except FileNotFoundError as e:
-        fail([str(e)])
-    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
-        fail([f"cannot read the experiment at {exp.root} ({type(e).__name__}: {e})"])
-    counts = st.counts()
-    console.print(
-        f"[bold]{st.experiment}[/] at {st.root}: {len(st.trials)} trials: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    )
-    table = Table("trial_id", "trial", "state", "epoch", "shards", "error")
-    for t in st.trials:
-        shards = (
-            f"{t.shards_done}/{t.shards_expected}"
-            if t.shards_expected
-            else ("-" if t.state != "finished" else "0/?")
-        )
-        table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error[:60])
-    console.print(table)
-    done = sum(t.shards_done for t in st.trials)
-    gaps = sum((t.shards_expected or 0) - t.shards_done for t in st.trials)
-    console.print(
-        f"shards: {done} done, {gaps} missing in partly certified models; storage used: {st.size_bytes / 1e6:.1f} MB"
-    )
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app()

@@ -1,0 +1,211 @@
+"""Commands that read results: `envelope`, `table`, `status`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from sweeper import envelope as env
+from sweeper.cli.common import (
+    DISPLAY,
+    ExperimentOpt,
+    Only,
+    Storage,
+    app,
+    console,
+    fail,
+    filter_rows,
+    resolve_experiment,
+)
+from sweeper.grid import parse_only
+from sweeper.report import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
+from sweeper.results import ResultsError, load_results
+from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep
+from trainables.config import TrialConfig
+
+
+@app.command()
+def envelope(
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: ExperimentOpt = None,
+    radius: Annotated[float | None, typer.Option("--radius", help="One ℓ2 radius.")] = None,
+    radii: Annotated[
+        str | None,
+        typer.Option("--radii", help="start:stop:step (stop included) or a list 0,0.5,1."),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="A column to group by (sigma, method, attack, m_train, ...)."),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Write a figure (.png/.pdf/.svg) of the envelope.")
+    ] = None,
+    only: Only = None,
+) -> None:
+    """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
+    problems = _format_problems(fmt)
+    if radius is not None and radii is not None:
+        problems.append("pass --radius or --radii, not both")
+    if radius is not None and radius < 0:
+        problems.append(f"--radius must be >= 0 (got {radius})")
+    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
+        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
+    grid = [radius] if radius is not None else _radii(radii, problems)
+    exp, results, frame = _load(storage, experiment, only, problems)
+    try:
+        table = env.envelope(frame, grid, by)
+    except env.EnvelopeError as e:
+        fail([str(e)])
+    _print_table(table, fmt, f"upper envelope of {exp.name}")
+    _print_coverage(exp, results, frame)
+    if plot:
+        plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models")
+        typer.echo(f"figure written to {plot}", err=True)
+
+
+@app.command()
+def table(
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: ExperimentOpt = None,
+    radii: Annotated[
+        str | None, typer.Option("--radii", help="start:stop:step or a list 0,0.5,1.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
+    only: Only = None,
+) -> None:
+    """Per-model table: certified accuracy per radius and ACR, the best of each column marked
+    (like the papers' tables); models sorted by ACR."""
+    problems = _format_problems(fmt)
+    grid = _radii(radii, problems)
+    exp, results, frame = _load(storage, experiment, only, problems)
+    if frame.empty:
+        fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
+    rows = per_model_table(frame, grid)
+    best = best_rows(rows)
+    if fmt == "table":
+        out = Table(title=f"certified accuracy per model of {exp.name} (best per column in bold)")
+        for col in rows.columns:
+            header = col if col == "trial_id" else DISPLAY.get(col, col)
+            out.add_column(header, justify="right" if rows[col].dtype.kind in "fiu" else "left")
+        for i, row in rows.iterrows():
+            out.add_row(
+                *(
+                    f"[bold]{cell(v)}*[/]" if i in best.get(c, ()) else cell(v)
+                    for c, v in row.items()
+                )
+            )
+        console.print(out)
+    elif fmt == "markdown":
+        marked = rows.astype(object).map(cell)
+        for col, index in best.items():
+            marked.loc[list(index), col] = marked.loc[list(index), col].map(lambda v: f"**{v}**")
+        typer.echo(render(marked, fmt))
+    else:
+        typer.echo(render(rows, fmt))
+    _print_coverage(exp, results, frame)
+
+
+def _format_problems(fmt: str) -> list[str]:
+    return [] if fmt in FORMATS else [f"--format {fmt!r} is not one of {', '.join(FORMATS)}"]
+
+
+def _radii(text: str | None, problems: list[str]) -> list[float]:
+    try:
+        return env.parse_radii(text or "0:2.25:0.25")
+    except env.EnvelopeError as e:
+        problems.append(str(e))
+        return []
+
+
+def _load(storage: str, experiment: str | None, only: str | None, problems: list[str]):
+    """(experiment, results, rows selected by --only); exits 2 on any problem so far."""
+    selection, only_problems = parse_only(only)
+    if problems or only_problems:
+        fail(problems + only_problems)
+    exp = resolve_experiment(storage, experiment)
+    try:
+        results = load_results(exp)
+    except ResultsError as e:
+        fail([str(e)])
+    return exp, results, filter_rows(results.frame, selection)
+
+
+def _print_table(table, fmt: str, title: str) -> None:
+    if fmt != "table":
+        typer.echo(render(table, fmt))
+        return
+    cols = [c for c in table.columns if c in DISPLAY or c == table.columns[0]]
+    out = Table(title=title)
+    for col in cols:
+        out.add_column(
+            DISPLAY.get(col, str(col)),
+            justify="right" if table[col].dtype.kind in "fiu" else "left",
+        )
+    winner = [
+        c for c in cols if c not in ("radius", "certified_accuracy", "models", table.columns[0])
+    ]
+    for _, row in table[cols].iterrows():
+        nobody = row["certified_accuracy"] == 0  # no model certifies anything: no winner to name
+        out.add_row(*("-" if nobody and c in winner else cell(row[c]) for c in cols))
+    console.print(out)
+
+
+def _print_coverage(exp: Experiment, results, frame) -> None:
+    models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
+    typer.echo(f"{models} models, {len(frame)} certified points", err=True)
+    try:
+        planned = {
+            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
+    absent = planned - set(results.frame["trial_id"])
+    if absent:
+        typer.echo(
+            f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
+        )
+    if results.missing_shards:
+        listed = ", ".join(
+            f"{tid} ({len(v)} shards)"
+            for (tid, _), v in sorted(results.missing_shards.items())[:10]
+        )
+        typer.echo(
+            f"{len(results.missing_shards)} models are missing shards (partial results): {listed}",
+            err=True,
+        )
+
+
+@app.command()
+def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
+    """Trials by state, certification shards done and missing, storage used."""
+    from sweeper.status import experiment_status
+
+    exp = resolve_experiment(storage, experiment)
+    try:
+        st = experiment_status(exp)
+    except FileNotFoundError as e:
+        fail([str(e)])
+    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        fail([f"cannot read the experiment at {exp.root} ({type(e).__name__}: {e})"])
+    counts = st.counts()
+    console.print(
+        f"[bold]{st.experiment}[/] at {st.root}: {len(st.trials)} trials: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
+    table = Table("trial_id", "trial", "state", "epoch", "shards", "error")
+    for t in st.trials:
+        shards = (
+            f"{t.shards_done}/{t.shards_expected}"
+            if t.shards_expected
+            else ("-" if t.state != "finished" else "0/?")
+        )
+        table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error[:60])
+    console.print(table)
+    done = sum(t.shards_done for t in st.trials)
+    gaps = sum((t.shards_expected or 0) - t.shards_done for t in st.trials)
+    console.print(
+        f"shards: {done} done, {gaps} missing in partly certified models; storage used: {st.size_bytes / 1e6:.1f} MB"
+    )
