@@ -189,3 +189,28 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
     assert peak[0] == 4
     status = json.loads(Path(exp.trial_dir(trials[0].trial_id), "trial.json").read_text())
     assert status["state"] == "finished"
+
+
+def test_digits_methods_sweep_gives_one_curve_per_method(ray_session, tmp_path):
+    store = tmp_path / "store"
+    args = ["digits-methods", "--smoke", "--only", "sigma=0.25", "--storage", store]
+    result = run_cli("run", "grid", *args)
+    assert result.exit_code == 0, result.output
+    frame = load_results(Experiment(str(store), "digits-methods-smoke")).frame
+    per_method = frame.groupby("method")["trial_id"].nunique().to_dict()
+    expected = {
+        "gaussian": 1,
+        "smoothadv": 1,
+        "smoothmix": 2,
+        "macer": 1,
+        "consistency": 1,
+        "stability": 1,
+    }
+    assert per_method == expected
+    assert frame.groupby("trial_id").size().eq(20).all()
+    table = run_cli("table", "--storage", store, "--format", "csv", "--radii", "0,0.25")
+    assert table.exit_code == 0, table.output
+    lines = [ln for ln in table.stdout.splitlines() if ln and not ln.startswith("experiment:")]
+    assert lines[0].startswith("trial_id,method,") and "acr" in lines[0]
+    assert len(lines) == 1 + 7
+    assert {ln.split(",")[1] for ln in lines[1:]} == set(expected)
