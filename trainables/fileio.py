@@ -13,6 +13,15 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 
+def _file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+FILE_MODE = _file_mode()  # what open() would give a new file under this process's umask
+
+
 def is_uri(location: str) -> bool:
     return "://" in str(location) and not str(location).startswith("file://")
 
@@ -62,6 +71,7 @@ def write_bytes_atomic(location: str, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 files; results are shared (EFS, colleagues)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

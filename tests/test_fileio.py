@@ -1,0 +1,33 @@
+"""Byte-level storage: atomic writes, listing, file:// URIs."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from trainables import fileio
+
+
+def test_atomic_write_leaves_no_temp_and_a_shareable_mode(tmp_path):
+    target = tmp_path / "a" / "b.bin"
+    fileio.write_bytes_atomic(str(target), b"first")
+    fileio.write_bytes_atomic(str(target), b"second")
+    assert target.read_bytes() == b"second"
+    assert [p.name for p in target.parent.iterdir()] == ["b.bin"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_file_uris_and_listing(tmp_path):
+    uri = f"file://{tmp_path}"
+    fileio.write_bytes_atomic(fileio.join(uri, "x", "1.parquet"), b"1")
+    fileio.write_bytes_atomic(fileio.join(uri, "x", "y", "2.parquet"), b"22")
+    (tmp_path / "x" / ".3.parquet.tmp").write_bytes(b"partial")
+    assert fileio.exists(fileio.join(uri, "x", "1.parquet"))
+    assert not fileio.exists(fileio.join(uri, "x", "nope"))
+    assert fileio.read_bytes(fileio.join(uri, "x", "y", "2.parquet")) == b"22"
+    listed = fileio.list_files(uri, ".parquet")
+    assert [f.rsplit("/", 1)[-1] for f in listed] == ["1.parquet", "2.parquet"]
+    assert fileio.list_files(fileio.join(uri, "missing")) == []
+    assert fileio.total_size(str(tmp_path / "x")) == 1 + 2 + len(b"partial")
