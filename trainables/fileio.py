@@ -41,7 +41,9 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
 
 def join(base: str, *parts: str) -> str:
     base = str(base)
-    return "/".join([base.rstrip("/"), *parts]) if is_uri(base) else str(Path(base, *parts))
+    if "://" in base:  # any URI, file:// included: pathlib would collapse the "//"
+        return "/".join([base.rstrip("/"), *parts])
+    return str(Path(base, *parts))
 
 
 def exists(location: str) -> bool:
