@@ -137,21 +137,21 @@ def test_loss_is_finite_and_sends_finite_nonzero_gradients_to_every_parameter(me
     assert model.training and all(p.requires_grad for p in model.parameters())
 
 
-def test_only_the_smoothadv_family_splits_the_batch():
+def test_batch_splitting_follows_each_reference_code():
     assert {name: method.splits_batch for name, method in REGISTRY.items()} == {
         "gaussian": True,
         "smoothadv": True,
         "vanilla_pgd": True,
         "pgd_noise": True,
-        "smoothmix": False,
+        "smoothmix": True,
         "macer": False,
-        "consistency": False,
+        "consistency": True,
         "stability": False,
     }
 
 
 @pytest.mark.parametrize("method", NEW_METHODS)
-def test_one_epoch_on_digits_takes_one_optimizer_step_per_loader_batch(method, monkeypatch):
+def test_one_epoch_on_digits_takes_the_reference_optimizer_steps(method, monkeypatch):
     steps: list[int] = []
     build_state = train.build_state
 
@@ -167,7 +167,8 @@ def test_one_epoch_on_digits_takes_one_optimizer_step_per_loader_batch(method, m
     )  # fmt: skip
     state = train.fit(cfg, None, device=torch.device("cpu"))
     (metrics,) = state.history
-    assert len(steps) == 2  # 64 inputs, batches of 32
+    chunks = 2 if REGISTRY[method].splits_batch else 1  # m_train = 2 chunks per batch
+    assert len(steps) == 2 * chunks  # 64 inputs, batches of 32
     assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["train_acc"] <= 1
     assert all(torch.isfinite(p).all() for p in state.model.parameters())
 
@@ -225,7 +226,7 @@ def test_smoothmix_loss_equals_the_hand_computation(monkeypatch, mix_step, epoch
     ctx = context("smoothmix", epoch, eta=2.0, mix_step=mix_step, **SMOOTHMIX)
     out = smoothmix.loss(linear_model(), *batch(*cases), ctx)
     assert draws == [2]  # one draw of m noises, used by the attack, the clean and mixed copies
-    w = epoch / 2  # epoch / (warmup_epochs − 1)
+    w = min(1.0, (epoch + 1) / 3)  # SmoothMix's own warm-up: (epoch + 1) / warmup_epochs
     hand = smoothmix_by_hand(
         cases, SMALL_NOISE, seeded_lambda(2), alpha=0.3, steps=3, eta=2.0, w=w,
         one_step=mix_step == 1,
@@ -295,14 +296,14 @@ def test_smoothmix_inputs_predicted_wrong_contribute_nothing_to_the_mixup_term(m
 
 
 def test_smoothmix_one_step_adversary_replaces_the_clean_input(monkeypatch):
-    """Epoch 1 of 3 warm-up epochs (w = ½): the first ascent step (length α, no clipping
+    """Epoch 1 of 4 warm-up epochs (w = (1+1)/4 = ½): the first ascent step (length α, no clipping
     from these inputs) is cut to α/2, and the noisy cross-entropy, gate, target and mixup all
     start from there."""
     cases = (RIGHT_0, RIGHT_1)
     fix_noise(monkeypatch, smoothmix, SMALL_NOISE)
     model = linear_model()
     seen = record_inputs(model)
-    ctx = context("smoothmix", 1, eta=2.0, mix_step=1, **SMOOTHMIX)
+    ctx = context("smoothmix", 1, eta=2.0, mix_step=1, **{**SMOOTHMIX, "warmup_epochs": 4})
     smoothmix.loss(model, *batch(*cases), ctx)
     clean, mixed = training_inputs(seen)
     x = np.array([pixels for pixels, _ in cases])
@@ -320,13 +321,17 @@ def test_smoothmix_one_step_adversary_replaces_the_clean_input(monkeypatch):
     assert np.allclose(mixed, (x_mix[:, None] + noise).reshape(4, 2), atol=1e-12)
 
 
-@pytest.mark.parametrize("mix_step", [0, 1])
-def test_smoothmix_in_the_first_warmup_epoch_is_noisy_cross_entropy_on_x(monkeypatch, mix_step):
+def test_smoothmix_warmup_is_the_official_schedule():
+    assert [smoothmix.warmup(e, 3) for e in range(5)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1])
+    assert smoothmix.warmup(0, 0) == 1.0
+
+
+def test_smoothmix_without_the_mixup_term_is_noisy_cross_entropy_on_x(monkeypatch):
     cases = (RIGHT_0, RIGHT_1)
     fix_noise(monkeypatch, smoothmix, SMALL_NOISE)
     model = linear_model()
     seen = record_inputs(model)
-    ctx = context("smoothmix", 0, eta=2.0, mix_step=mix_step, **SMOOTHMIX)
+    ctx = context("smoothmix", 0, eta=0.0, mix_step=0, **SMOOTHMIX)
     out = smoothmix.loss(model, *batch(*cases), ctx)
     clean = training_inputs(seen)[0]
     x = np.array([pixels for pixels, _ in cases])

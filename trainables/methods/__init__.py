@@ -1,8 +1,9 @@
 """Training methods, one small module each, keyed by `TrialConfig.method`.
 
-`splits_batch`: the SmoothAdv reference code splits each loader batch of B inputs into m_train
-chunks of B/m inputs, each becoming m noisy copies, one optimizer step per chunk; the other
-methods' reference code takes one step per batch on all B·m copies.
+`splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
+split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
+copies, one optimizer step per chunk; MACER and stability training take one step per batch
+on all B·k copies.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ REGISTRY: dict[str, Method] = {
     "smoothadv": Method(smoothadv.loss, splits_batch=True),
     "vanilla_pgd": Method(vanilla_pgd.loss_vanilla, splits_batch=True),
     "pgd_noise": Method(vanilla_pgd.loss_with_noise, splits_batch=True),
-    "smoothmix": Method(smoothmix.loss, splits_batch=False),
+    "smoothmix": Method(smoothmix.loss, splits_batch=True),
     "macer": Method(macer.loss, splits_batch=False),
-    "consistency": Method(consistency.loss, splits_batch=False),
+    "consistency": Method(consistency.loss, splits_batch=True),
     "stability": Method(stability.loss, splits_batch=False),
 }
 assert tuple(REGISTRY) == METHODS, "method registry and config.METHODS disagree"

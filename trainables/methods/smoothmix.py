@@ -8,7 +8,8 @@ Per chunk of b inputs, with m noises δ_1..δ_m per input drawn once and used ev
   target = (1−λ)·mean_k softmax(F(x + δ_k)) + λ·uniform;
 - loss = mean_k CE(F(x + δ_k), y)
          + η·w·mean_k[ 1{argmax mean_k softmax(F(x + δ_k)) = y} · KL(target ‖ softmax(F(x_mix + δ_k))) ],
-  w the warm-up factor of the epoch (0 in epoch 0, 1 from epoch warmup_epochs − 1 on);
+  w = min(1, (epoch + 1) / warmup_epochs) the warm-up factor, as in the official code (unlike
+  SmoothAdv's ε warm-up it is not 0 in the first epoch);
 - `mix_step = 1`, the "one-step adversary": the first ascent iterate, projected to radius
   α·w, replaces the clean x everywhere above (noisy cross-entropy, gate, target and mixup).
 
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from trainables import attacks
-from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies, warmup_factor
+from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
 
@@ -48,6 +49,11 @@ def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxno
     return (x + anchor).detach(), (x + delta).detach()
 
 
+def warmup(epoch: int, warmup_epochs: int) -> float:
+    """SmoothMix's warm-up factor: min(1, (epoch + 1) / warmup_epochs); 1 without warm-up."""
+    return 1.0 if warmup_epochs <= 0 else min(1.0, (epoch + 1) / warmup_epochs)
+
+
 def mixed_kl(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
     """KL(target ‖ p) per row: Σ_c target_c·(log target_c − log p_c), with 0·log 0 = 0."""
     return (torch.special.xlogy(target, target) - target * log_probs).sum(dim=-1)
@@ -56,7 +62,7 @@ def mixed_kl(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
     b, m = x.shape[0], cfg.m_train
-    w = warmup_factor(ctx.epoch, cfg.warmup_epochs)
+    w = warmup(ctx.epoch, cfg.warmup_epochs)
     noise = draw_noise(x, m, cfg.sigma, ctx.generator)
     anchor, x_adv = adversary(
         model, x, y, noise, cfg.mix_alpha, cfg.steps, cfg.mix_step, cfg.mix_maxnorm

@@ -1,6 +1,9 @@
 """Stability training (Li et al. 2019), as the SmoothMix paper ran it:
   loss = CE(F(x), y) + λ · KL(softmax(F(x)) ‖ softmax(F(x + δ))),  δ ~ N(0, σ² I).
 The clean and the noisy batch go through the model separately (batch-norm statistics of each).
+The public re-implementation (jh-jeong/smoothing-consistency, train_stab.py) uses the
+cross-entropy −Σ softmax(F(x))·log softmax(F(x + δ)) = KL + H(softmax(F(x))) instead; this
+module follows the paper and the issue: KL only.
 """
 
 from __future__ import annotations
