@@ -27,7 +27,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 DISPLAY = {
     "radius": "radius", "certified_accuracy": "cert. acc", "clean_acc": "clean acc", "trial_id": "winner",
     "method": "method", "attack": "attack", "sigma": "σ", "epsilon": "ε", "steps": "T", "m_train": "m",
-    "acr": "ACR", "models": "models",
+    "acr": "ACR", "models": "models", "lam": "λ", "eta": "η",
 }  # fmt: skip
 
 Storage = Annotated[
