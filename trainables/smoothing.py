@@ -103,19 +103,23 @@ class Smooth:
         """CERTIFY for one input, with nA, n and p_lower kept."""
         return self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
 
-    def certify_batch(self, xs, n0, n, alpha, batch_size, generator=None) -> list[Certificate]:
+    def certify_batch(
+        self, xs, n0, n, alpha, batch_size, generator=None, sigmas=None
+    ) -> list[Certificate]:
         """CERTIFY for each of the P inputs in `xs` (P,C,H,W), sharing forward batches.
 
         Each input gets its own n0 selection samples and n fresh estimation samples, so the
-        guarantee holds per input exactly as in the one-at-a-time algorithm.
+        guarantee holds per input exactly as in the one-at-a-time algorithm. `sigmas` (P,)
+        smooths each input with its own σ (data-dependent smoothing) instead of self.sigma.
         """
-        counts0 = self.sample_counts(xs, n0, batch_size, generator)
+        counts0 = self.sample_counts(xs, n0, batch_size, generator, sigmas)
         cAHat = counts0.argmax(dim=1)
-        counts = self.sample_counts(xs, n, batch_size, generator)
+        counts = self.sample_counts(xs, n, batch_size, generator, sigmas)
         nA = counts.gather(1, cAHat.unsqueeze(1)).squeeze(1)
+        per_point = [self.sigma] * len(xs) if sigmas is None else sigmas.tolist()
         return [
-            certificate_from_counts(c, a, n, alpha, self.sigma)
-            for c, a in zip(cAHat.tolist(), nA.tolist(), strict=True)
+            certificate_from_counts(c, a, n, alpha, s)
+            for c, a, s in zip(cAHat.tolist(), nA.tolist(), per_point, strict=True)
         ]
 
     def predict(self, x, n, alpha, batch_size, generator=None) -> int:
@@ -123,9 +127,9 @@ class Smooth:
         counts = self.sample_counts(x.unsqueeze(0), n, batch_size, generator)[0]
         return predict_from_counts(counts.cpu().numpy(), alpha)
 
-    def sample_counts(self, xs, num, batch_size, generator=None) -> torch.Tensor:
+    def sample_counts(self, xs, num, batch_size, generator=None, sigmas=None) -> torch.Tensor:
         """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
-        summing to `num`. Every forward batch holds at most max(batch_size, 1) noisy samples:
+        summing to `num`; noise N(0, σ²) with σ = self.sigma or, per point, `sigmas` (P,). Every forward batch holds at most max(batch_size, 1) noisy samples:
         up to `batch_size` points at a time, each with batch_size // (those points) draws.
 
         The base classifier runs in eval mode (each submodule's mode is restored afterwards),
@@ -138,10 +142,13 @@ class Smooth:
         with _eval_mode(self.base_classifier), torch.inference_mode():
             for start in range(0, P, group):
                 chunk = xs[start : start + group]
-                counts[start : start + group] = self._chunk_counts(chunk, num, per_point, generator)
+                scale = None if sigmas is None else sigmas[start : start + group]
+                counts[start : start + group] = self._chunk_counts(
+                    chunk, num, per_point, generator, scale
+                )
         return counts
 
-    def _chunk_counts(self, xs, num, per_point, generator) -> torch.Tensor:
+    def _chunk_counts(self, xs, num, per_point, generator, sigmas=None) -> torch.Tensor:
         """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
 
         The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by
@@ -155,7 +162,13 @@ class Smooth:
         while remaining > 0:
             k = min(k, remaining)
             noisy = buffer[: g * k].view(g, k, *shape)
-            noisy.normal_(0.0, self.sigma, generator=generator).add_(xs.unsqueeze(1))
+            if sigmas is None:
+                noisy.normal_(0.0, self.sigma, generator=generator)
+            else:
+                noisy.normal_(0.0, 1.0, generator=generator).mul_(
+                    sigmas.view(g, *[1] * (noisy.dim() - 1))
+                )
+            noisy.add_(xs.unsqueeze(1))
             preds = self.base_classifier(noisy.view(g * k, *shape)).argmax(dim=1)
             counts += torch.bincount((preds.view(g, k) + offsets).view(-1), minlength=g * K)
             remaining -= k
