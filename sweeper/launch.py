@@ -234,7 +234,7 @@ def run_sweep(
     """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
     `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`)."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify, resources, on_event)
+    certifier = Certifier(exp, certify.variants(), resources, on_event)
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
@@ -247,7 +247,7 @@ def run_sweep(
         certifier.cancel()
     else:
         certifier.wait()
-    outcome.certify_failures = [(s.trial_id, m) for s, m in certifier.failures]
+    outcome.certify_failures = list(certifier.failures)
     return outcome
 
 
@@ -260,7 +260,7 @@ def certify_trials(
 ) -> Outcome:
     """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify, resources, on_event)
+    certifier = Certifier(exp, certify.variants(), resources, on_event)
     for cfg in trials:
         certifier.submit(cfg)
     try:
@@ -268,5 +268,5 @@ def certify_trials(
     except KeyboardInterrupt:
         certifier.cancel()
         outcome.interrupted = True
-    outcome.certify_failures = [(s.trial_id, m) for s, m in certifier.failures]
+    outcome.certify_failures = list(certifier.failures)
     return outcome

@@ -72,7 +72,7 @@ def plot_envelope(
 
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
-SETTING_COLUMNS = ["sigma_cert", "n0", "n", "alpha"]
+SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]
 
 
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
@@ -84,6 +84,8 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     acc.columns = [f"r={r:g}" for r in radii]
     candidates = [c.name for c in identity_fields()] + SETTING_COLUMNS
     varying = [c for c in candidates if c in models and models[c].nunique(dropna=True) > 1]
+    if "sigma_cert" in varying and (models["smoothing"] == "data-dependent").any():
+        varying.remove("sigma_cert")  # per point under DDRS: a model's first point says nothing
     if "sigma_cert" in varying and np.allclose(models["sigma_cert"], models["sigma"]):
         varying.remove("sigma_cert")  # certified at the training σ: nothing to tell apart
     keys = [c for c in KEY_COLUMNS if c in models and (c in varying or c in ("method", "sigma"))]

@@ -25,7 +25,8 @@ from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 CERT_COLUMNS = [
-    ("sigma_cert", pa.float64()),
+    ("sigma_cert", pa.float64()),  # per point: it varies under data-dependent smoothing
+    ("smoothing", pa.string()),  # "fixed" σ, or "data-dependent" (DDRS, σ_x per point)
     ("n0", pa.int64()),
     ("n", pa.int64()),
     ("alpha", pa.float64()),
@@ -39,6 +40,19 @@ CERT_COLUMNS = [
     ("time_s", pa.float64()),
 ]
 MODEL_KEY = ["trial_id", "cert_id"]
+# Written by the DDRS memory pass (sweeper.memory), one file per data-dependent model.
+MEMORY_FILE = "memory.parquet"
+MEMORY_SCHEMA = pa.schema(
+    [
+        ("trial_id", pa.string()),
+        ("cert_id", pa.string()),
+        ("idx", pa.int64()),
+        ("predict_memory", pa.int64()),
+        ("radius_memory", pa.float64()),
+        ("correct_memory", pa.bool_()),
+        ("memory_changed", pa.bool_()),
+    ]
+)
 
 
 class ResultsError(RuntimeError):
@@ -88,6 +102,7 @@ def shard_table(
     data.update({k: [v] * rows for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS})
     data.update({k: [v] * rows for k, v in constants.items()})
     data.update(columns)
+    data.setdefault("smoothing", ["fixed"] * rows)
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)
     meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
     return table.replace_schema_metadata(meta)
@@ -102,7 +117,12 @@ def write_shard(table: pa.Table, location: str) -> None:
 
 @dataclass
 class Results:
-    frame: pd.DataFrame  # every row of every shard found
+    """Every row of every shard found. For data-dependent models (smoothing ==
+    "data-dependent") predict/radius/correct are the memory-adjusted, sound values and the
+    Monte-Carlo ones are kept as predict_raw/radius_raw/correct_raw; `sound` is False for
+    rows of such models whose memory pass has not run yet."""
+
+    frame: pd.DataFrame
     files: list[str]
     # (trial_id, cert_id) -> shard numbers missing from a model that has some shards
     missing_shards: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -129,20 +149,20 @@ def missing_shards(files: list[str]) -> dict[tuple[str, str], list[int]]:
     return {k: sorted(set(range(total[k])) - s) for k, s in seen.items() if len(s) < total[k]}
 
 
-def read_tables(files: list[str]) -> pa.Table:
-    """All shards as one table; a file that is not valid Parquet is named in the error."""
+def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
+    """All files as one table; a file that is not valid Parquet is named in the error."""
     if not files:
-        return SCHEMA.empty_table()
+        return schema.empty_table()
     fs, _ = fileio.filesystem(files[0])
     paths = [fileio.filesystem(f)[1] for f in files]
     try:
-        return pads.dataset(paths, format="parquet", filesystem=fs, schema=SCHEMA).to_table()
+        return pads.dataset(paths, format="parquet", filesystem=fs, schema=schema).to_table()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError):
         pass
     tables = []
     for f, p in zip(files, paths, strict=True):
         try:
-            tables.append(pq.read_table(p, filesystem=fs, schema=SCHEMA))
+            tables.append(pq.read_table(p, filesystem=fs, schema=schema))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
             reason = str(e).splitlines()[0]
             raise ResultsError(
@@ -157,4 +177,18 @@ def load_results(exp: Experiment) -> Results:
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
     files = shard_files(exp)
     frame = read_tables(files).to_pandas()
-    return Results(frame, files, missing_shards(files))
+    frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS
+    memory = read_tables(fileio.list_files(exp.certify_dir, MEMORY_FILE), MEMORY_SCHEMA)
+    return Results(apply_memory(frame, memory.to_pandas()), files, missing_shards(files))
+
+
+def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
+    """Put the memory pass's sound certificates in place of the raw ones (see `Results`)."""
+    frame = frame.merge(memory, on=["trial_id", "cert_id", "idx"], how="left")
+    dependent = (frame["smoothing"] == "data-dependent").to_numpy()
+    adjusted = frame["predict_memory"].notna().to_numpy()
+    frame["sound"] = ~dependent | adjusted
+    for col in ("predict", "radius", "correct"):
+        frame[f"{col}_raw"] = frame[col]
+        frame.loc[adjusted, col] = frame.loc[adjusted, f"{col}_memory"].astype(frame[col].dtype)
+    return frame.drop(columns=["predict_memory", "radius_memory", "correct_memory"])

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from trainables.config import ProblemsError, TrialConfig, type_problems
+from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "smoke")
@@ -58,6 +58,9 @@ class CertifySpec:
     batch_size: int = 1000  # noisy samples per forward pass (lower it if a GPU runs out)
     points_per_batch: int | None = None  # None: enough points to fill a batch at n0 samples each
     shard_size: int = 50  # test points per certification task (and Parquet file)
+    # Data-dependent smoothing (DDRS): in a space, certify every model a second time with σ_x
+    # per point ({} or true: the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
+    ddrs: DDRSSettings | None = None
 
     def problems(self) -> list[str]:
         p = type_problems(self)
@@ -73,6 +76,8 @@ class CertifySpec:
             p.append(f"alpha must be in (0, 0.5) (got {self.alpha})")
         if self.sigma is not None and not self.sigma > 0:
             p.append(f"sigma must be > 0 (got {self.sigma})")
+        if self.ddrs is not None:
+            p += [f"ddrs.{q}" for q in self.ddrs.problems()]
         return p
 
     @property
@@ -80,9 +85,15 @@ class CertifySpec:
         """Names the settings in file paths; new settings give new files, old rows stay."""
         sigma = "train" if self.sigma is None else f"{self.sigma:g}"
         mp = "all" if self.max_points is None else self.max_points
-        return (
+        fixed = (
             f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
         )
+        return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
+
+    def variants(self) -> list[CertifySpec]:
+        """The settings a run certifies with: fixed σ, and data-dependent σ too if `ddrs`."""
+        fixed = dataclasses.replace(self, ddrs=None)
+        return [fixed] if self.ddrs is None else [fixed, self]
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,8 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
         problems += [p for p in merged if p.replace("smoke.", "", 1) not in problems]
         names = {f.name for f in fields(CertifySpec)}
         smoke_certify = {k: v for k, v in smoke_certify.items() if k in names}
+        if "ddrs" in smoke_certify:
+            smoke_certify["ddrs"] = _ddrs(smoke_certify["ddrs"], "smoke.certify.ddrs", [])
     else:
         problems.append("smoke.certify must be a mapping")
         smoke_certify = {}
@@ -269,6 +282,29 @@ def _dataclass(cls, value: Any, where: str, problems: list[str]):
         for k in value
         if k not in names
     )
-    obj = cls(**{k: v for k, v in value.items() if k in names})
+    kwargs = {k: v for k, v in value.items() if k in names}
+    if cls is CertifySpec and "ddrs" in kwargs:
+        kwargs["ddrs"] = _ddrs(kwargs["ddrs"], f"{where}.ddrs", problems)
+    obj = cls(**kwargs)
     problems.extend(f"{where}.{p}" for p in obj.problems())
     return obj
+
+
+def _ddrs(value: Any, where: str, problems: list[str]) -> DDRSSettings | None:
+    """`ddrs:` in a certify block: null/false (off), true or {} (defaults), or settings."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DDRSSettings()
+    if isinstance(value, DDRSSettings):
+        return value
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be true, false or a mapping of settings")
+        return None
+    names = {f.name for f in fields(DDRSSettings)}
+    problems.extend(
+        f"{where}: unknown key {k!r} (valid: {', '.join(sorted(names))})"
+        for k in value
+        if k not in names
+    )
+    return DDRSSettings(**{k: v for k, v in value.items() if k in names})

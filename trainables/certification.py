@@ -13,7 +13,21 @@ from dataclasses import dataclass
 
 import torch
 
+from trainables.config import DDRSSettings
+from trainables.ddrs import optimize_sigma
 from trainables.smoothing import ABSTAIN, Smooth
+
+COLUMNS = (
+    "idx",
+    "label",
+    "sigma_cert",
+    "predict",
+    "count",
+    "p_lower",
+    "radius",
+    "correct",
+    "time_s",
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +38,7 @@ class CertifySettings:
     sigma: float  # σ_cert
     batch_size: int  # noisy samples per forward pass
     points_per_batch: int | None = None  # None: batch_size // n0, so the n0 stage fills a batch
+    ddrs: DDRSSettings | None = None  # data-dependent σ_x per point, optimized from σ0 = sigma
 
     def points(self, available: int) -> int:
         p = self.points_per_batch or max(1, self.batch_size // self.n0)
@@ -46,36 +61,38 @@ def certify_points(
 ) -> dict[str, list]:
     """CERTIFY each `dataset[i]` for i in `indices`.
 
-    Returns columns: idx, label, predict (−1 = abstain), count (nA: votes for the predicted
+    Returns columns: idx, label, sigma_cert (σ of the point: `settings.sigma`, or σ_x from
+    OptimizeSigma under DDRS), predict (−1 = abstain), count (nA: votes for the predicted
     class among n; for an abstention, votes for the selected class), p_lower, radius (0 on
-    abstention), correct, time_s (wall time per point; shared batches split evenly).
+    abstention), correct, time_s (wall time per point, σ optimization included; shared
+    batches split evenly).
     """
     model.eval()
     smooth = Smooth(model, num_classes, settings.sigma)
     generator = torch.Generator(device=device).manual_seed(seed)
-    cols: dict[str, list] = {
-        k: []
-        for k in ("idx", "label", "predict", "count", "p_lower", "radius", "correct", "time_s")
-    }
+    cols: dict[str, list] = {k: [] for k in COLUMNS}
     P = settings.points(len(indices))
     for start in range(0, len(indices), P):
-        chunk = list(indices[start : start + P])
-        items = [dataset[i] for i in chunk]
+        items = [dataset[i] for i in indices[start : start + P]]
         xs = torch.stack([it[0] for it in items]).to(device)
         t0 = time.perf_counter()
+        sigmas = None
+        if settings.ddrs is not None:
+            d = settings.ddrs
+            sigmas = optimize_sigma(
+                model, xs, settings.sigma, d.iterations, d.lr, d.samples, d.min_sigma, generator
+            )
         certs = smooth.certify_batch(
-            xs, settings.n0, settings.n, settings.alpha, settings.batch_size, generator
+            xs, settings.n0, settings.n, settings.alpha, settings.batch_size, generator, sigmas
         )
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        per_point = (time.perf_counter() - t0) / len(chunk)
-        for (_, label, idx), c in zip(items, certs, strict=True):
-            cols["idx"].append(int(idx))
-            cols["label"].append(int(label))
-            cols["predict"].append(c.prediction)
-            cols["count"].append(c.nA)
-            cols["p_lower"].append(c.p_lower)
-            cols["radius"].append(c.radius)
-            cols["correct"].append(c.prediction != ABSTAIN and c.prediction == int(label))
-            cols["time_s"].append(per_point)
+        per_point = (time.perf_counter() - t0) / len(items)
+        point_sigmas = [settings.sigma] * len(items) if sigmas is None else sigmas.tolist()
+        for (_, label, idx), c, s in zip(items, certs, point_sigmas, strict=True):
+            row = {"idx": int(idx), "label": int(label), "sigma_cert": s, "predict": c.prediction,
+                   "count": c.nA, "p_lower": c.p_lower, "radius": c.radius, "time_s": per_point,
+                   "correct": c.prediction != ABSTAIN and c.prediction == int(label)}  # fmt: skip
+            for k in COLUMNS:
+                cols[k].append(row[k])
     return cols

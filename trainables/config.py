@@ -71,6 +71,32 @@ class ConfigError(ProblemsError):
 
 
 @dataclass(frozen=True)
+class DDRSSettings:
+    """OptimizeSigma's settings; defaults from the paper (K = 100 steps of lr 1e-4, n = 1)."""
+
+    iterations: int = 100
+    lr: float = 1e-4
+    samples: int = 1
+    min_sigma: float = 1e-3
+
+    def problems(self) -> list[str]:
+        p = []
+        if not (isinstance(self.iterations, int) and self.iterations >= 1):
+            p.append(f"iterations must be an integer >= 1 (got {self.iterations!r})")
+        if not (isinstance(self.samples, int) and self.samples >= 1):
+            p.append(f"samples must be an integer >= 1 (got {self.samples!r})")
+        for name in ("lr", "min_sigma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                p.append(f"{name} must be a number > 0 (got {value!r})")
+        return p
+
+    @property
+    def tag(self) -> str:
+        return f"ddrs-K{self.iterations}-lr{self.lr:g}-n{self.samples}-min{self.min_sigma:g}"
+
+
+@dataclass(frozen=True)
 class TrialConfig:
     """One trial. Defaults are the SmoothAdv paper's CIFAR-10 protocol (appendix D)."""
 

@@ -56,6 +56,8 @@ def envelope(
     grid = [radius] if radius is not None else _radii(radii, problems)
     exp, results, frame = _load(storage, experiment, only, problems)
     try:
+        # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
+        by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
         table = env.envelope(frame, grid, by)
     except env.EnvelopeError as e:
         fail([str(e)])
@@ -130,7 +132,15 @@ def _load(storage: str, experiment: str | None, only: str | None, problems: list
         results = load_results(exp)
     except ResultsError as e:
         fail([str(e)])
-    return exp, results, filter_rows(results.frame, selection)
+    frame = filter_rows(results.frame, selection)
+    unsound = frame.loc[~frame["sound"], "trial_id"].nunique()
+    if unsound:
+        typer.echo(
+            f"{unsound} data-dependent models await their memory pass and are left out: "
+            "re-run `sweeper certify <space> --ddrs` to finish them",
+            err=True,
+        )
+    return exp, results, frame[frame["sound"]]
 
 
 def _print_table(table, fmt: str, title: str) -> None:

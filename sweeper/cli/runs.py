@@ -32,6 +32,7 @@ from sweeper.plan import (
 )
 from sweeper.spec import available_spaces, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
+from trainables.config import DDRSSettings
 
 
 def _plan(request: PlanRequest) -> Plan:
@@ -277,10 +278,28 @@ def certify(
         int | None, typer.Option("--batch-size", help="Noisy samples per forward pass.")
     ] = None,
     cpu_only: Annotated[bool, typer.Option("--cpu-only", help="Ask for no GPU.")] = False,
+    ddrs: Annotated[
+        bool,
+        typer.Option(
+            "--ddrs",
+            help="Also certify with data-dependent σ per point (DDRS), then the memory pass.",
+        ),
+    ] = False,
+    ddrs_iterations: Annotated[
+        int | None, typer.Option("--ddrs-iterations", help="OptimizeSigma ascent steps K (100).")
+    ] = None,
+    ddrs_lr: Annotated[
+        float | None, typer.Option("--ddrs-lr", help="OptimizeSigma step size (1e-4).")
+    ] = None,
+    ddrs_samples: Annotated[
+        int | None, typer.Option("--ddrs-samples", help="Noise draws per OptimizeSigma step (1).")
+    ] = None,
 ) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
 
-    New settings write new files beside the old ones; existing shards are skipped."""
+    New settings write new files beside the old ones; existing shards are skipped. With
+    --ddrs every model is certified with its own σ_x per test point as well (Alfarra et al.),
+    made sound by a memory pass over each model's results."""
     flags = {
         "n": n,
         "n0": n0,
@@ -292,6 +311,10 @@ def certify(
         "batch_size": batch_size,
     }
     overrides = {k: v for k, v in flags.items() if v is not None}
+    ddrs_flags = {"iterations": ddrs_iterations, "lr": ddrs_lr, "samples": ddrs_samples}
+    ddrs_flags = {k: v for k, v in ddrs_flags.items() if v is not None}
+    if ddrs or ddrs_flags:
+        overrides["ddrs"] = DDRSSettings(**ddrs_flags)
     plan = _plan(
         PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides, address)
     )
