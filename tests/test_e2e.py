@@ -214,3 +214,39 @@ def test_digits_methods_sweep_gives_one_curve_per_method(ray_session, tmp_path):
     assert lines[0].startswith("trial_id,method,") and "acr" in lines[0]
     assert len(lines) == 1 + 7
     assert {ln.split(",")[1] for ln in lines[1:]} == set(expected)
+
+
+def test_certify_ddrs_adds_sound_data_dependent_rows(finished_sweep):
+    space, exp = finished_sweep
+    args = ["--storage", exp.storage, "--experiment", "e2e", "--max-points", "10"]
+    result = run_cli(
+        "certify", space, *args, "--ddrs", "--ddrs-iterations", "3", "--ddrs-lr", "0.01"
+    )
+    assert result.exit_code == 0, result.output
+    frame = load_results(Experiment(exp.storage, "e2e")).frame
+    dependent = frame[frame["smoothing"] == "data-dependent"]
+    assert len(dependent) == 3 * 10 and dependent["sound"].all()
+    assert len(list(Path(exp.certify_dir).rglob("memory.parquet"))) == 3
+    assert dependent.groupby("trial_id")["sigma_cert"].nunique().gt(1).all()  # σ_x per point
+    fixed = frame[
+        (frame["smoothing"] == "fixed")
+        & (frame["cert_id"].isin(set(dependent["cert_id"].str.rsplit("_ddrs", n=1).str[0])))
+    ]
+    assert len(fixed) == 3 * 10  # the same settings at fixed σ, side by side
+    table = env.envelope(frame, [0.0, 0.25], "smoothing")
+    assert set(table["smoothing"]) == {"fixed", "data-dependent"}
+
+
+SPACE_DDRS = SPACE.replace(
+    "certify: {n0: 16, n: 64,", "certify: {ddrs: {iterations: 2, lr: 0.01}, n0: 16, n: 64,"
+).replace("sigma: [0.25, 0.5]", "sigma: [0.25]")
+
+
+def test_space_with_ddrs_certifies_both_ways(ray_session, tmp_path):
+    space = write_space(tmp_path, SPACE_DDRS)
+    result = run_cli("run", "grid", space, "--storage", tmp_path / "store", "--experiment", "dd")
+    assert result.exit_code == 0, result.output
+    frame = load_results(Experiment(str(tmp_path / "store"), "dd")).frame
+    counts = frame.groupby("smoothing").size().to_dict()
+    assert counts == {"fixed": 2 * POINTS, "data-dependent": 2 * POINTS}
+    assert frame["sound"].all()
