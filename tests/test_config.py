@@ -33,7 +33,7 @@ ALTERNATIVES = dict(
     dataset="mnist", arch="lenet", method="gaussian", sigma=0.25, m_train=4, attack="pgd",
     epsilon=1.0, steps=5, warmup_epochs=4, ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
-    train_subset=100, eval_subset=50, amp=True, seed=4,
+    train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5,
 )  # fmt: skip
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
@@ -215,11 +215,19 @@ METHOD_ALTERNATIVES = {
     "macer": dict(lam=4.0, macer_beta=8.0, macer_gamma=4.0),
     "consistency": dict(lam=20.0, eta=0.1),
 }
+# DDRS training's settings, which only count when it is on: another value of each for PINNED
+# with DDRS training from epoch 5.
+DDRS_ALTERNATIVES = dict(ddrs_start_epoch=6, ddrs_iterations=20, ddrs_lr=1e-3, ddrs_samples=4)
 
 
 def test_trial_id_changes_with_every_identity_field():
-    covered = set(ALTERNATIVES).union(*METHOD_ALTERNATIVES.values())
+    covered = set(ALTERNATIVES).union(*METHOD_ALTERNATIVES.values(), DDRS_ALTERNATIVES)
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
+    ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5)
+    for name, value in DDRS_ALTERNATIVES.items():
+        changed = ddrs.replace(**{name: value})
+        assert getattr(changed, name) != getattr(ddrs, name), name
+        assert changed.trial_id != ddrs.trial_id, name
     for method, alternatives in METHOD_ALTERNATIVES.items():
         base = TrialConfig(dataset="digits", method=method, m_train=2, steps=2)
         for name, value in alternatives.items():

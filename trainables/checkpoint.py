@@ -3,6 +3,8 @@
 A checkpoint is a dict of tensors and plain Python values: the model, optimizer, scheduler and
 AMP-scaler states, the number of finished epochs, the RNG states, the metric history and the
 resolved `TrialConfig` as a dict, so a model can be rebuilt and certified from the file alone.
+With DDRS training on (`ddrs_start_epoch` set) it also holds "ddrs_sigma": the float32 table of
+σ_x per input of the full training split (by split position), restored exactly on resume.
 """
 
 from __future__ import annotations

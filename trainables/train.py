@@ -5,10 +5,19 @@ For the SmoothAdv family (`Method.splits_batch`), each loader batch of B inputs 
 m_train chunks of about B/m inputs; every chunk becomes m noisy copies, so each optimizer step
 sees about B samples, as in the reference SmoothAdv code (batches smaller than m_train give
 fewer, non-empty chunks). The other methods take one step per batch, as their papers' code.
+
+DDRS training (`cfg.ddrs_start_epoch` set; Alfarra et al. 2022, Algorithm 2): the state keeps
+a σ table with one σ_x per input of the training split (indexed by the loader's idx, the
+position in the full split, so a `train_subset` only ever touches its own entries), all
+cfg.sigma at first. In epochs >= ddrs_start_epoch, every chunk first runs OptimizeSigma from
+its inputs' σ_x (model in eval mode, parameters frozen, noise from the state's noise
+generator), stores the result and trains the chunk with it (`StepContext.sigma`). The table
+is part of the checkpoint, so a resumed run carries every σ_x on exactly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -17,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainables import checkpoint, fileio
+from trainables import attacks, checkpoint, fileio
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
-from trainables.methods import REGISTRY, StepContext
+from trainables.ddrs import optimize_sigma
+from trainables.methods import REGISTRY, Method, StepContext
 from trainables.methods.base import epoch_epsilon
 from trainables.models import build_model
 
@@ -43,6 +53,7 @@ class TrainState:
     noise_generator: torch.Generator
     epoch: int = 0  # epochs finished
     history: list[dict[str, Any]] = field(default_factory=list)
+    ddrs_sigma: torch.Tensor | None = None  # DDRS: σ_x per training input (CPU, float32)
 
     @property
     def amp(self) -> bool:
@@ -57,7 +68,7 @@ class TrainState:
         }
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return {
+        payload = {
             "config": self.cfg.to_dict(),
             "trial_id": self.cfg.trial_id,
             "epoch": self.epoch,
@@ -68,6 +79,9 @@ class TrainState:
             "rng": rng,
             "history": list(self.history),
         }
+        if self.ddrs_sigma is not None:
+            payload["ddrs_sigma"] = self.ddrs_sigma.clone()
+        return payload
 
     def restore(self, payload: dict[str, Any]) -> None:
         if payload["config"] != self.cfg.to_dict():
@@ -84,6 +98,19 @@ class TrainState:
             torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
         self.epoch = int(payload["epoch"])
         self.history = list(payload["history"])
+        table = payload.get("ddrs_sigma")
+        self.ddrs_sigma = None if table is None else table.detach().to("cpu").clone()
+
+    def sigma_table(self, size: int) -> torch.Tensor:
+        """The DDRS σ table for a training split of `size` inputs (created at cfg.sigma)."""
+        if self.ddrs_sigma is None:
+            self.ddrs_sigma = torch.full((size,), self.cfg.sigma, dtype=torch.float32)
+        if len(self.ddrs_sigma) != size:
+            raise ValueError(
+                f"DDRS sigma table has {len(self.ddrs_sigma)} entries for a training split "
+                f"of {size} inputs (checkpoint of another data set?)"
+            )
+        return self.ddrs_sigma
 
 
 def default_device() -> torch.device:
@@ -122,29 +149,88 @@ def make_loaders(state: TrainState) -> tuple[DataLoader, DataLoader]:
     )
 
 
+def split_indices(dataset: Dataset) -> torch.Tensor:
+    """The positions in the full split of a (possibly Subset-wrapped) data set's inputs: the
+    idx values its loader yields."""
+    if isinstance(dataset, Subset):
+        return split_indices(dataset.dataset)[torch.as_tensor(list(dataset.indices))]
+    return torch.arange(len(dataset))
+
+
+def split_size(dataset: Dataset) -> int:
+    """The number of inputs of the full split under any Subset wrappers."""
+    return split_size(dataset.dataset) if isinstance(dataset, Subset) else len(dataset)
+
+
+def ddrs_active(cfg: TrialConfig, epoch: int) -> bool:
+    return cfg.ddrs_start_epoch is not None and epoch >= cfg.ddrs_start_epoch
+
+
+def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """OptimizeSigma for one chunk from its stored σ_x; stores and returns the new (b,) σ."""
+    cfg, table = state.cfg, state.ddrs_sigma
+    start = table[idx].to(device=x.device, dtype=x.dtype)
+    with attacks.frozen_eval(state.model):
+        sigma = optimize_sigma(
+            state.model,
+            x,
+            start,
+            iterations=cfg.ddrs_iterations,
+            lr=cfg.ddrs_lr,
+            samples=cfg.ddrs_samples,
+            generator=state.noise_generator,
+        )
+    table[idx] = sigma.to(device=table.device, dtype=table.dtype)
+    return sigma
+
+
+def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
+    """Mean, min and max of σ_x over the inputs the loader trains on."""
+    sigma = state.sigma_table(split_size(loader.dataset))[split_indices(loader.dataset)]
+    return {
+        "ddrs_sigma_mean": sigma.mean().item(),
+        "ddrs_sigma_min": sigma.min().item(),
+        "ddrs_sigma_max": sigma.max().item(),
+    }
+
+
+def _step(state: TrainState, method: Method, x, y, ctx: StepContext) -> tuple[float, int, int]:
+    """One optimizer step on a chunk: (summed loss, correct, samples)."""
+    with torch.autocast(state.device.type, dtype=torch.float16, enabled=state.amp):
+        out = method.loss(state.model, x, y, ctx)
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scaler.scale(out.loss).backward()
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    correct = (out.logits.argmax(1) == out.targets).sum().item()
+    return out.loss.item() * len(out.targets), correct, len(out.targets)
+
+
 def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
-    """One epoch of the configured method; returns mean loss and accuracy on what it trained on."""
-    cfg, model, device = state.cfg, state.model, state.device
+    """One epoch of the configured method; returns mean loss and accuracy on what it trained on
+    (and the σ table's statistics when DDRS training is configured)."""
+    cfg, device = state.cfg, state.device
     method = REGISTRY[cfg.method]
     ctx = StepContext(cfg, state.epoch, epoch_epsilon(cfg, state.epoch), state.noise_generator)
     chunks = (cfg.m_train or 1) if method.splits_batch else 1
-    model.train()
+    ddrs = ddrs_active(cfg, state.epoch)
+    if ddrs:
+        state.sigma_table(split_size(loader.dataset))
+    state.model.train()
     total_loss, correct, seen = 0.0, 0, 0
-    for x, y, _ in loader:
+    for x, y, idx in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
+        for xc, yc, ic in zip(*(t.tensor_split(chunks) for t in (x, y, idx)), strict=True):
             if len(xc) == 0:
                 continue
-            with torch.autocast(device.type, dtype=torch.float16, enabled=state.amp):
-                out = method.loss(model, xc, yc, ctx)
-            state.optimizer.zero_grad(set_to_none=True)
-            state.scaler.scale(out.loss).backward()
-            state.scaler.step(state.optimizer)
-            state.scaler.update()
-            total_loss += out.loss.item() * len(out.targets)
-            correct += (out.logits.argmax(1) == out.targets).sum().item()
-            seen += len(out.targets)
-    return {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
+            if ddrs:
+                ctx = dataclasses.replace(ctx, sigma=ddrs_chunk_sigma(state, xc, ic))
+            loss, right, n = _step(state, method, xc, yc, ctx)
+            total_loss, correct, seen = total_loss + loss, correct + right, seen + n
+    metrics = {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
+    if cfg.ddrs_start_epoch is not None:
+        metrics.update(ddrs_metrics(state, loader))
+    return metrics
 
 
 def evaluate(

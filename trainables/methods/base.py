@@ -18,10 +18,21 @@ from trainables.config import TrialConfig
 
 @dataclass(frozen=True)
 class StepContext:
+    """What a method's loss sees besides the model and the chunk.
+
+    `sigma` is the noise level to train the chunk with: cfg.sigma (a float, the default), or
+    under DDRS training a (b,) tensor with one σ_x per input of the chunk. Methods read
+    ctx.sigma, never cfg.sigma, and `draw_noise` broadcasts either form."""
+
     cfg: TrialConfig
     epoch: int  # 0-based
     epsilon: float  # the attack radius after warm-up for this epoch (0 without an attack)
     generator: torch.Generator  # on the training device; every noise draw comes from it
+    sigma: float | torch.Tensor | None = None  # None -> cfg.sigma
+
+    def __post_init__(self) -> None:
+        if self.sigma is None:
+            object.__setattr__(self, "sigma", self.cfg.sigma)
 
 
 @dataclass(frozen=True)
@@ -48,11 +59,22 @@ def epoch_epsilon(cfg: TrialConfig, epoch: int) -> float:
 
 
 def draw_noise(
-    x: torch.Tensor, m: int, sigma: float, generator: torch.Generator | None
+    x: torch.Tensor, m: int, sigma: float | torch.Tensor, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """m Gaussian draws per input: (b, m, C, H, W) with entries N(0, σ²)."""
+    """m Gaussian draws per input: (b, m, C, H, W) with entries N(0, σ²); σ a float or a (b,)
+    tensor (one σ per input, the same for its m draws)."""
     shape = (x.shape[0], m, *x.shape[1:])
-    return torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype) * sigma
+    noise = torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype)
+    return noise * per_input(sigma, noise)
+
+
+def per_input(sigma: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
+    """σ ready to multiply `like` (b, ...): a float as it is, a (b,) tensor as (b, 1, ..., 1)."""
+    if not isinstance(sigma, torch.Tensor) or sigma.dim() == 0:
+        return sigma
+    if sigma.shape != like.shape[:1]:
+        raise ValueError(f"per-input sigma of shape {tuple(sigma.shape)} for {len(like)} inputs")
+    return sigma.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
 
 
 def noisy_copies(x: torch.Tensor, noise: torch.Tensor, y: torch.Tensor):

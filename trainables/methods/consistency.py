@@ -24,7 +24,7 @@ def regularizer(logits: torch.Tensor, m: int, lam: float, eta: float) -> torch.T
 
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    noise = draw_noise(x, cfg.m_train, cfg.sigma, ctx.generator)
+    noise = draw_noise(x, cfg.m_train, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
     reg = regularizer(logits, cfg.m_train, cfg.lam, cfg.eta).mean()

@@ -13,5 +13,5 @@ from trainables.methods.base import (
 
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     """Cross-entropy on m_train noisy copies of each input (m_train = 1 is Cohen's training)."""
-    noise = draw_noise(x, ctx.cfg.m_train, ctx.cfg.sigma, ctx.generator)
+    noise = draw_noise(x, ctx.cfg.m_train, ctx.sigma, ctx.generator)
     return cross_entropy_on(model, *noisy_copies(x, noise, y))

@@ -20,10 +20,15 @@ PROB_MIN, PROB_MAX = 1e-20, 1 - 1e-7
 
 
 def radius_hinge(
-    logits: torch.Tensor, y: torch.Tensor, k: int, sigma: float, beta: float, gamma: float
+    logits: torch.Tensor,
+    y: torch.Tensor,
+    k: int,
+    sigma: float | torch.Tensor,
+    beta: float,
+    gamma: float,
 ) -> torch.Tensor:
     """Per input (b,): σ/2·max(0, γ − gap) for correctly classified inputs with a finite gap,
-    else 0. Logits (b·k, K) are grouped by input."""
+    else 0. Logits (b·k, K) are grouped by input; σ is a float or a (b,) tensor (DDRS)."""
     p = F.softmax(beta * logits, dim=1).view(-1, k, logits.shape[1]).mean(dim=1)
     top2, idx = p.topk(2, dim=1)
     with torch.no_grad():
@@ -39,10 +44,10 @@ def radius_hinge(
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
     k = cfg.m_train
-    noise = draw_noise(x, k, cfg.sigma, ctx.generator)
+    noise = draw_noise(x, k, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
     p = F.softmax(logits, dim=1).view(x.shape[0], k, -1).mean(dim=1)
     classification = -torch.log(p.gather(1, y.unsqueeze(1)).squeeze(1) + LOG_FLOOR).mean()
-    robustness = radius_hinge(logits, y, k, cfg.sigma, cfg.macer_beta, cfg.macer_gamma).mean()
+    robustness = radius_hinge(logits, y, k, ctx.sigma, cfg.macer_beta, cfg.macer_gamma).mean()
     return StepOutput(classification + cfg.lam * robustness, logits, targets)

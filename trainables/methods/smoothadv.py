@@ -19,7 +19,7 @@ from trainables.methods.base import (
 
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    noise = draw_noise(x, cfg.m_train, cfg.sigma, ctx.generator)
+    noise = draw_noise(x, cfg.m_train, ctx.sigma, ctx.generator)
     if cfg.attack == "pgd":
         x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, cfg.steps)
     else:

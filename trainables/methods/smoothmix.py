@@ -63,7 +63,7 @@ def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
     b, m = x.shape[0], cfg.m_train
     w = warmup(ctx.epoch, cfg.warmup_epochs)
-    noise = draw_noise(x, m, cfg.sigma, ctx.generator)
+    noise = draw_noise(x, m, ctx.sigma, ctx.generator)
     anchor, x_adv = adversary(
         model, x, y, noise, cfg.mix_alpha, cfg.steps, cfg.mix_step, cfg.mix_maxnorm
     )

@@ -23,7 +23,7 @@ def stability_kl(clean_logits: torch.Tensor, noisy_logits: torch.Tensor) -> torc
 
 def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    noise = draw_noise(x, 1, cfg.sigma, ctx.generator)[:, 0]
+    noise = draw_noise(x, 1, ctx.sigma, ctx.generator)[:, 0]
     clean = model(x)
     noisy = model(x + noise)
     total = F.cross_entropy(clean, y) + cfg.lam * stability_kl(clean, noisy).mean()

@@ -30,5 +30,5 @@ def loss_vanilla(model, x, y, ctx: StepContext) -> StepOutput:
 
 def loss_with_noise(model, x, y, ctx: StepContext) -> StepOutput:
     x_adv = _base_attack(model, x, y, ctx)
-    noise = draw_noise(x, ctx.cfg.m_train, ctx.cfg.sigma, ctx.generator)
+    noise = draw_noise(x, ctx.cfg.m_train, ctx.sigma, ctx.generator)
     return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))

@@ -1,0 +1,291 @@
+"""DDRS training (Alfarra et al. 2022, Algorithm 2): a σ_x per training input, optimized from
+its previous value whenever the input is visited from `ddrs_start_epoch` on, trained with, and
+carried through checkpoints. Config fields, per-input noise, the epoch loop, exact resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainables import checkpoint, train
+from trainables.config import DDRS_FIELDS, METHODS, ConfigError, TrialConfig
+from trainables.methods import REGISTRY, Method, macer
+from trainables.methods.base import StepContext, draw_noise
+from trainables.train import build_state, fit, make_loaders, train_epoch
+
+CPU = torch.device("cpu")
+SUBSET = 64  # training inputs used of the 1347 of the digits training split
+DIGITS_TRAIN = 1347
+
+
+def ddrs_cfg(**changes) -> TrialConfig:
+    """Gaussian training on 64 digits, DDRS from epoch 1 with a large σ step (visible moves)."""
+    base = dict(
+        dataset="digits", method="gaussian", sigma=0.25, m_train=2, epochs=3, batch_size=32,
+        lr=0.02, train_subset=SUBSET, eval_subset=32, ddrs_start_epoch=1, ddrs_iterations=2,
+        ddrs_lr=0.01, ddrs_samples=2,
+    )  # fmt: skip
+    return TrialConfig(**{**base, **changes})
+
+
+def smoothadv(**changes) -> TrialConfig:
+    attack = dict(attack="pgd", epsilon=0.25, steps=1, warmup_epochs=1)
+    return ddrs_cfg(method="smoothadv", **{**attack, **changes})
+
+
+def assert_nested_equal(a, b, where="") -> None:
+    """Tensors equal bitwise, everything else ==, recursively."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), f"tensors differ at {where}"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"keys differ at {where}"
+        for k in a:
+            assert_nested_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"lengths differ at {where}"
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
+            assert_nested_equal(u, v, f"{where}[{i}]")
+    else:
+        assert a == b, f"{a!r} != {b!r} at {where}"
+
+
+# ---------------------------------------------------------------------------- config
+
+
+def test_configs_without_ddrs_keep_their_trial_ids():
+    """Ids computed with the config module before the DDRS fields existed."""
+    assert TrialConfig().trial_id == "5001c805a1a3"
+    gaussian = dict(
+        dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=10, batch_size=32,
+        lr=0.05, seed=1,
+    )  # fmt: skip
+    assert TrialConfig(**gaussian).trial_id == "deb3f6d4571b"
+    # DDRS settings without ddrs_start_epoch are ignored (nulled), like unused method fields
+    ignored = TrialConfig(**gaussian, ddrs_iterations=7, ddrs_lr=0.5, ddrs_samples=3)
+    assert ignored.trial_id == "deb3f6d4571b"
+    assert all(getattr(ignored, name) is None for name in DDRS_FIELDS)
+    assert not any(name in ignored.identity() for name in DDRS_FIELDS)
+
+
+def test_ddrs_defaults_fill_in_and_join_the_identity():
+    cfg = TrialConfig(dataset="digits", method="gaussian", epochs=10, ddrs_start_epoch=3)
+    assert (cfg.ddrs_start_epoch, cfg.ddrs_iterations, cfg.ddrs_lr, cfg.ddrs_samples) == (
+        3, 10, 1e-4, 1,
+    )  # fmt: skip
+    assert {name: cfg.identity()[name] for name in DDRS_FIELDS} == {
+        "ddrs_start_epoch": 3, "ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1,
+    }  # fmt: skip
+    off = cfg.replace(ddrs_start_epoch=None)
+    assert off.trial_id != cfg.trial_id
+    assert type(cfg.replace(ddrs_lr=1).ddrs_lr) is float
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def _problems(**kwargs) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        TrialConfig(**{"dataset": "digits", "method": "gaussian", "epochs": 10, **kwargs})
+    return e.value.problems
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("ddrs_start_epoch", -1), ("ddrs_start_epoch", 10), ("ddrs_iterations", 0),
+     ("ddrs_samples", 0), ("ddrs_lr", 0.0), ("ddrs_lr", -1e-4), ("ddrs_iterations", 1.5),
+     ("ddrs_samples", "2"), ("ddrs_lr", True), ("ddrs_start_epoch", 1.0)],
+)  # fmt: skip
+def test_each_ddrs_problem_names_its_field(field, value):
+    problems = _problems(**{"ddrs_start_epoch": 2, field: value})
+    assert len(problems) == 1 and field in problems[0], problems
+
+
+def test_all_ddrs_problems_at_once():
+    problems = _problems(ddrs_start_epoch=10, ddrs_iterations=0, ddrs_samples=0, ddrs_lr=0)
+    assert len(problems) == 4
+    for name in DDRS_FIELDS:
+        assert any(p.startswith(name) for p in problems), (name, problems)
+
+
+@pytest.mark.parametrize(
+    "method", [m for m in METHODS if m not in ("gaussian", "smoothadv", "macer")]
+)
+def test_ddrs_training_refuses_other_methods(method):
+    extra = {"m_train": None} if method == "vanilla_pgd" else {}
+    (problem,) = _problems(method=method, ddrs_start_epoch=0, **extra)
+    assert problem.startswith("ddrs_start_epoch") and repr(method) in problem
+    assert TrialConfig(dataset="digits", method=method, **extra).ddrs_start_epoch is None
+
+
+# ---------------------------------------------------------------------------- per-input noise
+
+
+def test_draw_noise_scales_each_input_by_its_own_sigma():
+    x = torch.rand(3, 1, 2, 2)
+    sigma = torch.tensor([0.1, 0.5, 2.0])
+    per_input = draw_noise(x, 4, sigma, torch.Generator().manual_seed(0))
+    unit = draw_noise(x, 4, 1.0, torch.Generator().manual_seed(0))
+    assert per_input.shape == (3, 4, 1, 2, 2)
+    assert torch.equal(per_input, unit * sigma.view(3, 1, 1, 1, 1))
+    # a float σ gives exactly what it always gave
+    plain = torch.randn((3, 4, 1, 2, 2), generator=torch.Generator().manual_seed(0)) * 0.25
+    assert torch.equal(draw_noise(x, 4, 0.25, torch.Generator().manual_seed(0)), plain)
+    with pytest.raises(ValueError, match="per-input sigma"):
+        draw_noise(x, 4, torch.ones(2), None)
+
+
+def test_step_context_sigma_defaults_to_the_config_sigma():
+    cfg = TrialConfig(dataset="digits", method="gaussian", sigma=0.5)
+    assert StepContext(cfg, 0, 0.0, torch.Generator()).sigma == 0.5
+    table = torch.tensor([0.1, 0.2])
+    assert StepContext(cfg, 0, 0.0, torch.Generator(), table).sigma is table
+
+
+def test_macer_hinge_takes_one_sigma_per_input():
+    logits = torch.randn(3 * 4, 5, generator=torch.Generator().manual_seed(2))
+    y = torch.tensor([0, 1, 2])
+    sigma = torch.tensor([0.1, 0.5, 1.0])
+    per_input = macer.radius_hinge(logits, y, 4, sigma, 2.0, 8.0)
+    for i, s in enumerate(sigma.tolist()):
+        assert per_input[i] == pytest.approx(
+            macer.radius_hinge(logits, y, 4, s, 2.0, 8.0)[i].item()
+        )
+
+
+# ---------------------------------------------------------------------------- the epoch loop
+
+
+def test_chunk_sigma_optimization_leaves_the_model_untouched():
+    """OptimizeSigma runs in eval mode with frozen parameters, drawing from the noise
+    generator: no batch-norm statistics move, no parameter gets a gradient, train mode and
+    requires_grad are restored, only the chunk's table entries change."""
+    cfg = ddrs_cfg()
+    state = build_state(cfg, CPU)
+    state.sigma_table(DIGITS_TRAIN)
+    before = {k: v.clone() for k, v in state.model.state_dict().items()}
+    state.model.train()
+    x = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    idx = torch.tensor([5, 900, 3, 17, 40, 41, 1000, 1346])
+    global_rng, noise_rng = torch.get_rng_state(), state.noise_generator.get_state()
+    sigma = train.ddrs_chunk_sigma(state, x, idx)
+    # the draws come from the state's noise generator, not from torch's global one
+    assert torch.equal(torch.get_rng_state(), global_rng)
+    assert not torch.equal(state.noise_generator.get_state(), noise_rng)
+    assert sigma.shape == (8,) and not torch.equal(sigma, torch.full((8,), 0.25))
+    assert torch.equal(state.ddrs_sigma[idx], sigma)
+    untouched = torch.ones(DIGITS_TRAIN, dtype=torch.bool)
+    untouched[idx] = False
+    assert (state.ddrs_sigma[untouched] == 0.25).all()
+    assert_nested_equal(state.model.state_dict(), before, "model")
+    assert state.model.training
+    assert all(p.requires_grad and p.grad is None for p in state.model.parameters())
+
+
+def test_sigma_is_fixed_before_the_start_epoch_then_per_input(monkeypatch):
+    """Epoch 0 trains with the float cfg.sigma and leaves the table at cfg.sigma; epoch 1
+    optimizes σ_x of every visited input (eval-mode passes: K per chunk) and trains with it;
+    inputs outside train_subset keep cfg.sigma."""
+    cfg = ddrs_cfg()
+    seen: list[tuple[int, object]] = []
+    gaussian_loss = REGISTRY["gaussian"].loss
+
+    def spy(model, x, y, ctx):
+        seen.append((ctx.epoch, ctx.sigma))
+        return gaussian_loss(model, x, y, ctx)
+
+    state = build_state(cfg, CPU)
+    loader, _ = make_loaders(state)
+    evals: list[int] = []
+    state.model.register_forward_pre_hook(
+        lambda mod, args: None if mod.training else evals.append(len(args[0]))
+    )
+    monkeypatch.setitem(train.REGISTRY, "gaussian", Method(spy, splits_batch=True))
+    metrics = train_epoch(state, loader)
+    assert evals == [] and all(s == 0.25 and isinstance(s, float) for _, s in seen)
+    assert torch.equal(state.ddrs_sigma, torch.full((DIGITS_TRAIN,), 0.25))
+    assert (metrics["ddrs_sigma_mean"], metrics["ddrs_sigma_min"]) == (0.25, 0.25)
+    state.epoch, seen[:] = 1, []
+    metrics = train_epoch(state, loader)
+    chunks = 2 * SUBSET // cfg.batch_size  # m_train = 2 chunks of 16 per batch of 32
+    assert evals == [16 * cfg.ddrs_samples] * (chunks * cfg.ddrs_iterations)
+    used = torch.cat([s for _, s in seen])
+    assert len(seen) == chunks and used.shape == (SUBSET,)
+    visited = state.ddrs_sigma[:SUBSET]
+    assert torch.equal(used.sort().values, visited.sort().values)
+    assert (visited != 0.25).all()
+    assert (state.ddrs_sigma[SUBSET:] == 0.25).all()
+    assert metrics["ddrs_sigma_mean"] == pytest.approx(visited.mean().item())
+    assert metrics["ddrs_sigma_min"] == visited.min().item()
+    assert metrics["ddrs_sigma_max"] == visited.max().item()
+
+
+@pytest.mark.parametrize("method", ["gaussian", "smoothadv", "macer"])
+def test_each_supported_method_trains_with_ddrs_and_finite_loss(method):
+    cfg = ddrs_cfg(epochs=2)
+    if method == "smoothadv":
+        cfg = smoothadv(epochs=2)
+    elif method == "macer":
+        cfg = cfg.replace(method="macer", m_train=4)
+    state = fit(cfg, None, device=CPU)
+    for metrics in state.history:
+        assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["train_acc"] <= 1
+    first, second = state.history
+    assert first["ddrs_sigma_min"] == first["ddrs_sigma_max"] == 0.25
+    assert second["ddrs_sigma_min"] < second["ddrs_sigma_max"]
+    assert torch.isfinite(state.ddrs_sigma).all() and (state.ddrs_sigma > 0).all()
+    params = state.model.state_dict().values()
+    assert all(torch.isfinite(p).all() for p in params if p.is_floating_point())
+
+
+def test_training_without_ddrs_has_no_sigma_table(tmp_path):
+    cfg = ddrs_cfg(epochs=1, ddrs_start_epoch=None)
+    state = fit(cfg, tmp_path / "checkpoint.pt", device=CPU)
+    assert state.ddrs_sigma is None
+    assert "ddrs_sigma" not in checkpoint.load(tmp_path / "checkpoint.pt")
+    assert not any(k.startswith("ddrs") for k in state.history[0])
+
+
+# ---------------------------------------------------------------------------- checkpoint, resume
+
+
+def test_the_sigma_table_is_in_the_checkpoint(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    state = fit(ddrs_cfg(epochs=2), path, device=CPU)
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    assert payload["ddrs_sigma"].shape == (DIGITS_TRAIN,)
+    assert payload["ddrs_sigma"].dtype == torch.float32
+    assert torch.equal(payload["ddrs_sigma"], state.ddrs_sigma)
+    assert torch.equal(checkpoint.load(path)["ddrs_sigma"], state.ddrs_sigma)
+
+
+@pytest.mark.parametrize(
+    ("make", "stop_after"),
+    [(ddrs_cfg, 1), (ddrs_cfg, 2), (smoothadv, 2)],
+    ids=["gaussian-before-start", "gaussian-after-start", "smoothadv-after-start"],
+)
+def test_resume_restores_the_sigma_table_exactly(tmp_path, make, stop_after):
+    """Stopped after `stop_after` epochs and resumed from the checkpoint file, a run ends
+    bitwise equal to an uninterrupted one: σ table, model, optimizer, RNG, history."""
+    cfg = make()
+    interrupted = tmp_path / "a" / "checkpoint.pt"
+    first = fit(cfg, interrupted, device=CPU, stop_after=stop_after)
+    assert first.epoch == stop_after
+    assert torch.equal(checkpoint.load(interrupted)["ddrs_sigma"], first.ddrs_sigma)
+    resumed = fit(cfg, interrupted, device=CPU)
+    straight = fit(cfg, tmp_path / "b" / "checkpoint.pt", device=CPU)
+    assert resumed.epoch == straight.epoch == cfg.epochs
+    assert torch.equal(resumed.ddrs_sigma, straight.ddrs_sigma)
+    assert not torch.equal(straight.ddrs_sigma, first.ddrs_sigma)  # σ moved after the stop
+    assert_nested_equal(resumed.model.state_dict(), straight.model.state_dict(), "model")
+    assert_nested_equal(resumed.optimizer.state_dict(), straight.optimizer.state_dict(), "optim")
+    assert_nested_equal(resumed.payload()["rng"], straight.payload()["rng"], "rng")
+    for h_resumed, h_straight in zip(resumed.history, straight.history, strict=True):
+        h_resumed.pop("epoch_time_s"), h_straight.pop("epoch_time_s")
+        assert h_resumed == h_straight
+
+
+def test_resuming_with_a_table_of_another_size_fails_clearly():
+    state = build_state(ddrs_cfg(), CPU)
+    state.restore({**state.payload(), "ddrs_sigma": torch.full((10,), 0.25)})
+    with pytest.raises(ValueError, match="10 entries for a training split of 1347"):
+        state.sigma_table(DIGITS_TRAIN)
