@@ -165,9 +165,10 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
 
     space = write_space(
         tmp_path,
-        SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]").replace(
-            "epochs: 2", "epochs: 3"
-        ),
+        # Long enough (a few seconds each) that all four start before the first one ends.
+        SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]")
+        .replace("epochs: 2", "epochs: 3")
+        .replace("train_subset: 128", "train_subset: 1024"),
     )
     spec = load_space(str(space))
     trials = expand(spec)
