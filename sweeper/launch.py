@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # keeps torch out of the driver
-os.environ.setdefault(
-    "RAY_AIR_NEW_OUTPUT", "0"
-)  # the legacy reporter honours verbose=0: our display only
+# No TensorBoard logger (it imports torch into the driver), and the legacy reporter, which
+# honours verbose=0: the console belongs to sweeper's own progress display.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import ray
 
@@ -173,7 +174,7 @@ def _error_message(trial) -> str:
 @contextmanager
 def _sigterm_as_sigint() -> Iterator[None]:
     """A scheduler's SIGTERM stops the sweep like Ctrl-C does: Tune saves and returns."""
-    if threading_main():
+    if threading.current_thread() is threading.main_thread():  # signals only work there
         previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
         try:
             yield
@@ -181,12 +182,6 @@ def _sigterm_as_sigint() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
     else:
         yield
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _tuner(
