@@ -177,6 +177,15 @@ def _print_coverage(exp: Experiment, results, frame) -> None:
         typer.echo(
             f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
         )
+    dependent = frame[frame["smoothing"] == "data-dependent"]
+    if len(dependent):
+        changed = int(dependent["memory_changed"].fillna(False).astype(bool).sum())
+        models_dd = dependent.groupby(["trial_id", "cert_id"]).ngroups
+        typer.echo(
+            f"data-dependent smoothing: {models_dd} models; the memory pass adjusted {changed} "
+            f"of {len(dependent)} certificates",
+            err=True,
+        )
     if results.missing_shards:
         listed = ", ".join(
             f"{tid} ({len(v)} shards)"
