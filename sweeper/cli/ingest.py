@@ -1,0 +1,75 @@
+"""`sweeper import DIR`: published certification logs into an experiment's results."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sweeper.cli.common import ExperimentOpt, Storage, app, fail
+from sweeper.ingest import ImportReport, IngestError, Model, import_logs
+from sweeper.storage import DEFAULT_STORAGE, Experiment
+
+
+@app.command("import")
+def import_(
+    directory: Annotated[
+        str,
+        typer.Argument(help="A directory of certify.py logs (searched recursively), or one log."),
+    ],
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: ExperimentOpt = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="key=value (repeatable): a hyperparameter the directory names do not give, or "
+            "n0/n/alpha/sigma_cert (defaults: 100, 100000, 0.001, the σ in the file name).",
+        ),
+    ] = None,
+) -> None:
+    """Import certification logs of the reference code (Cohen et al., SmoothAdv) as models of an
+    experiment: hyperparameters from the directory names (noise_0.25/, PGD_10steps/, eps_255/,
+    4-multitrain/, ...) and --set; `sweeper envelope` then shows them beside your own."""
+    if not experiment:
+        fail(
+            [
+                "--experiment is required: the experiment to import into (one of yours, to put the "
+                "logs beside it, or a new name)"
+            ]
+        )
+    exp = Experiment(storage, experiment)
+    try:
+        report = import_logs(directory, exp, sets or [])
+    except IngestError as e:
+        fail(e.problems)
+    _print_report(report)
+
+
+def _print_report(report: ImportReport) -> None:
+    exp = report.experiment
+    typer.echo(
+        f"imported {len(report.imported)} logs ({report.rows} rows) into {exp.name} at {exp.root}"
+    )
+    for m in report.imported:
+        typer.echo(f"  {m.rel} -> {m.cfg.trial_id} {m.cert_id}: {_summary(m)}, {m.rows} rows")
+    for m in report.already:
+        typer.echo(f"skipped {m.rel}: already imported ({m.cfg.trial_id} {m.cert_id})")
+    for rel, why in report.skipped:
+        typer.echo(f"skipped {rel}: {why}")
+    if report.ignored:
+        typer.echo(f"{report.ignored} other files (not certification logs) ignored")
+    if report.wrote_sweep:
+        typer.echo(f"new experiment {exp.name}: wrote {exp.sweep_json}")
+    if report.imported or report.already:
+        typer.echo(f"next: sweeper envelope --storage {exp.storage} --experiment {exp.name}")
+
+
+def _summary(m: Model) -> str:
+    cfg = m.cfg
+    parts = [cfg.dataset, cfg.arch, cfg.method, f"σ={cfg.sigma:g}"]
+    if cfg.attack:
+        parts += [cfg.attack, f"ε={cfg.epsilon:.10g}", f"T={cfg.steps}"]
+    if cfg.m_train is not None:
+        parts.append(f"m={cfg.m_train}")
+    return " ".join(parts) + f", epochs {cfg.epochs}, σ_cert={m.columns['sigma_cert'][0]:g}"

@@ -1,0 +1,544 @@
+"""Import published certification logs into an experiment (`sweeper import DIR`).
+
+Logs: the tab-separated files that `certify.py` of Cohen et al. (locuslab/smoothing) and of
+the code built on it (Hadisalman/smoothing-adversarial, jh-jeong/smoothing-consistency,
+jh-jeong/smoothmix) writes, one file per model and certification σ, one row per test point:
+
+    idx	label	predict	radius	correct	time
+    0	3	-1	0.0	0	0:00:13.736080
+    20	7	7	0.0734	1	0:00:13.771528
+
+- predict −1 = abstain (stored with radius 0); correct 0/1 (or True/False), = predict == label;
+- radius: any decimal text: the reference's `{:.3}` (0.523, 0.000123, 12.5, 1.23e+03) or four
+  decimals (0.5234); stored as printed, so certified accuracy is what the papers computed;
+- time: seconds (13.7) or str(datetime.timedelta) (0:00:13.736080, 0:00:14, 1 day, 0:00:01);
+- LF, CRLF or CR line ends, a UTF-8 BOM; blank lines are ignored.
+
+A log is any file under DIR whose first line is that header (DIR may also be one log file).
+Skipped, with the reason: empty files, header-only files, files with an unparseable line (its
+number is given), logs certified on the training split (a `train` directory), and files named
+`sigma_*` without the header. Other files (checkpoints, stdout.txt, ...) are counted and ignored.
+
+Hyperparameters come from the directory and file names below DIR, and from the names above DIR
+up to the first that is none of these patterns (the innermost match wins; case-insensitive):
+
+    noise_<σ>[_<anything>]            training σ (a log file named so: certification σ = σ)
+    sigma_<σ>[.<ext>]                 certification σ (the log file of the Cohen layout)
+    PGD_<T>steps, DDN_<T>steps        method smoothadv, attack, steps T; optional suffixes
+      [_<E>epochs][_multiNoiseSamples|_multinoise]   epochs E
+    pgd_<k>_<T>[_<W>], ddn_<k>_<T>_<W>_<i>_<γ>   jh-jeong: ε = k/256, T, warm-up W, DDN ε0 = i/256, γ
+    eps_<k>                           ε = k/256 (the reference code's unit: eps_255 is 0.99609375)
+    <m>-multitrain, num_<m>, num_noise_vec_<m>, m<m>, m_train_<m>     m_train
+    lbd_<λ>, eta_<η>, gamma_<γ>, beta_<β>      λ, η, MACER γ and β (kept where the method uses them)
+    cifar10, imagenet, mnist          dataset
+    resnet110, cifar_resnet20, resnet50, lenet, densenet40, ...   arch (resnet20/56/110 -> cifar_*)
+    cohen, gaussian | salman, smoothadv | macer | consistency | stab, stability | smoothmix   method
+    test, train                       the split certified
+    self_training_PGD_<T>steps, weight_<η>; finetune_*    SmoothAdv's self-training (η) and
+                                      pre-training: skipped unless --set gives what the path
+                                      cannot (pseudo_data, pseudo_fingerprint; init_from)
+
+The method is smoothadv when an attack part is present, else the one method a keyword names
+(cohen/gaussian only if no other), else gaussian; a path naming two (consistency/salman/pgd_...)
+is an error unless --set method=... says which. `--set key=value` (values parsed as YAML scalars; 1e-3 is read as a number) overrides
+or adds any TrialConfig field and the certification settings n0, n, alpha (default: the papers'
+100, 100000, 0.001) and sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv
+CIFAR-10 protocol: 150 epochs, batch 256, ...). The trial_id is the hash of that config, so an
+imported model with the same resolved config as one of ours gets the same trial_id; its rows
+keep a cert_id of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
+
+Each log becomes one shard (`certify/<trial_id>/<cert_id>/shard-00000-of-00001.parquet`,
+written atomically, count and p_lower null). Everything is checked before anything is written.
+A shard already holding the same rows is skipped (re-importing is idempotent); different rows
+for the same model are an error, as are two different logs that resolve to the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from sweeper.results import shard_table, write_shard
+from sweeper.storage import Experiment, write_sweep
+from trainables import fileio
+from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
+
+HEADER = ("idx", "label", "predict", "radius", "correct", "time")
+PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
+CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")
+TRIAL_KEYS = tuple(sorted(f.name for f in fields(TrialConfig)))
+METHOD_WORDS = {
+    "cohen": "gaussian", "gaussian": "gaussian", "salman": "smoothadv", "smoothadv": "smoothadv",
+    "macer": "macer", "consistency": "consistency", "stab": "stability", "stability": "stability",
+    "smoothmix": "smoothmix",
+}  # fmt: skip
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+_TIMEDELTA = re.compile(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
+_SNIFF_BYTES = 4096
+_LOG_NAME = re.compile(r"(sigma|noise)_.*|.*\.(tsv|log)", re.IGNORECASE)  # reported if empty
+
+
+class IngestError(ProblemsError):
+    """Bad input to an import; `problems` has one line each. Nothing was written."""
+
+
+class LogSkip(ValueError):
+    """A file that is not imported; the message says why."""
+
+
+@dataclass
+class Model:
+    """One log, ready to write."""
+
+    source: Path
+    rel: str
+    cfg: TrialConfig
+    cert_id: str
+    constants: dict[str, Any]
+    columns: dict[str, list]
+    digest: str
+    out: str
+
+    @property
+    def rows(self) -> int:
+        return len(self.columns["idx"])
+
+
+@dataclass
+class ImportReport:
+    """What an import did: models written, models already there, files skipped and why."""
+
+    experiment: Experiment
+    imported: list[Model] = field(default_factory=list)
+    already: list[Model] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, reason)
+    ignored: int = 0  # files that are not certification logs
+    wrote_sweep: bool = False
+
+    @property
+    def rows(self) -> int:
+        return sum(m.rows for m in self.imported)
+
+
+# ---------------------------------------------------------------------------- --set
+def parse_sets(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`--set key=value` items -> (TrialConfig values, certification values); one problem per
+    bad item. Values are YAML scalars; a word that reads as a number (1e-3) is that number."""
+    trial, cert, problems = {}, {}, []
+    for item in items:
+        key, sep, text = (s.strip() for s in item.partition("="))
+        value = _scalar(text) if sep else None
+        if not sep or not key:
+            problems.append(f"--set {item!r}: expected key=value")
+        elif key not in TRIAL_KEYS and key not in CERT_KEYS:
+            problems.append(
+                f"--set {key}: unknown key (valid: {', '.join(TRIAL_KEYS + CERT_KEYS)})"
+            )
+        elif value is _BAD:
+            problems.append(
+                f"--set {key}: expected one number, word, true/false or null, got {text!r}"
+            )
+        elif key in trial or key in cert:
+            problems.append(f"--set {key}: given twice")
+        else:
+            (cert if key in CERT_KEYS else trial)[key] = value
+    problems += _cert_problems({**PAPER_CERTIFY, **cert})
+    if problems:
+        raise IngestError(problems)
+    return trial, cert
+
+
+_BAD = object()  # not a scalar
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return _BAD
+    if isinstance(value, str):
+        try:
+            return float(value) if math.isfinite(float(value)) else value
+        except ValueError:
+            return value
+    return value if value is None or isinstance(value, (bool, int, float)) else _BAD
+
+
+def _cert_problems(cert: dict[str, Any]) -> list[str]:
+    p = []
+    for key in ("n0", "n"):
+        if not (type(cert[key]) is int and cert[key] >= 1):
+            p.append(f"--set {key}: must be an integer >= 1 (got {cert[key]!r})")
+    alpha = cert["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        p.append(f"--set alpha: must be a number in (0, 1) (got {alpha!r})")
+    s = cert.get("sigma_cert")
+    if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
+        p.append(f"--set sigma_cert: must be a number > 0 (got {s!r})")
+    return p
+
+
+# ---------------------------------------------------------------------------- one log file
+def parse_time(text: str) -> float:
+    """Seconds, from `13.7` or str(timedelta) `0:00:13.736080` / `1 day, 0:00:01`."""
+    m = _TIMEDELTA.fullmatch(text)
+    if m:
+        days, h, mins, s = m.groups()
+        return int(days or 0) * 86400 + int(h) * 3600 + int(mins) * 60 + float(s)
+    seconds = float(text)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError
+    return seconds
+
+
+def _row(fields: list[str]) -> tuple[int, int, int, float, bool, float]:
+    """One data line's values; ValueError names the first bad field."""
+    if len(fields) != len(HEADER):
+        raise ValueError(f"expected {len(HEADER)} tab-separated fields, got {len(fields)}")
+    values: list[Any] = []
+    for name, text, parse in zip(
+        HEADER, fields, (int, int, int, float, _flag, parse_time), strict=True
+    ):
+        try:
+            values.append(parse(text))
+        except ValueError:
+            raise ValueError(f"{name} {text!r} is not {_WHAT[name]}") from None
+    idx, label, predict, radius, correct, _ = values
+    if idx < 0 or label < 0 or predict < -1:
+        raise ValueError("idx and label must be >= 0 and predict >= -1")
+    if not (math.isfinite(radius) and radius >= 0):
+        raise ValueError(f"radius {fields[3]!r} is not a number >= 0")
+    if correct != (predict == label):
+        raise ValueError(f"correct is {int(correct)} but predict {predict} and label {label}")
+    values[3] = 0.0 if predict == -1 else radius
+    return tuple(values)
+
+
+_WHAT = {
+    "idx": "an integer", "label": "an integer", "predict": "an integer", "radius": "a number",
+    "correct": "0 or 1", "time": "seconds or h:mm:ss.ffffff",
+}  # fmt: skip
+
+
+def _flag(text: str) -> bool:
+    if text in ("0", "1", "True", "False"):
+        return text in ("1", "True")
+    raise ValueError
+
+
+def read_log(text: str) -> dict[str, list]:
+    """A log's columns (idx, label, predict, radius, correct, time_s); LogSkip says why not."""
+    text = text.removeprefix("\ufeff")
+    lines = text.splitlines()
+    if not text.strip():
+        raise LogSkip("empty")
+    if tuple(f.strip() for f in lines[0].split("\t")) != HEADER:
+        raise LogSkip(f"line 1: not the header {'<TAB>'.join(HEADER)}")
+    cols: dict[str, list] = {
+        k: [] for k in ("idx", "label", "predict", "radius", "correct", "time_s")
+    }
+    first: dict[int, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            row = _row([f.strip() for f in line.split("\t")])
+        except ValueError as e:
+            raise LogSkip(f"line {number}: {e}") from None
+        if row[0] in first:
+            raise LogSkip(f"line {number}: idx {row[0]} again (first on line {first[row[0]]})")
+        first[row[0]] = number
+        for values, value in zip(cols.values(), row, strict=True):
+            values.append(value)
+    if not cols["idx"]:
+        raise LogSkip("header only (no rows)")
+    return cols
+
+
+# ---------------------------------------------------------------------------- directory names
+def _arch(m: re.Match) -> dict:
+    name = m.group(0).lower()
+    return {"arch": f"cifar_{name}" if f"cifar_{name}" in ARCHS else name}
+
+
+def _attack(m: re.Match) -> dict:
+    prefix, attack, steps, epochs = m.groups()
+    values = {"attack": attack.lower(), "steps": int(steps), "_method": "smoothadv"}
+    values |= {"epochs": int(epochs)} if epochs else {}
+    self_training = prefix is not None and "self_training" in prefix.lower()
+    return values | (_needs("self-training", m) if self_training else {})
+
+
+# Training the logs' layouts name that a config needs more than the path to describe: the log
+# is skipped unless --set gives the key (e.g. init_from: the trial_id of the pre-trained model).
+NEEDS = {
+    "self-training": ("pseudo_fingerprint", "pseudo_data, pseudo_fingerprint and pseudo_eta"),
+    "pre-training then fine-tuning": ("init_from", "init_from (the pre-trained model's trial_id)"),
+}
+
+
+def _needs(what: str, m: re.Match) -> dict:
+    return {"_needs": (what, m.group(0))}
+
+
+def _jeong_attack(m: re.Match) -> dict:
+    attack, eps, steps, warmup, init, gamma = m.groups()
+    values = {"attack": attack.lower(), "epsilon": float(eps) / 256, "steps": int(steps)}
+    values |= {"warmup_epochs": int(warmup)} if warmup else {}
+    values |= {"ddn_init_norm": float(init) / 256, "ddn_gamma": float(gamma)} if init else {}
+    return values | {"_method": "smoothadv"}
+
+
+def _first_int(key: str) -> Callable[[re.Match], dict]:
+    return lambda m: {key: int(next(g for g in m.groups() if g is not None))}
+
+
+def _number(key: str, scale: float = 1.0) -> Callable[[re.Match], dict]:
+    return lambda m: {key: float(m.group(1)) / scale}
+
+
+PATTERNS: list[tuple[re.Pattern, Callable[[re.Match], dict]]] = [
+    (re.compile(p, re.IGNORECASE), handler)
+    for p, handler in [
+        (
+            r"(?:(.*)_)?(pgd|ddn)_(\d+)steps(?:_(\d+)epochs)?(?:_multi(?:NoiseSamples|noise))?",
+            _attack,
+        ),
+        (r"finetune_.*", lambda m: _needs("pre-training then fine-tuning", m)),
+        (rf"weight_{_NUM}", lambda m: {"pseudo_eta": float(m.group(1))}),
+        (rf"(pgd|ddn)_{_NUM}_(\d+)(?:_(\d+))?(?:_{_NUM}_{_NUM})?", _jeong_attack),
+        (rf"eps_{_NUM}", _number("epsilon", 256)),
+        (r"(\d+)-multitrain|num_(?:noise_vec_)?(\d+)|m(?:_train_)?(\d+)", _first_int("m_train")),
+        (rf"noise_{_NUM}(?:_.*)?", _number("sigma")),
+        (rf"sigma_{_NUM}(?:\..*)?", _number("sigma_cert")),
+        (rf"lbd_{_NUM}", _number("lam")),
+        (rf"eta_{_NUM}", _number("eta")),
+        (rf"gamma_{_NUM}", _number("macer_gamma")),
+        (rf"beta_{_NUM}", _number("macer_beta")),
+        (r"train|test", lambda m: {"_split": m.group(0).lower()}),
+        ("|".join(DATASETS), lambda m: {"dataset": m.group(0).lower()}),
+        (r"(?:cifar_)?(?:resnet\d+|densenet\d+|wrn[\w-]*|vgg\d+|lenet|digits_cnn)", _arch),
+        ("|".join(METHOD_WORDS), lambda m: {"_word": METHOD_WORDS[m.group(0).lower()]}),
+    ]
+]
+
+
+def _match(part: str) -> dict | None:
+    for pattern, handler in PATTERNS:
+        m = pattern.fullmatch(part)
+        if m:
+            return handler(m)
+    return None
+
+
+def path_values(log: Path, root: Path) -> tuple[dict[str, Any], set[str]]:
+    """(hyperparameters named by the path, methods it names): the names below `root`, and the
+    names above it up to the first that is not a hyperparameter; inner names win."""
+    above: list[str] = []
+    for part in reversed(root.parts):
+        if _match(part) is None:
+            break
+        above.insert(0, part)
+    values: dict[str, Any] = {"_needs": []}
+    methods: set[str] = set()
+    for part in [*above, *log.relative_to(root).parts]:
+        found = _match(part) or {}
+        methods |= {found.pop(k) for k in ("_method", "_word") if k in found}
+        values["_needs"] += [found.pop("_needs")] if "_needs" in found else []
+        values |= found
+    return values, methods
+
+
+# ---------------------------------------------------------------------------- finding logs
+def find_logs(directory: Path) -> tuple[list[Path], list[tuple[Path, str]], int]:
+    """(log files, (file, reason) skipped before parsing, files that are not logs)."""
+    if directory.is_file():
+        files = [directory]
+    else:  # not inside hidden directories (.git of a cloned repository)
+        files = sorted(
+            p for p in directory.rglob("*")
+            if p.is_file() and not any(s.startswith(".") for s in p.relative_to(directory).parts)
+        )  # fmt: skip
+    logs, skipped, ignored = [], [], 0
+    for path in files:
+        try:
+            with path.open("rb") as f:
+                head = f.read(_SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+        except OSError as e:
+            skipped.append((path, f"cannot read it ({e.strerror or e})"))
+            continue
+        first = head.splitlines()[0] if head.strip() else ""
+        named = _LOG_NAME.fullmatch(path.name) is not None
+        if tuple(s.strip() for s in first.split("\t")) == HEADER:
+            logs.append(path)
+        elif named and not head.strip():
+            skipped.append((path, "empty"))
+        elif named and path.name.startswith("sigma_"):
+            skipped.append((path, f"line 1: not the header {'<TAB>'.join(HEADER)}"))
+        else:
+            ignored += 1
+    return logs, skipped, ignored
+
+
+# ---------------------------------------------------------------------------- planning
+def _config(values: dict, methods: set[str], trial_sets: dict) -> TrialConfig:
+    """The log's TrialConfig from its path's values, the methods it names and --set."""
+    values = {k: v for k, v in values.items() if k in TRIAL_KEYS}
+    strong = methods - {"gaussian"}  # `cohen` names the base training of another method too
+    if "method" not in trial_sets:
+        if len(strong) > 1:
+            named = ", ".join(sorted(strong))
+            raise ConfigError([f"the path names several methods ({named}): pass --set method=..."])
+        values["method"] = next(iter(strong), "gaussian")
+    if "sigma" not in values and "sigma" not in trial_sets:
+        raise ConfigError(
+            ["no training σ in the path (a noise_<σ> directory): pass --set sigma=..."]
+        )
+    return TrialConfig.from_dict(values | trial_sets)
+
+
+def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict]) -> Model:
+    trial_sets, cert_sets = sets
+    rel = str(log.relative_to(root))
+    values, methods = path_values(log, root)
+    if values.get("_split") == "train":
+        raise LogSkip("certified on the training split (a 'train' directory)")
+    for what, part in values["_needs"]:
+        key, keys = NEEDS[what]
+        if key not in trial_sets:
+            raise LogSkip(f"{what} ({part}) is not described by the path alone: pass --set {keys}")
+    try:
+        cols = read_log(log.read_bytes().decode("utf-8-sig", errors="replace"))
+    except OSError as e:
+        raise LogSkip(f"cannot read it ({e.strerror or e})") from None
+    cfg = _config(values, methods, trial_sets)
+    cert = {**PAPER_CERTIFY, **cert_sets}
+    sigma_cert = float(cert.pop("sigma_cert", None) or values.get("sigma_cert") or cfg.sigma)
+    cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
+    cols["sigma_cert"] = [sigma_cert] * len(cols["idx"])
+    cols["count"] = cols["p_lower"] = [None] * len(cols["idx"])
+    constants = {"smoothing": "fixed", **cert}
+    blob = json.dumps([cfg.trial_id, cert_id, constants, cols], sort_keys=True)
+    digest = hashlib.sha256(blob.encode()).hexdigest()
+    out = exp.shard_path(cfg.trial_id, cert_id, 0, 1)
+    return Model(log, rel, cfg, cert_id, constants, cols, digest, out)
+
+
+def _existing_digest(location: str) -> str | None:
+    """The digest recorded in an existing shard ("" if unreadable or not imported), or None."""
+    if not fileio.exists(location):
+        return None
+    try:
+        meta = pq.read_schema(io.BytesIO(fileio.read_bytes(location))).metadata or {}
+    except (pa.ArrowInvalid, OSError):
+        return ""
+    return meta.get(b"sweeper.import_digest", b"").decode()
+
+
+def _place(model: Model, seen: dict[str, Model], report: ImportReport, problems: list[str]) -> None:
+    """File the model as new, already imported, a duplicate, or a conflict."""
+    other = seen.get(model.out)
+    if other is not None:
+        if other.digest == model.digest:
+            report.skipped.append((model.rel, f"the same rows as {other.rel}"))
+        else:
+            problems.append(
+                f"{model.rel} and {other.rel} resolve to the same model {model.cfg.trial_id} "
+                f"({model.cert_id}) with different rows: import them separately with --set (e.g. seed=1)"
+            )
+        return
+    seen[model.out] = model
+    existing = _existing_digest(model.out)
+    if existing is None:
+        report.imported.append(model)
+    elif existing == model.digest:
+        report.already.append(model)
+    elif existing == "":
+        problems.append(
+            f"{model.rel}: {model.out} exists but is no imported shard: delete it and import again"
+        )
+    else:
+        problems.append(
+            f"{model.rel}: {model.out} already holds different rows for model {model.cfg.trial_id} "
+            f"({model.cert_id}): pass --set to tell them apart (e.g. seed=1) or another --experiment"
+        )
+
+
+def plan_import(directory: str | Path, exp: Experiment, sets: list[str]) -> ImportReport:
+    """Everything an import would do, checked; raises IngestError with every problem."""
+    root = Path(directory).expanduser().absolute()
+    problems = [] if root.exists() else [f"{directory}: no such directory"]
+    try:
+        parsed = parse_sets(sets)
+    except IngestError as e:
+        problems += e.problems
+    if problems:
+        raise IngestError(problems)
+    logs, early, ignored = find_logs(root)
+    base = root.parent if root.is_file() else root
+    report = ImportReport(exp, ignored=ignored)
+    report.skipped += [(str(p.relative_to(base)), why) for p, why in early]
+    if not logs:
+        raise IngestError(
+            [
+                f"{directory}: no certification logs (files starting with the line {' '.join(HEADER)})"
+            ]
+        )
+    seen: dict[str, Model] = {}
+    rejected: dict[str, list[str]] = {}  # TrialConfig's problem -> the logs it was found in
+    for log in logs:
+        rel = str(log.relative_to(base))
+        try:
+            _place(_model(log, base, exp, parsed), seen, report, problems)
+        except LogSkip as e:
+            report.skipped.append((rel, str(e)))
+        except ConfigError as e:
+            for p in e.problems:
+                rejected.setdefault(p, []).append(rel)
+    # A --set that every log rejects is one line, not one per log.
+    for p, rels in rejected.items():
+        more = f" and {len(rels) - 1} more logs" if len(rels) > 1 else ""
+        problems.append(f"{rels[0]}{more}: {p}")
+    if problems:
+        raise IngestError(problems)
+    return report
+
+
+# ---------------------------------------------------------------------------- writing
+def write_import(report: ImportReport) -> ImportReport:
+    """Write the planned shards, and a sweep.json if the experiment has none (an empty sweep:
+    the imported models are results, not trials of a sweep of ours)."""
+    exp = report.experiment
+    if report.imported and not fileio.exists(exp.sweep_json):
+        write_sweep(exp, {"space": None, "trials": [], "imported": True})
+        report.wrote_sweep = True
+    for m in report.imported:
+        metadata = {
+            "certify_backend": f"imported from {m.source}",
+            "normalization": "unknown (imported log)",
+            "config": m.cfg.to_dict(),
+            "shard": "0/1",
+            "import_digest": m.digest,
+        }
+        write_shard(
+            shard_table(m.cfg, exp.name, m.cert_id, m.constants, m.columns, metadata), m.out
+        )
+    return report
+
+
+def import_logs(
+    directory: str | Path, exp: Experiment, sets: list[str] | None = None
+) -> ImportReport:
+    """Check everything, then write: the import of DIR's logs into `exp` (see the module doc)."""
+    return write_import(plan_import(directory, exp, list(sets or [])))
