@@ -1,7 +1,8 @@
 """Grid expansion: a `SweepSpec` becomes the ordered list of `TrialConfig`s it describes.
 
 Order is deterministic (grids in file order, then the product of axes in file order, the last
-axis varying fastest). Configs that resolve to the same trial (e.g. an ε axis crossed with
+axis varying fastest; a fine-tuning stage crosses each of its parent grid's trials, in order,
+with its own axes). Configs that resolve to the same trial (e.g. an ε axis crossed with
 the Gaussian baseline, which has no ε) are kept once. `trial_id` is a hash of the resolved
 config, so it is stable across runs, machines and Ray's own trial names.
 """
@@ -15,17 +16,36 @@ from typing import Any
 
 import yaml
 
-from sweeper.spec import TRIAL_KEYS, SweepSpec
+from sweeper.spec import TRIAL_KEYS, Grid, SweepSpec
 from trainables.config import ConfigError, TrialConfig
 
 
-def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
-    for grid in spec.grids:
+def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:
+    for parent in parents:
         for combo in itertools.product(*(values for _, values in grid.axes)):
             d = {**spec.fixed, **grid.fixed}
+            if parent is not None:
+                d.update({k: getattr(parent, k) for k in grid.inherit}, init_from=parent.trial_id)
             for (axis, _), value in zip(grid.axes, combo, strict=True):
                 d.update(value if isinstance(value, dict) else {axis: value})
-            yield grid.name, {**d, **overrides}
+            yield d
+
+
+def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
+    """(grid name, config dict) of every trial; a stage's trials follow its parent grid's."""
+    built: dict[str, list[TrialConfig]] = {}
+    for grid in spec.grids:
+        parents: list[TrialConfig | None] = built.get(grid.parent, []) if grid.parent else [None]
+        configs: dict[str, TrialConfig] = {}
+        for d in _grid_dicts(spec, grid, parents):
+            d = {**d, **overrides}
+            yield grid.name, d
+            try:
+                cfg = TrialConfig.from_dict(d)
+            except ConfigError:
+                continue  # reported by expansion_problems; its children are not built
+            configs.setdefault(cfg.trial_id, cfg)
+        built[grid.name] = list(configs.values())
 
 
 def expand(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> list[TrialConfig]:

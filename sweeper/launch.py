@@ -24,8 +24,12 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import ray
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+from ray.tune.search import Searcher
 
 from sweeper.certify import Certifier, Event
+from sweeper.plan import is_finished
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables.config import ProblemsError, TrialConfig
@@ -51,6 +55,7 @@ class LaunchOptions:
 class Outcome:
     completed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # trial_id -> error message
+    blocked: dict[str, str] = field(default_factory=dict)  # trial_id -> its failed parent
     interrupted: bool = False
     certify_failures: list[tuple[str, str]] = field(default_factory=list)
 
@@ -106,8 +111,55 @@ def resource_problems(resources: Resources) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- Tune
-class _SweepCallback:
-    """Tune callback (duck-typed into a tune.Callback subclass at run time)."""
+class StageSearcher(Searcher):
+    """Hands Tune the trials in order, a fine-tune trial only once its parent has finished.
+
+    Trials whose parent is finished already (an earlier run) start at once. When a parent
+    fails for good, its children are never started: `blocked` names them, and the search
+    ends once nothing else can run."""
+
+    def __init__(self, trials: list[TrialConfig], finished: set[str], constants: dict):
+        super().__init__()
+        self.waiting = list(trials)
+        self.finished = set(finished)
+        self.failed: set[str] = set()
+        self.running: dict[str, str] = {}  # Tune's trial id -> ours
+        self.constants = constants
+
+    def suggest(self, trial_id: str):
+        for i, cfg in enumerate(self.waiting):
+            if cfg.init_from is None or cfg.init_from in self.finished:
+                self.running[trial_id] = self.waiting.pop(i).trial_id
+                return {**self.constants, "trial": cfg.to_dict()}
+        if not self.waiting or (not self.running and self.blocked()):
+            return Searcher.FINISHED
+        return None  # children wait for their running parents
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        ours = self.running.pop(trial_id, None)
+        if ours is not None:
+            (self.failed if error else self.finished).add(ours)
+
+    def blocked(self) -> dict[str, str]:
+        """Waiting trials that can never start: child -> the parent that failed (or is absent)."""
+        active = set(self.running.values()) | {c.trial_id for c in self.waiting}
+        return {
+            c.trial_id: c.init_from
+            for c in self.waiting
+            if c.init_from is not None
+            and c.init_from not in self.finished
+            and c.init_from not in active
+        }
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: resuming reads each trial's own state, not Tune's."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """See `save`."""
+
+
+class _SweepCallback(tune.Callback):
+    """Reports trial events, certifies finished trials, records failures."""
 
     def __init__(
         self,
@@ -185,36 +237,30 @@ def _sigterm_as_sigint() -> Iterator[None]:
 
 
 def _tuner(
-    exp: Experiment,
-    trials: list[TrialConfig],
-    resources: Resources,
-    options: LaunchOptions,
-    callback,
+    exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions, callback
 ):
-    from ray import tune
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-
-    callback_cls = type("SweepCallback", (_SweepCallback, tune.Callback), {})
+    # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
+    # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(200, int(cpus * 1.1))))
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, experiment_root=exp.root),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
-    param_space = {
-        "trial": tune.grid_search([t.to_dict() for t in trials]),
-        "cpus_per_trial": resources.cpu,
-        "fault": os.environ.get(FAULT_ENV, ""),
-    }
     run_config = tune.RunConfig(
         name=time.strftime("run-%Y%m%d-%H%M%S"),
         storage_path=exp.tune_dir,
         verbose=0,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), callback_cls(*callback)],
+        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), callback],
     )
-    tune_config = tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True)
-    return tune.Tuner(
-        trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
+    tune_config = tune.TuneConfig(
+        search_alg=searcher,
+        num_samples=len(searcher.waiting),
+        max_concurrent_trials=options.max_concurrent,
+        reuse_actors=True,
     )
+    return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
 
 
 def run_sweep(
@@ -233,10 +279,17 @@ def run_sweep(
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
-        tuner = _tuner(exp, to_train, resources, options, (exp, certifier, outcome, on_event))
+        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
+        parents = {t.init_from for t in to_train if t.init_from}
+        done = {t.trial_id for t in finished} | {
+            p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
+        }  # parents outside this --only slice may have finished in an earlier run
+        searcher = StageSearcher(to_train, done, constants)
+        callback = _SweepCallback(exp, certifier, outcome, on_event)
         with _sigterm_as_sigint():
-            tuner.fit()
-    ended = set(outcome.completed) | set(outcome.failed)
+            _tuner(exp, searcher, resources, options, callback).fit()
+        outcome.blocked = searcher.blocked()
+    ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
     outcome.interrupted = any(t.trial_id not in ended for t in to_train)
     if outcome.interrupted:
         certifier.cancel()

@@ -69,9 +69,27 @@ def make_plan(req: PlanRequest) -> Plan:
     problems += only_problems + select_problems + data_problems(all_trials, data_dir, req.download)
     exp = Experiment(req.storage, req.experiment or spec.name)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials)
+    problems += stage_problems(exp, trials)
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
+    """A selected fine-tune trial needs its parent selected too, or finished already."""
+    selected = {t.trial_id for t in trials}
+    orphans = sorted(
+        {t.init_from for t in trials if t.init_from and t.init_from not in selected}
+        - {
+            p
+            for p in {t.init_from for t in trials}
+            if p and is_finished(read_status(exp.trial_dir(p)), None)
+        }
+    )
+    return [
+        f"--only selects fine-tune trials of {p}, which is neither selected nor finished: widen --only to include it"
+        for p in orphans
+    ]
 
 
 def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
@@ -137,5 +155,8 @@ def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict |
     return {t.trial_id: read_status(exp.trial_dir(t.trial_id)) for t in trials}
 
 
-def is_finished(status: dict | None, cfg: TrialConfig) -> bool:
-    return bool(status) and status["state"] == "finished" and status["epoch"] >= cfg.epochs
+def is_finished(status: dict | None, cfg: TrialConfig | None) -> bool:
+    """Finished training (all of cfg's epochs, when cfg is given)."""
+    if not status or status["state"] != "finished":
+        return False
+    return cfg is None or status["epoch"] >= cfg.epochs

@@ -23,6 +23,7 @@ from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_pro
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "smoke")
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
+GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
 
 class SpecError(ProblemsError):
@@ -101,6 +102,11 @@ class Grid:
     name: str
     fixed: Mapping[str, Any]
     axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    # A stage that fine-tunes every trial of grid `parent` (which must come earlier): each of
+    # its axis combinations is crossed with the parent's trials, copies their `inherit`
+    # hyperparameters, and sets init_from to the parent's trial_id.
+    parent: str | None = None
+    inherit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,16 +234,34 @@ def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
     if not isinstance(value, list) or not value:
         problems.append("grids must be a non-empty list of {name, fixed, axes}")
         return ()
-    grids = []
+    grids: list[Grid] = []
     for i, g in enumerate(value):
         where = f"grids[{i}]"
-        if not isinstance(g, dict) or set(g) - {"name", "fixed", "axes"}:
-            problems.append(f"{where} must be a mapping with keys name, fixed, axes")
+        if not isinstance(g, dict) or set(g) - GRID_KEYS:
+            problems.append(f"{where} must be a mapping with keys {', '.join(sorted(GRID_KEYS))}")
             continue
         fixed = _trial_mapping(g.get("fixed", {}), f"{where}.fixed", problems)
         axes = _axes(g.get("axes", {}) or {}, where, problems)
-        grids.append(Grid(str(g.get("name", f"grid{i}")), fixed, axes))
+        parent, inherit = _stage(g, where, [grid.name for grid in grids], problems)
+        grids.append(Grid(str(g.get("name", f"grid{i}")), fixed, axes, parent, inherit))
     return tuple(grids)
+
+
+def _stage(g: dict, where: str, earlier: list[str], problems: list[str]):
+    """(parent, inherit) of a fine-tuning stage, checked against the grids before it."""
+    parent, inherit = g.get("parent"), g.get("inherit", [])
+    if parent is not None and parent not in earlier:
+        problems.append(
+            f"{where}.parent {parent!r} must name an earlier grid ({', '.join(earlier) or 'none'})"
+        )
+    if not isinstance(inherit, list) or any(k not in TRIAL_KEYS for k in inherit):
+        problems.append(f"{where}.inherit must be a list of hyperparameters (got {inherit!r})")
+        inherit = []
+    if inherit and parent is None:
+        problems.append(f"{where}.inherit needs a parent grid")
+    if "init_from" in g.get("fixed", {}) or "init_from" in inherit:
+        problems.append(f"{where}: init_from is set by `parent`, not by hand")
+    return (str(parent) if parent is not None else None), tuple(inherit)
 
 
 def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:

@@ -11,18 +11,20 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
-DATASETS = ("cifar10", "imagenet", "mnist", "digits")
+DATASETS = ("cifar10", "imagenet", "mnist", "digits", "imagenet32")
 ARCHS = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "resnet50", "lenet", "digits_cnn")
 DEFAULT_ARCH = {
     "cifar10": "cifar_resnet110",
     "imagenet": "resnet50",
     "mnist": "lenet",
     "digits": "digits_cnn",
+    "imagenet32": "cifar_resnet110",  # pre-training for CIFAR-10 (SmoothAdv NeurIPS appendix E.1)
 }
 METHODS = (
     "gaussian", "smoothadv", "vanilla_pgd", "pgd_noise", "smoothmix", "macer", "consistency", "stability",
@@ -65,6 +67,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
 DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples")
 DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
 DDRS_METHODS = ("gaussian", "smoothadv", "macer")  # the paper's three (Cohen, SmoothAdv, MACER)
+
+_TRIAL_ID = re.compile(r"[0-9a-f]{12}")
 
 # Where the data lives and how it is loaded does not change the trained model's identity.
 ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers"})
@@ -153,6 +157,10 @@ class TrialConfig:
     num_workers: int = 0
     amp: bool = False  # CUDA only: autocast fp16 + GradScaler; ignored on CPU
     seed: int = 0
+    # -- two-stage sweeps: fine-tune the model of another trial (its trial_id). Its weights are
+    # loaded before the first epoch, except the input normalization (this data set's) and the
+    # last (logit) layer, which is re-initialized (SmoothAdv NeurIPS appendix E.1).
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         problems = _type_problems(self)
@@ -213,6 +221,8 @@ class TrialConfig:
         for name in ("lr", "lr_gamma"):
             if not getattr(self, name) > 0:
                 p.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        if self.init_from is not None and not _TRIAL_ID.fullmatch(self.init_from):
+            p.append(f"init_from must be a trial_id (12 hex digits, got {self.init_from!r})")
         if self.momentum < 0 or self.weight_decay < 0 or self.num_workers < 0:
             p.append("momentum, weight_decay and num_workers must be >= 0")
         return p

@@ -46,6 +46,8 @@ INFO = {
     "mnist": DatasetInfo("mnist", 10, (1, 28, 28), (0.1307,), (0.3081,)),
     # Statistics of the digits training split (pixels / 16).
     "digits": DatasetInfo("digits", 10, (1, 8, 8), (0.3052,), (0.3760,)),
+    # Downsampled ImageNet (Chrabaszcz et al. 2017), 32x32: ImageNet's channel statistics.
+    "imagenet32": DatasetInfo("imagenet32", 1000, (3, 32, 32), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }  # fmt: skip
 assert tuple(INFO) == DATASETS, "data registry and config.DATASETS disagree"
 
@@ -113,6 +115,8 @@ def load_dataset(
         return _cifar10(root, split, download, augment)
     if name == "mnist":
         return _mnist(root, split, download)
+    if name == "imagenet32":
+        return _imagenet32(root, split, augment)
     return _imagenet(root, split, augment)
 
 
@@ -211,6 +215,39 @@ def _read_idx(folder: Path, name: str) -> np.ndarray:
         raise DataError(f"cannot read MNIST file {path}: {e}") from None
 
 
+IMAGENET32_FILES = {
+    "train": [f"train_data_batch_{i}.npz" for i in range(1, 11)],
+    "test": ["val_data.npz"],
+}
+
+
+def imagenet32_folder(root: Path, split: str) -> Path:
+    """Where the npz batches are: `root` itself or the archives' folder inside it."""
+    sub = root / ("Imagenet32_train_npz" if split == "train" else "Imagenet32_val_npz")
+    return sub if sub.is_dir() else root
+
+
+def _imagenet32(root: Path, split: str, augment: bool) -> ImageTensors:
+    """ImageNet32 as distributed (image-net.org "Downsampled ImageNet 32x32", npz): each file
+    holds `data` uint8 (N, 3072), rows channel-first like CIFAR, and `labels` 1..1000."""
+    folder = imagenet32_folder(root, split)
+    names = IMAGENET32_FILES[split]
+    _require(folder, names, "ImageNet32 (npz batches: train_data_batch_1..10.npz, val_data.npz)", True)
+    images, labels = [], []
+    for fname in names:
+        try:
+            with np.load(folder / fname) as batch:
+                images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+                labels.append(np.asarray(batch["labels"], dtype=np.int64).reshape(-1) - 1)
+        except Exception as e:  # zipfile/pickle/key/shape errors of a damaged file
+            raise DataError(f"cannot read ImageNet32 file {folder / fname}: {type(e).__name__}: {e}") from None
+    y = np.concatenate(labels)
+    if y.min() < 0 or y.max() > 999:
+        raise DataError(f"ImageNet32 labels in {folder} must be 1..1000 (got {y.min() + 1}..{y.max() + 1})")
+    transform = _cifar_augment() if augment else None
+    return ImageTensors(torch.from_numpy(np.concatenate(images)), torch.from_numpy(y), transform)
+
+
 def _imagenet(root: Path, split: str, augment: bool) -> IndexedFolder:
     from torchvision import datasets, transforms
 
@@ -272,6 +309,9 @@ def data_problem(name: str, data_dir: str | None, download: bool = False) -> str
                 download,
                 gz=True,
             )
+        elif name == "imagenet32":
+            for split, names in IMAGENET32_FILES.items():
+                _require(imagenet32_folder(root, split), names, "ImageNet32 (npz batches)", True)
         elif not (root / "train").is_dir() or not (root / "val").is_dir():
             return f"ImageNet not found: expected {root}/train and {root}/val in ImageFolder layout; pass --data-dir pointing at the directory holding them"
     except DataError as e:

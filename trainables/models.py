@@ -141,3 +141,30 @@ def build_model(
     if arch not in _BUILDERS:
         raise ValueError(f"unknown arch {arch!r} (valid: {', '.join(ARCHS)})")
     return nn.Sequential(NormalizeLayer(means, sds), _BUILDERS[arch](num_classes))
+
+
+def transfer_weights(model: nn.Module, pretrained: dict[str, torch.Tensor]) -> list[str]:
+    """Load a pre-trained state dict into `model` for fine-tuning, keeping the model's own
+    input normalization (its data set's statistics) and its freshly initialized last linear
+    (logit) layer, as in SmoothAdv's ImageNet32 → CIFAR-10 transfer. Returns the names kept.
+    Raises ValueError when any other tensor is missing or has another shape (other arch)."""
+    last = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
+    own = model.state_dict()
+    kept = [
+        k for k in own if k.startswith(f"{last}.") or isinstance(_module(model, k), NormalizeLayer)
+    ]
+    wrong = [
+        k
+        for k in own
+        if k not in kept and (k not in pretrained or pretrained[k].shape != own[k].shape)
+    ]
+    if wrong:
+        raise ValueError(
+            f"pre-trained weights do not fit this architecture ({len(wrong)} tensors differ, e.g. {wrong[0]})"
+        )
+    model.load_state_dict({k: (own[k] if k in kept else pretrained[k]) for k in own})
+    return kept
+
+
+def _module(model: nn.Module, key: str) -> nn.Module:
+    return model.get_submodule(key.rsplit(".", 1)[0]) if "." in key else model

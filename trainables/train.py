@@ -34,7 +34,7 @@ from trainables.datasets import INFO, load_dataset
 from trainables.ddrs import optimize_sigma
 from trainables.methods import REGISTRY, Method, StepContext
 from trainables.methods.base import epoch_epsilon
-from trainables.models import build_model
+from trainables.models import build_model, transfer_weights
 
 log = logging.getLogger(__name__)
 
@@ -257,12 +257,15 @@ def fit(
     on_epoch: EpochCallback | None = None,
     stop_after: int | None = None,
     resume_from: dict[str, Any] | None = None,
+    init_weights: dict[str, torch.Tensor] | None = None,
 ) -> TrainState:
     """Train `cfg` to cfg.epochs (or to `stop_after` finished epochs).
 
     Resumes from `resume_from` (a checkpoint payload) or from `checkpoint_path` if that file
     exists, and writes `checkpoint_path` atomically after every epoch. `on_epoch(metrics,
-    state)` is called after each epoch's checkpoint is written.
+    state)` is called after each epoch's checkpoint is written. A fresh start of a fine-tune
+    trial (cfg.init_from) first loads `init_weights`, the parent's model state dict, except
+    the normalization and the last layer (`models.transfer_weights`).
     """
     state = build_state(cfg, device)
     if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
@@ -270,6 +273,9 @@ def fit(
     if resume_from is not None:
         state.restore(resume_from)
         log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
+    elif init_weights is not None:
+        transfer_weights(state.model, init_weights)
+        log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
     train_loader, test_loader = make_loaders(state)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:

@@ -48,7 +48,11 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
         tune.report({**metrics, "trial_id": cfg.trial_id})
         _maybe_fail(config.get("fault", ""), cfg, state.epoch)
 
-    state = fit(cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume)
+    init = None
+    if resume is None and cfg.init_from is not None:  # a fine-tune trial's first start
+        parent = fileio.join(trial_dir(experiment_root, cfg.init_from), checkpoint.CHECKPOINT_NAME)
+        init = checkpoint.load(parent)["model"]
+    state = fit(cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume, init_weights=init)
     last = state.history[-1] if state.history else {}
     write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:

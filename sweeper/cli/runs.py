@@ -112,7 +112,7 @@ def _report_outcome(outcome, command: str) -> None:
     if outcome.interrupted:
         console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
         raise typer.Exit(130)
-    if outcome.failed or outcome.certify_failures:
+    if outcome.failed or outcome.certify_failures or getattr(outcome, "blocked", None):
         table = Table(title="failures")
         table.add_column("trial_id")
         table.add_column("stage")
@@ -121,6 +121,8 @@ def _report_outcome(outcome, command: str) -> None:
             table.add_row(tid, "train", msg)
         for tid, msg in outcome.certify_failures:
             table.add_row(tid, "certify", msg)
+        for tid, parent in getattr(outcome, "blocked", {}).items():
+            table.add_row(tid, "blocked", f"not started: its parent {parent} did not finish")
         console.print(table)
         console.print(f"fix the cause, then re-run `{command}` to resume (finished work is kept)")
         raise typer.Exit(1)
