@@ -94,11 +94,14 @@ def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
 
 def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
     datasets = sorted({t.dataset for t in trials} - {"digits"})  # digits ships with scikit-learn
-    if not datasets:
+    pseudo = [t for t in trials if t.pseudo_data is not None]  # self-training's extra data
+    if not datasets and not pseudo:
         return []
     from trainables.datasets import data_problem  # imports torch: only when a data dir matters
+    from trainables.pseudo import pseudo_problems
 
-    return [p for d in datasets if (p := data_problem(d, data_dir, download))]
+    problems = [p for d in datasets if (p := data_problem(d, data_dir, download))]
+    return problems + pseudo_problems(pseudo)
 
 
 def address_problems(address: str | None) -> list[str]:

@@ -82,7 +82,7 @@ def test_name_tuples_are_consistent():
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
     assert tuple(METHOD_FIELDS) == METHODS
     assert OPTIONAL_FIELDS <= ALL_FIELDS
-    assert {"data_dir", "download", "num_workers"} == ENVIRONMENT_FIELDS
+    assert {"data_dir", "download", "num_workers", "pseudo_data"} == ENVIRONMENT_FIELDS
 
 
 # ---------------------------------------------------------------------------- validation
@@ -218,16 +218,28 @@ METHOD_ALTERNATIVES = {
 # DDRS training's settings, which only count when it is on: another value of each for PINNED
 # with DDRS training from epoch 5.
 DDRS_ALTERNATIVES = dict(ddrs_start_epoch=6, ddrs_iterations=20, ddrs_lr=1e-3, ddrs_samples=4)
+# Self-training's settings, which only count when it is on: another value of each for PINNED
+# with pseudo-labelled data (its location, pseudo_data, is an environment field).
+PSEUDO_ON = dict(pseudo_data="/data/pseudo.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5)
+PSEUDO_ALTERNATIVES = dict(pseudo_fingerprint="f" * 16, pseudo_eta=0.1, pseudo_ratio=2)
 
 
 def test_trial_id_changes_with_every_identity_field():
-    covered = set(ALTERNATIVES).union(*METHOD_ALTERNATIVES.values(), DDRS_ALTERNATIVES)
+    covered = set(ALTERNATIVES).union(
+        *METHOD_ALTERNATIVES.values(), DDRS_ALTERNATIVES, PSEUDO_ALTERNATIVES
+    )
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
     ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5)
     for name, value in DDRS_ALTERNATIVES.items():
         changed = ddrs.replace(**{name: value})
         assert getattr(changed, name) != getattr(ddrs, name), name
         assert changed.trial_id != ddrs.trial_id, name
+    pseudo = TrialConfig(**PINNED, **PSEUDO_ON)
+    assert pseudo.trial_id != PINNED_ID
+    for name, value in PSEUDO_ALTERNATIVES.items():
+        changed = pseudo.replace(**{name: value})
+        assert getattr(changed, name) != getattr(pseudo, name), name
+        assert changed.trial_id != pseudo.trial_id, name
     for method, alternatives in METHOD_ALTERNATIVES.items():
         base = TrialConfig(dataset="digits", method=method, m_train=2, steps=2)
         for name, value in alternatives.items():

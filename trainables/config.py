@@ -68,10 +68,19 @@ DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples")
 DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
 DDRS_METHODS = ("gaussian", "smoothadv", "macer")  # the paper's three (Cohen, SmoothAdv, MACER)
 
+# Self-training (SmoothAdv NeurIPS appendix E.2; `trainables.pseudo`): after every labelled
+# batch, `pseudo_ratio` batches of the same size from the pseudo-labelled data, trained by the
+# same method with the loss scaled by `pseudo_eta` (η ∈ {0.1, 0.5, 1.0} in the paper). On when
+# `pseudo_data` (where the data is: an environment field) and `pseudo_fingerprint` (what it
+# holds: identity) are set; off (both None) every pseudo_* field resolves to None.
+PSEUDO_FIELDS = ("pseudo_fingerprint", "pseudo_eta", "pseudo_ratio")
+PSEUDO_DEFAULTS: dict[str, Any] = {"pseudo_ratio": 1}
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}")
 
 # Where the data lives and how it is loaded does not change the trained model's identity.
-ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers"})
+ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers", "pseudo_data"})
 
 
 class ProblemsError(ValueError):
@@ -141,6 +150,11 @@ class TrialConfig:
     ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
     ddrs_lr: float | None = None  # OptimizeSigma step size α (1e-4)
     ddrs_samples: int | None = None  # noise draws n per OptimizeSigma step (1)
+    # -- self-training: pseudo-labelled batches interleaved (None: off; see PSEUDO_FIELDS)
+    pseudo_data: str | None = None  # absolute path of an .npz or <label>/<image> directory
+    pseudo_fingerprint: str | None = None  # its content (python -m trainables.pseudo PATH)
+    pseudo_eta: float | None = None  # η: weight of the pseudo-labelled loss
+    pseudo_ratio: int | None = None  # pseudo-labelled batches after each labelled batch (1)
     # -- optimisation: SGD, step schedule
     epochs: int = 150
     batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
@@ -173,6 +187,10 @@ class TrialConfig:
             for name, value in DDRS_DEFAULTS.items():
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, value)
+        if self.pseudo_data is not None or self.pseudo_fingerprint is not None:
+            for name, value in PSEUDO_DEFAULTS.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
         if self.method == "smoothmix" and self.mix_alpha is None and self.sigma > 0:
             object.__setattr__(self, "mix_alpha", 2 * self.sigma)
         problems = self.problems()
@@ -195,6 +213,9 @@ class TrialConfig:
         if self.ddrs_start_epoch is None:
             for name in DDRS_FIELDS:
                 object.__setattr__(self, name, None)
+        if self.pseudo_data is None and self.pseudo_fingerprint is None:
+            for name in PSEUDO_FIELDS:
+                object.__setattr__(self, name, None)
 
     # ------------------------------------------------------------------ validation
     def problems(self) -> list[str]:
@@ -211,6 +232,7 @@ class TrialConfig:
         if self.method in METHOD_FIELDS:  # an unknown method must not hide the other problems
             p += _method_problems(self, METHOD_FIELDS[self.method])
         p += _ddrs_problems(self)
+        p += _pseudo_problems(self)
         for name in ("epochs", "batch_size", "lr_step_size"):
             if getattr(self, name) < 1:
                 p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
@@ -321,6 +343,33 @@ def _ddrs_problems(cfg: TrialConfig) -> list[str]:
             p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
     if cfg.ddrs_lr is None or not cfg.ddrs_lr > 0:
         p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {cfg.ddrs_lr})")
+    return p
+
+
+def _pseudo_problems(cfg: TrialConfig) -> list[str]:
+    """Self-training's fields, checked only when it is on (pseudo_data or its fingerprint set)."""
+    if cfg.pseudo_data is None and cfg.pseudo_fingerprint is None:
+        return []
+    if cfg.pseudo_data is None or not cfg.pseudo_data.strip():
+        return [
+            f"pseudo_data must be the path of the data whose fingerprint is "
+            f"{cfg.pseudo_fingerprint} (got {cfg.pseudo_data!r})"
+        ]
+    p: list[str] = []
+    if cfg.pseudo_fingerprint is None or not _FINGERPRINT.fullmatch(cfg.pseudo_fingerprint):
+        p.append(
+            f"pseudo_fingerprint must be the 16 hex digits printed by `python -m trainables.pseudo "
+            f"{cfg.pseudo_data} --dataset {cfg.dataset}` (got {cfg.pseudo_fingerprint!r})"
+        )
+    if cfg.pseudo_eta is None or not cfg.pseudo_eta >= 0:
+        p.append(f"pseudo_eta must be >= 0 when pseudo_data is set (got {cfg.pseudo_eta})")
+    if cfg.pseudo_ratio is None or cfg.pseudo_ratio < 1:
+        p.append(f"pseudo_ratio must be >= 1 when pseudo_data is set (got {cfg.pseudo_ratio})")
+    if cfg.ddrs_start_epoch is not None:
+        p.append(
+            "pseudo_data: self-training cannot be combined with DDRS training (pseudo-labelled "
+            "inputs have no σ_x); set ddrs_start_epoch or pseudo_data to null"
+        )
     return p
 
 

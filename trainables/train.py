@@ -13,6 +13,18 @@ cfg.sigma at first. In epochs >= ddrs_start_epoch, every chunk first runs Optimi
 its inputs' σ_x (model in eval mode, parameters frozen, noise from the state's noise
 generator), stores the result and trains the chunk with it (`StepContext.sigma`). The table
 is part of the checkpoint, so a resumed run carries every σ_x on exactly.
+
+Self-training (`cfg.pseudo_data` set; SmoothAdv NeurIPS appendix E.2): after every labelled
+batch, `cfg.pseudo_ratio` batches of the same size from the pseudo-labelled stream
+(`trainables.pseudo`) are split and stepped exactly like a labelled batch, with the loss
+scaled by η = `cfg.pseudo_eta` before the backward pass. The paper picks a labelled or a
+pseudo-labelled minibatch at random for every step; here they alternate in a fixed order
+(the same mix in expectation for ratio 1, reproducible, and an epoch is still one pass over
+the labelled set). The pseudo steps draw noise from the stream's own generator, so the
+labelled steps' randomness is the same as without self-training; the stream's state is part
+of the checkpoint. train_loss/train_acc cover the labelled steps only; pseudo_loss (unscaled)
+and pseudo_acc the pseudo-labelled ones, pseudo_inputs counts this epoch's pseudo-labelled
+inputs and pseudo_passes the passes over the pseudo-labelled set so far.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainables import attacks, checkpoint, fileio
+from trainables import attacks, checkpoint, fileio, pseudo
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.ddrs import optimize_sigma
@@ -54,6 +66,7 @@ class TrainState:
     epoch: int = 0  # epochs finished
     history: list[dict[str, Any]] = field(default_factory=list)
     ddrs_sigma: torch.Tensor | None = None  # DDRS: σ_x per training input (CPU, float32)
+    pseudo_stream: pseudo.PseudoStream | None = None  # self-training: pseudo-labelled batches
 
     @property
     def amp(self) -> bool:
@@ -81,6 +94,8 @@ class TrainState:
         }
         if self.ddrs_sigma is not None:
             payload["ddrs_sigma"] = self.ddrs_sigma.clone()
+        if self.pseudo_stream is not None:
+            payload["pseudo"] = self.pseudo_stream.state_dict()
         return payload
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -100,6 +115,8 @@ class TrainState:
         self.history = list(payload["history"])
         table = payload.get("ddrs_sigma")
         self.ddrs_sigma = None if table is None else table.detach().to("cpu").clone()
+        if self.pseudo_stream is not None and "pseudo" in payload:
+            self.pseudo_stream.load_state_dict(payload["pseudo"])
 
     def sigma_table(self, size: int) -> torch.Tensor:
         """The DDRS σ table for a training split of `size` inputs (created at cfg.sigma)."""
@@ -130,7 +147,9 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and device.type == "cuda")
     loader_gen = torch.Generator().manual_seed(cfg.seed)
     noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    return TrainState(cfg, device, model, optimizer, scheduler, scaler, loader_gen, noise_gen)
+    state = TrainState(cfg, device, model, optimizer, scheduler, scaler, loader_gen, noise_gen)
+    state.pseudo_stream = pseudo.stream(cfg, device)
+    return state
 
 
 def make_loaders(state: TrainState) -> tuple[DataLoader, DataLoader]:
@@ -141,6 +160,8 @@ def make_loaders(state: TrainState) -> tuple[DataLoader, DataLoader]:
         train = Subset(train, range(cfg.train_subset))
     if cfg.eval_subset is not None and cfg.eval_subset < len(test):
         test = Subset(test, range(cfg.eval_subset))
+    if state.pseudo_stream is not None:
+        state.pseudo_stream.load()  # read and check the pseudo-labelled data before training
     pin = state.device.type == "cuda"
     common = {"num_workers": cfg.num_workers, "pin_memory": pin}
     return (
@@ -194,12 +215,15 @@ def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
     }
 
 
-def _step(state: TrainState, method: Method, x, y, ctx: StepContext) -> tuple[float, int, int]:
-    """One optimizer step on a chunk: (summed loss, correct, samples)."""
+def _step(
+    state: TrainState, method: Method, x, y, ctx: StepContext, scale: float = 1.0
+) -> tuple[float, int, int]:
+    """One optimizer step on a chunk, its loss multiplied by `scale` (self-training's η) for
+    the backward pass: (summed unscaled loss, correct, samples)."""
     with torch.autocast(state.device.type, dtype=torch.float16, enabled=state.amp):
         out = method.loss(state.model, x, y, ctx)
     state.optimizer.zero_grad(set_to_none=True)
-    state.scaler.scale(out.loss).backward()
+    state.scaler.scale(out.loss if scale == 1.0 else out.loss * scale).backward()
     state.scaler.step(state.optimizer)
     state.scaler.update()
     correct = (out.logits.argmax(1) == out.targets).sum().item()
@@ -218,6 +242,7 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
         state.sigma_table(split_size(loader.dataset))
     state.model.train()
     total_loss, correct, seen = 0.0, 0, 0
+    pseudo_sums = (0.0, 0, 0, 0)  # self-training: loss, correct, samples, inputs
     for x, y, idx in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         for xc, yc, ic in zip(*(t.tensor_split(chunks) for t in (x, y, idx)), strict=True):
@@ -227,10 +252,47 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
                 ctx = dataclasses.replace(ctx, sigma=ddrs_chunk_sigma(state, xc, ic))
             loss, right, n = _step(state, method, xc, yc, ctx)
             total_loss, correct, seen = total_loss + loss, correct + right, seen + n
+        if state.pseudo_stream is not None:
+            pseudo_sums = pseudo_steps(state, method, ctx, chunks, len(x), pseudo_sums)
     metrics = {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
     if cfg.ddrs_start_epoch is not None:
         metrics.update(ddrs_metrics(state, loader))
+    if state.pseudo_stream is not None:
+        metrics.update(pseudo_metrics(state.pseudo_stream, pseudo_sums))
     return metrics
+
+
+def pseudo_steps(
+    state: TrainState, method: Method, ctx: StepContext, chunks: int, size: int, sums: tuple
+) -> tuple[float, int, int, int]:
+    """Self-training after a labelled batch of `size` inputs: cfg.pseudo_ratio pseudo-labelled
+    batches of that size, each split into `chunks` steps like a labelled batch, loss scaled by
+    η ("for a pseudo-labelled minibatch, we scale the CE loss by a factor of η and we follow
+    the rest of Pseudocode 1"), noise from the stream's generator. Returns `sums` (summed
+    unscaled loss, correct, samples, inputs) plus this call's."""
+    cfg, stream = state.cfg, state.pseudo_stream
+    ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma=cfg.sigma)
+    loss_sum, correct, seen, inputs = sums
+    for _ in range(cfg.pseudo_ratio):
+        x, y, _ = stream.next_batch(size)
+        x, y = x.to(state.device), y.to(state.device)
+        for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
+            if len(xc) == 0:
+                continue
+            loss, right, n = _step(state, method, xc, yc, ctx, scale=cfg.pseudo_eta)
+            loss_sum, correct, seen = loss_sum + loss, correct + right, seen + n
+        inputs += size
+    return loss_sum, correct, seen, inputs
+
+
+def pseudo_metrics(stream: pseudo.PseudoStream, sums: tuple) -> dict[str, float]:
+    loss_sum, correct, seen, inputs = sums
+    return {
+        "pseudo_loss": loss_sum / max(seen, 1),
+        "pseudo_acc": correct / max(seen, 1),
+        "pseudo_inputs": inputs,
+        "pseudo_passes": stream.passes,
+    }
 
 
 def evaluate(
