@@ -9,7 +9,11 @@ import numpy as np
 import pandas as pd
 
 from sweeper.envelope import certified_accuracy, envelope_curve, model_table
-from sweeper.results import identity_fields
+from sweeper.report_tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
+    KEY_COLUMNS,
+    SETTING_COLUMNS,
+    distinguishing_columns,
+)
 from trainables import fileio
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -71,10 +75,6 @@ def plot_envelope(
     fileio.write_bytes_atomic(location, buffer.getvalue())
 
 
-KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
-SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]
-
-
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     """One row per model: method, σ and the hyperparameters that tell the models apart,
     certified accuracy per radius (columns "r=0.25", ...), ACR and the number of points;
@@ -82,14 +82,7 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     models = model_table(frame)
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
-    candidates = [c.name for c in identity_fields()] + SETTING_COLUMNS
-    varying = [c for c in candidates if c in models and models[c].nunique(dropna=True) > 1]
-    if "sigma_cert" in varying and (models["smoothing"] == "data-dependent").any():
-        varying.remove("sigma_cert")  # per point under DDRS: a model's first point says nothing
-    if "sigma_cert" in varying and np.allclose(models["sigma_cert"], models["sigma"]):
-        varying.remove("sigma_cert")  # certified at the training σ: nothing to tell apart
-    keys = [c for c in KEY_COLUMNS if c in models and (c in varying or c in ("method", "sigma"))]
-    keys += [c for c in varying if c not in keys]
+    keys = distinguishing_columns(models)
     table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]]], axis=1)
     return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
 

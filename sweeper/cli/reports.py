@@ -1,0 +1,91 @@
+"""`sweeper report`: write an experiment's paper-style tables and figures under reports/."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from sweeper.cli.common import ExperimentOpt, Only, Storage, app, fail
+from sweeper.cli.reads import _load, _print_coverage, _radii
+from sweeper.report_figures import FIGURE_FORMATS
+from sweeper.report_tables import LINF_RADII_255
+from sweeper.storage import DEFAULT_STORAGE
+from trainables import fileio
+
+
+def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
+    formats = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
+    unknown = [f for f in formats if f not in FIGURE_FORMATS]
+    if unknown or not formats:
+        problems.append(
+            f"--formats {text!r}: expected figure formats among {', '.join(FIGURE_FORMATS)} "
+            "separated by commas, e.g. png,pdf"
+        )
+    return formats
+
+
+def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
+    try:
+        radii = tuple(float(p) for p in text.split(",") if p.strip())
+        if not radii or not all(0 < r < 1e6 for r in radii):
+            raise ValueError
+        return tuple(dict.fromkeys(radii))
+    except ValueError:
+        problems.append(f"--linf {text!r}: expected ℓ∞ radii > 0 in units of 1/255, e.g. 1,2,4,8")
+        return ()
+
+
+def dataset_dims(datasets) -> dict[str, int]:
+    """Input dimension d (C·H·W) per known data set (torch is imported for the registry)."""
+    from trainables.datasets import INFO
+
+    return {d: INFO[d].dim for d in datasets if d in INFO}
+
+
+def report_dir(reports_dir: str, only: str | None) -> str:
+    """reports/, or reports/only-<slice>/ for a slice (the whole report stays intact)."""
+    if not only:
+        return reports_dir
+    return fileio.join(reports_dir, "only-" + re.sub(r"[^\w.=-]+", "_", only.strip()))
+
+
+@app.command()
+def report(
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: ExperimentOpt = None,
+    radii: Annotated[
+        str | None,
+        typer.Option(
+            "--radii", help="ℓ2 radii: start:stop:step or a list 0,0.5,1 (default 0:2.25:0.25)."
+        ),
+    ] = None,
+    only: Only = None,
+    formats: Annotated[
+        str, typer.Option("--formats", help="Figure formats: png, pdf, svg (comma separated).")
+    ] = "png,pdf",
+    linf: Annotated[
+        str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")
+    ] = ",".join(f"{k:g}" for k in LINF_RADII_255),
+) -> None:
+    """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
+    <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
+    files written. See reports/index.md."""
+    from sweeper.report_build import build_report, write_report
+
+    problems: list[str] = []
+    figure_formats = _formats(formats, problems)
+    grid = list(dict.fromkeys(_radii(radii, problems)))
+    linf_255 = _linf(linf, problems)
+    exp, results, frame = _load(storage, experiment, only, problems)
+    if frame.empty:
+        fail([f"no certification results to report in {exp.name} (check --only, or run "
+              "`sweeper certify <space>`)"])  # fmt: skip
+    dims = dataset_dims(frame["dataset"].unique())
+    built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name)
+    for location in write_report(built, report_dir(exp.reports_dir, only)):
+        typer.echo(location)
+    for note in built.notes:
+        typer.echo(f"note: {note}", err=True)
+    _print_coverage(exp, results, frame)
