@@ -46,22 +46,33 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
 
 
 def plot_envelope(
-    frame: pd.DataFrame, location: str, by: str | None = None, title: str = ""
+    frame: pd.DataFrame,
+    location: str,
+    by: str | None = None,
+    title: str = "",
+    empirical: pd.DataFrame | None = None,
 ) -> None:
     """Certified accuracy vs ℓ2 radius: the sweep's upper envelope (and one per `by` group),
-    written to `location` (format from its suffix: .png, .pdf, .svg)."""
+    written to `location` (format from its suffix: .png, .pdf, .svg). `empirical` (columns
+    radius, empirical_accuracy) adds the empirical accuracy under attack as a dashed curve."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     top = float(frame["radius"].max()) if len(frame) else 1.0
+    if empirical is not None and len(empirical):
+        top = max(top, float(empirical["radius"].max()))
     radii = np.linspace(0.0, max(top, 1e-6) * 1.02, 400)
     fig, ax = plt.subplots(figsize=(6, 4))
     if by is not None:
         for value, part in frame.groupby(by, dropna=False):
             ax.plot(radii, envelope_curve(part, radii), label=f"{by}={value}", linewidth=1.2)
     ax.plot(radii, envelope_curve(frame, radii), color="black", linewidth=2, label="upper envelope")
+    if empirical is not None and len(empirical):
+        points = empirical.sort_values("radius")
+        ax.plot(points["radius"], points["empirical_accuracy"], color="black", linestyle="--",
+                marker="o", markersize=3, linewidth=1.5, label="empirical (SmoothAdv-PGD)")  # fmt: skip
     ax.set_xlabel("ℓ2 radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(0, 1)

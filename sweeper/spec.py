@@ -1,10 +1,11 @@
 """Search spaces: YAML files validated into a typed, frozen `SweepSpec`.
 
 A space declares `fixed` hyperparameters, one or more `grids` (each a product of axes, the
-sweep being their union), per-trial `resources`, the `certify` settings and `smoke`
-overrides for a quick look. An axis value may be a mapping, to set several fields together
-(e.g. `{attack: pgd, steps: 1}` vs `{attack: ddn, steps: 2}`). Every problem in a file is
-reported at once, each with its place in the file.
+sweep being their union), per-trial `resources`, the `certify` settings, the `empirical`
+robustness settings (for `sweeper empirical`) and `smoke` overrides for a quick look. An axis
+value may be a mapping, to set several fields together (e.g. `{attack: pgd, steps: 1}` vs
+`{attack: ddn, steps: 2}`). Every problem in a file is reported at once, each with its place
+in the file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import yaml
 from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "smoke")
+TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
@@ -97,6 +98,78 @@ class CertifySpec:
         return [fixed] if self.ddrs is None else [fixed, self]
 
 
+ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
+
+
+@dataclass(frozen=True)
+class EmpiricalSpec:
+    """Empirical robustness (`sweeper empirical`, SmoothAdv section 4.2): SmoothAdv-PGD with
+    `steps` steps at each ℓ2 radius ε of `epsilons` and each m_test, then PREDICT (n, α).
+
+    Defaults: ε ∈ {0, 0.25, 0.5, 1, 2} (ε = 0 is no attack, run once: the clean smoothed
+    accuracy); m_test = 128 and 20 steps, the paper's Fig. 1 attack (its Fig. 3 sweeps m_test
+    over 1, 4, 8, 16, 64, 128; every (ε, m_test) costs one PREDICT pass per point); the
+    plug-in estimator (6) ("stein": the gradient-free (7), weaker, appendix C.6). n, alpha,
+    skip, max_points, shard_size and batch_size left null follow the `certify` block, so the
+    empirical and certified accuracies use the same points, n and α (paper: 1e5, 0.001);
+    max_points "all" attacks the whole subset."""
+
+    epsilons: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
+    m_test: tuple[int, ...] = (128,)
+    steps: int = 20
+    estimator: str = "plugin"
+    n: int | None = None
+    alpha: float | None = None
+    skip: int | None = None
+    max_points: int | str | None = None
+    shard_size: int | None = None
+    batch_size: int | None = None  # noisy samples per forward pass, attack and PREDICT
+
+    def __post_init__(self) -> None:  # YAML and the CLI give lists (or one number)
+        for name in ("epsilons", "m_test"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                object.__setattr__(self, name, (value,))
+
+    def problems(self) -> list[str]:
+        p = _values_problems("epsilons", self.epsilons, float, 0, "a number >= 0")
+        p += _values_problems("m_test", self.m_test, int, 1, "an integer >= 1")
+        scalars = [("steps", self.steps)] + [
+            (k, getattr(self, k)) for k in ("n", "skip", "shard_size", "batch_size")
+            if getattr(self, k) is not None
+        ]  # fmt: skip
+        p += [
+            f"{k} must be an integer >= 1 (got {v!r})"
+            for k, v in scalars
+            if not _int_at_least(v, 1)
+        ]
+        mp = self.max_points
+        if not (mp is None or mp == "all" or _int_at_least(mp, 1)):
+            p.append(f"max_points must be an integer >= 1, all or null (got {mp!r})")
+        a = self.alpha
+        if a is not None and (
+            isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < 1
+        ):
+            p.append(f"alpha must be a number in (0, 1) or null (got {a!r})")
+        if self.estimator not in ESTIMATORS:
+            p.append(f"unknown estimator {self.estimator!r} (valid: {', '.join(ESTIMATORS)})")
+        return p
+
+
+def _int_at_least(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _values_problems(name: str, values: Any, kind: type, low: float, what: str) -> list[str]:
+    if not isinstance(values, tuple) or not values:
+        return [f"{name} must be a non-empty list (got {values!r})"]
+    kinds = (int, float) if kind is float else (int,)
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kinds) or not v >= low]
+    return [f"{name}: every value must be {what} (got {v!r})" for v in bad]
+
+
 @dataclass(frozen=True)
 class Grid:
     name: str
@@ -119,6 +192,7 @@ class SweepSpec:
     certify: CertifySpec = field(default_factory=CertifySpec)
     smoke_fixed: Mapping[str, Any] = field(default_factory=dict)
     smoke_certify: Mapping[str, Any] = field(default_factory=dict)
+    empirical: EmpiricalSpec = field(default_factory=EmpiricalSpec)
 
     def smoked(self) -> SweepSpec:
         """The same sweep with the `smoke` overrides: tiny epochs and n for a quick look."""
@@ -184,6 +258,7 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
     grids = _grids(raw.get("grids"), problems)
     resources = _dataclass(Resources, raw.get("resources"), "resources", problems)
     certify = _dataclass(CertifySpec, raw.get("certify"), "certify", problems)
+    empirical = _dataclass(EmpiricalSpec, raw.get("empirical"), "empirical", problems)
     smoke = raw.get("smoke") or {}
     if not isinstance(smoke, dict) or set(smoke) - {"fixed", "certify"}:
         problems.append("smoke must be a mapping with keys fixed, certify")
@@ -205,8 +280,9 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
         smoke_certify = {}
     description = str(raw.get("description", ""))
     spec = SweepSpec(
-        name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify
-    )
+        name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify,
+        empirical=empirical,
+    )  # fmt: skip
     from sweeper.grid import expansion_problems
 
     # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural

@@ -44,6 +44,14 @@ def envelope(
         str | None, typer.Option("--plot", help="Write a figure (.png/.pdf/.svg) of the envelope.")
     ] = None,
     only: Only = None,
+    empirical: Annotated[
+        bool,
+        typer.Option(
+            "--empirical",
+            help="Add the best empirical accuracy under SmoothAdv-PGD (each model's strongest "
+            "attack over m_test) at the attacked radii; dashed on --plot (`sweeper empirical`).",
+        ),
+    ] = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
     problems = _format_problems(fmt)
@@ -61,10 +69,14 @@ def envelope(
         table = env.envelope(frame, grid, by)
     except env.EnvelopeError as e:
         fail([str(e)])
+    curve = None
+    if empirical:
+        table, curve = _empirical_overlay(exp, table, by, only)
     _print_table(table, fmt, f"upper envelope of {exp.name}")
     _print_coverage(exp, results, frame)
     if plot:
-        plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models")
+        plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models",
+                      empirical=curve)  # fmt: skip
         typer.echo(f"figure written to {plot}", err=True)
 
 
@@ -110,6 +122,29 @@ def table(
     _print_coverage(exp, results, frame)
 
 
+def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
+    """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
+    from sweeper import empirical as emp
+
+    try:
+        loaded = emp.load_empirical(exp)
+    except ResultsError as e:
+        fail([str(e)])
+    frame = filter_rows(loaded.frame, parse_only(only)[0])
+    if frame.empty:
+        fail([f"no empirical robustness results in {exp.name} (check --only, or run "
+              "`sweeper empirical <space>`)"])  # fmt: skip
+    models = frame["trial_id"].nunique()
+    typer.echo(
+        f"empirical: {models} models, {len(frame)} attacked points; accuracy under each model's "
+        "strongest attack (lowest over m_test), best model per radius",
+        err=True,
+    )
+    if loaded.missing_shards:
+        typer.echo(f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True)
+    return emp.overlay(table, frame, by), emp.empirical_envelope(frame)
+
+
 def _format_problems(fmt: str) -> list[str]:
     return [] if fmt in FORMATS else [f"--format {fmt!r} is not one of {', '.join(FORMATS)}"]
 
@@ -147,16 +182,16 @@ def _print_table(table, fmt: str, title: str) -> None:
     if fmt != "table":
         typer.echo(render(table, fmt))
         return
-    cols = [c for c in table.columns if c in DISPLAY or c == table.columns[0]]
+    shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
+    cols = [c for c in table.columns if c in shown or c == table.columns[0]]
     out = Table(title=title)
     for col in cols:
         out.add_column(
-            DISPLAY.get(col, str(col)),
+            shown.get(col, str(col)),
             justify="right" if table[col].dtype.kind in "fiu" else "left",
         )
-    winner = [
-        c for c in cols if c not in ("radius", "certified_accuracy", "models", table.columns[0])
-    ]
+    not_winner = ("radius", "certified_accuracy", "models", "empirical_accuracy")
+    winner = [c for c in cols if c not in (*not_winner, table.columns[0])]
     for _, row in table[cols].iterrows():
         nobody = row["certified_accuracy"] == 0  # no model certifies anything: no winner to name
         out.add_row(*("-" if nobody and c in winner else cell(row[c]) for c in cols))

@@ -1,0 +1,417 @@
+"""Empirical robustness as Ray tasks (SmoothAdv, Salman et al. 2019, section 4.2).
+
+Each finished model is attacked with SmoothAdv-PGD at every (ε, m_test) of the space's
+`empirical` block, and each attacked input is classified with PREDICT. Like certification,
+a model's test subset is cut into shards; one task per (model, setting, shard) loads the
+checkpoint once, attacks its points and writes one Parquet file atomically to
+
+    <experiment>/empirical/<trial_id>/<emp_id>/shard-00003-of-00010.parquet
+
+where `emp_id` names the setting, so new settings add files and existing shards are skipped.
+One row per point per setting per model: the trial's identity columns (as in certification
+rows), the attack (epsilon_attack, m_test, steps_attack, estimator) and PREDICT (n, alpha)
+settings, and idx, label, predict (−1 = abstain), correct, perturbation_norm, time_s.
+ε = 0 is run once, without an attack (m_test, steps_attack and estimator null): the clean
+smoothed accuracy of the same points.
+
+The envelope overlay (`empirical_envelope`) takes, for each model (trial_id, n, α) at each ε,
+its accuracy under the STRONGEST attack run (the lowest accuracy over m_test, steps and
+estimator), then the best model at each ε: the empirical counterpart of the certified upper
+envelope, the dashed curves of the paper's Fig. 1. torch and Ray are imported only by the
+functions that run attacks, so reading results stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from sweeper.results import ResultsError, identity_fields, missing_shards, read_tables, write_shard
+from sweeper.spec import CertifySpec, EmpiricalSpec, Resources
+from sweeper.storage import SHARD_RE, Experiment
+from trainables import fileio
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+
+EMPIRICAL_COLUMNS = [
+    ("epsilon_attack", pa.float64()),  # ℓ2 radius of the attack; 0: no attack (clean)
+    ("m_test", pa.int64()),  # noise draws of the attack's estimator (null when ε = 0)
+    ("steps_attack", pa.int64()),  # attack steps T (null when ε = 0)
+    ("estimator", pa.string()),  # plugin (6) or stein (7) (null when ε = 0)
+    ("n", pa.int64()),  # PREDICT's samples
+    ("alpha", pa.float64()),  # PREDICT's level
+    ("idx", pa.int64()),
+    ("label", pa.int64()),
+    ("predict", pa.int64()),  # −1 = abstain
+    ("correct", pa.bool_()),  # never for an abstention
+    ("perturbation_norm", pa.float64()),  # ‖x_adv − x‖₂ in pixel units
+    ("time_s", pa.float64()),  # attack + PREDICT wall time per point
+]
+EMPIRICAL_SCHEMA = pa.schema(
+    [pa.field(k, pa.string()) for k in ("trial_id", "experiment", "emp_id")]
+    + identity_fields()
+    + [pa.field(name, typ) for name, typ in EMPIRICAL_COLUMNS]
+)
+MODEL = ["trial_id", "n", "alpha"]  # a smoothed classifier as PREDICT evaluates it
+ATTACK = ["m_test", "steps_attack", "estimator"]  # one attack on it
+
+
+@dataclass(frozen=True)
+class EmpiricalSetting:
+    """One attack setting, fully resolved (no field inherited any more)."""
+
+    epsilon: float
+    m_test: int | None  # None when epsilon == 0 (no attack)
+    steps: int | None
+    estimator: str | None
+    n: int
+    alpha: float
+    skip: int
+    max_points: int | None  # None: every skip-th test point
+    shard_size: int
+    batch_size: int
+
+    @property
+    def emp_id(self) -> str:
+        """Names the setting in file paths (shard_size and batch_size do not change rows)."""
+        mp = "all" if self.max_points is None else self.max_points
+        attack = (
+            "clean"
+            if self.epsilon == 0
+            else f"eps-{self.epsilon:g}_m-{self.m_test}_T-{self.steps}_{self.estimator}"
+        )
+        return f"{attack}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
+
+
+@dataclass(frozen=True)
+class EmpiricalShard:
+    trial_id: str
+    emp_id: str
+    index: int
+    count: int
+    indices: tuple[int, ...]  # positions in the test split
+
+
+def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting]:
+    """Every (ε, m_test) of `spec`, ε ascending (ε = 0 once, unattacked); fields left null
+    follow `certify`. `spec` must be valid (`spec.problems()` empty)."""
+
+    def pick(name: str):
+        value = getattr(spec, name)
+        return getattr(certify, name) if value is None else value
+
+    mp = pick("max_points")
+    common = {
+        "n": pick("n"), "alpha": pick("alpha"), "skip": pick("skip"),
+        "max_points": None if mp == "all" else mp, "shard_size": pick("shard_size"),
+        "batch_size": pick("batch_size"),
+    }  # fmt: skip
+    out: dict[str, EmpiricalSetting] = {}
+    for eps in sorted(float(e) for e in spec.epsilons):
+        for m in sorted(spec.m_test) if eps > 0 else [None]:
+            attack = (m, spec.steps, spec.estimator) if eps > 0 else (None, None, None)
+            s = EmpiricalSetting(eps, *attack, **common)
+            out.setdefault(s.emp_id, s)
+    return list(out.values())
+
+
+def empirical_dir(exp: Experiment) -> str:
+    return fileio.join(exp.root, "empirical")
+
+
+def shard_path(exp: Experiment, shard: EmpiricalShard) -> str:
+    name = f"shard-{shard.index:05d}-of-{shard.count:05d}.parquet"
+    return fileio.join(empirical_dir(exp), shard.trial_id, shard.emp_id, name)
+
+
+def plan_shards(cfg: TrialConfig, setting: EmpiricalSetting, num_test: int) -> list[EmpiricalShard]:
+    """The shards of one model under one setting: every `skip`-th test point, at most
+    `max_points`, `shard_size` per shard (the same points as certification with the same
+    skip and max_points)."""
+    indices = list(range(0, num_test, setting.skip))[: setting.max_points]
+    size = setting.shard_size
+    chunks = [tuple(indices[i : i + size]) for i in range(0, len(indices), size)]
+    return [
+        EmpiricalShard(cfg.trial_id, setting.emp_id, k, len(chunks), c)
+        for k, c in enumerate(chunks)
+    ]
+
+
+def shards_to_do(exp: Experiment, cfg: TrialConfig, setting: EmpiricalSetting) -> tuple[int, list]:
+    """(shards planned, the shards whose file does not exist yet)."""
+    from sweeper.certify import test_size
+
+    planned = plan_shards(cfg, setting, test_size(cfg.dataset, cfg.data_dir))
+    return len(planned), [s for s in planned if not fileio.exists(shard_path(exp, s))]
+
+
+# ------------------------------------------------------------------------------ the task
+def attack_points(model, dataset, indices: Sequence[int], setting: EmpiricalSetting,
+                  sigma: float, num_classes: int, generator, device) -> dict[str, list]:  # fmt: skip
+    """Attack and PREDICT each `dataset[i]` for i in `indices`: columns idx, label, predict,
+    correct, perturbation_norm, time_s (wall time per point; shared batches split evenly).
+    Points are attacked together, at most batch_size // m_test at a time, so that every
+    forward pass of the attack holds at most `batch_size` noisy samples."""
+    import torch
+
+    from trainables.empirical import attack_and_predict
+
+    m = setting.m_test or 1
+    group = max(1, setting.batch_size // m)
+    cols: dict[str, list] = {k: [] for k in ("idx", "label", "predict", "correct",
+                                             "perturbation_norm", "time_s")}  # fmt: skip
+    for start in range(0, len(indices), group):
+        items = [dataset[i] for i in indices[start : start + group]]
+        x = torch.stack([it[0] for it in items]).to(device)
+        y = torch.tensor([int(it[1]) for it in items], device=device)
+        t0 = _now(device)
+        results = attack_and_predict(
+            model, x, y, sigma, setting.epsilon, setting.steps or 1, m, setting.n,
+            setting.alpha, setting.batch_size, setting.estimator or "plugin", generator,
+            num_classes,
+        )  # fmt: skip
+        per_point = (_now(device) - t0) / len(items)
+        for it, r in zip(items, results, strict=True):
+            row = [int(it[2]), r.label, r.prediction, r.correct, r.perturbation_norm, per_point]
+            for k, v in zip(cols, row, strict=True):
+                cols[k].append(v)
+    return cols
+
+
+def _now(device) -> float:
+    import time
+
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def attack_shard(exp: Experiment, shard: EmpiricalShard, setting: EmpiricalSetting,
+                 cpus: float) -> int:  # fmt: skip
+    """Attack and PREDICT one shard's points and write its Parquet file atomically; returns
+    the rows written (0: the file existed). Smoothing σ = the model's training σ; the noise
+    comes from a generator seeded by (trial_id, emp_id, shard), so a rerun draws the same."""
+    import torch
+
+    from trainables import checkpoint
+    from trainables.certification import seed_for
+    from trainables.datasets import INFO, load_dataset
+
+    out = shard_path(exp, shard)
+    if fileio.exists(out):
+        return 0
+    torch.set_num_threads(max(1, int(cpus)))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
+    dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
+    generator = torch.Generator(device=device).manual_seed(
+        seed_for(shard.trial_id, shard.emp_id, shard.index)
+    )
+    num_classes = INFO[cfg.dataset].num_classes
+    cols = attack_points(
+        model, dataset, shard.indices, setting, cfg.sigma, num_classes, generator, device
+    )
+    metadata = {
+        "empirical_backend": f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}",
+        "normalization": type(model[0]).__name__,
+        "config": cfg.to_dict(),
+        "shard": f"{shard.index}/{shard.count}",
+    }
+    write_shard(empirical_table(cfg, exp.name, setting, cols, metadata), out)
+    return len(cols["idx"])
+
+
+def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting,
+                    columns: dict[str, list], metadata: dict) -> pa.Table:  # fmt: skip
+    """A shard's rows: the trial's identity and the setting repeated per row, then `columns`."""
+    import json
+
+    rows = len(columns["idx"])
+    constants = {
+        "trial_id": cfg.trial_id, "experiment": experiment, "emp_id": setting.emp_id,
+        **{k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS},
+        "epsilon_attack": setting.epsilon, "m_test": setting.m_test,
+        "steps_attack": setting.steps, "estimator": setting.estimator,
+        "n": setting.n, "alpha": setting.alpha,
+    }  # fmt: skip
+    data = {**{k: [v] * rows for k, v in constants.items()}, **columns}
+    table = pa.Table.from_pydict(
+        {f.name: data[f.name] for f in EMPIRICAL_SCHEMA}, schema=EMPIRICAL_SCHEMA
+    )
+    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    return table.replace_schema_metadata(meta)
+
+
+# ------------------------------------------------------------------------------ on Ray
+@dataclass(frozen=True)
+class EmpiricalOutcome:
+    failures: list[tuple[str, str]]  # (trial_id, message)
+    interrupted: bool = False
+
+
+@functools.cache
+def _remote(gpu: bool):
+    import ray
+
+    # GPU tasks keep their worker (and its CUDA context), as certification's do.
+    return ray.remote(max_retries=2, **({"max_calls": 0} if gpu else {}))(attack_shard)
+
+
+@dataclass
+class EmpiricalRunner:
+    """Submits one Ray task per missing shard of each finished trial under every setting
+    and collects the outcomes; a task's failure is recorded, not raised. Events are
+    `sweeper.certify.Event`s, so the certification progress display shows them."""
+
+    exp: Experiment
+    settings: list[EmpiricalSetting]
+    resources: Resources
+    on_event: Callable
+    pending: dict = field(default_factory=dict)  # ObjectRef -> shard
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    done: int = 0
+    total: int = 0
+
+    def submit(self, cfg: TrialConfig) -> int:
+        """Queue every missing shard of a finished trial; returns how many were queued."""
+        task = _remote(bool(self.resources.gpu)).options(
+            num_cpus=self.resources.cpu, num_gpus=self.resources.gpu
+        )
+        queued = 0
+        for setting in self.settings:
+            planned, todo = shards_to_do(self.exp, cfg, setting)
+            self.total += planned
+            self.done += planned - len(todo)
+            for shard in todo:
+                ref = task.remote(self.exp, shard, setting, self.resources.cpu)
+                self.pending[ref] = shard
+            queued += len(todo)
+        self._emit("shards_planned", cfg.trial_id, f"{queued} to do")
+        return queued
+
+    def _emit(self, kind: str, trial_id: str, detail: str) -> None:
+        from sweeper.certify import Event
+
+        self.on_event(Event(kind, trial_id, detail, (self.done, self.total, len(self.failures))))
+
+    def poll(self, timeout: float = 0) -> None:
+        import ray
+
+        if not self.pending:
+            return
+        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
+        for ref in ready:
+            shard = self.pending.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:  # reported in the outcome
+                text = str(e).strip()
+                self.failures.append(
+                    (shard.trial_id, text.splitlines()[-1] if text else type(e).__name__)
+                )
+                self._emit("shard_failed", shard.trial_id, self.failures[-1][1])
+                continue
+            self.done += 1
+            self._emit("shard_done", shard.trial_id, f"{shard.index + 1}/{shard.count}")
+
+    def wait(self, poll_every: float = 0.5) -> None:
+        while self.pending:
+            self.poll(timeout=poll_every)
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+        self.pending.clear()
+
+
+def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[EmpiricalSetting],
+                  resources: Resources, on_event: Callable) -> EmpiricalOutcome:  # fmt: skip
+    """Attack every finished trial in `trials` under every setting; Ray must be initialized.
+    Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted."""
+    runner = EmpiricalRunner(exp, settings_, resources, on_event)
+    try:
+        for cfg in trials:
+            runner.submit(cfg)
+        runner.wait()
+    except KeyboardInterrupt:
+        runner.cancel()
+        return EmpiricalOutcome(list(runner.failures), interrupted=True)
+    return EmpiricalOutcome(list(runner.failures))
+
+
+# ------------------------------------------------------------------------------ reading
+@dataclass
+class EmpiricalResults:
+    frame: pd.DataFrame  # every row of every shard found (EMPIRICAL_SCHEMA columns)
+    files: list[str]
+    # (trial_id, emp_id) -> shard numbers missing from a setting that has some shards
+    missing_shards: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+
+def load_empirical(exp: Experiment) -> EmpiricalResults:
+    """Every empirical row of an experiment (an empty frame if none was written). Raises
+    ResultsError naming the experiment if it does not exist, or the file if one is corrupt."""
+    if not fileio.exists(exp.root):
+        raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
+    files = [f for f in fileio.list_files(empirical_dir(exp), ".parquet") if SHARD_RE.search(f)]
+    try:
+        table = read_tables(files, EMPIRICAL_SCHEMA)
+    except ResultsError as e:
+        raise ResultsError(str(e).replace("`sweeper certify`", "`sweeper empirical`")) from None
+    return EmpiricalResults(table.to_pandas(), files, missing_shards(files))
+
+
+def model_accuracy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per model (trial_id, n, α) and ε: the accuracy under the strongest attack run (the
+    lowest over m_test, steps and estimator), that attack's m_test, and the points."""
+    keys = [*MODEL, "epsilon_attack"]
+    per_attack = (
+        frame.groupby([*keys, *ATTACK], dropna=False)["correct"]
+        .agg(accuracy="mean", points="size")
+        .reset_index()
+        .sort_values([*keys, "accuracy", "m_test"], ascending=[True] * len(keys) + [True, False])
+    )
+    return per_attack.drop_duplicates(keys, keep="first").reset_index(drop=True)
+
+
+def empirical_envelope(frame: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
+    """Per ε (and value of `by`, if `frame` has that column): the best model's accuracy under
+    its strongest attack. Columns: [by], radius (= ε), empirical_accuracy, empirical_winner
+    (trial_id; ties: the smaller), empirical_m_test (the winner's strongest m_test)."""
+    if frame.empty:
+        return pd.DataFrame(columns=["radius", "empirical_accuracy", "empirical_winner"])
+    acc = model_accuracy(frame)
+    groups = [by] if by is not None and by in frame else []
+    if groups:
+        acc = acc.merge(frame.drop_duplicates("trial_id")[["trial_id", by]], on="trial_id")
+    best = acc.sort_values([*groups, "epsilon_attack", "accuracy", "trial_id"],
+                           ascending=[True] * len(groups) + [True, False, True])  # fmt: skip
+    best = best.drop_duplicates([*groups, "epsilon_attack"], keep="first")
+    renamed = {"epsilon_attack": "radius", "accuracy": "empirical_accuracy",
+               "trial_id": "empirical_winner", "m_test": "empirical_m_test"}  # fmt: skip
+    return best[[*groups, *renamed]].rename(columns=renamed).reset_index(drop=True)
+
+
+def overlay(table: pd.DataFrame, frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """The envelope `table` with an `empirical_accuracy` column: the empirical envelope at
+    radii that were attacked (ε equal to the radius up to 1e-9), NaN elsewhere. With `by`,
+    per group when the empirical rows have that column (`smoothing`: the attacks are on the
+    fixed-σ classifiers), else the same value for every group."""
+    frame = frame.assign(smoothing="fixed") if "smoothing" not in frame else frame
+    curve = empirical_envelope(frame, by if by in frame else None)
+    keys = [by] if by is not None and by in curve else []
+    right = curve[[*keys, "radius", "empirical_accuracy"]].assign(
+        _r=np.round(curve["radius"].to_numpy(dtype=float), 9)
+    )
+    left = table.assign(_r=np.round(table["radius"].to_numpy(dtype=float), 9))
+    merged = left.merge(right.drop(columns="radius"), on=[*keys, "_r"], how="left")
+    return merged.drop(columns="_r")
