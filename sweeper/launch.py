@@ -89,6 +89,13 @@ def effective_resources(resources: Resources, cpu_only: bool) -> Resources:
     return Resources(cpu=max(resources.cpu, 1.0), gpu=0.0) if cpu_only else resources
 
 
+def per_process(resources: Resources, trials: list[TrialConfig]) -> Resources:
+    """A certification task's share: one process of a data-parallel trial's resources
+    (CERTIFY runs in one process, on one GPU)."""
+    k = max((t.data_parallel or 1 for t in trials), default=1)
+    return Resources(cpu=max(resources.cpu / k, 1.0), gpu=resources.gpu / k) if k > 1 else resources
+
+
 def resource_problems(resources: Resources) -> list[str]:
     """Can any node of the connected cluster host one trial? (A trial asking for a GPU on a
     cluster without one would otherwise wait forever.)"""
@@ -275,7 +282,9 @@ def run_sweep(
     """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
     `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`)."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify.variants(), resources, on_event)
+    certifier = Certifier(
+        exp, certify.variants(), per_process(resources, [*to_train, *finished]), on_event
+    )
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
@@ -308,7 +317,7 @@ def certify_trials(
 ) -> Outcome:
     """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify.variants(), resources, on_event)
+    certifier = Certifier(exp, certify.variants(), per_process(resources, trials), on_event)
     for cfg in trials:
         certifier.submit(cfg)
     try:

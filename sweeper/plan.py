@@ -69,10 +69,18 @@ def make_plan(req: PlanRequest) -> Plan:
     problems += only_problems + select_problems + data_problems(all_trials, data_dir, req.download)
     exp = Experiment(req.storage, req.experiment or spec.name)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials)
-    problems += stage_problems(exp, trials)
+    problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
+    """A data-parallel trial runs one process per GPU: it must ask for that many GPUs."""
+    k = max((t.data_parallel or 1 for t in trials), default=1)
+    if k > 1 and 0 < spec.resources.gpu < k:
+        return [f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"]
+    return []
 
 
 def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:

@@ -34,6 +34,7 @@ ALTERNATIVES = dict(
     epsilon=1.0, steps=5, warmup_epochs=4, ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
     train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
+    data_parallel=2,
 )  # fmt: skip
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}

@@ -25,9 +25,17 @@ from torch import nn
 PROB_FLOOR = 1e-20  # clamp inside the log, as the reference code does
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside DistributedDataParallel (attacks need no gradient synchronization)."""
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
 @contextmanager
 def frozen_eval(model: nn.Module):
-    """Eval mode, parameters without gradients; restores both afterwards."""
+    """Eval mode, parameters without gradients; restores both afterwards. Yields the module
+    to run (unwrapped from DistributedDataParallel: an attack's forward passes must not
+    take part in the gradient reduction of data-parallel training)."""
+    model = unwrap(model)
     was_training = model.training
     flags = [p.requires_grad for p in model.parameters()]
     model.eval()
@@ -84,7 +92,7 @@ def pgd(model, x, y, noise, epsilon: float, steps: int) -> torch.Tensor:
     step_size = 2 * epsilon / steps
     x = x.detach()
     delta = torch.zeros_like(x)
-    with frozen_eval(model):
+    with frozen_eval(model) as model:
         for _ in range(steps):
             grad, _ = _objective_grad(model, x, delta, noise, y)
             delta = delta + step_size * l2_normalize(grad)
@@ -125,7 +133,7 @@ def ddn(
     worst_norm = torch.maximum(x, 1 - x).flatten(1).norm(dim=1)
     best_l2 = worst_norm.clone()
     best_delta = torch.zeros_like(x)
-    with frozen_eval(model):
+    with frozen_eval(model) as model:
         for alpha in ddn_step_sizes(steps):
             grad, probs = _objective_grad(model, x, delta, noise, y)
             l2 = delta.flatten(1).norm(dim=1)
@@ -153,7 +161,7 @@ def stein_pgd(model, x, y, noise, epsilon: float, steps: int, sigma: float) -> t
     x = x.detach()
     delta = torch.zeros_like(x)
     B, m = noise.shape[:2]
-    with frozen_eval(model), torch.no_grad():
+    with frozen_eval(model) as model, torch.no_grad():
         for _ in range(steps):
             logits = model((x + delta).unsqueeze(1).add(noise).flatten(0, 1))
             p_y = F.softmax(logits.float(), dim=1).view(B, m, -1)[torch.arange(B), :, y]  # (B, m)

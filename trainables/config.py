@@ -175,6 +175,9 @@ class TrialConfig:
     # loaded before the first epoch, except the input normalization (this data set's) and the
     # last (logit) layer, which is re-initialized (SmoothAdv NeurIPS appendix E.1).
     init_from: str | None = None
+    # -- synchronous data-parallel SGD in one trial: this many processes (one per GPU, with
+    # `resources: {gpu: k}`), batch_size split among them (`trainables.distributed`). None: 1.
+    data_parallel: int | None = None
 
     def __post_init__(self) -> None:
         problems = _type_problems(self)
@@ -210,6 +213,8 @@ class TrialConfig:
             used -= set(_DDN_FIELDS)
         for name in OPTIONAL_FIELDS - used:
             object.__setattr__(self, name, None)
+        if self.data_parallel == 1:  # one process is the ordinary trial (and its trial_id)
+            object.__setattr__(self, "data_parallel", None)
         if self.ddrs_start_epoch is None:
             for name in DDRS_FIELDS:
                 object.__setattr__(self, name, None)
@@ -243,6 +248,7 @@ class TrialConfig:
         for name in ("lr", "lr_gamma"):
             if not getattr(self, name) > 0:
                 p.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        p += _data_parallel_problems(self)
         if self.init_from is not None and not _TRIAL_ID.fullmatch(self.init_from):
             p.append(f"init_from must be a trial_id (12 hex digits, got {self.init_from!r})")
         if self.momentum < 0 or self.weight_decay < 0 or self.num_workers < 0:
@@ -343,6 +349,20 @@ def _ddrs_problems(cfg: TrialConfig) -> list[str]:
             p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
     if cfg.ddrs_lr is None or not cfg.ddrs_lr > 0:
         p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {cfg.ddrs_lr})")
+    return p
+
+
+def _data_parallel_problems(cfg: TrialConfig) -> list[str]:
+    k = cfg.data_parallel
+    if k is None:
+        return []
+    if k < 1:
+        return [f"data_parallel must be >= 1 or null (got {k})"]
+    p = []
+    if cfg.batch_size % k:
+        p.append(f"batch_size ({cfg.batch_size}) must be a multiple of data_parallel ({k})")
+    if k > 1 and (cfg.ddrs_start_epoch is not None or cfg.pseudo_data is not None):
+        p.append("data_parallel > 1 does not combine with DDRS training or self-training")
     return p
 
 

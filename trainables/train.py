@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainables import attacks, checkpoint, fileio, pseudo
+from trainables import attacks, checkpoint, distributed, fileio, pseudo
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.ddrs import optimize_sigma
@@ -67,6 +67,8 @@ class TrainState:
     history: list[dict[str, Any]] = field(default_factory=list)
     ddrs_sigma: torch.Tensor | None = None  # DDRS: σ_x per training input (CPU, float32)
     pseudo_stream: pseudo.PseudoStream | None = None  # self-training: pseudo-labelled batches
+    rank: int = 0  # data-parallel training (`trainables.distributed`): this process's rank
+    world_size: int = 1
 
     @property
     def amp(self) -> bool:
@@ -85,7 +87,7 @@ class TrainState:
             "config": self.cfg.to_dict(),
             "trial_id": self.cfg.trial_id,
             "epoch": self.epoch,
-            "model": self.model.state_dict(),
+            "model": attacks.unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -191,9 +193,9 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
     """OptimizeSigma for one chunk from its stored σ_x; stores and returns the new (b,) σ."""
     cfg, table = state.cfg, state.ddrs_sigma
     start = table[idx].to(device=x.device, dtype=x.dtype)
-    with attacks.frozen_eval(state.model):
+    with attacks.frozen_eval(state.model) as model:
         sigma = optimize_sigma(
-            state.model,
+            model,
             x,
             start,
             iterations=cfg.ddrs_iterations,
@@ -320,6 +322,8 @@ def fit(
     stop_after: int | None = None,
     resume_from: dict[str, Any] | None = None,
     init_weights: dict[str, torch.Tensor] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> TrainState:
     """Train `cfg` to cfg.epochs (or to `stop_after` finished epochs).
 
@@ -327,7 +331,9 @@ def fit(
     exists, and writes `checkpoint_path` atomically after every epoch. `on_epoch(metrics,
     state)` is called after each epoch's checkpoint is written. A fresh start of a fine-tune
     trial (cfg.init_from) first loads `init_weights`, the parent's model state dict, except
-    the normalization and the last layer (`models.transfer_weights`).
+    the normalization and the last layer (`models.transfer_weights`). With world_size > 1
+    this is one rank of data-parallel training (its process group already initialized, see
+    `trainables.distributed`): only rank 0 evaluates, checkpoints and calls `on_epoch`.
     """
     state = build_state(cfg, device)
     if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
@@ -339,27 +345,28 @@ def fit(
         transfer_weights(state.model, init_weights)
         log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
     train_loader, test_loader = make_loaders(state)
+    if world_size > 1:
+        train_loader = distributed.prepare(state, train_loader, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:
         start = time.perf_counter()
         metrics = {"epoch": state.epoch + 1, "lr": state.optimizer.param_groups[0]["lr"]}
         metrics["epsilon"] = epoch_epsilon(cfg, state.epoch)
+        distributed.set_epoch(train_loader, state.epoch)
         metrics.update(train_epoch(state, train_loader))
-        metrics.update(
-            evaluate(
-                state.model,
-                test_loader,
-                cfg.sigma,
-                state.device,
-                cfg.seed + 7919 * (state.epoch + 1),
+        if rank == 0:  # the other ranks hold the same weights (DistributedDataParallel)
+            seed = cfg.seed + 7919 * (state.epoch + 1)
+            metrics.update(
+                evaluate(attacks.unwrap(state.model), test_loader, cfg.sigma, state.device, seed)
             )
-        )
         state.scheduler.step()
         state.epoch += 1
         metrics["epoch_time_s"] = time.perf_counter() - start
         state.history.append(metrics)
-        if checkpoint_path is not None:
+        if checkpoint_path is not None and rank == 0:
             checkpoint.save(state.payload(), checkpoint_path)
-        if on_epoch is not None:
+        if on_epoch is not None and rank == 0:
             on_epoch(metrics, state)
+    if world_size > 1:
+        distributed.assert_in_sync(state.model)
     return state

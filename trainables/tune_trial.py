@@ -15,6 +15,7 @@ import torch
 
 from trainables import checkpoint, fileio
 from trainables.config import TrialConfig
+from trainables.distributed import fit_data_parallel
 from trainables.train import TrainState, fit
 from trainables.trial_status import trial_dir, write_status
 
@@ -52,7 +53,12 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     if resume is None and cfg.init_from is not None:  # a fine-tune trial's first start
         parent = fileio.join(trial_dir(experiment_root, cfg.init_from), checkpoint.CHECKPOINT_NAME)
         init = checkpoint.load(parent)["model"]
-    state = fit(cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume, init_weights=init)
+    if cfg.data_parallel:
+        state = fit_data_parallel(cfg, cfg.data_parallel, ckpt, on_epoch, resume, init)
+    else:
+        state = fit(
+            cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume, init_weights=init
+        )
     last = state.history[-1] if state.history else {}
     write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:

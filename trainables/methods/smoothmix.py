@@ -35,7 +35,7 @@ def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxno
     x = x.detach()
     delta = torch.zeros_like(x)
     anchor = delta
-    with attacks.frozen_eval(model):
+    with attacks.frozen_eval(model) as model:
         for t in range(steps):
             if t == mix_step:
                 anchor = delta

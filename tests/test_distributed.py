@@ -1,0 +1,59 @@
+"""Data-parallel trials: 2 CPU processes on the gloo backend stand in for 2 GPUs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sweeper.launch import LaunchOptions, run_sweep
+from sweeper.spec import CertifySpec, Resources
+from sweeper.storage import Experiment
+from trainables import checkpoint
+from trainables.config import ConfigError, TrialConfig
+from trainables.distributed import TIMEOUT_ENV, fit_data_parallel
+from trainables.trial_status import read_status
+
+
+@pytest.fixture(autouse=True)
+def _fail_fast(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "120")  # a broken rank fails the test instead of hanging
+
+
+CFG = dict(dataset="digits", method="gaussian", sigma=0.25, epochs=3, batch_size=64, lr=0.05,
+           train_subset=512, eval_subset=100)  # fmt: skip
+
+
+def test_data_parallel_config():
+    assert TrialConfig(**CFG, data_parallel=1).trial_id == TrialConfig(**CFG).trial_id
+    assert TrialConfig(**CFG, data_parallel=2).trial_id != TrialConfig(**CFG).trial_id
+    with pytest.raises(
+        ConfigError, match=r"batch_size \(64\) must be a multiple of data_parallel \(3\)"
+    ):
+        TrialConfig(**CFG, data_parallel=3)
+    with pytest.raises(ConfigError, match="data_parallel must be >= 1"):
+        TrialConfig(**CFG, data_parallel=0)
+
+
+def test_two_gloo_processes_train_in_sync(tmp_path):
+    cfg = TrialConfig(**CFG, data_parallel=2)
+    reports = []
+    path = str(tmp_path / "checkpoint.pt")
+    state = fit_data_parallel(cfg, 2, path, lambda m, s: reports.append(m["epoch"]))
+    assert reports == [1, 2, 3]  # rank 0 only reports
+    payload = checkpoint.load(path)
+    assert payload["epoch"] == 3 and not any(k.startswith("module.") for k in payload["model"])
+    assert payload["history"][-1]["test_noisy_acc"] > 0.5  # 10 classes
+    for name, tensor in state.model.module.state_dict().items():
+        assert torch.equal(tensor, payload["model"][name])
+    resumed = fit_data_parallel(cfg.replace(epochs=4), 2, path)  # resumes at epoch 3 on both ranks
+    assert resumed.epoch == 4 and len(resumed.history) == 4
+
+
+@pytest.mark.e2e
+def test_a_data_parallel_trial_on_ray(ray_session, tmp_path):
+    cfg = TrialConfig(**CFG, data_parallel=2)
+    exp = Experiment(str(tmp_path / "store"), "ddp")
+    certify = CertifySpec(n0=8, n=16, alpha=0.01, skip=90, batch_size=64, shard_size=5)
+    outcome = run_sweep(exp, [cfg], [], certify, Resources(cpu=2), LaunchOptions(), lambda e: None)
+    assert not outcome.failed and outcome.completed == [cfg.trial_id], outcome
+    assert read_status(exp.trial_dir(cfg.trial_id))["epoch"] == 3

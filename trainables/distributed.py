@@ -1,0 +1,152 @@
+"""Synchronous data-parallel SGD inside one trial: k processes, one per GPU (or, without CUDA,
+k CPU processes on the gloo backend), gradients averaged by DistributedDataParallel.
+
+The trial's own process is rank 0: it talks to Ray Tune (reports, checkpoints) while ranks
+1..k−1 run in child processes started here. Ray gives the trial its k GPUs (resources
+`gpu: k` in the space) and sets CUDA_VISIBLE_DEVICES, so rank r uses cuda:r. Each rank trains
+on its 1/k share of every epoch (DistributedSampler, batch_size/k inputs per step), so the
+global batch is `batch_size`, as in the SmoothAdv ImageNet protocol (4 GPUs, batch 400).
+Batch-norm statistics stay per GPU (no SyncBatchNorm), as in the reference code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from trainables.config import TrialConfig
+
+# Seconds a rank waits for the others in a collective before failing (a crashed rank would
+# otherwise leave the trial hanging).
+TIMEOUT_ENV = "SWEEPER_DDP_TIMEOUT_S"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def device_for(rank: int) -> torch.device:
+    return torch.device(f"cuda:{rank}") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def init(rank: int, world_size: int, port: int) -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800))),
+    )  # fmt: skip
+
+
+def prepare(state, train_loader, rank: int, world_size: int):
+    """Make `state` one rank of data-parallel training: DistributedDataParallel around the
+    model, this rank's own noise stream, and a loader over its 1/k share of every epoch (the
+    per-rank batch is batch_size / k, so the global batch stays batch_size)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    cfg = state.cfg
+    state.rank, state.world_size = rank, world_size
+    ids = [state.device.index] if state.device.type == "cuda" else None
+    state.model = DistributedDataParallel(state.model, device_ids=ids)
+    if rank > 0:  # rank 0's stream is in the checkpoint; the others derive theirs
+        state.noise_generator.manual_seed(cfg.seed + 1 + 7919 * rank + 104729 * state.epoch)
+    sampler = DistributedSampler(
+        train_loader.dataset, world_size, rank, shuffle=True, seed=cfg.seed
+    )
+    return DataLoader(
+        train_loader.dataset, cfg.batch_size // world_size, sampler=sampler,
+        num_workers=cfg.num_workers, pin_memory=state.device.type == "cuda",
+    )  # fmt: skip
+
+
+def assert_in_sync(model: torch.nn.Module) -> None:
+    """Raise if the ranks' parameters differ (they must not, under DistributedDataParallel)."""
+    total = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+    low, high = total.clone(), total.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if not torch.equal(low, high):
+        raise RuntimeError(
+            f"data-parallel ranks diverged: parameter sums {low.item()} != {high.item()}"
+        )
+
+
+def set_epoch(loader, epoch: int) -> None:
+    """A new shuffle per epoch, the same on every rank (no-op for an ordinary loader)."""
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+
+
+def _worker(rank: int, world_size: int, port: int, cfg_dict: dict, kwargs: dict) -> None:
+    """Ranks 1..k−1: train alongside rank 0, writing nothing."""
+    from trainables.train import fit
+
+    torch.set_num_threads(max(1, kwargs.pop("threads", 1)))
+    init(rank, world_size, port)
+    try:
+        fit(
+            TrialConfig.from_dict(cfg_dict),
+            device=device_for(rank),
+            rank=rank,
+            world_size=world_size,
+            **kwargs,
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def fit_data_parallel(
+    cfg: TrialConfig,
+    world_size: int,
+    checkpoint_path: str | None = None,
+    on_epoch: Callable | None = None,
+    resume_from: dict[str, Any] | None = None,
+    init_weights: dict[str, torch.Tensor] | None = None,
+    stop_after: int | None = None,
+):
+    """`train.fit` on `world_size` processes; returns rank 0's TrainState. Only rank 0
+    evaluates, writes `checkpoint_path` and calls `on_epoch`."""
+    from trainables.train import fit
+
+    port = free_port()
+    # Every rank reads the same checkpoint on start (only rank 0 ever writes it).
+    shared = {"checkpoint_path": checkpoint_path, "resume_from": resume_from,
+              "init_weights": init_weights, "stop_after": stop_after,
+              "threads": torch.get_num_threads()}  # fmt: skip
+    ctx = mp.get_context("spawn")
+    workers = [
+        ctx.Process(
+            target=_worker, args=(r, world_size, port, cfg.to_dict(), dict(shared)), daemon=True
+        )
+        for r in range(1, world_size)
+    ]
+    for w in workers:
+        w.start()
+    init(0, world_size, port)
+    try:
+        state = fit(cfg, checkpoint_path, device_for(0), on_epoch, stop_after, resume_from,
+                    init_weights, rank=0, world_size=world_size)  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+        for w in workers:
+            w.join(timeout=60)
+    failed = [w.exitcode for w in workers if w.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"data-parallel workers exited with codes {failed}")
+    return state
