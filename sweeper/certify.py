@@ -17,7 +17,7 @@ import ray
 from sweeper.memory import memory_path, run_memory_pass
 from sweeper.results import shard_table, write_shard
 from sweeper.spec import CertifySpec, Resources
-from sweeper.storage import Experiment
+from sweeper.storage import SHARD_RE, Experiment
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -68,6 +68,16 @@ def plan_shards(cfg: TrialConfig, spec: CertifySpec, num_test: int) -> list[Shar
 def trial_shards(cfg: TrialConfig, spec: CertifySpec) -> list[Shard]:
     """Every shard of a trial's certification under `spec`."""
     return plan_shards(cfg, spec, test_size(cfg.dataset, cfg.data_dir))
+
+
+def shard_counts(exp: Experiment, trial_id: str, cert_id: str) -> set[int]:
+    """The K of the `shard-k-of-K` files already written for one model and setting."""
+    directory = fileio.join(exp.certify_dir, trial_id, cert_id)
+    return {
+        int(m.group(2))
+        for f in fileio.list_files(directory, ".parquet")
+        if (m := SHARD_RE.search(f))
+    }
 
 
 def missing_shards(exp: Experiment, shards: list[Shard]) -> list[Shard]:
@@ -143,6 +153,12 @@ class Certifier:
         queued = 0
         for spec in self.specs:
             planned = trial_shards(cfg, spec)
+            other = shard_counts(self.exp, cfg.trial_id, spec.cert_id) - {len(planned)}
+            if planned and other:  # another shard_size: its files would count rows twice
+                message = (f"{spec.cert_id} was certified in {sorted(other)[0]} shards, now {len(planned)}: "
+                           "certify with the shard_size used before, or move that directory away")  # fmt: skip
+                self.failures.append((cfg.trial_id, message))
+                continue
             todo = missing_shards(self.exp, planned)
             self.total += len(planned)
             self.done += len(planned) - len(todo)

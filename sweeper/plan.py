@@ -79,7 +79,9 @@ def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
     """A data-parallel trial runs one process per GPU: it must ask for that many GPUs."""
     k = max((t.data_parallel or 1 for t in trials), default=1)
     if k > 1 and 0 < spec.resources.gpu < k:
-        return [f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"]
+        return [
+            f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"
+        ]
     return []
 
 
@@ -139,7 +141,7 @@ def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
         return [
             f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
         ]
-    if old is None or old == {t.trial_id for t in trials}:
+    if not old or old == {t.trial_id for t in trials}:  # none yet, or only imported results
         return []
     return [
         f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "

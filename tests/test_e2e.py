@@ -251,3 +251,13 @@ def test_space_with_ddrs_certifies_both_ways(ray_session, tmp_path):
     counts = frame.groupby("smoothing").size().to_dict()
     assert counts == {"fixed": 2 * POINTS, "data-dependent": 2 * POINTS}
     assert frame["sound"].all()
+
+
+def test_certify_refuses_to_mix_shard_sizes(finished_sweep):
+    space, exp = finished_sweep
+    before = sorted(load_results(exp).files)
+    args = ["--storage", exp.storage, "--experiment", "e2e", "--shard-size", "7"]
+    result = run_cli("certify", space, *args)
+    assert result.exit_code == 1, result.output
+    assert "certify with the shard_size used before" in result.output.replace("\n", " ")
+    assert sorted(load_results(exp).files) == before
