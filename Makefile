@@ -39,6 +39,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/certify_throughput.py
+	$(BIN)/python benchmarks/method_cost.py
 	$(BIN)/python benchmarks/envelope_speed.py
 	$(BIN)/python benchmarks/launcher_overhead.py
 
