@@ -17,7 +17,7 @@ import ray
 from sweeper.memory import memory_path, run_memory_pass
 from sweeper.results import shard_table, write_shard
 from sweeper.spec import CertifySpec, Resources
-from sweeper.storage import SHARD_RE, Experiment
+from sweeper.storage import SHARD_RE, Experiment, index_chunks
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -51,18 +51,9 @@ def test_size(dataset: str, data_dir: str | None) -> int:
     return len(load_dataset(dataset, "test", data_dir))
 
 
-def subset_indices(num_test: int, spec: CertifySpec) -> list[int]:
-    """Every `skip`-th test point, at most `max_points` of them (the paper: every 20th, 500)."""
-    indices = list(range(0, num_test, spec.skip))
-    return indices if spec.max_points is None else indices[: spec.max_points]
-
-
 def plan_shards(cfg: TrialConfig, spec: CertifySpec, num_test: int) -> list[Shard]:
-    indices = subset_indices(num_test, spec)
-    chunks = [indices[i : i + spec.shard_size] for i in range(0, len(indices), spec.shard_size)]
-    return [
-        Shard(cfg.trial_id, spec.cert_id, k, len(chunks), tuple(c)) for k, c in enumerate(chunks)
-    ]
+    chunks = index_chunks(num_test, spec.skip, spec.max_points, spec.shard_size)
+    return [Shard(cfg.trial_id, spec.cert_id, k, len(chunks), c) for k, c in enumerate(chunks)]
 
 
 def trial_shards(cfg: TrialConfig, spec: CertifySpec) -> list[Shard]:

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from sweeper.results import ResultsError, identity_fields, missing_shards, read_tables, write_shard
 from sweeper.spec import CertifySpec, EmpiricalSpec, Resources
-from sweeper.storage import SHARD_RE, Experiment
+from sweeper.storage import SHARD_RE, Experiment, index_chunks, shard_name
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -125,7 +125,7 @@ def empirical_dir(exp: Experiment) -> str:
 
 
 def shard_path(exp: Experiment, shard: EmpiricalShard) -> str:
-    name = f"shard-{shard.index:05d}-of-{shard.count:05d}.parquet"
+    name = shard_name(shard.index, shard.count)
     return fileio.join(empirical_dir(exp), shard.trial_id, shard.emp_id, name)
 
 
@@ -133,9 +133,7 @@ def plan_shards(cfg: TrialConfig, setting: EmpiricalSetting, num_test: int) -> l
     """The shards of one model under one setting: every `skip`-th test point, at most
     `max_points`, `shard_size` per shard (the same points as certification with the same
     skip and max_points)."""
-    indices = list(range(0, num_test, setting.skip))[: setting.max_points]
-    size = setting.shard_size
-    chunks = [tuple(indices[i : i + size]) for i in range(0, len(indices), size)]
+    chunks = index_chunks(num_test, setting.skip, setting.max_points, setting.shard_size)
     return [
         EmpiricalShard(cfg.trial_id, setting.emp_id, k, len(chunks), c)
         for k, c in enumerate(chunks)

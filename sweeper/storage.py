@@ -23,6 +23,20 @@ DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
 
 
+def shard_name(index: int, count: int) -> str:
+    """`shard-00003-of-00010.parquet`: the file of shard `index` of `count` (SHARD_RE reads it)."""
+    return f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
+def index_chunks(
+    num_test: int, skip: int, max_points: int | None, shard_size: int
+) -> list[tuple[int, ...]]:
+    """Every `skip`-th test point, at most `max_points` of them (the paper: every 20th, 500),
+    cut into shards of `shard_size`; certification and the empirical stage split alike."""
+    indices = list(range(0, num_test, skip))[:max_points]
+    return [tuple(indices[i : i + shard_size]) for i in range(0, len(indices), shard_size)]
+
+
 @dataclass(frozen=True)
 class Experiment:
     storage: str
@@ -64,9 +78,7 @@ class Experiment:
         return fileio.join(self.trial_dir(trial_id), CHECKPOINT_NAME)
 
     def shard_path(self, trial_id: str, cert_id: str, shard: int, num_shards: int) -> str:
-        return fileio.join(
-            self.certify_dir, trial_id, cert_id, f"shard-{shard:05d}-of-{num_shards:05d}.parquet"
-        )
+        return fileio.join(self.certify_dir, trial_id, cert_id, shard_name(shard, num_shards))
 
     def exists(self) -> bool:
         return fileio.exists(self.sweep_json)
