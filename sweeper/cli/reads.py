@@ -61,8 +61,8 @@ def envelope(
         problems.append(f"--radius must be >= 0 (got {radius})")
     if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
         problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
-    grid = [radius] if radius is not None else _radii(radii, problems)
-    exp, results, frame = _load(storage, experiment, only, problems)
+    grid = [radius] if radius is not None else radii_option(radii, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems)
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -73,7 +73,7 @@ def envelope(
     if empirical:
         table, curve = _empirical_overlay(exp, table, by, only)
     _print_table(table, fmt, f"upper envelope of {exp.name}")
-    _print_coverage(exp, results, frame)
+    print_coverage(exp, results, frame)
     if plot:
         plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models",
                       empirical=curve)  # fmt: skip
@@ -93,8 +93,8 @@ def table(
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
     problems = _format_problems(fmt)
-    grid = _radii(radii, problems)
-    exp, results, frame = _load(storage, experiment, only, problems)
+    grid = radii_option(radii, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
     rows = per_model_table(frame, grid)
@@ -119,7 +119,7 @@ def table(
         typer.echo(render(marked, fmt))
     else:
         typer.echo(render(rows, fmt))
-    _print_coverage(exp, results, frame)
+    print_coverage(exp, results, frame)
 
 
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
@@ -149,7 +149,7 @@ def _format_problems(fmt: str) -> list[str]:
     return [] if fmt in FORMATS else [f"--format {fmt!r} is not one of {', '.join(FORMATS)}"]
 
 
-def _radii(text: str | None, problems: list[str]) -> list[float]:
+def radii_option(text: str | None, problems: list[str]) -> list[float]:
     try:
         return env.parse_radii(text or "0:2.25:0.25")
     except env.EnvelopeError as e:
@@ -157,7 +157,7 @@ def _radii(text: str | None, problems: list[str]) -> list[float]:
         return []
 
 
-def _load(storage: str, experiment: str | None, only: str | None, problems: list[str]):
+def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str]):
     """(experiment, results, rows selected by --only); exits 2 on any problem so far."""
     selection, only_problems = parse_only(only)
     if problems or only_problems:
@@ -198,7 +198,7 @@ def _print_table(table, fmt: str, title: str) -> None:
     console.print(out)
 
 
-def _print_coverage(exp: Experiment, results, frame) -> None:
+def print_coverage(exp: Experiment, results, frame) -> None:
     models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
     typer.echo(f"{models} models, {len(frame)} certified points", err=True)
     try:

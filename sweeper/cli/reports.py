@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sweeper.cli.common import ExperimentOpt, Only, Storage, app, fail
-from sweeper.cli.reads import _load, _print_coverage, _radii
+from sweeper.cli.reads import load_selected, print_coverage, radii_option
 from sweeper.report_figures import FIGURE_FORMATS
 from sweeper.report_tables import LINF_RADII_255
 from sweeper.storage import DEFAULT_STORAGE
@@ -76,9 +76,9 @@ def report(
 
     problems: list[str] = []
     figure_formats = _formats(formats, problems)
-    grid = list(dict.fromkeys(_radii(radii, problems)))
+    grid = list(dict.fromkeys(radii_option(radii, problems)))
     linf_255 = _linf(linf, problems)
-    exp, results, frame = _load(storage, experiment, only, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
         fail([f"no certification results to report in {exp.name} (check --only, or run "
               "`sweeper certify <space>`)"])  # fmt: skip
@@ -88,4 +88,4 @@ def report(
         typer.echo(location)
     for note in built.notes:
         typer.echo(f"note: {note}", err=True)
-    _print_coverage(exp, results, frame)
+    print_coverage(exp, results, frame)
