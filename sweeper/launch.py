@@ -28,6 +28,7 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
+from sweeper.capacity import Capacity, per_process
 from sweeper.certify import Certifier, Event
 from sweeper.plan import is_finished
 from sweeper.spec import CertifySpec, Resources
@@ -49,6 +50,7 @@ class LaunchOptions:
     max_concurrent: int | None = None
     max_failures: int = 2  # Tune retries per trial (each resumes from its checkpoint)
     cpu_only: bool = False
+    wait_for_nodes: float = 30.0  # minutes an autoscaling cluster may take to host a trial
 
 
 @dataclass
@@ -63,58 +65,25 @@ class Outcome:
 # ---------------------------------------------------------------------------- the cluster
 @contextmanager
 def ray_cluster(address: str | None) -> Iterator[None]:
-    """Use an already-initialized Ray, join `address`, or start a local Ray; shut down what we
-    started."""
+    """Use an already-initialized Ray, join `address` (or $RAY_ADDRESS, as `ray job submit`
+    sets it), or else start a local Ray; shut down what we started. Without an address this
+    never joins the cluster a `ray start` on this machine last recorded (Ray's own default):
+    the README promises a local Ray, and a stale record must not capture a sweep."""
     if ray.is_initialized():
         yield
         return
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
     try:
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
+        ray.init(address=target, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)  # fmt: skip
     except (ConnectionError, RuntimeError) as e:
-        raise LaunchError(
-            [f"cannot connect to Ray at --address {address}: {str(e).splitlines()[0]}"]
-        ) from None
+        where = f"--address {address}" if address else f"RAY_ADDRESS={target}"
+        what = "cannot start a local Ray" if target == "local" else f"cannot connect to Ray at {where}"
+        raise LaunchError([f"{what}: {str(e).splitlines()[0]}"]) from None
     try:
         yield
     finally:
         ray.shutdown()
-
-
-def effective_resources(resources: Resources, cpu_only: bool) -> Resources:
-    return Resources(cpu=max(resources.cpu, 1.0), gpu=0.0) if cpu_only else resources
-
-
-def per_process(resources: Resources, trials: list[TrialConfig]) -> Resources:
-    """A certification task's share: one process of a data-parallel trial's resources
-    (CERTIFY runs in one process, on one GPU)."""
-    k = max((t.data_parallel or 1 for t in trials), default=1)
-    return Resources(cpu=max(resources.cpu / k, 1.0), gpu=resources.gpu / k) if k > 1 else resources
-
-
-def resource_problems(resources: Resources) -> list[str]:
-    """Can any node of the connected cluster host one trial? (A trial asking for a GPU on a
-    cluster without one would otherwise wait forever.)"""
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    total_gpu = sum(n.get("GPU", 0) for n in nodes)
-    if resources.gpu > 0 and total_gpu == 0:
-        return [
-            f"the Ray cluster has no GPU but each trial asks for gpu={resources.gpu}: pass --cpu-only "
-            "to train on CPUs, or join a GPU cluster with --address"
-        ]
-    if not any(
-        n.get("CPU", 0) >= resources.cpu and n.get("GPU", 0) >= resources.gpu for n in nodes
-    ):
-        biggest = max((n.get("CPU", 0) for n in nodes), default=0)
-        return [
-            f"no node of the Ray cluster has cpu={resources.cpu}, gpu={resources.gpu} for one trial "
-            f"(largest node: {biggest:g} CPUs): lower `resources` in the space or add bigger nodes"
-        ]
-    return []
 
 
 # ---------------------------------------------------------------------------- Tune
@@ -174,8 +143,17 @@ class _SweepCallback(tune.Callback):
         certifier: Certifier,
         outcome: Outcome,
         on_event: Callable[[Event], None],
+        room: tuple[Capacity, int] | None = None,
     ):
         self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
+        self.room = room  # the autoscaler request and the number of trials to train
+
+    def _shrink(self) -> None:
+        """Ask the autoscaler only for the trials still to come, so the cluster drains."""
+        if self.room is not None:
+            capacity, total = self.room
+            left = total - len(self.outcome.completed) - len(self.outcome.failed)
+            capacity.set(min(capacity.count, left))
 
     def __getstate__(self) -> dict:
         # Tune pickles its run config into the experiment state; the live certifier and the
@@ -194,6 +172,7 @@ class _SweepCallback(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         cfg = TrialConfig.from_dict(trial.config["trial"])
         self.outcome.completed.append(cfg.trial_id)
+        self._shrink()
         self.on_event(Event("trial_finished", cfg.trial_id))
         self.certifier.submit(cfg)
 
@@ -201,6 +180,7 @@ class _SweepCallback(tune.Callback):
         cfg = TrialConfig.from_dict(trial.config["trial"])
         message = _error_message(trial)
         self.outcome.failed[cfg.trial_id] = message
+        self._shrink()
         status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
         write_status(
             self.exp.trial_dir(cfg.trial_id),
@@ -278,9 +258,11 @@ def run_sweep(
     resources: Resources,
     options: LaunchOptions,
     on_event: Callable[[Event], None],
+    room: Capacity | None = None,
 ) -> Outcome:
     """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
-    `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`)."""
+    `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
+    the autoscaler request (`sweeper.capacity`), shrinks as trials end."""
     outcome = Outcome()
     certifier = Certifier(
         exp, certify.variants(), per_process(resources, [*to_train, *finished]), on_event
@@ -294,7 +276,8 @@ def run_sweep(
             p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
         }  # parents outside this --only slice may have finished in an earlier run
         searcher = StageSearcher(to_train, done, constants)
-        callback = _SweepCallback(exp, certifier, outcome, on_event)
+        shrink = (room, len(to_train)) if room is not None else None
+        callback = _SweepCallback(exp, certifier, outcome, on_event, shrink)
         with _sigterm_as_sigint():
             _tuner(exp, searcher, resources, options, callback).fit()
         outcome.blocked = searcher.blocked()

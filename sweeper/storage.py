@@ -2,6 +2,7 @@
 
 <storage>/<experiment>/
   sweep.json                                   the resolved sweep, written before Ray starts
+  lease.json, .lease.lock                      which driver holds the experiment (sweeper.lease)
   tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
   trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
   certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet
@@ -54,6 +55,10 @@ class Experiment:
     @property
     def sweep_json(self) -> str:
         return fileio.join(self.root, "sweep.json")
+
+    @property
+    def lease_json(self) -> str:
+        return fileio.join(self.root, "lease.json")
 
     @property
     def tune_dir(self) -> str:

@@ -21,6 +21,36 @@ def pytest_collection_modifyitems(config, items):
 def ray_session():
     """One local Ray for the whole session: 2 CPUs and one fake GPU (for packing tests)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    # address="local": a new Ray even if another process's `ray start` left its address behind
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """moto's S3 server on a free port with a bucket `sweeper-test`; yields the environment
+    a process needs to reach it the standard AWS way (AWS_ENDPOINT_URL and credentials)."""
+    import os
+
+    boto3 = pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # pyarrow in this process (envelope, status, report) reads these
+    boto3.client("s3").create_bucket(Bucket="sweeper-test")
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from sweeper.cli.common import Address, DataDir, ExperimentOpt, Only, Storage, app, console, fail
+from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line
 from sweeper.plan import PlanError, PlanRequest, is_finished, make_plan, trial_states
 from sweeper.storage import DEFAULT_STORAGE
 
@@ -58,7 +58,7 @@ def _plan(request: PlanRequest, overrides: dict, problems: list[str]):
 
 
 def _report(outcome, trials: int, settings: list) -> None:
-    command = "sweeper " + " ".join(sys.argv[1:])
+    command = command_line()
     if outcome.interrupted:
         console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
         raise typer.Exit(130)
@@ -97,6 +97,7 @@ def empirical(
     max_points: Annotated[int | None, typer.Option("--max-points", help="At most this many test points.")] = None,
     shard_size: Annotated[int | None, typer.Option("--shard-size", help="Test points per task.")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Noisy samples per forward pass.")] = None,
+    wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
 ) -> None:  # fmt: skip
     """Empirical robustness of the finished models: SmoothAdv-PGD at each ε and m_test, then
     PREDICT (Salman et al. section 4.2), as Ray tasks writing Parquet under empirical/.
@@ -114,13 +115,14 @@ def empirical(
     if not ready:
         fail([f"none of the {len(plan.trials)} selected trials has finished training: "
               f"run `sweeper run grid {space}`"])  # fmt: skip
-    _run(plan, ready, spec, address, cpu_only)
+    _run(plan, ready, spec, address, cpu_only, wait_for_nodes)
 
 
-def _run(plan, ready: list, spec, address: str | None, cpu_only: bool) -> None:
+def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: float) -> None:
+    from sweeper.capacity import effective_resources, per_process
+    from sweeper.cli.driver import driving
     from sweeper.cli.runs import Progress
     from sweeper.empirical import run_empirical, settings
-    from sweeper.launch import LaunchError, effective_resources, ray_cluster, resource_problems
 
     chosen = settings(spec, plan.spec.certify)
     resources = effective_resources(plan.spec.resources, cpu_only)
@@ -128,14 +130,8 @@ def _run(plan, ready: list, spec, address: str | None, cpu_only: bool) -> None:
         f"attacking {len(ready)} finished models ({len(plan.trials) - len(ready)} not finished) "
         f"under {len(chosen)} settings: " + ", ".join(s.emp_id for s in chosen)
     )
-    try:
-        with ray_cluster(address):
-            problems = resource_problems(resources)
-            if problems:
-                fail(problems)
-            progress = Progress(len(plan.trials), len(ready))
-            with progress.bar:
-                outcome = run_empirical(plan.exp, ready, chosen, resources, progress)
-    except LaunchError as e:
-        fail(e.problems)
+    with driving(plan.exp, address, per_process(resources, ready), len(ready), wait):
+        progress = Progress(len(plan.trials), len(ready))
+        with progress.bar:
+            outcome = run_empirical(plan.exp, ready, chosen, resources, progress)
     _report(outcome, len(ready), chosen)

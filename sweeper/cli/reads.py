@@ -249,6 +249,10 @@ def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None)
         f"[bold]{st.experiment}[/] at {st.root}: {len(st.trials)} trials: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     )
+    driver = "none (nothing is running)" if st.driver is None else (
+        f"{st.driver.describe()}: `{st.driver.command}`"
+    )
+    console.print(f"driver: {driver}", soft_wrap=True)
     table = Table("trial_id", "trial", "state", "epoch", "shards", "error")
     for t in st.trials:
         shards = (

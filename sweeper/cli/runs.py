@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from sweeper.capacity import effective_resources
 from sweeper.cli.common import (
     Address,
     DataDir,
@@ -20,6 +20,7 @@ from sweeper.cli.common import (
     fail,
     run_app,
 )
+from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving
 from sweeper.grid import expand
 from sweeper.plan import (
     Plan,
@@ -32,7 +33,7 @@ from sweeper.plan import (
 )
 from sweeper.spec import available_spaces, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
-from trainables.config import DDRSSettings
+from trainables.config import DDRSSettings, ProblemsError
 
 
 def _plan(request: PlanRequest) -> Plan:
@@ -43,9 +44,14 @@ def _plan(request: PlanRequest) -> Plan:
 
 
 def _move_aside(exp: Experiment) -> None:
+    """--restart: move the experiment aside, unless another driver is using it."""
+    from sweeper.lease import Lease
+
     try:
+        with Lease(exp, command_line()):
+            pass
         moved = move_aside(exp)
-    except PlanError as e:
+    except ProblemsError as e:
         fail(e.problems)
     if moved is not None:
         console.print(f"previous experiment moved to {moved}")
@@ -128,10 +134,6 @@ def _report_outcome(outcome, command: str) -> None:
         raise typer.Exit(1)
 
 
-def _command_line() -> str:
-    return "sweeper " + " ".join(sys.argv[1:])
-
-
 # ------------------------------------------------------------------------------ commands
 @app.command()
 def spaces() -> None:
@@ -187,6 +189,7 @@ def run_grid(
     cpu_only: Annotated[
         bool, typer.Option("--cpu-only", help="Ask for no GPU (train and certify on CPUs).")
     ] = False,
+    wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
 ) -> None:
     """Train every trial of SPACE on Ray Tune and certify each one as it finishes.
 
@@ -197,15 +200,6 @@ def run_grid(
         space, storage, experiment, smoke, only, data_dir, download, None, address, restart_
     )
     plan = _plan(request)
-    from sweeper.launch import (
-        LaunchError,
-        LaunchOptions,
-        effective_resources,
-        ray_cluster,
-        resource_problems,
-        run_sweep,
-    )
-
     resources = effective_resources(plan.spec.resources, cpu_only)
     if restart_ and not dry_run:
         _move_aside(plan.exp)
@@ -215,31 +209,32 @@ def run_grid(
     )
     if dry_run:
         return
-    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
-    to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
-    options = LaunchOptions(address, max_concurrent, max_failures, cpu_only)
-    try:
-        with ray_cluster(address):
-            problems = resource_problems(resources)
-            if problems:
-                fail(problems)
-            write_sweep(
-                plan.exp,
-                {
-                    "space": json.loads(plan.spec.to_json()),
-                    "trials": [t.to_dict() for t in plan.all_trials],
-                },
-            )
-            outcome = _with_progress(
-                plan, len(finished),
-                lambda on_event: run_sweep(plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event),
-            )  # fmt: skip
-    except LaunchError as e:
-        fail(e.problems)
-    _report_outcome(outcome, _command_line())
+    from sweeper.launch import LaunchOptions
+
+    options = LaunchOptions(address, max_concurrent, max_failures, cpu_only, wait_for_nodes)
+    outcome = _launch(plan, states, resources, options)
+    _report_outcome(outcome, command_line())
     console.print(
         f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
+
+
+def _launch(plan: Plan, states: dict, resources, options) -> object:
+    """Hold the experiment, wait for room on the cluster, train what is unfinished and certify."""
+    from sweeper.launch import run_sweep
+
+    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+    to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
+    wanted = min(len(to_train), options.max_concurrent or len(to_train)) or 1
+    with driving(plan.exp, options.address, resources, wanted, options.wait_for_nodes) as room:
+        write_sweep(
+            plan.exp,
+            {"space": json.loads(plan.spec.to_json()), "trials": [t.to_dict() for t in plan.all_trials]},
+        )
+        return _with_progress(
+            plan, len(finished),
+            lambda on_event: run_sweep(plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room),
+        )  # fmt: skip
 
 
 def _with_progress(plan: Plan, finished_count: int, launch) -> object:
@@ -296,6 +291,7 @@ def certify(
     ddrs_samples: Annotated[
         int | None, typer.Option("--ddrs-samples", help="Noise draws per OptimizeSigma step (1).")
     ] = None,
+    wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
 ) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
 
@@ -320,13 +316,8 @@ def certify(
     plan = _plan(
         PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides, address)
     )
-    from sweeper.launch import (
-        LaunchError,
-        certify_trials,
-        effective_resources,
-        ray_cluster,
-        resource_problems,
-    )
+    from sweeper.capacity import per_process
+    from sweeper.launch import certify_trials
 
     if not plan.exp.exists():
         fail(
@@ -346,18 +337,9 @@ def certify(
     console.print(
         f"certifying {len(ready)} finished trials ({len(plan.trials) - len(ready)} not finished) with {plan.spec.certify.cert_id}"
     )
-    try:
-        with ray_cluster(address):
-            problems = resource_problems(resources)
-            if problems:
-                fail(problems)
-            outcome = _with_progress(
-                plan,
-                len(ready),
-                lambda on_event: certify_trials(
-                    plan.exp, ready, plan.spec.certify, resources, on_event
-                ),
-            )
-    except LaunchError as e:
-        fail(e.problems)
-    _report_outcome(outcome, _command_line())
+    with driving(plan.exp, address, per_process(resources, ready), len(ready), wait_for_nodes):
+        outcome = _with_progress(
+            plan, len(ready),
+            lambda on_event: certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event),
+        )  # fmt: skip
+    _report_outcome(outcome, command_line())

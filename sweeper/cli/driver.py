@@ -1,0 +1,85 @@
+"""What a command that drives work on Ray holds while it runs: the experiment's lease, a
+connection to Ray, and room on the cluster (waiting for an autoscaler to provide it)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from sweeper.cli.common import console, fail
+from sweeper.spec import Resources
+from sweeper.storage import Experiment
+from trainables.config import ProblemsError
+
+WaitForNodes = Annotated[
+    float,
+    typer.Option(
+        "--wait-for-nodes",
+        min=0,
+        help="Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
+    ),
+]
+DEFAULT_WAIT_MINUTES = 30.0
+
+
+def command_line() -> str:
+    return "sweeper " + " ".join(sys.argv[1:])
+
+
+class WaitDisplay:
+    """'waiting for GPU nodes' with the elapsed time and what the cluster has so far: a live
+    line on a terminal, a plain line per change (or per minute) in a log file."""
+
+    def __init__(self) -> None:
+        self.status = None
+        self.last = ("", 0.0)
+
+    def __call__(self, waiting) -> None:
+        kind = "GPU nodes" if waiting.resources.gpu > 0 else "nodes"
+        scaler = waiting.view.autoscaler
+        doing = ", ".join((scaler.launching + scaler.failures) if scaler else ()) or "nothing yet"
+        what = f"the cluster has {waiting.view.describe()}; the autoscaler is launching {doing}"
+        minutes, seconds = divmod(int(waiting.elapsed), 60)
+        line = f"waiting for {kind} ({minutes}:{seconds:02d}): {what}"
+        if console.is_terminal:
+            if self.status is None:
+                self.status = console.status(line)
+                self.status.start()
+            self.status.update(line)
+        elif what != self.last[0] or time.monotonic() - self.last[1] > 60:
+            console.print(line, soft_wrap=True)
+            self.last = (what, time.monotonic())
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+@contextmanager
+def driving(
+    exp: Experiment, address: str | None, resources: Resources, count: int, wait_minutes: float
+) -> Iterator[object]:
+    """Hold `exp` (its lease), connect to Ray and wait for room for one of `count` trials
+    (asking an autoscaler for all of them); yields the `Capacity` request, released on exit.
+    Any problem is one `error:` line and exit 2."""
+    from sweeper.capacity import capacity_for
+    from sweeper.launch import ray_cluster
+    from sweeper.lease import Lease
+
+    display = WaitDisplay()
+    try:
+        with Lease(exp, command_line()) as lease, ray_cluster(address):
+            if lease.took_over is not None:
+                typer.echo(f"warning: took over the lease of {lease.took_over.describe()}, "
+                           "which is gone", err=True)  # fmt: skip
+            with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
+                display.close()
+                yield capacity
+    except ProblemsError as e:
+        display.close()
+        fail(e.problems)

@@ -1,0 +1,161 @@
+"""One driver per experiment: the lease on a local path (flock) and on S3 (a heartbeat object
+on moto's S3 server), and two real `sweeper run grid` processes on one experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from sweeper import lease as lease_module
+from sweeper.cli import app
+from sweeper.grid import expand
+from sweeper.lease import Holder, Lease, LeaseHeld, read_holder
+from sweeper.results import load_results
+from sweeper.spec import load_space
+from sweeper.storage import Experiment
+from trainables import fileio
+
+SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
+
+
+def _experiment(storage: str, name: str = "e") -> Experiment:
+    exp = Experiment(storage, name)
+    fileio.write_bytes_atomic(exp.sweep_json, b'{"trials": []}')  # an experiment with content
+    return exp
+
+
+def _plant(exp: Experiment, **changes) -> Holder:
+    """Write a lease.json as another driver would have."""
+    now = time.time()
+    holder = Holder(**{"pid": 1, "host": "elsewhere", "command": "sweeper run grid x",
+                       "since": now, "heartbeat": now, "token": "f" * 32, **changes})  # fmt: skip
+    fileio.write_bytes_atomic(exp.lease_json, json.dumps(holder.__dict__).encode())
+    return holder
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(done.stdout)
+
+
+# ------------------------------------------------------------------------ a local path
+def test_a_second_driver_is_refused_while_the_first_holds(tmp_path):
+    exp = _experiment(str(tmp_path))
+    with Lease(exp, "sweeper run grid a"):
+        holder = read_holder(exp)
+        assert (holder.pid, holder.command, holder.released) == (os.getpid(), "sweeper run grid a", None)
+        with pytest.raises(LeaseHeld, match=rf"'e' is in use by pid {os.getpid()} on host .* \(`sweeper run grid a`\)"):
+            Lease(exp, "sweeper run grid b").acquire()
+    assert read_holder(exp).released is not None  # let go: the next driver takes it quietly
+    with Lease(exp, "again") as again:
+        assert again.took_over is None
+
+
+def test_a_dead_holder_on_this_host_is_taken_over(tmp_path):
+    import socket
+
+    exp = _experiment(str(tmp_path))
+    gone = _plant(exp, pid=_dead_pid(), host=socket.gethostname())
+    with Lease(exp, "sweeper certify x") as lease:
+        assert lease.took_over == gone
+        assert read_holder(exp).pid == os.getpid()
+
+
+def test_a_run_that_wrote_nothing_leaves_no_directory(tmp_path):
+    exp = Experiment(str(tmp_path), "never-ran")
+    with Lease(exp, "sweeper run grid x"):
+        assert (tmp_path / "never-ran" / "lease.json").is_file()
+    assert not (tmp_path / "never-ran").exists()
+
+
+# ------------------------------------------------------------------------ S3 (moto)
+def test_s3_lease_held_by_a_live_driver_elsewhere_is_refused(s3_endpoint):
+    exp = _experiment("s3://sweeper-test/lease-held")
+    _plant(exp)  # heartbeat now, on another host
+    with pytest.raises(LeaseHeld, match="in use by pid 1 on host elsewhere"):
+        Lease(exp, "sweeper run grid x").acquire()
+
+
+def test_s3_lease_without_heartbeat_is_taken_over(s3_endpoint, monkeypatch):
+    monkeypatch.setattr(lease_module, "SETTLE_S", 0.1)
+    exp = _experiment("s3://sweeper-test/lease-stale")
+    stale = _plant(exp, heartbeat=time.time() - lease_module.STALE_S - 1)
+    with Lease(exp, "sweeper run grid x") as lease:
+        assert lease.took_over == stale
+        assert read_holder(exp).token == lease.me.token
+    assert read_holder(exp).released is not None
+
+
+def test_s3_lease_taken_by_another_driver_is_lost_at_the_next_heartbeat(s3_endpoint, monkeypatch):
+    monkeypatch.setattr(lease_module, "SETTLE_S", 0.1)
+    exp = _experiment("s3://sweeper-test/lease-lost")
+    lost = []
+    lease = Lease(exp, "sweeper run grid x", on_lost=lost.append)
+    lease.acquire()
+    assert lease.beat() and not lost  # still ours
+    thief = _plant(exp, token="e" * 32)
+    assert not lease.beat()
+    assert lost == [thief] and lease.lost == thief
+    lease.release()
+    assert read_holder(exp) == thief  # the thief's lease is left alone
+
+
+# ------------------------------------------------------------------------ two real drivers
+SPACE = """
+fixed: {dataset: digits, epochs: 2, batch_size: 64, train_subset: 256, eval_subset: 30, method: gaussian}
+grids:
+  - name: g
+    axes: {sigma: [0.25, 0.5]}
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 8, n: 32, alpha: 0.01, skip: 45, max_points: null, batch_size: 64, shard_size: 5}
+"""
+
+
+def _wait_for_lease(exp: Experiment, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        holder = read_holder(exp)
+        if holder is not None and holder.pid == proc.pid:
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    raise AssertionError("the first driver never took the lease")
+
+
+@pytest.mark.e2e
+def test_two_drivers_on_one_experiment(tmp_path):
+    """The second `sweeper run grid` exits 2 naming the first's pid (the first is paused with
+    SIGSTOP while it holds the lease, so the order does not depend on timing); `status` names
+    the holder; the first completes with every row once."""
+    space = tmp_path / "tiny.yaml"
+    space.write_text(textwrap.dedent(SPACE))
+    exp = Experiment(str(tmp_path / "store"), "shared")
+    args = [*SWEEPER, "run", "grid", str(space), "--storage", exp.storage, "--experiment", "shared"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_lease(exp, first)
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        status = CliRunner().invoke(app, ["status", "--storage", exp.storage, "--experiment", "shared"])
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=600)
+    assert second.returncode == 2, second.stdout + second.stderr
+    errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"in use by pid {first.pid} on host" in errors[0], second.stderr
+    assert f"pid {first.pid}" in status.output, status.output
+    assert first.returncode == 0, out[-3000:] + err[-3000:]
+    frame = load_results(exp).frame
+    trials = expand(load_space(str(space)))
+    assert len(frame) == 2 * 10 and not frame.duplicated(["trial_id", "idx"]).any()
+    assert set(frame["trial_id"]) == {t.trial_id for t in trials}
+    assert read_holder(exp).released is not None
