@@ -99,8 +99,29 @@ GTX_1080_TI = DeviceFigures(
     },
     "shipped table",
 )
-SHIPPED: dict[str, DeviceFigures] = {"gpu": GTX_1080_TI}
-assert set(GTX_1080_TI.figures) == set(ARCHS), "the shipped table must price every architecture"
+# One CPU core, for sweeps whose trials ask for no GPU (digits, --cpu-only): measured by
+# `sweeper bench` (1 thread, best of 3 runs in process CPU time, torch 2.14.1) on this
+# project's test machine, an AMD EPYC 2-core VM, on 2026-11-23. (forward/s, train/s)
+_CPU_BENCH = "measured by `sweeper bench` on an AMD EPYC VM core (1 thread, torch 2.14.1)"
+EPYC_CORE = DeviceFigures(
+    "AMD EPYC core",
+    "cpu",
+    {
+        arch: Figure(forward, train, _CPU_BENCH)
+        for arch, (forward, train) in {
+            "cifar_resnet20": (431.0, 131.0),
+            "cifar_resnet56": (187.0, 55.8),
+            "cifar_resnet110": (100.0, 30.1),
+            "resnet50": (5.73, 2.02),
+            "lenet": (14_700.0, 6_010.0),
+            "digits_cnn": (12_000.0, 3_400.0),
+        }.items()
+    },
+    "shipped table",
+)
+SHIPPED: dict[str, DeviceFigures] = {"gpu": GTX_1080_TI, "cpu": EPYC_CORE}
+for _table in SHIPPED.values():
+    assert set(_table.figures) == set(ARCHS), f"{_table.name}: every architecture needs figures"
 
 
 # ----------------------------------------------------------------------- measured figures
