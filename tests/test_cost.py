@@ -205,7 +205,12 @@ def test_cifar10_dry_run_needs_no_data_and_prices_the_sweep(tmp_path, figures_fi
                         {"cifar_resnet110": throughput.GTX_1080_TI.figures["cifar_resnet110"]})  # fmt: skip
     assert f"total ≈ {sweep.hours:,.0f} GPU-h for 644 trials" in out
     assert 10_000 < sweep.hours < 30_000  # months on 8 GPUs, not a day
-    assert "on 8 GPUs (--gpus) ≈" in out and "at 4 trials per GPU (32 at once on 8 GPUs)" in out
+    wall = wall_clock(sweep, Resources(cpu=2, gpu=0.25), "gpu", Capacity(8, None, ""))
+    assert wall.hours == pytest.approx(sweep.hours / 8)
+    assert (
+        f"wall-clock ≈ {wall.hours / 24:,.1f} days on 8 GPUs (--gpus), at 4 trials per GPU (32 at once on 8 GPUs)"
+        in out
+    )
     assert not (tmp_path / "cifar10").exists()
     assert not figures_file.exists()
 

@@ -10,8 +10,8 @@ Two figures per architecture, in samples per second of the whole device:
 
 Inputs are random images of the architecture's data set shape and the weights random: no
 data is read. On a CPU, samples per second barely depend on the batch beyond a few dozen,
-so smaller batches keep the measurement short; torch runs `threads` threads (1 by default,
-so the figures are per core). Each figure is the best of `repeats` timed runs after one
+so smaller batches keep the measurement short; `sweeper bench` runs torch on one thread there,
+so the figures are per core. Each figure is the best of `repeats` timed runs after one
 untimed run.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.config import TrialConfig
+from trainables.config import ARCHS, TrialConfig
 from trainables.datasets import INFO
 from trainables.smoothing import Smooth
 from trainables.train import build_state, train_epoch
@@ -50,6 +50,7 @@ SPECS: dict[str, BenchSpec] = {
     "digits_cnn": BenchSpec("digits", (64, 1100), (64, 1100)),
 }
 SMOKE_BATCH = (4, 8)  # --smoke: (train, forward) on any device
+assert set(SPECS) == set(ARCHS), "every architecture needs its bench batches"
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,10 @@ class Measurement:
     train_batch: int
 
 
-def device_name(device: torch.device, threads: int) -> str:
+def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
+    threads = torch.get_num_threads()
     return f"cpu: {cpu_model()} ({threads} thread{'s' if threads != 1 else ''})"
 
 

@@ -38,9 +38,9 @@ def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | 
     kind = "gpu" if resources.gpu > 0 else "cpu"
     figures = _figures(kind, sorted({t.arch for t in plan.trials}))
     sweep = price_sweep(plan.trials, plan.spec.certify, {a: f for a, (f, _) in figures.items()})
-    unit = "GPU-h" if kind == "gpu" else "core-h"
-    _print_groups(sweep, unit)
-    _print_totals(sweep, unit)
+    device = "GPU" if kind == "gpu" else "core"
+    _print_groups(sweep, device)
+    _print_totals(sweep, device)
     capacity = _capacity(kind, address, gpus)
     if capacity is None:
         console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
@@ -73,20 +73,17 @@ def _figures(kind: str, archs: list[str]) -> dict:
     return chosen
 
 
-def _hours(h: float) -> str:
-    if h < 0.01:
-        return f"{h * 3600:.2g} s"
-    return f"{h:,.{2 if h < 10 else 1 if h < 100 else 0}f}"
+def _amount(h: float, device: str) -> str:
+    """Device time with its unit: 15,238 GPU-h, 42.0 GPU-min, 6.5 core-s."""
+    if h >= 1:
+        return f"{h:,.{2 if h < 10 else 1 if h < 100 else 0}f} {device}-h"
+    return f"{h * 60:.1f} {device}-min" if h * 60 >= 1 else f"{h * 3600:.1f} {device}-s"
 
 
 def _duration(h: float) -> str:
-    return (
-        f"{h / 24:,.1f} days"
-        if h >= 48
-        else f"{h:,.1f} hours"
-        if h >= 1
-        else f"{h * 60:.0f} minutes"
-    )
+    if h >= 48:
+        return f"{h / 24:,.1f} days"
+    return f"{h:,.1f} hours" if h >= 1 else f"{h * 60:.0f} minutes"
 
 
 def _power(x: float) -> str:
@@ -95,21 +92,14 @@ def _power(x: float) -> str:
     return f"{x / 10**exponent:.1f}·10^{exponent}"
 
 
-def _print_groups(sweep: SweepCost, unit: str) -> None:
-    table = Table(title=f"cost ({unit} of the device above)", title_justify="left")
-    for name in (
-        "trials of",
-        "n",
-        "passes/input",
-        f"train {unit}/trial",
-        f"certify {unit}/trial",
-        f"{unit}, all n",
-    ):
+def _print_groups(sweep: SweepCost, device: str) -> None:
+    table = Table(title="cost on the device above", title_justify="left")
+    for name in ("trials of", "n", "passes/input", "train/trial", "certify/trial", "all n"):
         table.add_column(name, justify="left" if name == "trials of" else "right")
     for g in groups(sweep.costs):
         per = (g.train_hours / g.trials, g.certify_hours / g.trials)
-        table.add_row(g.label, str(g.trials), str(g.passes), _hours(per[0]), _hours(per[1]),
-                      _hours(g.train_hours + g.certify_hours))  # fmt: skip
+        table.add_row(g.label, str(g.trials), str(g.passes), _amount(per[0], device),
+                      _amount(per[1], device), _amount(g.train_hours + g.certify_hours, device))  # fmt: skip
     console.print(table)
     console.print(
         "passes/input: forward+backward passes per training input and epoch (after the ε "
@@ -118,15 +108,15 @@ def _print_groups(sweep: SweepCost, unit: str) -> None:
     )
 
 
-def _print_totals(sweep: SweepCost, unit: str) -> None:
+def _print_totals(sweep: SweepCost, device: str) -> None:
     fewest, most = sweep.forwards_per_model()
     forwards = _power(most) if fewest == most else f"{_power(fewest)} to {_power(most)}"
-    low, median, high = sweep.spread()
+    low, median, high = (_amount(h, device) for h in sweep.spread())
     console.print(
-        f"training ≈ {_hours(sweep.train_hours)} {unit}, certification ≈ "
-        f"{_hours(sweep.certify_hours)} {unit} ({forwards} forwards per model), total ≈ "
-        f"{_hours(sweep.hours)} {unit} for {len(sweep.costs)} trials; per trial: min "
-        f"{_hours(low)}, median {_hours(median)}, max {_hours(high)} {unit}",
+        f"training ≈ {_amount(sweep.train_hours, device)}, certification ≈ "
+        f"{_amount(sweep.certify_hours, device)} ({forwards} forwards per model), total ≈ "
+        f"{_amount(sweep.hours, device)} for {len(sweep.costs)} trials "
+        f"(per trial: min {low}, median {median}, max {high})",
         highlight=False,
     )
 
@@ -178,11 +168,17 @@ def _print_wall_clock(
             if resources.gpu < 1
             else f"{resources.gpu:g} GPUs per trial"
         )
-        how = f"at {packing} ({wall.at_once} at once on {wall.devices:g} GPUs), packed trials sharing a GPU's throughput"
+        how = (
+            f"at {packing} ({wall.at_once} at once on {wall.devices:g} GPUs), assuming packed "
+            "trials share a GPU's throughput"
+        )
     else:
-        how = f"{wall.at_once} trials at once, {resources.cpu:g} core(s) each, assuming throughput grows with cores"
+        how = (
+            f"{wall.at_once} trials at once on {resources.cpu:g} core(s) each, assuming "
+            "throughput grows with the cores"
+        )
     console.print(
-        f"wall-clock: on {capacity.where} ≈ {_duration(wall.hours)} {how}", highlight=False
+        f"wall-clock ≈ {_duration(wall.hours)} on {capacity.where}, {how}", highlight=False
     )
 
 
@@ -201,47 +197,41 @@ def bench(
             "--smoke", help="Tiny batches and one timed run: seconds, not representative."
         ),
     ] = False,
-    threads: Annotated[
-        int,
-        typer.Option("--threads", min=1, help="torch threads on a CPU (figures per core with 1)."),
-    ] = 1,
     repeats: Annotated[
         int, typer.Option("--repeats", min=1, help="Timed runs per figure (the best is kept).")
     ] = 3,
 ) -> None:
     """Measure forward and training-step samples/s of each architecture on this machine (CUDA
-    if available, else the CPU) and store them for dry runs ($SWEEPER_THROUGHPUT, else
+    if available, else one CPU core) and store them for dry runs ($SWEEPER_THROUGHPUT, else
     ~/.cache/sweeper/throughput.json); `sweeper run grid SPACE --dry-run` prices with them."""
     archs = [a.strip() for item in arch or [",".join(ARCHS)] for a in item.split(",") if a.strip()]
     unknown = [a for a in archs if a not in ARCHS]
     if unknown:
         fail([f"--arch: unknown architecture {a!r} (valid: {', '.join(ARCHS)})" for a in unknown])
+    name, kind, rates = _measure(list(dict.fromkeys(archs)), smoke, repeats)
+    path = throughput.figures_path()
+    throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
+    console.print(
+        f"figures written to {path}: dry runs of sweeps on {'GPUs' if kind == 'gpu' else 'CPUs'} price with them"
+    )
+
+
+def _measure(archs: list[str], smoke: bool, repeats: int) -> tuple[str, str, dict]:
+    """(device name, kind, arch -> rates and batches), measured on the GPU, else one core."""
     import torch
 
     from trainables.bench import device_name, measure
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
-        torch.set_num_threads(threads)
-    name = device_name(device, threads)
-    table = Table(
-        "arch",
-        "forward samples/s",
-        "train samples/s",
-        "batches (train, forward)",
-        title=f"sweeper bench on {name}",
-    )
+        torch.set_num_threads(1)  # figures per core, as the dry run prices CPU trials
+    name = device_name(device)
+    table = Table("arch", "forward samples/s", "train samples/s", "batches (train, forward)",
+                  title=f"sweeper bench on {name}")  # fmt: skip
     rates = {}
-    for a in dict.fromkeys(archs):
+    for a in archs:
         m = measure(a, device, smoke, repeats)
         rates[a] = (m.forward, m.train, m.forward_batch, m.train_batch)
-        table.add_row(
-            a, f"{m.forward:,.0f}", f"{m.train:,.0f}", f"{m.train_batch}, {m.forward_batch}"
-        )
+        table.add_row(a, f"{m.forward:,.0f}", f"{m.train:,.0f}", f"{m.train_batch}, {m.forward_batch}")  # fmt: skip
     console.print(table)
-    path = throughput.figures_path()
-    kind = "gpu" if device.type == "cuda" else "cpu"
-    throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
-    console.print(
-        f"figures written to {path}: dry runs of sweeps on {'GPUs' if kind == 'gpu' else 'CPUs'} price with them"
-    )
+    return name, "gpu" if device.type == "cuda" else "cpu", rates
