@@ -215,6 +215,15 @@ def test_cifar10_dry_run_needs_no_data_and_prices_the_sweep(tmp_path, figures_fi
     assert not figures_file.exists()
 
 
+def test_gpus_without_dry_run_is_bad_input(tmp_path):
+    result = runner.invoke(
+        app, ["run", "grid", "digits", "--gpus", "2", "--storage", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "error: --gpus sizes the wall-clock estimate of --dry-run" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_dry_run_imports_neither_torch_nor_ray(tmp_path):
     code = (
         "import sys\n"

@@ -83,7 +83,7 @@ def _amount(h: float, device: str) -> str:
 def _duration(h: float) -> str:
     if h >= 48:
         return f"{h / 24:,.1f} days"
-    return f"{h:,.1f} hours" if h >= 1 else f"{h * 60:.0f} minutes"
+    return f"{h:,.1f} hours" if h >= 1 else f"{max(1.0, h * 60):.0f} min"
 
 
 def _power(x: float) -> str:
@@ -124,6 +124,9 @@ def _print_totals(sweep: SweepCost, device: str) -> None:
 def _capacity(kind: str, address: str | None, gpus: int | None) -> Capacity | None:
     """GPUs given with --gpus; the cluster's own with --address; else this machine's CPUs for
     a sweep on CPUs (a local Ray uses them all)."""
+    if kind == "cpu" and gpus is not None:
+        console.print("(--gpus does not apply: the trials ask for no GPU)")
+        gpus = None
     if address is not None:
         return _cluster_capacity(address, gpus)
     if gpus is not None:

@@ -203,6 +203,8 @@ def run_grid(
         space, storage, experiment, smoke, only, data_dir, download, None, address, restart_,
         dry_run,
     )  # fmt: skip
+    if gpus is not None and not dry_run:
+        fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
     plan = _plan(request)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
         resources = planned_resources(plan.spec.resources, cpu_only)
