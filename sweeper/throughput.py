@@ -71,9 +71,10 @@ _TRAIN_EST = "train: estimate, forward / 2.96 (fwd+bwd vs fwd time, jcjohnson/cn
 
 
 def _scaled(arch: str) -> Figure:
-    """Small models: ResNet-110's measured rate scaled by multiply-accumulates. An upper bound:
-    small models use a GPU less efficiently (ResNet-50 runs faster than this scaling says, so
-    the scaling is not conservative the other way), and per-batch overheads dominate LeNet."""
+    """Small models: ResNet-110's measured rate scaled by multiply-accumulates. Likely an upper
+    bound: a smaller model keeps a GPU less busy per multiply-accumulate (the other way round,
+    ResNet-50 runs ~1.5× faster than this scaling predicts), and per-batch overheads dominate
+    LeNet and digits_cnn."""
     forward = F110 * MACS["cifar_resnet110"] / MACS[arch]
     source = f"estimate: cifar_resnet110's {F110:,.0f}/s × MACs 253.1M / {MACS[arch] / 1e6:.2f}M; {_TRAIN_EST}"
     return Figure(forward, forward / FB_RATIO, source)
@@ -90,7 +91,8 @@ GTX_1080_TI = DeviceFigures(
             R50_TRAIN * FB_RATIO,
             R50_TRAIN,
             "train: measured, Lambda Labs TensorFlow benchmark (209 images/s); forward: estimate, "
-            "train × 2.96 (jcjohnson/cnn-benchmarks); Cohen et al.'s own logs give ~650/s",
+            "train × 2.96 (jcjohnson/cnn-benchmarks); cross-check: ~655/s from the ResNet-50 / "
+            "ResNet-110 time per image (150 s / 14.5 s) in locuslab/smoothing data/certify",
         ),
         **{
             arch: _scaled(arch)

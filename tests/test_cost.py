@@ -130,6 +130,38 @@ def test_split_sizes_are_the_loaders():
     assert TEST_SIZE["digits"] == len(load_dataset("digits", "test"))
 
 
+def _macs(model, shape) -> int:
+    """Multiply-accumulates of one forward pass through the conv and linear layers."""
+    from torch import nn
+
+    counts = []
+
+    def hook(mod, args, out):
+        per_output = mod.in_features if isinstance(mod, nn.Linear) else (
+            mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1])  # fmt: skip
+        counts.append(out.numel() * per_output)
+
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, *shape))
+    return sum(counts)
+
+
+def test_the_scaled_figures_use_the_models_multiply_accumulates():
+    from trainables.datasets import INFO
+    from trainables.models import build_model
+
+    data = {"cifar_resnet20": "cifar10", "cifar_resnet56": "cifar10",
+            "cifar_resnet110": "cifar10", "lenet": "mnist", "digits_cnn": "digits"}  # fmt: skip
+    assert set(data) == set(throughput.MACS)
+    for arch, dataset in data.items():
+        info = INFO[dataset]
+        model = build_model(arch, info.num_classes, info.mean, info.std)
+        assert _macs(model, info.shape) == throughput.MACS[arch], arch
+
+
 def test_ddrs_and_self_training_add_their_passes():
     base = TrialConfig(dataset="digits", method="gaussian", m_train=1, epochs=10)
     passes, _ = training_work(base)
