@@ -123,8 +123,9 @@ def price(cfg: TrialConfig, spec: CertifySpec, figure: Figure) -> TrialCost:
 
 
 def group_label(cfg: TrialConfig) -> str:
-    """The fields that set a trial's cost (PGD and DDN cost the same)."""
-    parts = [cfg.arch, cfg.method]
+    """The fields that set a trial's cost (PGD and DDN cost the same); a group's trials may
+    still differ a little (ε = 0, warm-up, eval_subset), so its per-trial cost is a mean."""
+    parts = [cfg.dataset, cfg.arch, cfg.method]
     parts += [f"T={cfg.steps}"] if cfg.steps is not None else []
     parts += [f"m={cfg.m_train}"] if cfg.m_train is not None else []
     parts += [f"{cfg.epochs} ep"]
@@ -211,7 +212,7 @@ def wall_clock(
     """Wall-clock hours on `capacity`, or None when not one trial fits. Trials packed on a GPU
     share its throughput (Ray fills one GPU's fractions before the next), so the occupied GPUs
     (or CPU cores, one per trial thread) work off the sweep's device-hours together; the
-    longest trial alone is a lower bound."""
+    longest chain of trials (a fine-tune trial after its parent) is a lower bound."""
     at_once = len(sweep.costs)
     if capacity.cpus is not None and per_trial.cpu > 0:
         at_once = min(at_once, math.floor(capacity.cpus / per_trial.cpu + 1e-9))
@@ -225,5 +226,16 @@ def wall_clock(
     else:
         width = busy = max(1, int(per_trial.cpu))
         busy *= at_once
-    longest = max(c.hours for c in sweep.costs) / width
-    return WallClock(max(sweep.hours / busy, longest), int(at_once), busy)
+    return WallClock(max(sweep.hours / busy, longest_chain(sweep) / width), int(at_once), busy)
+
+
+def longest_chain(sweep: SweepCost) -> float:
+    """Device-hours of the longest trial, a fine-tune trial counted with the parents it waits
+    for (two-stage sweeps: `init_from`)."""
+    own = {c.trial.trial_id: c for c in sweep.costs}
+
+    def chain(cost: TrialCost) -> float:
+        parent = own.get(cost.trial.init_from) if cost.trial.init_from else None
+        return cost.hours + (chain(parent) if parent else 0.0)
+
+    return max(chain(c) for c in sweep.costs)

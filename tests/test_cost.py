@@ -83,8 +83,8 @@ def test_two_trial_space_costs_exactly_what_it_does(two_trials):
     assert sweep.spread()[0] * 3600 == pytest.approx(6.7, rel=1e-12)
     labels = [(g.label, g.trials, g.passes) for g in groups(sweep.costs)]
     assert labels == [
-        ("digits_cnn gaussian m=1 2 ep 100 inputs", 1, 1),
-        ("digits_cnn smoothadv T=2 m=2 2 ep 100 inputs", 1, 6),
+        ("digits digits_cnn gaussian m=1 2 ep 100 inputs", 1, 1),
+        ("digits digits_cnn smoothadv T=2 m=2 2 ep 100 inputs", 1, 6),
     ]
     # on one GPU at 0.5 GPU per trial both run at once and share it: the sweep's 19.4 s
     wall = wall_clock(sweep, Resources(cpu=1, gpu=0.5), "gpu", Capacity(1, None, "one GPU"))
@@ -107,6 +107,10 @@ def test_wall_clock_packing_cpus_and_the_longest_trial():
     assert wall_clock(sweep, packed, "gpu", Capacity(0, 64, "")) is None
     wall = wall_clock(sweep, Resources(cpu=1, gpu=0), "cpu", Capacity(0, 4, ""))
     assert (wall.at_once, wall.devices, wall.hours) == (4, 4, 30.0)
+    # a fine-tune trial waits for its parent: 30 + 25 h on any number of GPUs
+    child = TrialCost(TrialConfig(init_from=long.trial.trial_id, epochs=30), 25.0, 0.0, 0.0)
+    wall = wall_clock(SweepCost([long, child]), packed, "gpu", Capacity(64, None, ""))
+    assert wall.hours == 55.0
 
 
 def test_certification_points_and_ddrs_work():
