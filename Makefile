@@ -37,7 +37,9 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
 
+# `sweeper bench` stores this machine's throughput for dry runs' cost estimates.
 bench: $(STAMP)
+	$(BIN)/sweeper bench
 	$(BIN)/python benchmarks/certify_throughput.py
 	$(BIN)/python benchmarks/method_cost.py
 	$(BIN)/python benchmarks/envelope_speed.py

@@ -45,6 +45,7 @@ class PlanRequest:
     certify_overrides: dict | None = None
     address: str | None = None
     restarting: bool = False
+    dry_run: bool = False  # nothing is read from the data sets (no --data-dir needed)
 
 
 def make_plan(req: PlanRequest) -> Plan:
@@ -66,7 +67,8 @@ def make_plan(req: PlanRequest) -> Plan:
         raise PlanError(e.problems + problems) from None
     selection, only_problems = parse_only(req.only)
     trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
-    problems += only_problems + select_problems + data_problems(all_trials, data_dir, req.download)
+    problems += only_problems + select_problems
+    problems += [] if req.dry_run else data_problems(all_trials, data_dir, req.download)
     exp = Experiment(req.storage, req.experiment or spec.name)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
@@ -102,9 +104,14 @@ def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
     ]
 
 
-def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
+def needed_data(trials: list[TrialConfig]) -> tuple[list[str], list[TrialConfig]]:
+    """(data sets to read from a data directory, trials with pseudo-labelled data files)."""
     datasets = sorted({t.dataset for t in trials} - {"digits"})  # digits ships with scikit-learn
-    pseudo = [t for t in trials if t.pseudo_data is not None]  # self-training's extra data
+    return datasets, [t for t in trials if t.pseudo_data is not None]
+
+
+def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
+    datasets, pseudo = needed_data(trials)
     if not datasets and not pseudo:
         return []
     from trainables.datasets import data_problem  # imports torch: only when a data dir matters

@@ -20,6 +20,7 @@ from sweeper.cli.common import (
     fail,
     run_app,
 )
+from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving
 from sweeper.grid import expand
 from sweeper.plan import (
@@ -190,25 +191,35 @@ def run_grid(
         bool, typer.Option("--cpu-only", help="Ask for no GPU (train and certify on CPUs).")
     ] = False,
     wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", min=1, help="With --dry-run: the wall-clock on this many GPUs."),
+    ] = None,
 ) -> None:
     """Train every trial of SPACE on Ray Tune and certify each one as it finishes.
 
     Re-running the same command resumes: finished trials are not retrained, interrupted ones
     continue from their last checkpoint, and only missing certification shards are computed.
+    With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     request = PlanRequest(
-        space, storage, experiment, smoke, only, data_dir, download, None, address, restart_
-    )
+        space, storage, experiment, smoke, only, data_dir, download, None, address, restart_,
+        dry_run,
+    )  # fmt: skip
+    if gpus is not None and not dry_run:
+        fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
     plan = _plan(request)
+    if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
+        resources = effective_resources(plan.spec.resources, cpu_only)
+        states = trial_states(plan.exp, plan.trials)
+        print_plan(plan, resources, states, "sweeper run grid (dry run)")
+        dry_run_report(plan, cpu_only, address, gpus)
+        return
     resources = effective_resources(plan.spec.resources, cpu_only)
-    if restart_ and not dry_run:
+    if restart_:
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
-    print_plan(
-        plan, resources, states, "sweeper run grid (dry run)" if dry_run else "sweeper run grid"
-    )
-    if dry_run:
-        return
+    print_plan(plan, resources, states, "sweeper run grid")
     from sweeper.launch import LaunchOptions
 
     options = LaunchOptions(address, max_concurrent, max_failures, cpu_only, wait_for_nodes)

@@ -1,0 +1,236 @@
+"""What a sweep will cost: the dry run's estimate, and `sweeper bench`, which measures this
+machine's throughput for it. Importing this module imports neither torch nor Ray: the dry
+run needs neither (Ray only to ask a cluster given with --address for its size)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from sweeper import throughput
+from sweeper.capacity import effective_resources
+from sweeper.cli.common import app, console, fail
+from sweeper.cost import Devices, SweepCost, groups, price_sweep, wall_clock
+from sweeper.plan import Plan, needed_data
+from sweeper.spec import Resources
+from trainables.config import ARCHS
+
+
+def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | None) -> None:
+    """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
+    data, pseudo = needed_data(plan.all_trials)
+    if data or pseudo:
+        what = " and ".join(filter(None, [", ".join(data), pseudo and "the pseudo-labelled data"]))
+        console.print(
+            f"data: not read on a dry run; a real run needs {what}"
+            + (" (--data-dir DIR, or --download)" if data else "")
+        )
+    if not plan.trials:
+        return
+    resources = effective_resources(plan.spec.resources, cpu_only)
+    kind = "gpu" if resources.gpu > 0 else "cpu"
+    figures = _figures(kind, sorted({t.arch for t in plan.trials}))
+    sweep = price_sweep(plan.trials, plan.spec.certify, {a: f for a, (f, _) in figures.items()})
+    device = "GPU" if kind == "gpu" else "core"
+    _print_groups(sweep, device)
+    _print_totals(sweep, device)
+    capacity = _devices(kind, address, gpus)
+    if capacity is None:
+        console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
+        return
+    _print_wall_clock(sweep, resources, kind, capacity)
+
+
+def _figures(kind: str, archs: list[str]) -> dict:
+    """arch -> (figure, device), printed with where they came from; a figures file that cannot
+    be trusted is named in one warning line and the shipped table is used instead."""
+    path = throughput.figures_path()
+    measured, problem = throughput.read_measured(path)
+    if problem:
+        typer.echo(
+            f"warning: ignoring the measured figures in {path} ({problem}): using the shipped "
+            "table; re-run `sweeper bench` to measure again",
+            err=True,
+        )
+    chosen = throughput.figures_for(kind, archs, measured)
+    for arch, (fig, device) in chosen.items():
+        smoke = " --smoke, tiny batches: not representative" if device.smoke else ""
+        console.print(
+            f"figures: {arch} on {device.name} ({device.origin}{smoke}): forward "
+            f"{fig.forward:,.0f}/s, training step {fig.train:,.0f}/s; {fig.source}",
+            highlight=False,
+            markup=False,
+        )
+    if kind not in measured:
+        console.print(f"(measure your own device with `sweeper bench`; stored in {path})")
+    return chosen
+
+
+def _amount(h: float, device: str) -> str:
+    """Device time with its unit: 15,238 GPU-h, 42.0 GPU-min, 6.5 core-s."""
+    if h >= 1:
+        return f"{h:,.{2 if h < 10 else 1 if h < 100 else 0}f} {device}-h"
+    return f"{h * 60:.1f} {device}-min" if h * 60 >= 1 else f"{h * 3600:.1f} {device}-s"
+
+
+def _duration(h: float) -> str:
+    if h >= 48:
+        return f"{h / 24:,.1f} days"
+    return f"{h:,.1f} hours" if h >= 1 else f"{max(1.0, h * 60):.0f} min"
+
+
+def _power(x: float) -> str:
+    """5.0·10^7"""
+    exponent = len(str(int(x))) - 1 if x >= 1 else 0
+    return f"{x / 10**exponent:.1f}·10^{exponent}"
+
+
+def _print_groups(sweep: SweepCost, device: str) -> None:
+    table = Table(title="cost on the device above", title_justify="left")
+    for name in ("trials of", "n", "passes/input", "train/trial", "certify/trial", "all n"):
+        table.add_column(name, justify="left" if name == "trials of" else "right")
+    for g in groups(sweep.costs):
+        per = (g.train_hours / g.trials, g.certify_hours / g.trials)
+        table.add_row(g.label, str(g.trials), str(g.passes), _amount(per[0], device),
+                      _amount(per[1], device), _amount(g.train_hours + g.certify_hours, device))  # fmt: skip
+    console.print(table)
+    console.print(
+        "passes/input: forward+backward passes per training input and epoch (after the ε "
+        "warm-up); certification: n0 + n forwards per certified point",
+        highlight=False,
+    )
+
+
+def _print_totals(sweep: SweepCost, device: str) -> None:
+    fewest, most = sweep.forwards_per_model()
+    forwards = _power(most) if fewest == most else f"{_power(fewest)} to {_power(most)}"
+    low, median, high = (_amount(h, device) for h in sweep.spread())
+    console.print(
+        f"training ≈ {_amount(sweep.train_hours, device)}, certification ≈ "
+        f"{_amount(sweep.certify_hours, device)} ({forwards} forwards per model), total ≈ "
+        f"{_amount(sweep.hours, device)} for {len(sweep.costs)} trials "
+        f"(per trial: min {low}, median {median}, max {high})",
+        highlight=False,
+    )
+
+
+def _devices(kind: str, address: str | None, gpus: int | None) -> Devices | None:
+    """GPUs given with --gpus; the cluster's own with --address; else this machine's CPUs for
+    a sweep on CPUs (a local Ray uses them all)."""
+    if kind == "cpu" and gpus is not None:
+        console.print("(--gpus does not apply: the trials ask for no GPU)")
+        gpus = None
+    if address is not None:
+        return _cluster_devices(address, gpus)
+    if gpus is not None:
+        return Devices(gpus, None, f"{gpus} GPUs (--gpus)")
+    if kind == "cpu":
+        cores = os.cpu_count() or 1
+        return Devices(0, cores, f"this machine's {cores} CPU cores")
+    return None
+
+
+def _cluster_devices(address: str, gpus: int | None) -> Devices:
+    """The connected cluster's GPUs and CPUs now (the only place the dry run imports Ray)."""
+    from sweeper.launch import LaunchError, ray_cluster
+
+    try:
+        with ray_cluster(address):
+            import ray
+
+            total = ray.cluster_resources()
+    except LaunchError as e:
+        fail(e.problems)
+    have = total.get("GPU", 0.0)
+    where = f"the cluster at {address} ({have:g} GPUs, {total.get('CPU', 0):g} CPUs now)"
+    if gpus is not None:
+        return Devices(gpus, total.get("CPU"), f"{gpus} GPUs (--gpus) on {where}")
+    return Devices(have, total.get("CPU", 0.0), where)
+
+
+def _print_wall_clock(
+    sweep: SweepCost, resources: Resources, kind: str, capacity: Devices
+) -> None:
+    wall = wall_clock(sweep, resources, kind, capacity)
+    if wall is None:
+        need = f"cpu={resources.cpu:g}" + (f", gpu={resources.gpu:g}" if kind == "gpu" else "")
+        console.print(
+            f"wall-clock: {capacity.where} cannot host one trial ({need}); pass --gpus N for an estimate"
+        )
+        return
+    if kind == "gpu":
+        packing = (
+            f"{1 / resources.gpu:g} trials per GPU"
+            if resources.gpu < 1
+            else f"{resources.gpu:g} GPUs per trial"
+        )
+        how = (
+            f"at {packing} ({wall.at_once} at once on {wall.devices:g} GPUs), assuming packed "
+            "trials share a GPU's throughput"
+        )
+    else:
+        how = (
+            f"{wall.at_once} trials at once on {resources.cpu:g} core(s) each, assuming "
+            "throughput grows with the cores"
+        )
+    console.print(
+        f"wall-clock ≈ {_duration(wall.hours)} on {capacity.where}, {how}", highlight=False
+    )
+
+
+@app.command()
+def bench(
+    arch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arch",
+            help=f"Architecture(s) to measure, repeated or comma-separated (default: all of {', '.join(ARCHS)}).",
+        ),
+    ] = None,
+    smoke: Annotated[
+        bool,
+        typer.Option(
+            "--smoke", help="Tiny batches and one timed run: seconds, not representative."
+        ),
+    ] = False,
+    repeats: Annotated[
+        int, typer.Option("--repeats", min=1, help="Timed runs per figure (the best is kept).")
+    ] = 3,
+) -> None:
+    """Measure forward and training-step samples/s of each architecture on this machine (CUDA
+    if available, else one CPU core) and store them for dry runs ($SWEEPER_THROUGHPUT, else
+    ~/.cache/sweeper/throughput.json); `sweeper run grid SPACE --dry-run` prices with them."""
+    archs = [a.strip() for item in arch or [",".join(ARCHS)] for a in item.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in ARCHS]
+    if unknown:
+        fail([f"--arch: unknown architecture {a!r} (valid: {', '.join(ARCHS)})" for a in unknown])
+    name, kind, rates = _measure(list(dict.fromkeys(archs)), smoke, repeats)
+    path = throughput.figures_path()
+    throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
+    console.print(
+        f"figures written to {path}: dry runs of sweeps on {'GPUs' if kind == 'gpu' else 'CPUs'} price with them"
+    )
+
+
+def _measure(archs: list[str], smoke: bool, repeats: int) -> tuple[str, str, dict]:
+    """(device name, kind, arch -> rates and batches), measured on the GPU, else one core."""
+    import torch
+
+    from trainables.bench import device_name, measure
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # figures per core, as the dry run prices CPU trials
+    name = device_name(device)
+    table = Table("arch", "forward samples/s", "train samples/s", "batches (train, forward)",
+                  title=f"sweeper bench on {name}")  # fmt: skip
+    rates = {}
+    for a in archs:
+        m = measure(a, device, smoke, repeats)
+        rates[a] = (m.forward, m.train, m.forward_batch, m.train_batch)
+        table.add_row(a, f"{m.forward:,.0f}", f"{m.train:,.0f}", f"{m.train_batch}, {m.forward_batch}")  # fmt: skip
+    console.print(table)
+    return name, "gpu" if device.type == "cuda" else "cpu", rates
