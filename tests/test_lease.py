@@ -121,10 +121,11 @@ certify: {n0: 8, n: 32, alpha: 0.01, skip: 45, max_points: null, batch_size: 64,
 
 
 def _wait_for_lease(exp: Experiment, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until `proc` holds the lease and has written sweep.json (it is launching)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         holder = read_holder(exp)
-        if holder is not None and holder.pid == proc.pid:
+        if holder is not None and holder.pid == proc.pid and exp.exists():
             return
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.2)
