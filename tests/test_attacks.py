@@ -371,3 +371,81 @@ def test_no_warmup_when_warmup_epochs_at_most_one(warmup):
 def test_methods_without_attack_have_zero_epsilon():
     cfg = TrialConfig(dataset="digits", method="gaussian")
     assert epoch_epsilon(cfg, 0) == 0.0 and epoch_epsilon(cfg, 30) == 0.0
+
+
+# ---------------------------------------------------------------------------- mixed precision
+
+
+def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = a.flatten(1), b.flatten(1)
+    return (a * b).sum(dim=1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
+
+
+def _confident_mlp(logit_scale: float) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * D, 32), nn.ReLU(), nn.Linear(32, 5))
+    with torch.no_grad():
+        model[3].weight.mul_(logit_scale)
+    return model.eval()
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_fp16_autocast_keeps_the_attack_gradient_that_a_plain_backward_pass_flushes(m):
+    """A confident model: the objective's gradient at the logits is below fp16's smallest
+    number for many inputs. Sent back through the fp16 network as it is, those rows become
+    zero; input_grad scales each input by a power of two first and keeps the fp32 direction."""
+    model = _confident_mlp(300.0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand((64, 3, 8, 8), generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    noise = torch.randn((64, m, 3, 8, 8), generator=g) * 0.1
+    delta = torch.zeros_like(x)
+    full, _ = attacks.input_grad(model, x, delta, noise, y)
+    with torch.autocast("cpu", dtype=torch.float16):
+        half, logits = attacks.input_grad(model, x, delta, noise, y)
+        d = delta.clone().requires_grad_(True)
+        plain_logits = model(((x + d).unsqueeze(1) + noise).flatten(0, 1))
+        (plain,) = torch.autograd.grad(attacks.smoothadv_loss(plain_logits.float(), y, m), d)
+    assert logits.dtype == torch.float32 and plain_logits.dtype == torch.float16
+    kept = full.flatten(1).norm(dim=1) > 0
+    assert int(kept.sum()) >= 60
+    flushed = kept & (plain.flatten(1).norm(dim=1) == 0)
+    assert int(flushed.sum()) >= 16  # the plain fp16 backward pass loses these rows
+    assert bool((half.flatten(1).norm(dim=1)[kept] > 0).all())
+    cosines = _cosines(half, full)[kept]  # fp16 activations: directions to about 1e-2
+    assert float(cosines.mean()) > 0.99 and float(cosines.min()) > 0.95
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("name", ["pgd", "ddn"])
+def test_bf16_autocast_adversarial_examples_match_fp32_closely(name, m):
+    """The objective is computed in fp32 inside autocast: bf16 network arithmetic moves the
+    adversarial examples only slightly (DDN also finds an adversary for the same inputs)."""
+    model = _conv_net()
+    x = inputs(32)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    noise = noise_for(x, m)
+    attack = getattr(attacks, name)
+    full = attack(model, x, y, noise, 1.0, 4, generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = attack(model, x, y, noise, 1.0, 4, generator=torch.Generator().manual_seed(1))
+    assert half.dtype == torch.float32
+    assert (half - full).abs().mean() < 0.1 * (full - x).abs().mean()
+    moved_full, moved_half = norms(full - x) > 0, norms(half - x) > 0
+    assert (moved_full == moved_half).float().mean() >= 0.9
+    both = moved_full & moved_half
+    assert int(both.sum()) >= 16
+    assert float(_cosines(half - x, full - x)[both].min()) > (0.98 if name == "pgd" else 0.95)
+
+
+def _conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1),
+        nn.ReLU(), nn.Flatten(), nn.Linear(6 * D, 5),
+    )  # fmt: skip
+    with torch.no_grad():
+        model[-1].weight.mul_(4.0)
+    return model.eval()
