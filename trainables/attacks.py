@@ -72,17 +72,22 @@ def smoothed_probs(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -> to
 
 
 def plugin_nll(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
-    """J per input (B,) from the (B·m, K) logits of the m noisy copies of each input, in fp32:
-    −log of the mean softmax probability of y, clamped at PROB_FLOOR inside the log."""
-    probs = F.softmax(logits.float(), dim=1).view(len(y), m, -1).mean(dim=1)
+    """J per input (B,) from the (B·m, K) logits of the m noisy copies of each input, in fp32
+    (or wider): −log of the mean softmax probability of y, clamped at PROB_FLOOR in the log."""
+    probs = F.softmax(_wide(logits), dim=1).view(len(y), m, -1).mean(dim=1)
     return -torch.log(probs.gather(1, y.unsqueeze(1)).squeeze(1).clamp_min(PROB_FLOOR))
+
+
+def _wide(logits: torch.Tensor) -> torch.Tensor:
+    """The logits in fp32, or as they are if wider (fp64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 def smoothadv_loss(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
     """The loss the reference's PGD and DDN descend (−J): for m = 1 the cross-entropy summed
     over the batch, for m > 1 the batch mean of the plug-in J."""
     if m == 1:
-        return -F.cross_entropy(logits.float(), y, reduction="sum")
+        return -F.cross_entropy(_wide(logits), y, reduction="sum")
     return -plugin_nll(logits, y, m).mean()
 
 
@@ -98,9 +103,9 @@ def input_grad(
     delta = delta.detach().requires_grad_(True)
     m = noise.shape[1]
     logits = model(((x + delta).unsqueeze(1) + noise).flatten(0, 1))
-    wide = logits.float()
+    wide = _wide(logits)
     loss = objective(wide, y, m)
-    if logits.dtype == torch.float32:
+    if wide.dtype == logits.dtype:
         (grad,) = torch.autograd.grad(loss, delta)
     else:  # autocast: keep the gradient in range on its way back through the network
         (g,) = torch.autograd.grad(loss, wide, retain_graph=True)
