@@ -174,7 +174,9 @@ LAYOUTS = [
     ("data/certify/cifar10/salman/pgd_255.0_10_10/num_8/cifar_resnet20/noise_0.50_8916",
      ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8), 0.5),
     ("data/certify/cifar10/salman/ddn_512.0_4_5_128.0_0.1/num_2/cifar_resnet110/noise_1.00",
-     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_init_norm=0.5, ddn_gamma=0.1), 1.0),
+     # the named DDN init norm 128/256 never took effect (train_salman.py resets it to the ε of
+     # the epoch every epoch): ddn_init_norm stays None, the default that does the same
+     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1), 1.0),
     ("data/certify/cifar10/consistency/cohen/num_2/lbd_20.0/eta_0.5/cifar_resnet110/noise_0.25",
      TrialConfig(method="consistency", sigma=0.25, m_train=2, lam=20.0, eta=0.5), 0.25),
     ("data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
