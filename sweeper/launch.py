@@ -29,8 +29,9 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from sweeper.capacity import Capacity, per_process
-from sweeper.certify import Certifier, Event
+from sweeper.certify import CERTIFY
 from sweeper.plan import is_finished
+from sweeper.shards import Event, StageRunner, Work
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables.config import ProblemsError, TrialConfig
@@ -140,7 +141,7 @@ class _SweepCallback(tune.Callback):
     def __init__(
         self,
         exp: Experiment,
-        certifier: Certifier,
+        certifier: StageRunner,
         outcome: Outcome,
         on_event: Callable[[Event], None],
         room: tuple[Capacity, int] | None = None,
@@ -264,9 +265,7 @@ def run_sweep(
     `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
     the autoscaler request (`sweeper.capacity`), shrinks as trials end."""
     outcome = Outcome()
-    certifier = Certifier(
-        exp, certify.variants(), per_process(resources, [*to_train, *finished]), on_event
-    )
+    certifier = _certifier(exp, certify, per_process(resources, [*to_train, *finished]), on_event)
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
@@ -287,8 +286,14 @@ def run_sweep(
         certifier.cancel()
     else:
         certifier.wait()
-    outcome.certify_failures = list(certifier.failures)
+        certifier.finish()
+    outcome.certify_failures = certifier.failure_lines()
     return outcome
+
+
+def _certifier(exp: Experiment, certify: CertifySpec, resources: Resources, on_event) -> StageRunner:
+    """Certification of every finished model under each setting (fixed σ, and DDRS if asked)."""
+    return StageRunner(exp, [Work(CERTIFY, spec) for spec in certify.variants()], resources, on_event)
 
 
 def certify_trials(
@@ -300,13 +305,14 @@ def certify_trials(
 ) -> Outcome:
     """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify.variants(), per_process(resources, trials), on_event)
+    certifier = _certifier(exp, certify, per_process(resources, trials), on_event)
     for cfg in trials:
         certifier.submit(cfg)
     try:
         certifier.wait()
+        certifier.finish()
     except KeyboardInterrupt:
         certifier.cancel()
         outcome.interrupted = True
-    outcome.certify_failures = list(certifier.failures)
+    outcome.certify_failures = certifier.failure_lines()
     return outcome
