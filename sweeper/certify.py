@@ -83,36 +83,18 @@ def max_radius(sigma, n, alpha):
 
 def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     """Rows no CERTIFY could have written (the engine names and drops their file)."""
-    label, predict, classes = _int(table, "label"), _int(table, "predict"), classes_of(table)
-    radius = table.column("radius").to_numpy(zero_copy_only=False).astype(float)
-    largest = max_radius(*(table.column(c).to_numpy(zero_copy_only=False).astype(float)
-                           for c in ("sigma_cert", "n", "alpha")))  # fmt: skip
+    from sweeper.stage_reader import float_column, int_column, prediction_checks
+
+    predict, radius = int_column(table, "predict"), float_column(table, "radius")
+    largest = max_radius(*(float_column(table, c) for c in ("sigma_cert", "n", "alpha")))
     imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
     slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
-    correct = table.column("correct")
-    right = correct.fill_null(False).to_numpy(zero_copy_only=False)
     return [
-        (correct.is_null().to_numpy(zero_copy_only=False), "correct is missing"),
-        ((label < 0) | (label >= classes), "a label outside the data set's classes"),
-        ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
+        *prediction_checks(table),
         (~np.isfinite(radius) | (radius < 0), "a radius that is negative, NaN or infinite"),
         (radius > largest + slack, "a radius larger than n and alpha allow for its sigma"),
         ((predict == -1) & (radius != 0), "an abstention with a radius"),
-        (right != ((predict == label) & (predict != -1)), "correct disagrees with predict and label"),
     ]
-
-
-def classes_of(table: pa.Table) -> np.ndarray:
-    """Each row's class count (from its `dataset` column; -1 for an unknown data set)."""
-    names = list(NUM_CLASSES)
-    where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
-    counts = np.array([*NUM_CLASSES.values(), -1])
-    return counts[where.to_numpy(zero_copy_only=False)]
-
-
-def _int(table: pa.Table, name: str) -> np.ndarray:
-    """An integer column as int64, null as -2 (outside every valid range)."""
-    return table.column(name).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 CHECKED = ("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id")

@@ -212,27 +212,15 @@ def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting
 
 def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     """Rows no attack could have written (the engine names and drops their file)."""
-    from sweeper.certify import classes_of
+    from sweeper.stage_reader import float_column, prediction_checks
 
-    label, classes = _int(table, "label"), classes_of(table)
-    predict = _int(table, "predict")
-    eps = table.column("epsilon_attack").to_numpy(zero_copy_only=False).astype(float)
-    norm = table.column("perturbation_norm").to_numpy(zero_copy_only=False).astype(float)
-    correct = table.column("correct")
-    right = correct.fill_null(False).to_numpy(zero_copy_only=False)
+    eps, norm = float_column(table, "epsilon_attack"), float_column(table, "perturbation_norm")
     return [
-        (correct.is_null().to_numpy(zero_copy_only=False), "correct is missing"),
-        ((label < 0) | (label >= classes), "a label outside the data set's classes"),
-        ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
+        *prediction_checks(table),
         (~np.isfinite(eps) | (eps < 0), "an attack radius that is negative, NaN or infinite"),
         (~np.isfinite(norm) | (norm < 0) | (norm > eps * (1 + 1e-6) + 1e-6),
          "a perturbation outside the attack's ball"),
-        (right != ((predict == label) & (predict != -1)), "correct disagrees with predict and label"),
     ]  # fmt: skip
-
-
-def _int(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 CHECKED = ("dataset", "label", "predict", "correct", "epsilon_attack", "perturbation_norm")
@@ -250,9 +238,9 @@ def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[Em
         runner.wait()
     except KeyboardInterrupt:
         runner.cancel()
-        return Outcome(runner.failure_lines(), interrupted=True)
+        return Outcome(runner.failure_rows(), interrupted=True)
     runner.finish()
-    return Outcome(runner.failure_lines())
+    return Outcome(runner.failure_rows())
 
 
 # ------------------------------------------------------------------------------ reading

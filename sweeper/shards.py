@@ -360,10 +360,10 @@ class StageRunner:
         failed = sum(f.count for f in self.failures.values())
         self.on_event(Event(kind, trial_id, detail, (self.done, self.total, failed)))
 
-    def failure_lines(self) -> list[tuple[str, str]]:
-        """(trial_id, "stage: message (k tasks)") per model and stage that failed."""
+    def failure_rows(self) -> list[tuple[str, str, str]]:
+        """(trial_id, stage, "message (k tasks)") per model and stage that failed."""
         return [
-            (tid, f"{stage}: {f.message}" + (f" ({f.count} tasks)" if f.count > 1 else ""))
+            (tid, stage, f.message + (f" ({f.count} tasks)" if f.count > 1 else ""))
             for (tid, stage), f in self.failures.items()
         ]
 
@@ -396,5 +396,5 @@ def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
 class Outcome:
     """What a run of stages left: failures per model and stage, and whether it was cut short."""
 
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # trial_id, stage, error
     interrupted: bool = False

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from sweeper.shards import Stage, by_model, write_table
 from sweeper.storage import Experiment, StageFile
 from trainables import fileio
+from trainables.config import NUM_CLASSES
 
 COVERS = b"sweeper.covers"  # cache metadata: {path relative to the experiment: size}
 LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",
@@ -58,7 +59,8 @@ def read_stage(exp: Experiment, stage: Stage, columns: list[str] | None = None) 
     bad = {p.split(": ", 1)[0] for p in invalid}
     table = pa.concat_tables([cached, table]) if cached.num_rows else table
     used = [f.path for f in compacted if f.path in covered] + [f.path for f in rest if f.path not in bad]
-    return StageRows(table, used, _missing(shards), invalid, memory)
+    valid_shards = [f for f in shards if f.path not in bad]
+    return StageRows(table, used, _missing(valid_shards), invalid, memory)
 
 
 def _columns(stage: Stage, columns: list[str] | None) -> list[str]:
@@ -155,6 +157,38 @@ def _identity_checks(exp, stage, table, files, frag) -> list[tuple[np.ndarray, s
 def _differs(column, expected) -> np.ndarray:
     """Rows where `column` is not `expected` (a scalar or an array); null differs too."""
     return pc.fill_null(pc.not_equal(column, expected), True).to_numpy(zero_copy_only=False)
+
+
+def prediction_checks(table: pa.Table) -> list[tuple[np.ndarray, str]]:
+    """What every stage's rows share: a label and a prediction (−1 abstains) within the data
+    set's classes, and `correct` present and true exactly when the prediction is the label.
+    Reads dataset, label, predict, correct."""
+    label, predict, classes = int_column(table, "label"), int_column(table, "predict"), _classes(table)
+    correct = table.column("correct")
+    right = correct.fill_null(False).to_numpy(zero_copy_only=False)
+    return [
+        (correct.is_null().to_numpy(zero_copy_only=False), "correct is missing"),
+        ((label < 0) | (label >= classes), "a label outside the data set's classes"),
+        ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
+        (right != ((predict == label) & (predict != -1)), "correct disagrees with predict and label"),
+    ]
+
+
+def _classes(table: pa.Table) -> np.ndarray:
+    """Each row's class count (from its `dataset` column; -1 for an unknown data set)."""
+    names = list(NUM_CLASSES)
+    where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
+    counts = np.array([*NUM_CLASSES.values(), -1])
+    return counts[where.to_numpy(zero_copy_only=False)]
+
+
+def int_column(table: pa.Table, name: str) -> np.ndarray:
+    """An integer column as int64, null as -2 (outside every valid range)."""
+    return table.column(name).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def float_column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False).astype(float)
 
 
 # ------------------------------------------------------------------------------ the cache

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainables.config import DATASETS, NUM_CLASSES
+from trainables.config import DATASETS, INPUT_DIM, NUM_CLASSES
 
 
 class DataError(RuntimeError):
@@ -51,6 +51,7 @@ INFO = {
 }  # fmt: skip
 assert tuple(INFO) == DATASETS, "data registry and config.DATASETS disagree"
 assert {k: v.num_classes for k, v in INFO.items()} == NUM_CLASSES, "config.NUM_CLASSES disagrees"
+assert {k: v.dim for k, v in INFO.items()} == INPUT_DIM, "config.INPUT_DIM disagrees"
 
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 MNIST_FILES = {

@@ -38,10 +38,10 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
 
 
 def dataset_dims(datasets) -> dict[str, int]:
-    """Input dimension d (C·H·W) per known data set (torch is imported for the registry)."""
-    from trainables.datasets import INFO
+    """Input dimension d (C·H·W) per known data set."""
+    from trainables.config import INPUT_DIM
 
-    return {d: INFO[d].dim for d in datasets if d in INFO}
+    return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 
 
 def report_dir(reports_dir: str, only: str | None) -> str:
