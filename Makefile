@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/method_cost.py
 	$(BIN)/python benchmarks/envelope_speed.py
 	$(BIN)/python benchmarks/launcher_overhead.py
+	$(BIN)/python benchmarks/sweep_scale.py $(if $(SMOKE),--smoke,)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -63,14 +63,14 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     return shard_table(cfg, exp.name, shard.setting_id, constants, cols, metadata)
 
 
-def finish(exp: Experiment, trial_id: str, spec: CertifySpec, table: pa.Table) -> pa.Table:
-    """A model's complete rows as they are compacted: data-dependent ones made sound by the
-    memory pass (fixed-σ rows as they are)."""
-    if spec.ddrs is None:
+def finish(exp: Experiment, trial_id: str, setting, table: pa.Table) -> pa.Table:
+    """A model's complete rows as they are compacted: data-dependent ones (their rows say so)
+    made sound by the memory pass, fixed-σ rows as they are."""
+    if not pc.any(pc.equal(table.column("smoothing"), "data-dependent")).as_py():
         return table
     from sweeper.memory import sound_rows
 
-    return sound_rows(exp, trial_id, spec.setting_id, table)
+    return sound_rows(exp, trial_id, setting.setting_id, table)
 
 
 # ------------------------------------------------------------------------------ checks

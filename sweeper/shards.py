@@ -392,6 +392,38 @@ def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
     return groups
 
 
+@dataclass(frozen=True)
+class Named:
+    """A setting known only by its id (enough to compact its models)."""
+
+    setting_id: str
+
+
+def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
+    """Compact every model whose shards are all written, in every stage, then refresh the
+    caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
+    written before compaction existed). The caller holds the experiment's lease."""
+    from sweeper.stage_reader import refresh_cache
+
+    lines = []
+    for stage in stages:
+        folded = waiting = 0
+        for (trial_id, sid), files in by_model(exp.stage_files(stage.name)).items():
+            counts = {f.count for f in files if f.kind == "shard"}
+            if any(f.kind == "compacted" for f in files) or len(counts) != 1:
+                continue
+            count = counts.pop() or 0
+            if {f.index for f in files if f.kind == "shard"} != set(range(count)):
+                waiting += 1
+                continue
+            compact(exp, stage, trial_id, Named(sid), count)
+            folded += 1
+        cached = refresh_cache(exp, stage)
+        lines.append(f"{stage.name}: compacted {folded} models, {waiting} not complete; "
+                     f"the cache holds {cached} models")  # fmt: skip
+    return lines
+
+
 @dataclass
 class Outcome:
     """What a run of stages left: failures per model and stage, and whether it was cut short."""

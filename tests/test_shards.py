@@ -228,3 +228,20 @@ def test_the_driver_spells_the_fault_hook_as_the_trial_does():
     from trainables.tune_trial import FAULT_ENV as trial_fault
 
     assert trial_fault == FAULT_ENV
+
+
+def test_sweeper_compact_migrates_an_experiment_written_before(exp):
+    """Shards of complete models are compacted and cached; an incomplete model is left."""
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    clean = certified(exp)
+    Path(exp.shard_path(B.trial_id, CID, 0, 1)).rename(Path(exp.shard_path(B.trial_id, CID, 0, 2)))
+    result = CliRunner().invoke(app, ["compact", "--storage", exp.storage, "--experiment", "exp"])
+    assert result.exit_code == 0, result.output
+    assert "certify: compacted 1 models, 1 not complete; the cache holds 1 models" in result.output
+    assert Path(exp.compacted_path("certify", A.trial_id, CID, 2)).is_file()
+    assert Path(exp.shard_path(B.trial_id, CID, 0, 2)).is_file()
+    assert Path(exp.cache_path("certify")).is_file()
+    assert certified(exp) == clean
