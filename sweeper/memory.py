@@ -19,13 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from sweeper.results import MEMORY_SCHEMA, read_tables
-from sweeper.storage import MEMORY, Experiment
+from sweeper.storage import Experiment
 from trainables import fileio
 
 
 def sound_rows(exp: Experiment, trial_id: str, cert_id: str, table: pa.Table) -> pa.Table:
     """One data-dependent model's complete rows (sorted by idx), made sound."""
-    legacy = fileio.join(exp.setting_dir("certify", trial_id, cert_id), MEMORY)
+    legacy = exp.memory_path(trial_id, cert_id)
     if fileio.exists(legacy):
         memory = read_tables([legacy], MEMORY_SCHEMA).sort_by("idx")
         prediction = memory.column("predict_memory").to_numpy()

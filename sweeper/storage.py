@@ -106,6 +106,10 @@ class Experiment:
     def setting_dir(self, stage: str, trial_id: str, setting_id: str) -> str:
         return fileio.join(self.root, stage, trial_id, setting_id)
 
+    def memory_path(self, trial_id: str, cert_id: str) -> str:
+        """A DDRS model's memory pass, as experiments before compaction wrote it."""
+        return fileio.join(self.setting_dir("certify", trial_id, cert_id), MEMORY)
+
     def compacted_path(self, stage: str, trial_id: str, setting_id: str, count: int) -> str:
         """The model's rows once all `count` shards are folded together."""
         name = f"compacted-of-{count:05d}.parquet"
@@ -165,6 +169,22 @@ class Experiment:
 
     def exists(self) -> bool:
         return fileio.exists(self.sweep_json)
+
+
+def experiments(storage: str) -> list[str]:
+    """Names of the experiments under `storage` (directories holding a sweep.json), oldest
+    sweep.json first; one listing of the storage's top level, not of everything below it."""
+    import pyarrow.fs as pafs
+
+    fs, base = fileio.filesystem(storage)
+    if fs.get_file_info(base).type != pafs.FileType.Directory:
+        return []
+    folders = [i.base_name for i in fs.get_file_info(pafs.FileSelector(base))
+               if i.type == pafs.FileType.Directory]  # fmt: skip
+    infos = fs.get_file_info([f"{base.rstrip('/')}/{name}/sweep.json" for name in folders])
+    found = [(i.mtime_ns or 0, name) for i, name in zip(infos, folders, strict=True)
+             if i.type == pafs.FileType.File]  # fmt: skip
+    return [name for _, name in sorted(found)]
 
 
 def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:

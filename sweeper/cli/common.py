@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
-from sweeper.storage import Experiment
-from trainables import fileio
+from sweeper.storage import Experiment, experiments
 
 app = typer.Typer(
     help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
@@ -81,17 +79,10 @@ def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
     """The named experiment, or the most recently written one under `storage`."""
     if experiment:
         return Experiment(storage, experiment)
-    sweeps = [
-        f
-        for f in fileio.list_files(storage, "sweep.json")
-        if f.count("/") - storage.count("/") <= 2
-    ]
-    if not sweeps:
+    names = experiments(storage)
+    if not names:
         fail([f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"])
-    root = fileio.local_path(storage) if not fileio.is_uri(storage) else None
-    if root is not None:
-        sweeps.sort(key=lambda f: Path(f).stat().st_mtime)
-    name = Path(sweeps[-1]).parent.name
+    name = names[-1]
     typer.echo(f"experiment: {name} (pass --experiment to choose another)", err=True)
     return Experiment(storage, name)
 
