@@ -1,12 +1,10 @@
 """What a certification result can hold at all: the largest radius CERTIFY gives for n, α and
 σ, the classes and the test points of each data set. Results outside these bounds are forged
 or damaged, whatever file they come from (`sweeper import` checks every row against them).
-No torch: `sweeper import` and the readers of results must start fast.
+No torch, and scipy only when a bound is computed: every command must start fast.
 """
 
 from __future__ import annotations
-
-from scipy.stats import beta, norm
 
 from sweeper.cost import TEST_SIZE
 from trainables.config import DATASETS
@@ -22,6 +20,8 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
     and noise σ: every sample votes for the top class (nA = n), so the one-sided
     Clopper-Pearson bound is pA = α^(1/n) = beta.ppf(α, n, 1) and the radius σ·Φ⁻¹(pA),
     computed as trainables.smoothing does it. n=100,000, α=0.001: 3.8σ."""
+    from scipy.stats import beta, norm  # here: scipy.stats takes 60 MB and a second to import
+
     if n < 1 or not 0 < alpha < 1 or not sigma > 0:
         raise ValueError(f"need n >= 1, 0 < alpha < 1, sigma > 0 (got {n}, {alpha}, {sigma})")
     return float(sigma * norm.ppf(beta.ppf(alpha, n, 1)))
