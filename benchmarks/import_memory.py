@@ -74,7 +74,7 @@ def main() -> None:
             (f"huge imagenet --max-rows {rows}", write_log(tmp_path / "hugein" / imagenet, rows, 1000), ["--max-rows", str(rows)]),
             ("largest valid: 50,000 rows", write_log(tmp_path / "valid" / imagenet, 50_000, 1000), []),
         ]  # fmt: skip
-        print(f"{'case':36} {'file MB':>8} {'peak RSS MB':>12} {'s':>6}  outcome")
+        print(f"{'case':36} {'file MB':>8} {'peak RSS MiB':>12} {'s':>6}  outcome")
         for i, (name, directory, extra) in enumerate(cases):
             size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) / 1e6
             args = ["import", str(directory), "--storage", str(tmp_path / "store"), "--experiment", f"e{i}", *extra]  # fmt: skip
