@@ -6,8 +6,6 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-import pytest
-
 from sweeper.versions import cluster_versions, differences, local_versions, source_digest
 
 ROOT = Path(__file__).resolve().parents[1]
