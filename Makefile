@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/method_cost.py
 	$(BIN)/python benchmarks/envelope_speed.py
 	$(BIN)/python benchmarks/launcher_overhead.py
+	$(BIN)/python benchmarks/sweep_scale.py $(if $(SMOKE),--smoke,)
 
 # requirements/cluster.txt: every dependency of pyproject.toml (and the `cluster` extra) pinned
 # with its hashes, for the cluster image's Python 3.11 on x86_64 Linux; cluster.yaml installs it

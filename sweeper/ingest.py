@@ -14,7 +14,7 @@ jh-jeong/smoothmix) writes, one file per model and certification σ, one row per
 - time: seconds (13.7) or str(datetime.timedelta) (0:00:13.736080, 0:00:14, 1 day, 0:00:01);
 - LF, CRLF or CR line ends, a UTF-8 BOM; blank lines are ignored.
 
-Every row must be one CERTIFY can write (sweeper.ingest_log, sweeper.bounds): idx unique and
+Every row must be one CERTIFY can write (sweeper.ingest_log): idx unique and
 inside the data set's test split, label and predict classes of the data set, the radius at most
 what n, α and the certification σ allow (σ·Φ⁻¹(α^(1/n)), 3.8σ for the papers' n and α, plus
 the printing's rounding), at most --max-rows rows (default 100,000). Logs are streamed and
@@ -33,7 +33,9 @@ up to the first that is none of these patterns (the innermost match wins; case-i
     sigma_<σ>[.<ext>]                 certification σ (the log file of the Cohen layout)
     PGD_<T>steps, DDN_<T>steps        method smoothadv, attack, steps T; optional suffixes
       [_<E>epochs][_multiNoiseSamples|_multinoise]   epochs E
-    pgd_<k>_<T>[_<W>], ddn_<k>_<T>_<W>_<i>_<γ>   jh-jeong: ε = k/256, T, warm-up W, DDN ε0 = i/256, γ
+    pgd_<k>_<T>[_<W>], ddn_<k>_<T>_<W>_<i>_<γ>   jh-jeong: ε = k/256, T, warm-up W, γ (the
+                                      named DDN ε0 = i/256 is not used: train_salman.py resets
+                                      it to the warmed-up ε every epoch, our default)
     eps_<k>                           ε = k/256 (the reference code's unit: eps_255 is 0.99609375)
     <m>-multitrain, num_<m>, num_noise_vec_<m>, m<m>, m_train_<m>     m_train
     lbd_<λ>, eta_<η>, gamma_<γ>, beta_<β>      λ, η, MACER γ and β (kept where the method uses them)
@@ -238,10 +240,11 @@ def _needs(what: str, m: re.Match) -> dict:
 
 
 def _jeong_attack(m: re.Match) -> dict:
-    attack, eps, steps, warmup, init, gamma = m.groups()
+    attack, eps, steps, warmup, _init, gamma = m.groups()
     values = {"attack": attack.lower(), "epsilon": float(eps) / 256, "steps": int(steps)}
     values |= {"warmup_epochs": int(warmup)} if warmup else {}
-    values |= {"ddn_init_norm": float(init) / 256, "ddn_gamma": float(gamma)} if init else {}
+    # the named initial norm never took effect (reset to the epoch's ε): ddn_init_norm stays None
+    values |= {"ddn_gamma": float(gamma)} if gamma else {}
     return values | {"_method": "smoothadv"}
 
 

@@ -3,7 +3,8 @@
 A log is read line by line (never whole into memory), and each row is checked as it is read:
 its fields (see sweeper.ingest), idx unique and inside the data set's test split, label and
 prediction classes of the data set, the radius no larger than CERTIFY can certify with the
-log's n, α and σ (sweeper.bounds), at most `max_rows` rows and `MAX_LINE` characters a line.
+log's n, α and σ (`max_printed_radius`), at most `max_rows` rows and `MAX_LINE` characters a
+line.
 The first violation skips the log (`LogSkip` says the line and why), so the memory a log takes
 is bounded by the row cap whatever the file's size.
 """
@@ -18,13 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sweeper.bounds import NUM_CLASSES, TEST_SIZE, max_printed_radius
+from trainables.config import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 COLUMNS = ("idx", "label", "predict", "radius", "correct", "time_s")
 DEFAULT_MAX_ROWS = 100_000  # twice the largest test split (ImageNet's 50,000 validation images)
 MAX_LINE = 4096  # characters; a data line of the reference code has about 50
 _TIMEDELTA = re.compile(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
+
+
+def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
+    """The largest radius CERTIFY can give with n samples at level α and noise σ (every sample
+    votes for the top class: σ·Φ⁻¹(α^(1/n)), 3.8σ for n = 100,000 and α = 0.001) as the
+    reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
+    to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
+    the stage reader accepts for imported rows (sweeper.certify.check)."""
+    from sweeper.certify import max_radius  # here: scipy is imported only when a log is read
+
+    bound = max(float(max_radius(sigma, n, alpha)), 0.0)
+    return bound + max(5e-3 * bound, 5e-5)
 
 
 class LogSkip(ValueError):
@@ -49,7 +62,7 @@ class LogLimits:
         """Why a parsed row cannot come from CERTIFY on this data set (None: it can)."""
         idx, label, predict, radius, _, _ = row
         if self.dataset is not None:
-            size, classes = TEST_SIZE[self.dataset], NUM_CLASSES[self.dataset]
+            size, classes = STANDARD_TEST_SIZE[self.dataset], NUM_CLASSES[self.dataset]
             if idx >= size:
                 return f"idx {idx} is past the {self.dataset} test set ({size:,} points, idx 0..{size - 1})"
             if label >= classes or predict >= classes:

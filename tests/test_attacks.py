@@ -103,18 +103,25 @@ def ctx_for(method, epsilon=0.5, steps=3, m_train=2, seed=5, attack="pgd") -> St
 @pytest.mark.parametrize("name", ["pgd", "ddn", "stein"])
 @pytest.mark.parametrize("epsilon", [0.25, 1.0, 3.0])
 def test_attack_stays_in_ball_and_box(name, epsilon):
+    """DDN quantizes its final δ to 1/255 levels after the renorm (as the reference), so it may
+    leave the ball and, for inputs off the 1/255 grid, the box by half a level per pixel."""
     model = linear_model(scale=5.0)
     x = inputs(16)
     y = torch.arange(16) % 10
     x_adv = run_attack(name, model, x, y, noise_for(x, 3), epsilon, steps=4)
+    slack = 0.5 / 255 if name == "ddn" else 0.0
     assert x_adv.shape == x.shape
-    assert bool((norms(x_adv - x) <= epsilon + 1e-5).all())
-    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    assert bool((norms(x_adv - x) <= epsilon + slack * math.sqrt(D) + 1e-5).all())
+    assert x_adv.min() >= -slack and x_adv.max() <= 1 + slack
     assert not x_adv.requires_grad
+    if name == "ddn":
+        levels = (x_adv - x) * 255
+        torch.testing.assert_close(levels, levels.round(), atol=1e-4, rtol=0)
 
 
-def test_pgd_has_no_random_start_and_zero_gradient_does_not_move():
-    """Input 0 sits where ReLU(v·x − 1) is dead (zero gradient); input 1 does not."""
+def test_pgd_has_no_random_start_and_zero_gradient_steps_along_a_draw_of_the_generator():
+    """Input 0 sits where ReLU(v·x − 1) is dead (zero gradient): as the reference code, it
+    steps along −r, r a standard normal draw (from the generator), then clamp and renorm."""
     v = torch.ones(D)
     model = nn.Sequential(nn.Flatten(), nn.Linear(D, 1), nn.ReLU(), nn.Linear(1, 2))
     with torch.no_grad():
@@ -123,23 +130,32 @@ def test_pgd_has_no_random_start_and_zero_gradient_does_not_move():
         model[3].weight.copy_(torch.tensor([[0.0], [1.0]]))
         model[3].bias.zero_()
     rec = Recorder(model)
-    x = torch.stack([torch.zeros(SHAPE), torch.full(SHAPE, 0.5)])
+    x = torch.stack([torch.full(SHAPE, 0.001), torch.full(SHAPE, 0.5)])
     y = torch.zeros(2, dtype=torch.long)
     no_noise = torch.zeros(2, 1, *SHAPE)
-    x_adv = attacks.pgd(rec, x, y, no_noise, epsilon=0.5, steps=3)
+    gen = torch.Generator().manual_seed(3)
+    x_adv = attacks.pgd(rec, x, y, no_noise, epsilon=0.5, steps=3, generator=gen)
     assert torch.equal(rec.calls[0].x, x)  # the first step starts at x itself
-    assert torch.equal(x_adv[0], x[0])
-    assert all(torch.equal(c.x[0], x[0]) for c in rec.calls)
+    r = torch.randn((1, *SHAPE), generator=torch.Generator().manual_seed(3))
+    first = torch.renorm((x[:1] - 0.5 / 3 * 2 * r).clamp(0, 1) - x[:1], 2, 0, 0.5)
+    torch.testing.assert_close(rec.calls[1].x[:1] - x[:1], first, atol=1e-7, rtol=0)
     assert norms(x_adv - x)[1] == pytest.approx(0.5, abs=1e-5)
+    assert not torch.equal(x_adv[0], x[0])
 
 
-def test_pgd_zero_gradient_everywhere_returns_x_exactly():
+def test_pgd_zero_gradient_everywhere_is_reproducible_from_the_generator():
     model = linear_model()
     with torch.no_grad():
         model[1].weight.zero_()
-    x = inputs(4)
-    x_adv = attacks.pgd(model, x, torch.zeros(4, dtype=torch.long), noise_for(x, 2), 1.0, 5)
-    assert torch.equal(x_adv, x)
+    x, y = inputs(4), torch.zeros(4, dtype=torch.long)
+
+    def attack(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return attacks.pgd(model, x, y, noise_for(x, 2), 1.0, 5, generator=gen)
+
+    assert torch.equal(attack(4), attack(4))
+    assert not torch.equal(attack(4), attack(5))
+    assert bool((norms(attack(4) - x) > 0.5).all())
 
 
 @pytest.mark.parametrize("steps", [1, 2, 4, 10])
@@ -219,15 +235,22 @@ def test_ddn_returns_clean_input_when_nothing_is_found():
     assert torch.equal(x_adv, x)
 
 
-def test_ddn_step_sizes_cosine_from_1_to_001():
+def test_ddn_step_sizes_are_the_reference_cosine_schedule_stepped_before_each_step():
+    """CosineAnnealingLR(lr 1, T_max = T, eta_min 0.01) after k = 1..T scheduler steps."""
+    assert attacks.ddn_step_sizes(2) == pytest.approx([0.505, 0.01])
+    assert attacks.ddn_step_sizes(1) == pytest.approx([0.01])
+    for steps in (1, 2, 4, 7, 10):
+        delta = torch.zeros(1, requires_grad=True)
+        optimizer = torch.optim.SGD([delta], lr=1.0)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps, eta_min=0.01)
+        expected = []
+        for _ in range(steps):
+            optimizer.step()
+            schedule.step()
+            expected.append(optimizer.param_groups[0]["lr"])
+        assert attacks.ddn_step_sizes(steps) == pytest.approx(expected, rel=1e-12)
     sizes = attacks.ddn_step_sizes(7)
-    assert sizes[0] == pytest.approx(1.0) and sizes[-1] == pytest.approx(0.01)
-    assert sizes[3] == pytest.approx((1 + 0.01) / 2)
-    assert all(a > b for a, b in itertools.pairwise(sizes))
-    k = 2
-    assert sizes[k] == pytest.approx(0.01 + 0.99 * (1 + math.cos(math.pi * k / 6)) / 2)
-    assert attacks.ddn_step_sizes(1) == [1.0]
-    assert attacks.ddn_step_sizes(2) == pytest.approx([1.0, 0.01])
+    assert all(a > b for a, b in itertools.pairwise(sizes)) and sizes[-1] == pytest.approx(0.01)
 
 
 # ---------------------------------------------------------------------------- modes
@@ -307,23 +330,122 @@ def test_pgd_noise_trains_on_x_adv_plus_noise():
 # ---------------------------------------------------------------------------- warm-up
 
 
-def test_warmup_rises_linearly_from_zero_over_ten_epochs():
+def test_warmup_is_the_reference_schedule_by_default():
+    """train_pgd.py: min(ε, (epoch + 1)·ε / W), computed the same way (bit for bit)."""
     factors = [warmup_factor(e, 10) for e in range(13)]
+    assert factors[:3] == pytest.approx([0.1, 0.2, 0.3])
+    assert factors[9:] == [1.0] * 4
+    for epsilon in (0.25, 0.5, 1.0, 2.0, 255 / 256, 0.3):
+        cfg = TrialConfig(dataset="digits", method="smoothadv", epsilon=epsilon, warmup_epochs=10)
+        for e in range(12):
+            assert epoch_epsilon(cfg, e) == min(epsilon, (e + 1) * epsilon / 10)  # exact
+    cfg = TrialConfig(dataset="digits", method="smoothadv", epsilon=0.5, warmup_epochs=10)
+    assert [epoch_epsilon(cfg, e) for e in (0, 3, 9, 50)] == pytest.approx([0.05, 0.2, 0.5, 0.5])
+
+
+def test_warmup_paper_schedule_rises_linearly_from_zero():
+    """The paper's text (appendix D): 0 in epoch 0, ε at epoch W − 1."""
+    factors = [warmup_factor(e, 10, "paper") for e in range(13)]
     assert factors[0] == 0.0
     assert factors[1] == pytest.approx(1 / 9)
     assert factors[5] == pytest.approx(5 / 9)
     assert factors[9:] == [1.0] * 4
-    cfg = TrialConfig(dataset="digits", method="smoothadv", epsilon=0.5, warmup_epochs=10)
+    cfg = TrialConfig(
+        dataset="digits", method="smoothadv", epsilon=0.5, warmup_epochs=10,
+        warmup_schedule="paper",
+    )  # fmt: skip
     assert [epoch_epsilon(cfg, e) for e in (0, 3, 9, 50)] == pytest.approx([0, 0.5 / 3, 0.5, 0.5])
 
 
 @pytest.mark.parametrize("warmup", [0, 1])
 def test_no_warmup_when_warmup_epochs_at_most_one(warmup):
-    assert [warmup_factor(e, warmup) for e in range(3)] == [1.0] * 3
-    cfg = TrialConfig(dataset="digits", method="pgd_noise", epsilon=2.0, warmup_epochs=warmup)
-    assert epoch_epsilon(cfg, 0) == 2.0
+    for schedule in ("reference", "paper"):
+        assert [warmup_factor(e, warmup, schedule) for e in range(3)] == [1.0] * 3
+        cfg = TrialConfig(
+            dataset="digits", method="pgd_noise", epsilon=2.0, warmup_epochs=warmup,
+            warmup_schedule=schedule,
+        )  # fmt: skip
+        assert epoch_epsilon(cfg, 0) == 2.0
 
 
 def test_methods_without_attack_have_zero_epsilon():
     cfg = TrialConfig(dataset="digits", method="gaussian")
     assert epoch_epsilon(cfg, 0) == 0.0 and epoch_epsilon(cfg, 30) == 0.0
+
+
+# ---------------------------------------------------------------------------- mixed precision
+
+
+def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = a.flatten(1), b.flatten(1)
+    return (a * b).sum(dim=1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
+
+
+def _confident_mlp(logit_scale: float) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * D, 32), nn.ReLU(), nn.Linear(32, 5))
+    with torch.no_grad():
+        model[3].weight.mul_(logit_scale)
+    return model.eval()
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_fp16_autocast_keeps_the_attack_gradient_that_a_plain_backward_pass_flushes(m):
+    """A confident model: the objective's gradient at the logits is below fp16's smallest
+    number for many inputs. Sent back through the fp16 network as it is, those rows become
+    zero; input_grad scales each input by a power of two first and keeps the fp32 direction."""
+    model = _confident_mlp(300.0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand((64, 3, 8, 8), generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    noise = torch.randn((64, m, 3, 8, 8), generator=g) * 0.1
+    delta = torch.zeros_like(x)
+    full, _ = attacks.input_grad(model, x, delta, noise, y)
+    with torch.autocast("cpu", dtype=torch.float16):
+        half, logits = attacks.input_grad(model, x, delta, noise, y)
+        d = delta.clone().requires_grad_(True)
+        plain_logits = model(((x + d).unsqueeze(1) + noise).flatten(0, 1))
+        (plain,) = torch.autograd.grad(attacks.smoothadv_loss(plain_logits.float(), y, m), d)
+    assert logits.dtype == torch.float32 and plain_logits.dtype == torch.float16
+    kept = full.flatten(1).norm(dim=1) > 0
+    assert int(kept.sum()) >= 60
+    flushed = kept & (plain.flatten(1).norm(dim=1) == 0)
+    assert int(flushed.sum()) >= 16  # the plain fp16 backward pass loses these rows
+    assert bool((half.flatten(1).norm(dim=1)[kept] > 0).all())
+    cosines = _cosines(half, full)[kept]  # fp16 activations: directions to about 1e-2
+    assert float(cosines.mean()) > 0.99 and float(cosines.min()) > 0.95
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("name", ["pgd", "ddn"])
+def test_bf16_autocast_adversarial_examples_match_fp32_closely(name, m):
+    """The objective is computed in fp32 inside autocast: bf16 network arithmetic moves the
+    adversarial examples only slightly (DDN also finds an adversary for the same inputs)."""
+    model = _conv_net()
+    x = inputs(32)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    noise = noise_for(x, m)
+    attack = getattr(attacks, name)
+    full = attack(model, x, y, noise, 1.0, 4, generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = attack(model, x, y, noise, 1.0, 4, generator=torch.Generator().manual_seed(1))
+    assert half.dtype == torch.float32
+    assert (half - full).abs().mean() < 0.1 * (full - x).abs().mean()
+    moved_full, moved_half = norms(full - x) > 0, norms(half - x) > 0
+    assert (moved_full == moved_half).float().mean() >= 0.9
+    both = moved_full & moved_half
+    assert int(both.sum()) >= 16
+    assert float(_cosines(half - x, full - x)[both].min()) > (0.98 if name == "pgd" else 0.95)
+
+
+def _conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1),
+        nn.ReLU(), nn.Flatten(), nn.Linear(6 * D, 5),
+    )  # fmt: skip
+    with torch.no_grad():
+        model[-1].weight.mul_(4.0)
+    return model.eval()

@@ -20,18 +20,21 @@ from trainables.config import (
 
 # A fully explicit config (no defaults involved) and its id, computed once. If this changes,
 # every stored trial id changes: only update it on purpose. (Updated once, on purpose, when
-# unused (None) fields left the identity so that new method fields keep old ids.)
+# unused (None) fields left the identity so that new method fields keep old ids; and once
+# when SmoothAdv's warm-up and DDN followed the reference code: warmup_schedule joined the
+# identity of the attack-trained methods, 7b2fd8b69349 -> 994b4f50d6cb.)
 PINNED = dict(
     dataset="digits", method="smoothadv", sigma=0.5, m_train=2, attack="ddn", epsilon=0.5,
-    steps=4, warmup_epochs=3, ddn_init_norm=1.0, ddn_gamma=0.05, epochs=20, batch_size=64,
-    lr=0.05, momentum=0.9, weight_decay=5e-4, lr_step_size=10, lr_gamma=0.1, seed=3,
+    steps=4, warmup_epochs=3, warmup_schedule="reference", ddn_init_norm=1.0, ddn_gamma=0.05,
+    epochs=20, batch_size=64, lr=0.05, momentum=0.9, weight_decay=5e-4, lr_step_size=10,
+    lr_gamma=0.1, seed=3,
 )  # fmt: skip
-PINNED_ID = "7b2fd8b69349"
+PINNED_ID = "994b4f50d6cb"
 
 # For PINNED, another valid value of every identity field.
 ALTERNATIVES = dict(
     dataset="mnist", arch="lenet", method="gaussian", sigma=0.25, m_train=4, attack="pgd",
-    epsilon=1.0, steps=5, warmup_epochs=4, ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
+    epsilon=1.0, steps=5, warmup_epochs=4, warmup_schedule="paper", ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
     train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
     data_parallel=2,
@@ -127,6 +130,39 @@ def test_ddn_parameters_are_validated_when_used():
     assert TrialConfig(attack="pgd", ddn_gamma=1.0).ddn_gamma is None
 
 
+def test_ddn_starts_from_the_epochs_epsilon_unless_overridden():
+    """ddn_init_norm None (the default) is the reference's initial norm, the warmed-up ε; it
+    is then no part of the identity, and an explicit override is."""
+    ddn = TrialConfig(attack="ddn")
+    assert (ddn.ddn_init_norm, ddn.ddn_gamma) == (None, 0.05)
+    assert "ddn_init_norm" not in ddn.identity()
+    override = ddn.replace(ddn_init_norm=1.0)
+    assert override.identity()["ddn_init_norm"] == 1.0
+    assert override.trial_id != ddn.trial_id
+
+
+@pytest.mark.parametrize("method", ["smoothadv", "vanilla_pgd", "pgd_noise"])
+def test_warmup_schedule_defaults_to_the_reference_and_is_validated(method: str):
+    cfg = TrialConfig(method=method)
+    assert cfg.warmup_schedule == "reference" and cfg.identity()["warmup_schedule"] == "reference"
+    assert cfg.replace(warmup_schedule="paper").trial_id != cfg.trial_id
+    problems = _problems(method=method, warmup_schedule="linear")
+    assert problems == ["unknown warmup_schedule 'linear' (valid: reference, paper)"]
+
+
+def test_smoothmix_one_step_adversary_with_one_step_is_refused():
+    """The official code takes the one-step adversary at the start of step 2: with steps 1 it
+    never does and trains as mix_step 0, so the combination is refused with the fix."""
+    problems = _problems(method="smoothmix", steps=1, mix_step=1)
+    assert problems == [
+        "mix_step 1 (the one-step adversary) needs steps >= 2 for method 'smoothmix': the "
+        "reference code takes it at the start of step 2, so with steps 1 it trains exactly as "
+        "mix_step 0; set mix_step: 0 or steps >= 2"
+    ]
+    assert TrialConfig(method="smoothmix", steps=1, mix_step=0).steps == 1
+    assert TrialConfig(method="smoothmix", steps=2, mix_step=1).mix_step == 1
+
+
 def test_all_type_problems_reported_at_once():
     problems = _problems(sigma="a", steps=1.5, m_train="2", amp=1, dataset=None)
     _assert_each_named(problems, ["sigma", "steps", "m_train", "amp", "dataset"])
@@ -186,7 +222,7 @@ def test_vanilla_pgd_has_no_noise_draws():
 def test_method_fields_resolve_to_none_exactly_when_unused():
     for method, used in METHOD_FIELDS.items():
         cfg = TrialConfig(method=method, attack="ddn" if method == "smoothadv" else "pgd")
-        for name in OPTIONAL_FIELDS - {"mix_maxnorm"}:  # optional even where used
+        for name in OPTIONAL_FIELDS - {"mix_maxnorm", "ddn_init_norm"}:  # optional where used
             assert (getattr(cfg, name) is not None) == (name in used), (method, name)
 
 
@@ -202,6 +238,31 @@ def test_trial_id_is_pinned():
     assert cfg.trial_id == PINNED_ID
     assert TrialConfig(**PINNED).trial_id == cfg.trial_id
     assert len(cfg.trial_id) == 12 and int(cfg.trial_id, 16) >= 0
+
+
+# Ids computed before SmoothAdv's warm-up and DDN followed the reference code: the methods
+# without an attack (and SmoothMix, whose warm-up was already the official one) keep them.
+UNAFFECTED_IDS = [
+    ("930d612a6893", dict(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=8,
+                          batch_size=64, lr=0.01, lr_step_size=6)),
+    ("24805f012410", dict(dataset="cifar10", method="macer", sigma=0.5, m_train=16)),
+    ("ccd305087215", dict(dataset="digits", method="consistency", sigma=0.5, m_train=2, lam=10.0,
+                          eta=0.5)),
+    ("e577112ad713", dict(dataset="digits", method="stability", sigma=0.25, lam=2.0)),
+    ("eb5c53121172", dict(dataset="digits", method="smoothmix", sigma=0.5, m_train=2, steps=2,
+                          eta=5.0, warmup_epochs=3)),
+    ("6b0efdae35dc", dict(dataset="digits", method="smoothmix", sigma=0.25, m_train=2, steps=4,
+                          mix_step=1, warmup_epochs=10)),
+    ("48de1dc6eeb4", dict(dataset="digits", method="gaussian", sigma=0.25, ddrs_start_epoch=2,
+                          epochs=8)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trial_id", "fields"), UNAFFECTED_IDS, ids=lambda v: str(v)[:12])
+def test_methods_without_an_attack_keep_their_trial_ids(trial_id: str, fields: dict):
+    cfg = TrialConfig(**fields)
+    assert cfg.trial_id == trial_id
+    assert cfg.warmup_schedule is None and cfg.ddn_init_norm is None
 
 
 def test_trial_id_equal_for_int_and_float():

@@ -4,6 +4,7 @@ carried through checkpoints. Config fields, per-input noise, the epoch loop, exa
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 from trainables import checkpoint, train
 from trainables.config import DDRS_FIELDS, METHODS, ConfigError, TrialConfig
+from trainables.ddrs import optimize_sigma
 from trainables.methods import REGISTRY, Method, macer
 from trainables.methods.base import StepContext, draw_noise
 from trainables.train import build_state, fit, make_loaders, train_epoch
@@ -55,8 +57,10 @@ def assert_nested_equal(a, b, where="") -> None:
 
 
 def test_configs_without_ddrs_keep_their_trial_ids():
-    """Ids computed with the config module before the DDRS fields existed."""
-    assert TrialConfig().trial_id == "5001c805a1a3"
+    """Ids computed with the config module before the DDRS fields existed (the default, a
+    SmoothAdv-PGD config, changed once on purpose when warmup_schedule joined the identity of
+    attack-trained methods: it was 5001c805a1a3)."""
+    assert TrialConfig().trial_id == "533c2517d407"
     gaussian = dict(
         dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=10, batch_size=32,
         lr=0.05, seed=1,
@@ -179,6 +183,37 @@ def test_chunk_sigma_optimization_leaves_the_model_untouched():
     assert_nested_equal(state.model.state_dict(), before, "model")
     assert state.model.training
     assert all(p.requires_grad and p.grad is None for p in state.model.parameters())
+
+
+def test_sigma_optimization_is_the_deployed_networks_and_moves_no_batch_norm_buffer():
+    """The official DDRS training code runs OptimizeSigma in train mode (batch-norm statistics
+    of the noisy batch, running averages updated by every σ step); sweeper keeps eval mode:
+    σ_x is then optimized for the network that certification deploys (eval mode, running
+    statistics), independent of which inputs share the chunk, and the training passes alone
+    move the running statistics. On the batch-norm digits CNN: every buffer is unchanged,
+    σ_x equals OptimizeSigma on the eval-mode network, and train mode would give another σ_x."""
+    cfg = ddrs_cfg(ddrs_iterations=3, ddrs_lr=0.05)
+    state = build_state(cfg, CPU)
+    state.sigma_table(DIGITS_TRAIN)
+    state.model.train()
+    buffers = {k: v.clone() for k, v in state.model.named_buffers()}
+    assert any(k.endswith("num_batches_tracked") for k in buffers)
+    x = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    idx = torch.arange(8)
+    noise_state = state.noise_generator.get_state()
+    sigma = train.ddrs_chunk_sigma(state, x, idx)
+    assert_nested_equal(dict(state.model.named_buffers()), buffers, "buffers")
+    assert state.model.training
+    deployed = copy.deepcopy(state.model).eval()
+    gen = torch.Generator().set_state(noise_state)
+    expected = optimize_sigma(deployed, x, 0.25, 3, 0.05, cfg.ddrs_samples, generator=gen)
+    assert torch.equal(sigma, expected)
+    batch_stats = copy.deepcopy(state.model).train()
+    gen = torch.Generator().set_state(noise_state)
+    other = optimize_sigma(batch_stats, x, 0.25, 3, 0.05, cfg.ddrs_samples, generator=gen)
+    assert not torch.allclose(other, sigma)
+    moved = [k for k, v in batch_stats.named_buffers() if not torch.equal(v, buffers[k])]
+    assert moved  # what train mode would have done to the model being trained
 
 
 def test_sigma_is_fixed_before_the_start_epoch_then_per_input(monkeypatch):

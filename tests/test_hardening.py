@@ -81,6 +81,7 @@ COMMANDS = {
     "report": ["report"],
     "status": ["status"],
     "import": ["import", "{logs}"],
+    "compact": ["compact"],
 }
 
 

@@ -14,10 +14,12 @@ from scipy.stats import norm
 from typer.testing import CliRunner
 
 from sweeper import ingest
-from sweeper.bounds import NUM_CLASSES, TEST_SIZE, max_printed_radius, max_radius
+from sweeper.certify import max_radius
 from sweeper.cli import app
-from sweeper.ingest_log import LogLimits, LogSkip, read_log
+from sweeper.ingest_log import LogLimits, LogSkip, max_printed_radius, read_log
 from sweeper.storage import Experiment
+from trainables.config import NUM_CLASSES
+from trainables.config import STANDARD_TEST_SIZE as TEST_SIZE
 from trainables.smoothing import radius_from_counts
 
 runner = CliRunner()
@@ -34,13 +36,13 @@ def write_log(path: Path, rows: list[str]) -> Path:
 
 
 # ------------------------------------------------------------------------------ the bounds
-def test_max_radius_is_certifys_radius_when_every_sample_votes_for_the_top_class():
+def test_the_import_bound_is_certifys_largest_radius_as_printed():
     for n, alpha, sigma in [(100_000, 0.001, 0.25), (1000, 0.01, 1.0), (10**8, 0.001, 0.5)]:
         exact = sigma * norm.ppf(alpha ** (1 / n))  # Clopper-Pearson with nA = n: α^(1/n)
-        assert max_radius(n, alpha, sigma) == pytest.approx(exact, rel=1e-9)
-        assert max_radius(n, alpha, sigma) == radius_from_counts(n, n, alpha, sigma)[1]
-    assert max_radius(100_000, 0.001, 1.0) == pytest.approx(3.8114, abs=1e-4)  # "about 4σ"
-    assert max_printed_radius(100_000, 0.001, 0.25) == pytest.approx(0.95286 * 1.005, abs=1e-5)
+        assert max_radius(sigma, n, alpha) == pytest.approx(exact, rel=1e-9)
+        assert max_radius(sigma, n, alpha) == pytest.approx(radius_from_counts(n, n, alpha, sigma)[1], rel=1e-12)
+        assert max_printed_radius(n, alpha, sigma) == pytest.approx(exact * 1.005, rel=1e-9)
+    assert max_radius(1.0, 100_000, 0.001) == pytest.approx(3.8114, abs=1e-4)  # "about 4σ"
     assert max_printed_radius(5, 0.001, 1.0) == 5e-5  # n too small to certify: only 0
 
 

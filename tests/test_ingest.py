@@ -23,15 +23,15 @@ runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"
 PAPER = "n-100000-alpha-0.001"
 
-# SmoothAdv layout, `{:.3}` radii (0.523, 0.912, 1.23e-05, 0.95) and timedelta times; each
-# radius within what CERTIFY can give at σ = 0.25, n = 100,000, α = 0.001 (0.953).
+# SmoothAdv layout, `{:.3}` radii (0.523, 9.01e-01, 0.000123, and 0.953: the largest radius
+# at σ = 0.25, n = 10^5, α = 0.001, as printed) and timedelta times.
 ADV_DIR = "smoothing-adversarial/data/certify/cifar10/PGD_10steps_multiNoiseSamples/4-multitrain/eps_255/cifar10/resnet110/noise_0.25/test"
 ADV_ROWS = [
     "0\t3\t-1\t0.0\t0\t0:00:13.736080",
     "20\t7\t7\t0.523\t1\t0:00:14.500000",
-    "40\t4\t4\t0.912\t1\t0:01:02.000001",
-    "60\t7\t7\t1.23e-05\t1\t1:00:00",
-    "80\t8\t2\t0.95\t0\t1 day, 0:00:01",
+    "40\t4\t4\t9.01e-01\t1\t0:01:02.000001",
+    "60\t7\t7\t0.000123\t1\t1:00:00",
+    "80\t8\t2\t0.953\t0\t1 day, 0:00:01",
 ]
 # Cohen layout, 4-decimal radii, seconds, CRLF line ends.
 COHEN_DIR = "smoothing/data/certify/cifar10/resnet110/noise_0.12/test"
@@ -175,7 +175,9 @@ LAYOUTS = [
     ("data/certify/cifar10/salman/pgd_255.0_10_10/num_8/cifar_resnet20/noise_0.50_8916",
      ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8), 0.5),
     ("data/certify/cifar10/salman/ddn_512.0_4_5_128.0_0.1/num_2/cifar_resnet110/noise_1.00",
-     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_init_norm=0.5, ddn_gamma=0.1), 1.0),
+     # the named DDN init norm 128/256 never took effect (train_salman.py resets it to the ε of
+     # the epoch every epoch): ddn_init_norm stays None, the default that does the same
+     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1), 1.0),
     ("data/certify/cifar10/consistency/cohen/num_2/lbd_20.0/eta_0.5/cifar_resnet110/noise_0.25",
      TrialConfig(method="consistency", sigma=0.25, m_train=2, lam=20.0, eta=0.5), 0.25),
     ("data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
@@ -256,7 +258,7 @@ def test_import_writes_one_shard_per_log_with_the_exact_rows(tmp_path, logs):
     assert adv.idx.tolist() == [0, 20, 40, 60, 80]
     assert adv.label.tolist() == [3, 7, 4, 7, 8]
     assert adv.predict.tolist() == [-1, 7, 4, 7, 2]
-    assert adv.radius.tolist() == [0.0, 0.523, 0.912, 1.23e-05, 0.95]
+    assert adv.radius.tolist() == [0.0, 0.523, 0.901, 0.000123, 0.953]
     assert adv.correct.tolist() == [False, True, True, True, False]
     assert adv.time_s.tolist() == [13.73608, 14.5, 62.000001, 3600.0, 86401.0]
     assert adv["count"].isna().all() and adv.p_lower.isna().all()
@@ -363,7 +365,7 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
     assert "1 other files (not certification logs) ignored" in out
     assert "smoothadv σ=0.25 pgd ε=0.99609375 T=10 m=4" in out
     # By hand, certified accuracy at r = 0 / 0.5 / 0.9:
-    #   ADV   (5 points): correct radii 0.523, 0.912, 1.23e-05 -> 3/5, 2/5, 1/5
+    #   ADV   (5 points): correct radii 0.523, 0.901, 0.000123 -> 3/5, 2/5, 1/5
     #   COHEN (3 points): correct radii 0.457, 0.0734        -> 2/3, 0,   0
     #   DDN   (2 points): correct radii 0.75, 0.6            -> 1,   1,   0
     result = runner.invoke(app, ["envelope", "--storage", storage, "--radii", "0,0.5,0.9", "--format", "csv"])  # fmt: skip

@@ -31,8 +31,8 @@ C = np.array([0.1, -0.2])
 RIGHT_0 = ([0.6, 0.3], 0)  # logits (1.0, −0.35): class 0, correctly classified
 RIGHT_1 = ([0.2, 0.7], 1)  # logits (−0.2, 0.65): class 1, correctly classified
 WRONG_1 = ([0.5, 0.5], 1)  # logits (0.6, 0.05): predicted 0, label 1
-# The attacks take softmax in float32 (for AMP), so the adversary is exact to ~1e-8 only.
-ATTACK_REL = 1e-7
+# The attacks compute their objective in at least float32 (float64 models: float64).
+ATTACK_REL = 1e-12
 SMALL_NOISE = [[[0.10, -0.20], [-0.15, 0.05]], [[0.05, 0.10], [-0.10, -0.05]]]  # (input, copy)
 
 
@@ -319,6 +319,24 @@ def test_smoothmix_one_step_adversary_replaces_the_clean_input(monkeypatch):
     lam = seeded_lambda(2)[:, None]
     x_mix = (1 - lam) * start + lam * hand["x_adv"]
     assert np.allclose(mixed, (x_mix[:, None] + noise).reshape(4, 2), atol=1e-12)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_smoothmix_anchor_is_taken_at_the_start_of_step_mix_step_as_the_official_code(steps):
+    """SmoothMix_PGD.attack sets its clean side when i == mix_step at the top of the loop:
+    mix_step 0 -> x; mix_step 1 -> the first iterate, but x itself when steps = 1 (never
+    reached; the config refuses that combination)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x = torch.rand(5, 1, 2, 2, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(5) % 3
+    noise = torch.randn(5, 2, 1, 2, 2, generator=torch.Generator().manual_seed(2)) * 0.1
+    anchor0, last = smoothmix.adversary(model, x, y, noise, 0.3, steps, 0, None)
+    anchor1, last1 = smoothmix.adversary(model, x, y, noise, 0.3, steps, 1, None)
+    _, first = smoothmix.adversary(model, x, y, noise, 0.3, 1, 0, None)
+    assert torch.equal(anchor0, x) and torch.equal(last, last1)
+    assert torch.equal(anchor1, x if steps == 1 else first)
+    assert not torch.equal(first, x)
 
 
 def test_smoothmix_warmup_is_the_official_schedule():

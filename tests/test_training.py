@@ -77,7 +77,7 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, attack, s
     assert_nested_equal(resumed.payload()["rng"], straight.payload()["rng"], "rng")
     for h_resumed, h_straight in zip(resumed.history, straight.history, strict=True):
         assert {k: h_resumed[k] for k in HISTORY_KEYS} == {k: h_straight[k] for k in HISTORY_KEYS}
-    assert [h["epsilon"] for h in straight.history] == [0.0, 0.5, 0.5]
+    assert [h["epsilon"] for h in straight.history] == [0.25, 0.5, 0.5]  # min(ε, (e+1)ε/W)
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -152,7 +152,7 @@ def test_smoothadv_on_digits_learns_well_above_chance():
         epsilon=0.25, steps=2, warmup_epochs=3, epochs=5, batch_size=64, lr=0.01,
     )  # fmt: skip
     history = fit(cfg, None, device=CPU).history
-    assert [h["epsilon"] for h in history] == pytest.approx([0, 0.125, 0.25, 0.25, 0.25])
+    assert [h["epsilon"] for h in history] == pytest.approx([0.25 / 3, 0.5 / 3, 0.25, 0.25, 0.25])
     assert history[-1]["test_noisy_acc"] > 0.6  # chance is 0.1
     assert history[-1]["test_clean_acc"] > 0.6
 

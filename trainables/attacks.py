@@ -6,16 +6,28 @@ them, which stabilizes the attack, and the caller reuses them again for the augm
 
 The attack objective is the plug-in estimate (6) of the smoothed soft classifier's loss,
     J(x') = −log( (1/m) Σ_i softmax(F(x' + δ_i))_y ),
-maximized over ‖x' − x‖₂ ≤ ε and x' ∈ [0, 1]. With zero noise and m = 1 it is the ordinary
-cross-entropy of the base classifier ("vanilla PGD" of appendix C.1).
+maximized over ‖x' − x‖₂ ≤ ε and x' ∈ [0, 1]. PGD and DDN follow the authors' code
+(Hadisalman/smoothing-adversarial, code/attacks.py) operation for operation: with m = 1 the
+objective is the cross-entropy of F(x' + δ) summed over the batch (its single-noise `_attack`),
+with m > 1 the batch mean of J with the probability clamped at 1e-20 inside the log (its
+`_attack_mutlinoise`); each step moves along the ℓ2-normalized gradient, and a row whose
+gradient is exactly zero moves along a standard normal draw instead (from `generator`, so runs
+stay reproducible). With zero noise and m = 1 the objective is the base classifier's
+cross-entropy ("vanilla PGD" of appendix C.1).
+
+The objective is computed in fp32 from the logits whatever the autocast dtype; under autocast
+the gradient is sent back through the network scaled per input by a power of two (its largest
+logit gradient brought into [1, 2)), so an fp16 backward pass cannot flush it to zero. Only the
+direction of each input's gradient is used, which that scale leaves unchanged.
 
 Attacks run with the model in eval mode and its parameters frozen (`frozen_eval`); only the
-input gets gradients. A zero gradient leaves that input where it is (no random restart).
+input gets gradients.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -23,6 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 PROB_FLOOR = 1e-20  # clamp inside the log, as the reference code does
+DDN_LR_END = 0.01  # DDN's cosine-annealed step size ends here (eta_min of the reference)
+
+Objective = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -56,10 +71,67 @@ def smoothed_probs(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -> to
     return F.softmax(logits.float(), dim=1).view(B, m, -1).mean(dim=1)
 
 
-def smoothed_nll(model: nn.Module, x: torch.Tensor, noise: torch.Tensor, y: torch.Tensor):
-    """Per-input attack objective (B,): −log of the smoothed soft probability of y."""
-    p = smoothed_probs(model, x, noise).gather(1, y.unsqueeze(1)).squeeze(1)
-    return -torch.log(p.clamp_min(PROB_FLOOR))
+def plugin_nll(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    """J per input (B,) from the (B·m, K) logits of the m noisy copies of each input, in fp32
+    (or wider): −log of the mean softmax probability of y, clamped at PROB_FLOOR in the log."""
+    probs = F.softmax(_wide(logits), dim=1).view(len(y), m, -1).mean(dim=1)
+    return -torch.log(probs.gather(1, y.unsqueeze(1)).squeeze(1).clamp_min(PROB_FLOOR))
+
+
+def _wide(logits: torch.Tensor) -> torch.Tensor:
+    """The logits in fp32, or as they are if wider (fp64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def smoothadv_loss(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    """The loss the reference's PGD and DDN descend (−J): for m = 1 the cross-entropy summed
+    over the batch, for m > 1 the batch mean of the plug-in J."""
+    if m == 1:
+        return -F.cross_entropy(_wide(logits), y, reduction="sum")
+    return -plugin_nll(logits, y, m).mean()
+
+
+def smoothed_nll_sum(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    """Σ_b J(x_b) (SmoothMix's ascent objective, the plug-in J for every m)."""
+    return plugin_nll(logits, y, m).sum()
+
+
+def input_grad(
+    model, x, delta, noise, y, objective: Objective = smoothadv_loss
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(∇_δ objective at x + δ with the m noises, the (B·m, K) fp32 logits, detached)."""
+    delta = delta.detach().requires_grad_(True)
+    m = noise.shape[1]
+    logits = model(((x + delta).unsqueeze(1) + noise).flatten(0, 1))
+    wide = _wide(logits)
+    loss = objective(wide, y, m)
+    if wide.dtype == logits.dtype:
+        (grad,) = torch.autograd.grad(loss, delta)
+    else:  # autocast: keep the gradient in range on its way back through the network
+        (g,) = torch.autograd.grad(loss, wide, retain_graph=True)
+        (grad,) = torch.autograd.grad(wide, delta, grad_outputs=g * _pow2_scale(g, m))
+    return grad, wide.detach()
+
+
+def _pow2_scale(g: torch.Tensor, m: int) -> torch.Tensor:
+    """(B·m, 1): per input, the power of two that brings its largest |g| into [1, 2) (exact
+    in floating point, so each input's gradient direction is unchanged)."""
+    top = g.detach().view(-1, m * g.shape[1]).abs().amax(dim=1)
+    _, exponent = torch.frexp(top)
+    scale = torch.ldexp(torch.ones_like(top), 1 - exponent)
+    return scale.repeat_interleave(m).view(-1, 1)
+
+
+def unit_or_random(grad: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Each row of grad divided by its ℓ2 norm; a row that is exactly zero becomes a standard
+    normal draw from `generator` (not normalized), as the reference code's randn_like."""
+    norms = grad.flatten(1).norm(p=2, dim=1)
+    unit = grad / norms.view(-1, *([1] * (grad.dim() - 1)))
+    zero = norms == 0
+    if bool(zero.any()):
+        shape = (int(zero.sum()), *grad.shape[1:])
+        unit[zero] = torch.randn(shape, generator=generator, device=grad.device, dtype=grad.dtype)
+    return unit
 
 
 def l2_normalize(v: torch.Tensor) -> torch.Tensor:
@@ -74,87 +146,87 @@ def project_l2(delta: torch.Tensor, epsilon: float) -> torch.Tensor:
     return delta * torch.clamp(epsilon / norms.clamp_min(1e-12), max=1.0)
 
 
-def _objective_grad(model, x, delta, noise, y) -> tuple[torch.Tensor, torch.Tensor]:
-    """(∇_δ Σ J(x + δ), smoothed probabilities at x + δ)."""
-    delta = delta.detach().requires_grad_(True)
-    probs = smoothed_probs(model, x + delta, noise)
-    p_y = probs.gather(1, y.unsqueeze(1)).squeeze(1)
-    loss = -torch.log(p_y.clamp_min(PROB_FLOOR)).sum()
-    (grad,) = torch.autograd.grad(loss, delta)
-    return grad, probs.detach()
-
-
-def pgd(model, x, y, noise, epsilon: float, steps: int) -> torch.Tensor:
+def pgd(model, x, y, noise, epsilon: float, steps: int, generator=None) -> torch.Tensor:
     """SmoothAdv-PGD: T steps of normalized gradient ascent of size 2ε/T from x (no random
-    start); after each step clamp to [0, 1] and project onto the ε-ball around x."""
+    start); after each step clamp to [0, 1] and project onto the ε-ball around x (torch's
+    renorm, as the reference). Zero-gradient rows step along a draw from `generator`."""
     if epsilon == 0:
         return x.detach()
-    step_size = 2 * epsilon / steps
+    lr = epsilon / steps * 2
     x = x.detach()
     delta = torch.zeros_like(x)
     with frozen_eval(model) as model:
         for _ in range(steps):
-            grad, _ = _objective_grad(model, x, delta, noise, y)
-            delta = delta + step_size * l2_normalize(grad)
+            grad, _ = input_grad(model, x, delta, noise, y)
+            delta = delta.add(unit_or_random(grad, generator), alpha=-lr)
             delta = (x + delta).clamp(0, 1) - x
-            delta = project_l2(delta, epsilon)
+            delta = torch.renorm(delta, p=2, dim=0, maxnorm=epsilon)
     return (x + delta).detach()
 
 
-def ddn_step_sizes(steps: int, start: float = 1.0, end: float = 0.01) -> list[float]:
-    """Cosine annealing from `start` (first step) to `end` (last step)."""
-    if steps == 1:
-        return [start]
+def ddn_step_sizes(steps: int, start: float = 1.0, end: float = DDN_LR_END) -> list[float]:
+    """The reference's step sizes: CosineAnnealingLR(lr `start`, T_max = steps, eta_min `end`)
+    stepped before every step, i.e. its values at k = 1..T (T = 2: 0.505, 0.01)."""
     return [
-        end + (start - end) * (1 + math.cos(math.pi * k / (steps - 1))) / 2 for k in range(steps)
+        end + (start - end) * (1 + math.cos(math.pi * k / steps)) / 2 for k in range(1, steps + 1)
     ]
 
 
-def ddn(
-    model, x, y, noise, epsilon: float, steps: int,
-    init_norm: float = 1.0, gamma: float = 0.05, levels: int | None = 256,
-) -> torch.Tensor:  # fmt: skip
-    """SmoothAdv-DDN (Rony et al. 2019) on the smoothed objective.
+def majority(logits: torch.Tensor, m: int) -> torch.Tensor:
+    """(B,) the mode of the m hard predictions of each input (torch.mode: the smallest class
+    on a tie), as the reference decides whether a DDN iterate is adversarial."""
+    return logits.argmax(dim=1).view(-1, m).mode(dim=1).values
 
-    Decoupled direction and norm: a normalized ascent step of size α_k (cosine-annealed
-    1 → 0.01), then the perturbation is put on the sphere of radius ‖·‖ = norm, where norm
-    starts at ε0 = `init_norm` and shrinks by (1 − γ) while the smoothed prediction is wrong,
-    grows by (1 + γ) otherwise. The smallest perturbation seen that fooled the smoothed
-    prediction is kept and finally scaled into the ε-ball; if none fooled it, x is returned.
-    `levels` quantizes x + δ as the reference code does (None: no quantization).
+
+def quantize(v: torch.Tensor, levels: int | None) -> torch.Tensor:
+    return v if levels is None else torch.round(v * (levels - 1)) / (levels - 1)
+
+
+def ddn(
+    model, x, y, noise, epsilon: float, steps: int, init_norm: float | None = None,
+    gamma: float = 0.05, levels: int | None = 256, generator=None,
+) -> torch.Tensor:  # fmt: skip
+    """SmoothAdv-DDN (Rony et al. 2019) on the smoothed objective, as the reference runs it.
+
+    Each step: an iterate whose majority vote is wrong and whose norm is the smallest so far is
+    kept; a normalized ascent step of size α_k (`ddn_step_sizes`); the perturbation put on the
+    sphere of radius `norm`, which starts at `init_norm` (None: ε, as train_pgd.py sets it
+    every epoch) and shrinks by (1 − γ) if the iterate was adversarial, grows by (1 + γ)
+    otherwise (at most the distance to the farthest corner of the box); x + δ quantized to
+    `levels` and clamped to [0, 1]. The kept δ is renormed into the ε-ball and quantized
+    again (so it may exceed ε by half a level per pixel); none kept: x itself.
     """
     if epsilon == 0:
         return x.detach()
     x = x.detach()
-    B = x.shape[0]
-    shape = (B, *([1] * (x.dim() - 1)))
+    shape = (x.shape[0], *([1] * (x.dim() - 1)))
     delta = torch.zeros_like(x)
-    norm = torch.full((B,), float(init_norm), device=x.device)
-    worst_norm = torch.maximum(x, 1 - x).flatten(1).norm(dim=1)
-    best_l2 = worst_norm.clone()
-    best_delta = torch.zeros_like(x)
+    start = epsilon if init_norm is None else init_norm
+    norm = torch.full((x.shape[0],), float(start), device=x.device)
+    worst_norm = torch.maximum(x, 1 - x).flatten(1).norm(p=2, dim=1)
+    best_l2, best_delta = worst_norm.clone(), torch.zeros_like(x)
     with frozen_eval(model) as model:
-        for alpha in ddn_step_sizes(steps):
-            grad, probs = _objective_grad(model, x, delta, noise, y)
-            l2 = delta.flatten(1).norm(dim=1)
-            is_adv = probs.argmax(dim=1) != y
+        for lr in ddn_step_sizes(steps):
+            l2 = delta.flatten(1).norm(p=2, dim=1)
+            grad, logits = input_grad(model, x, delta, noise, y)
+            is_adv = majority(logits, noise.shape[1]) != y
             better = is_adv & (l2 < best_l2)
             best_l2 = torch.where(better, l2, best_l2)
             best_delta = torch.where(better.view(shape), delta, best_delta)
-            delta = delta + alpha * l2_normalize(grad)
+            delta = delta.add(unit_or_random(grad, generator), alpha=-lr)
             norm = torch.minimum(norm * (1 - (2 * is_adv.float() - 1) * gamma), worst_norm)
-            delta = delta * (norm / delta.flatten(1).norm(dim=1).clamp_min(1e-12)).view(shape)
-            x_new = x + delta
-            if levels is not None:
-                x_new = torch.round(x_new * (levels - 1)) / (levels - 1)
-            delta = x_new.clamp(0, 1) - x
-    return (x + project_l2(best_delta, epsilon)).detach()
+            delta = delta * (norm / delta.flatten(1).norm(p=2, dim=1).clamp_min(1e-12)).view(shape)
+            delta = quantize(x + delta, levels).clamp(0, 1) - x
+    best = quantize(torch.renorm(best_delta, p=2, dim=0, maxnorm=epsilon), levels)
+    return (x + best).detach()
 
 
-def stein_pgd(model, x, y, noise, epsilon: float, steps: int, sigma: float) -> torch.Tensor:
+def stein_pgd(
+    model, x, y, noise, epsilon: float, steps: int, sigma: float, generator=None
+) -> torch.Tensor:
     """PGD with the gradient-free estimator (7) (Stein's lemma):
-    ∇ G(x')_y ≈ (1/m) Σ_i δ_i / σ² · softmax(F(x' + δ_i))_y; steps descend G_y. No network
-    gradients are computed."""
+    ∇ G(x')_y ≈ (1/m) Σ_i δ_i / σ² · softmax(F(x' + δ_i))_y; steps descend G_y (a zero estimate
+    steps along a draw from `generator`). No network gradients are computed."""
     if epsilon == 0:
         return x.detach()
     step_size = 2 * epsilon / steps
@@ -166,6 +238,6 @@ def stein_pgd(model, x, y, noise, epsilon: float, steps: int, sigma: float) -> t
             logits = model((x + delta).unsqueeze(1).add(noise).flatten(0, 1))
             p_y = F.softmax(logits.float(), dim=1).view(B, m, -1)[torch.arange(B), :, y]  # (B, m)
             grad = (noise * p_y.view(B, m, *([1] * (x.dim() - 1)))).mean(dim=1) / sigma**2
-            delta = delta - step_size * l2_normalize(grad)
+            delta = delta + step_size * unit_or_random(-grad, generator)
             delta = project_l2((x + delta).clamp(0, 1) - x, epsilon)
     return (x + delta).detach()

@@ -18,6 +18,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 DATASETS = ("cifar10", "imagenet", "mnist", "digits", "imagenet32")
+# Classes per data set (= trainables.datasets.INFO, which imports torch; a test checks they agree).
+NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "mnist": 10, "digits": 10, "imagenet32": 1000}
+# Input dimension d = C·H·W of a model input (= INFO[...].dim; ℓ∞ radius implied by ℓ2: r/√d).
+INPUT_DIM = {"cifar10": 3072, "imagenet": 150_528, "mnist": 784, "digits": 64, "imagenet32": 3072}
+# Test (validation) split sizes of the standard files; digits: this project's split of sklearn's.
+STANDARD_TEST_SIZE = {"cifar10": 10_000, "imagenet": 50_000, "mnist": 10_000, "digits": 450,
+                      "imagenet32": 50_000}  # fmt: skip
 ARCHS = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "resnet50", "lenet", "digits_cnn")
 DEFAULT_ARCH = {
     "cifar10": "cifar_resnet110",
@@ -30,10 +37,11 @@ METHODS = (
     "gaussian", "smoothadv", "vanilla_pgd", "pgd_noise", "smoothmix", "macer", "consistency", "stability",
 )  # fmt: skip
 ATTACKS = ("pgd", "ddn")
+WARMUP_SCHEDULES = ("reference", "paper")  # `methods.base.warmup_factor`
 
 # Hyperparameters only some methods use; for the others they resolve to None (a null column,
 # and no part of the trial_id).
-_ATTACK_FIELDS = ("attack", "epsilon", "steps", "warmup_epochs")
+_ATTACK_FIELDS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
 _DDN_FIELDS = ("ddn_init_norm", "ddn_gamma")
 _MIX_FIELDS = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
 METHOD_FIELDS: dict[str, tuple[str, ...]] = {
@@ -134,8 +142,9 @@ class TrialConfig:
     attack: str | None = "pgd"  # pgd | ddn (vanilla baselines: pgd only)
     epsilon: float | None = 1.0  # ℓ2 attack radius; the paper's floats 0.25, 0.5, 1.0, 2.0
     steps: int | None = 1  # attack steps T (2..10 in the paper's grid)
-    warmup_epochs: int | None = 10  # ε is 0 in epoch 0, reaches ε at epoch warmup_epochs-1
-    ddn_init_norm: float | None = 1.0  # DDN ε0 (Rony et al.)
+    warmup_epochs: int | None = 10  # W: ε ramps up over the first W epochs (W <= 1: no warm-up)
+    warmup_schedule: str | None = "reference"  # min(ε,(e+1)ε/W) as train_pgd.py; "paper": 0 at e=0
+    ddn_init_norm: float | None = None  # DDN's initial norm; None: the epoch's ε (reference)
     ddn_gamma: float | None = 0.05  # DDN norm update factor γ
     lam: float | None = None  # λ: regularizer weight (macer 12, consistency 10/20, stability 2)
     eta: float | None = None  # η: smoothmix mixup weight (5), consistency entropy weight (0.5)
@@ -320,9 +329,17 @@ def _method_problems(cfg: TrialConfig, used: tuple[str, ...]) -> list[str]:
         allowed = ATTACKS if cfg.method == "smoothadv" else ("pgd",)
         if cfg.attack is not None or cfg.method == "smoothadv":
             p += _choice("attack", cfg.attack, allowed, f" for method {cfg.method!r}")
+    if cfg.method == "smoothmix" and cfg.mix_step == 1 and cfg.steps == 1:
+        p.append(
+            "mix_step 1 (the one-step adversary) needs steps >= 2 for method 'smoothmix': "
+            "the reference code takes it at the start of step 2, so with steps 1 it trains "
+            "exactly as mix_step 0; set mix_step: 0 or steps >= 2"
+        )
+    if "warmup_schedule" in used:
+        p += _choice("warmup_schedule", cfg.warmup_schedule, WARMUP_SCHEDULES)
     if "attack" in used and cfg.attack == "ddn":
-        if cfg.ddn_init_norm is None or not cfg.ddn_init_norm > 0:
-            p.append(f"ddn_init_norm must be > 0 (got {cfg.ddn_init_norm})")
+        if cfg.ddn_init_norm is not None and not cfg.ddn_init_norm > 0:
+            p.append(f"ddn_init_norm must be > 0 or null (the epoch's ε) (got {cfg.ddn_init_norm})")
         if cfg.ddn_gamma is None or not 0 < cfg.ddn_gamma < 1:
             p.append(f"ddn_gamma must be in (0, 1) (got {cfg.ddn_gamma})")
     return p

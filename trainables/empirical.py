@@ -62,9 +62,9 @@ def smoothadv_attack(
         return x.detach().clone()
     noise = draw_noise(x, m_test, sigma, generator)
     if estimator == "stein":
-        return attacks.stein_pgd(model, x, y, noise, epsilon, steps, sigma)
+        return attacks.stein_pgd(model, x, y, noise, epsilon, steps, sigma, generator)
     with torch.enable_grad():  # input gradients, even when called under torch.no_grad()
-        return attacks.pgd(model, x, y, noise, epsilon, steps)
+        return attacks.pgd(model, x, y, noise, epsilon, steps, generator)
 
 
 def attack_and_predict(

@@ -190,7 +190,12 @@ def ddrs_active(cfg: TrialConfig, epoch: int) -> bool:
 
 
 def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """OptimizeSigma for one chunk from its stored σ_x; stores and returns the new (b,) σ."""
+    """OptimizeSigma for one chunk from its stored σ_x; stores and returns the new (b,) σ.
+
+    In eval mode, unlike the official training code (train mode: batch-norm statistics of
+    the noisy chunk, running averages moved by every σ step): σ_x is optimized for the network
+    that certification deploys, does not depend on the other inputs of the chunk, and only
+    the training passes update the batch-norm statistics."""
     cfg, table = state.cfg, state.ddrs_sigma
     start = table[idx].to(device=x.device, dtype=x.dtype)
     with attacks.frozen_eval(state.model) as model:

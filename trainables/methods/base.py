@@ -42,20 +42,30 @@ class StepOutput:
     targets: torch.Tensor  # (N,)
 
 
-def warmup_factor(epoch: int, warmup_epochs: int) -> float:
-    """SmoothAdv's ε warm-up: 0 in the first epoch (epoch 0), rising linearly to 1 at epoch
-    `warmup_epochs − 1` ("set to zero [in the first epoch], then we linearly increase it over
-    the first ten epochs", appendix D), 1 afterwards. warmup_epochs <= 1: no warm-up."""
+def warmup_factor(epoch: int, warmup_epochs: int, schedule: str = "reference") -> float:
+    """The share of ε the attack uses in `epoch` (0-based), W = `warmup_epochs`:
+    - "reference" (the default; train_pgd.py of the SmoothAdv code, whose runs are the
+      paper's numbers): min(1, (epoch + 1) / W), i.e. ε/W in the first epoch, ε from epoch
+      W − 1 on;
+    - "paper" (appendix D: "during the first epoch, it is set to zero, then we linearly
+      increase it over the first ten epochs"): min(1, epoch / (W − 1)), 0 in the first epoch.
+    W <= 1: no warm-up (1 in every epoch)."""
     if warmup_epochs <= 1:
         return 1.0
-    return min(1.0, epoch / (warmup_epochs - 1))
+    if schedule == "paper":
+        return min(1.0, epoch / (warmup_epochs - 1))
+    return min(1.0, (epoch + 1) / warmup_epochs)
 
 
 def epoch_epsilon(cfg: TrialConfig, epoch: int) -> float:
-    """The attack radius used in `epoch` (0 for methods without an attack)."""
+    """The attack radius used in `epoch` (0 for methods without an attack). The reference
+    schedule is computed as train_pgd.py does, min(ε, (epoch + 1)·ε / W), bit for bit."""
     if cfg.epsilon is None:
         return 0.0
-    return cfg.epsilon * warmup_factor(epoch, cfg.warmup_epochs or 0)
+    warmup = cfg.warmup_epochs or 0
+    if warmup > 1 and cfg.warmup_schedule != "paper":
+        return min(cfg.epsilon, (epoch + 1) * cfg.epsilon / warmup)
+    return cfg.epsilon * warmup_factor(epoch, warmup, cfg.warmup_schedule or "reference")
 
 
 def draw_noise(

@@ -3,6 +3,8 @@
 Per chunk of inputs: draw m_train noises δ_1..δ_m per input once; find x̂ by SmoothAdv-PGD or
 SmoothAdv-DDN on the plug-in smoothed loss using exactly those noises in every step; train
 with cross-entropy on the m noisy adversarial copies x̂ + δ_i, reusing the same noises.
+The attack's ε is the epoch's warmed-up ε (`ctx.epsilon`); DDN starts from that ε too unless
+`ddn_init_norm` is set (train_pgd.py sets DDN's initial norm to the warmed-up ε every epoch).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ def loss(model, x, y, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
     noise = draw_noise(x, cfg.m_train, ctx.sigma, ctx.generator)
     if cfg.attack == "pgd":
-        x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, cfg.steps)
+        x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, cfg.steps, generator=ctx.generator)
     else:
         x_adv = attacks.ddn(
-            model, x, y, noise, ctx.epsilon, cfg.steps, cfg.ddn_init_norm, cfg.ddn_gamma
-        )
+            model, x, y, noise, ctx.epsilon, cfg.steps, cfg.ddn_init_norm, cfg.ddn_gamma,
+            generator=ctx.generator,
+        )  # fmt: skip
     return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))

@@ -11,7 +11,8 @@ Per chunk of b inputs, with m noises δ_1..δ_m per input drawn once and used ev
   w = min(1, (epoch + 1) / warmup_epochs) the warm-up factor, as in the official code (unlike
   SmoothAdv's ε warm-up it is not 0 in the first epoch);
 - `mix_step = 1`, the "one-step adversary": the first ascent iterate, projected to radius
-  α·w, replaces the clean x everywhere above (noisy cross-entropy, gate, target and mixup).
+  α·w, replaces the clean x everywhere above (noisy cross-entropy, gate, target and mixup);
+  it needs steps >= 2 (with one step the official code never takes it: x stays clean).
 
 The mixed target is NOT detached by default (`mix_detach = False`), as in the official code:
 the KL term then also pulls the clean smoothed prediction towards the mixed one, i.e. it
@@ -31,7 +32,9 @@ UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
 
 
 def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxnorm: float | None):
-    """(x_{mix_step}, x_T): the iterate at `mix_step` and the last one, shapes (b, C, H, W)."""
+    """(x_{mix_step}, x_T): the iterate at `mix_step` and the last one, shapes (b, C, H, W).
+    As the reference (SmoothMix_PGD.attack), the anchor is taken at the start of step
+    `mix_step`, so it stays x when mix_step >= steps (the config refuses mix_step 1, steps 1)."""
     x = x.detach()
     delta = torch.zeros_like(x)
     anchor = delta
@@ -39,13 +42,11 @@ def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxno
         for t in range(steps):
             if t == mix_step:
                 anchor = delta
-            grad, _ = attacks._objective_grad(model, x, delta, noise, y)
+            grad, _ = attacks.input_grad(model, x, delta, noise, y, attacks.smoothed_nll_sum)
             delta = delta + alpha * attacks.l2_normalize(grad)
             if maxnorm is not None:
                 delta = attacks.project_l2(delta, maxnorm)
             delta = (x + delta).clamp(0, 1) - x
-    if mix_step >= steps:
-        anchor = delta
     return (x + anchor).detach(), (x + delta).detach()
 
 

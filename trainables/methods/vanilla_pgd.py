@@ -21,7 +21,7 @@ from trainables.methods.base import (
 
 def _base_attack(model, x, y, ctx: StepContext) -> torch.Tensor:
     no_noise = torch.zeros((x.shape[0], 1, *x.shape[1:]), device=x.device, dtype=x.dtype)
-    return attacks.pgd(model, x, y, no_noise, ctx.epsilon, ctx.cfg.steps)
+    return attacks.pgd(model, x, y, no_noise, ctx.epsilon, ctx.cfg.steps, generator=ctx.generator)
 
 
 def loss_vanilla(model, x, y, ctx: StepContext) -> StepOutput:

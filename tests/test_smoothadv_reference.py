@@ -1,0 +1,264 @@
+"""SmoothAdv-DDN and -PGD against the authors' code (Hadisalman/smoothing-adversarial,
+code/attacks.py, driven by code/train_pgd.py), on a small conv net, same inputs and noise.
+
+The reference cannot be vendored: `reference_ddn` and `reference_pgd` below re-derive its
+arithmetic in its own layout (the m copies of input b on rows b·m .. b·m + m − 1, one δ per
+input repeated over them, torch's SGD and CosineAnnealingLR stepped as train_pgd.py's
+attacker steps them). Our attacks must equal them to 1e-5 over T ∈ {1, 2, 4, 10},
+m ∈ {1, 2, 4} and several ε, including inputs whose gradient is exactly zero.
+
+`test_against_the_reference_code_itself` runs the reference's own classes when the
+environment variable SMOOTHING_ADVERSARIAL points at a checkout of that repository (a
+directory holding code/attacks.py); it is skipped otherwise:
+
+    git clone https://github.com/Hadisalman/smoothing-adversarial /tmp/sa
+    SMOOTHING_ADVERSARIAL=/tmp/sa pytest -s tests/test_smoothadv_reference.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainables import attacks
+
+SHAPE = (3, 8, 8)  # three channels: the reference repeats δ along dim 1, then views as rows
+CLASSES = 5
+CASES = list(itertools.product([1, 2, 4, 10], [1, 2, 4], [0.25, 0.5, 1.0]))  # T, m, ε
+TOLERANCE = 1e-5
+
+
+def conv_net(seed: int = 0, logit_scale: float = 4.0) -> nn.Module:
+    """A small conv net with batch norm (running statistics set, used in eval mode)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
+        nn.Conv2d(6, 6, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten(),
+        nn.Linear(6 * 4 * 4, CLASSES),
+    )  # fmt: skip
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.2, 0.2)
+        model[1].running_var.uniform_(0.5, 1.5)
+        model[-1].weight.mul_(logit_scale)
+    return model.eval()
+
+
+def batch(model: nn.Module, size: int = 12, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images on the 1/255 grid (as CIFAR-10's) with saturated pixels; labels: the model's
+    clean prediction but for the last quarter (random, mostly misclassified)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (size, *SHAPE), generator=g).float() / 255
+    x[:, :, :2] = 0.0
+    x[:, :, -1] = 1.0
+    with torch.no_grad():
+        y = model(x).argmax(dim=1)
+    y[-size // 4 :] = torch.randint(0, CLASSES, (size // 4,), generator=g)
+    return x, y
+
+
+def gaussian(x: torch.Tensor, m: int, sigma: float = 0.25, seed: int = 2) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((len(x), m, *x.shape[1:]), generator=g) * sigma
+
+
+# ---------------------------------------------------------------------------- re-derivation
+
+
+def _rows(x: torch.Tensor, m: int) -> torch.Tensor:
+    return x.repeat_interleave(m, dim=0)
+
+
+def _reference_loss(logits: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    """What the reference's optimizer descends: −CE summed (m = 1, `_attack`), or −(batch
+    mean of −log of the mean softmax of y, clamped at 1e-20) (m > 1, `_attack_mutlinoise`)."""
+    if m == 1:
+        return -F.cross_entropy(logits, y, reduction="sum")
+    mean_softmax = F.softmax(logits, dim=1).reshape(len(y), m, -1).mean(dim=1)
+    return -F.nll_loss(torch.log(mean_softmax.clamp(min=1e-20)), y)
+
+
+def _normalized_grad(delta: torch.Tensor, generator) -> None:
+    """The gradient of δ divided by its row norms; all-zero rows get randn (not normalized)."""
+    grad = delta.grad
+    norms = grad.reshape(len(grad), -1).norm(p=2, dim=1)
+    grad.div_(norms.view(-1, 1, 1, 1))
+    zero = norms == 0
+    if zero.any():
+        grad[zero] = torch.randn(grad[zero].shape, generator=generator)
+
+
+def _mode(votes: torch.Tensor) -> torch.Tensor:
+    """(B,) the most frequent class of each row of votes (B, m); the smallest on a tie."""
+    counts = F.one_hot(votes, CLASSES).sum(dim=1)
+    return counts.argmax(dim=1)  # argmax returns the first (smallest) maximal class
+
+
+def reference_ddn(model, x, y, noise, epsilon, steps, init_norm, gamma=0.05, generator=None):
+    B, m = noise.shape[:2]
+    rows, flat_noise = _rows(x, m), noise.reshape(B * m, *x.shape[1:])
+    delta = torch.zeros_like(x, requires_grad=True)
+    optimizer = torch.optim.SGD([delta], lr=1.0)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps, eta_min=0.01)
+    norm = torch.full((B,), float(init_norm))
+    worst = torch.max(x, 1 - x).reshape(B, -1).norm(p=2, dim=1)
+    best_l2, best = worst.clone(), torch.zeros_like(x)
+    for _ in range(steps):
+        with warnings.catch_warnings():  # the scheduler steps before the optimizer, on purpose
+            warnings.simplefilter("ignore")
+            schedule.step()
+        l2 = delta.detach().reshape(B, -1).norm(p=2, dim=1)
+        logits = model(rows + _rows(delta, m) + flat_noise)
+        is_adv = _mode(logits.argmax(dim=1).reshape(B, m)) != y
+        better = is_adv & (l2 < best_l2)
+        best_l2[better] = l2[better]
+        best[better] = delta.detach()[better]
+        optimizer.zero_grad()
+        _reference_loss(logits, y, m).backward()
+        _normalized_grad(delta, generator)
+        optimizer.step()
+        norm = torch.min(norm * (1 - (2 * is_adv.float() - 1) * gamma), worst)
+        with torch.no_grad():
+            delta.mul_((norm / delta.reshape(B, -1).norm(p=2, dim=1)).view(-1, 1, 1, 1))
+            delta.copy_((torch.round((delta + x) * 255) / 255).clamp(0, 1) - x)
+    best = torch.renorm(best, p=2, dim=0, maxnorm=epsilon)
+    return x + torch.round(best * 255) / 255
+
+
+def reference_pgd(model, x, y, noise, epsilon, steps, generator=None):
+    B, m = noise.shape[:2]
+    rows, flat_noise = _rows(x, m), noise.reshape(B * m, *x.shape[1:])
+    delta = torch.zeros_like(x, requires_grad=True)
+    optimizer = torch.optim.SGD([delta], lr=epsilon / steps * 2)
+    for _ in range(steps):
+        logits = model(rows + _rows(delta, m) + flat_noise)
+        optimizer.zero_grad()
+        _reference_loss(logits, y, m).backward()
+        _normalized_grad(delta, generator)
+        optimizer.step()
+        with torch.no_grad():
+            delta.copy_((delta + x).clamp(0, 1) - x)
+            delta.copy_(torch.renorm(delta, p=2, dim=0, maxnorm=epsilon))
+    return (x + delta).detach()
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def _gen(seed: int = 9) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize(("steps", "m", "epsilon"), CASES)
+def test_ddn_equals_the_reference_arithmetic(steps, m, epsilon):
+    """Initial norm ε (train_pgd.py's), cosine steps at k = 1..T, the majority vote, the
+    final quantization; and the ddn_init_norm override."""
+    model = conv_net()
+    x, y = batch(model)
+    noise = gaussian(x, m)
+    ours = attacks.ddn(model, x, y, noise, epsilon, steps, generator=_gen())
+    expected = reference_ddn(model, x, y, noise, epsilon, steps, init_norm=epsilon, generator=_gen())
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+    moved = int(((ours - x).flatten(1).norm(dim=1) > 0).sum())
+    assert moved >= (3 if steps > 1 and epsilon == 1.0 else 0)  # T = 1 never tries a δ ≠ 0
+    override = attacks.ddn(model, x, y, noise, epsilon, steps, init_norm=1.0, generator=_gen())
+    expected = reference_ddn(model, x, y, noise, epsilon, steps, init_norm=1.0, generator=_gen())
+    assert (override - expected).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize(("steps", "m", "epsilon"), CASES)
+def test_pgd_equals_the_reference_arithmetic(steps, m, epsilon):
+    model = conv_net()
+    x, y = batch(model)
+    noise = gaussian(x, m)
+    ours = attacks.pgd(model, x, y, noise, epsilon, steps, generator=_gen())
+    expected = reference_pgd(model, x, y, noise, epsilon, steps, generator=_gen())
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("m", [1, 4])
+@pytest.mark.parametrize("name", ["ddn", "pgd"])
+def test_zero_gradient_rows_step_along_the_generators_draws_as_the_reference(name, m):
+    """Logits scaled so far that softmax saturates: confidently classified inputs have an
+    exactly zero gradient and step along a standard normal draw instead."""
+    model = conv_net(logit_scale=3e4)
+    x, y = batch(model, 16)
+    noise = gaussian(x, m)
+    grad, _ = attacks.input_grad(model, x, torch.zeros_like(x), noise, y)
+    zero = grad.flatten(1).norm(dim=1) == 0
+    assert 0 < int(zero.sum()) < len(x)
+    if name == "ddn":
+        ours = attacks.ddn(model, x, y, noise, 1.0, 4, generator=_gen())
+        expected = reference_ddn(model, x, y, noise, 1.0, 4, init_norm=1.0, generator=_gen())
+    else:
+        ours = attacks.pgd(model, x, y, noise, 1.0, 4, generator=_gen())
+        expected = reference_pgd(model, x, y, noise, 1.0, 4, generator=_gen())
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+    moved = (ours - x).flatten(1).norm(dim=1) > 0
+    assert bool(moved[zero].any())
+    again = getattr(attacks, name)(model, x, y, noise, 1.0, 4, generator=_gen())
+    assert torch.equal(again, ours)  # reproducible from the generator
+
+
+def test_ddn_majority_vote_takes_the_smallest_class_on_a_tie():
+    logits = torch.tensor([[0, 9, 0], [9, 0, 0], [0, 0, 9], [0, 9, 0], [9, 0, 0], [0, 0, 9.0]])
+    votes = attacks.majority(logits, 2)  # (1, 0), (2, 1), (0, 2)
+    assert votes.tolist() == [0, 1, 0]
+    assert attacks.majority(logits, 3).tolist() == [0, 0]
+    assert votes.tolist() == _mode(logits.argmax(1).reshape(3, 2)).tolist()
+
+
+# ---------------------------------------------------------------------------- the code itself
+
+
+def _reference_module():
+    root = os.environ.get("SMOOTHING_ADVERSARIAL")
+    if not root:
+        pytest.skip("set SMOOTHING_ADVERSARIAL to a checkout of Hadisalman/smoothing-adversarial")
+    path = Path(root) / "code" / "attacks.py"
+    if not path.is_file():
+        pytest.fail(f"SMOOTHING_ADVERSARIAL={root}: no code/attacks.py there")
+    spec = importlib.util.spec_from_file_location("smoothing_adversarial_attacks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_reference(module, name, model, x, y, noise, epsilon, steps, seed):
+    B, m = noise.shape[:2]
+    if name == "ddn":
+        attacker = module.DDN(steps=steps, max_norm=epsilon, init_norm=epsilon, gamma=0.05)
+    else:
+        attacker = module.PGD_L2(steps=steps, max_norm=epsilon)
+    torch.manual_seed(seed)  # its zero-gradient draws come from the global generator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = attacker.attack(
+            model, _rows(x, m), y, noise=noise.reshape(B * m, *x.shape[1:]), num_noise_vectors=m
+        )
+    return out.detach()[::m]
+
+
+def test_against_the_reference_code_itself():
+    """Salman et al.'s DDN and PGD_L2 classes, as train_pgd.py calls them, against ours (its
+    zero-gradient draws from the global generator, so ours gets generator=None, same seed)."""
+    module = _reference_module()
+    worst = {"ddn": 0.0, "pgd": 0.0}
+    for (steps, m, epsilon), scale in itertools.product(CASES, [4.0, 3e4]):
+        model = conv_net(logit_scale=scale)
+        x, y = batch(model)
+        noise = gaussian(x, m)
+        for name in worst:
+            expected = _run_reference(module, name, model, x, y, noise, epsilon, steps, seed=5)
+            torch.manual_seed(5)
+            ours = getattr(attacks, name)(model, x, y, noise, epsilon, steps)
+            worst[name] = max(worst[name], (ours - expected).abs().max().item())
+    print(f"\nmax |ours - reference| over {2 * len(CASES)} cases: {worst}")
+    assert max(worst.values()) <= TOLERANCE
