@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench clean
+.PHONY: install test test-fast lint demo bench lock clean
 
 DEMO_STORAGE ?= results
 
@@ -45,6 +45,16 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/envelope_speed.py
 	$(BIN)/python benchmarks/launcher_overhead.py
 	$(BIN)/python benchmarks/sweep_scale.py $(if $(SMOKE),--smoke,)
+
+# requirements/cluster.txt: every dependency of pyproject.toml (and the `cluster` extra) pinned
+# with its hashes, for the cluster image's Python 3.11 on x86_64 Linux; cluster.yaml installs it
+# with --require-hashes on every node. Re-run after changing pyproject.toml's dependencies.
+lock: $(STAMP)
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip compile pyproject.toml --extra cluster --generate-hashes \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--index-url https://pypi.org/simple --custom-compile-command "make lock" \
+		-o requirements/cluster.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -9,15 +9,22 @@ jh-jeong/smoothmix) writes, one file per model and certification σ, one row per
     20	7	7	0.0734	1	0:00:13.771528
 
 - predict −1 = abstain (stored with radius 0); correct 0/1 (or True/False), = predict == label;
-- radius: any decimal text: the reference's `{:.3}` (0.523, 0.000123, 12.5, 1.23e+03) or four
+- radius: any decimal text: the reference's `{:.3}` (0.523, 0.000123, 1.23e+00) or four
   decimals (0.5234); stored as printed, so certified accuracy is what the papers computed;
 - time: seconds (13.7) or str(datetime.timedelta) (0:00:13.736080, 0:00:14, 1 day, 0:00:01);
 - LF, CRLF or CR line ends, a UTF-8 BOM; blank lines are ignored.
 
+Every row must be one CERTIFY can write (sweeper.ingest_log): idx unique and
+inside the data set's test split, label and predict classes of the data set, the radius at most
+what n, α and the certification σ allow (σ·Φ⁻¹(α^(1/n)), 3.8σ for the papers' n and α, plus
+the printing's rounding), at most --max-rows rows (default 100,000). Logs are streamed and
+re-read to be written, so an import holds one log's rows in memory at a time.
+
 A log is any file under DIR whose first line is that header (DIR may also be one log file).
-Skipped, with the reason: empty files, header-only files, files with an unparseable line (its
-number is given), logs certified on the training split (a `train` directory), and files named
-`sigma_*` without the header. Other files (checkpoints, stdout.txt, ...) are counted and ignored.
+Skipped, with the reason: empty files, header-only files, files with an unparseable or
+impossible line (its number is given), logs certified on the training split (a `train`
+directory), and files named `sigma_*` without the header. Other files (checkpoints,
+stdout.txt, ...) are counted and ignored.
 
 Hyperparameters come from the directory and file names below DIR, and from the names above DIR
 up to the first that is none of these patterns (the innermost match wins; case-insensitive):
@@ -71,12 +78,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from sweeper.ingest_log import (  # noqa: F401  (parse_time, read_log: part of this API)
+    DEFAULT_MAX_ROWS,
+    HEADER,
+    LogLimits,
+    LogSkip,
+    parse_time,
+    read_log,
+)
 from sweeper.results import shard_table, write_shard
 from sweeper.storage import Experiment, write_sweep
 from trainables import fileio
 from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
 
-HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
 CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")
 TRIAL_KEYS = tuple(sorted(f.name for f in fields(TrialConfig)))
@@ -86,7 +100,6 @@ METHOD_WORDS = {
     "smoothmix": "smoothmix",
 }  # fmt: skip
 _NUM = r"(\d+(?:\.\d*)?|\.\d+)"
-_TIMEDELTA = re.compile(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
 _SNIFF_BYTES = 4096
 _LOG_NAME = re.compile(r"(sigma|noise)_.*|.*\.(tsv|log)", re.IGNORECASE)  # reported if empty
 
@@ -95,26 +108,35 @@ class IngestError(ProblemsError):
     """Bad input to an import; `problems` has one line each. Nothing was written."""
 
 
-class LogSkip(ValueError):
-    """A file that is not imported; the message says why."""
-
-
 @dataclass
 class Model:
-    """One log, ready to write."""
+    """One log, checked. Its rows are not kept: `columns()` reads them again to write them,
+    so an import holds one log in memory at a time."""
 
     source: Path
     rel: str
     cfg: TrialConfig
     cert_id: str
     constants: dict[str, Any]
-    columns: dict[str, list]
-    digest: str
+    sigma_cert: float
+    limits: LogLimits
     out: str
+    rows: int = 0
+    digest: str = ""
 
-    @property
-    def rows(self) -> int:
-        return len(self.columns["idx"])
+    def columns(self) -> dict[str, list]:
+        """The shard's columns; the first call sets `rows` and `digest`, later ones check that
+        the log did not change since (IngestError if it did)."""
+        cols = read_log(self.source, self.limits)
+        n = len(cols["idx"])
+        cols["sigma_cert"] = [self.sigma_cert] * n
+        cols["count"] = cols["p_lower"] = [None] * n
+        blob = json.dumps([self.cfg.trial_id, self.cert_id, self.constants, cols], sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()
+        if self.digest and digest != self.digest:
+            raise IngestError([f"{self.rel} changed during the import: import it again"])
+        self.rows, self.digest = n, digest
+        return cols
 
 
 @dataclass
@@ -189,83 +211,6 @@ def _cert_problems(cert: dict[str, Any]) -> list[str]:
     if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
         p.append(f"--set sigma_cert: must be a number > 0 (got {s!r})")
     return p
-
-
-# ---------------------------------------------------------------------------- one log file
-def parse_time(text: str) -> float:
-    """Seconds, from `13.7` or str(timedelta) `0:00:13.736080` / `1 day, 0:00:01`."""
-    m = _TIMEDELTA.fullmatch(text)
-    if m:
-        days, h, mins, s = m.groups()
-        return int(days or 0) * 86400 + int(h) * 3600 + int(mins) * 60 + float(s)
-    seconds = float(text)
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError
-    return seconds
-
-
-def _row(fields: list[str]) -> tuple[int, int, int, float, bool, float]:
-    """One data line's values; ValueError names the first bad field."""
-    if len(fields) != len(HEADER):
-        raise ValueError(f"expected {len(HEADER)} tab-separated fields, got {len(fields)}")
-    values: list[Any] = []
-    for name, text, parse in zip(
-        HEADER, fields, (int, int, int, float, _flag, parse_time), strict=True
-    ):
-        try:
-            values.append(parse(text))
-        except ValueError:
-            raise ValueError(f"{name} {text!r} is not {_WHAT[name]}") from None
-    idx, label, predict, radius, correct, _ = values
-    if idx < 0 or label < 0 or predict < -1:
-        raise ValueError("idx and label must be >= 0 and predict >= -1")
-    if not (math.isfinite(radius) and radius >= 0):
-        raise ValueError(f"radius {fields[3]!r} is not a number >= 0")
-    if correct != (predict == label):
-        raise ValueError(f"correct is {int(correct)} but predict {predict} and label {label}")
-    values[3] = 0.0 if predict == -1 else radius
-    return tuple(values)
-
-
-_WHAT = {
-    "idx": "an integer", "label": "an integer", "predict": "an integer", "radius": "a number",
-    "correct": "0 or 1", "time": "seconds or h:mm:ss.ffffff",
-}  # fmt: skip
-
-
-def _flag(text: str) -> bool:
-    if text in ("0", "1", "True", "False"):
-        return text in ("1", "True")
-    raise ValueError
-
-
-def read_log(text: str) -> dict[str, list]:
-    """A log's columns (idx, label, predict, radius, correct, time_s); LogSkip says why not."""
-    text = text.removeprefix("\ufeff")
-    lines = text.splitlines()
-    if not text.strip():
-        raise LogSkip("empty")
-    if tuple(f.strip() for f in lines[0].split("\t")) != HEADER:
-        raise LogSkip(f"line 1: not the header {'<TAB>'.join(HEADER)}")
-    cols: dict[str, list] = {
-        k: [] for k in ("idx", "label", "predict", "radius", "correct", "time_s")
-    }
-    first: dict[int, int] = {}
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            row = _row([f.strip() for f in line.split("\t")])
-        except ValueError as e:
-            raise LogSkip(f"line {number}: {e}") from None
-        if row[0] in first:
-            raise LogSkip(f"line {number}: idx {row[0]} again (first on line {first[row[0]]})")
-        first[row[0]] = number
-        for values, value in zip(cols.values(), row, strict=True):
-            values.append(value)
-    if not cols["idx"]:
-        raise LogSkip("header only (no rows)")
-    return cols
 
 
 # ---------------------------------------------------------------------------- directory names
@@ -411,7 +356,8 @@ def _config(values: dict, methods: set[str], trial_sets: dict) -> TrialConfig:
     return TrialConfig.from_dict(values | trial_sets)
 
 
-def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict]) -> Model:
+def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_rows: int) -> Model:
+    """The log's model, its rows read and checked (LogSkip: why the log is not imported)."""
     trial_sets, cert_sets = sets
     rel = str(log.relative_to(root))
     values, methods = path_values(log, root)
@@ -421,21 +367,16 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict]) -> M
         key, keys = NEEDS[what]
         if key not in trial_sets:
             raise LogSkip(f"{what} ({part}) is not described by the path alone: pass --set {keys}")
-    try:
-        cols = read_log(log.read_bytes().decode("utf-8-sig", errors="replace"))
-    except OSError as e:
-        raise LogSkip(f"cannot read it ({e.strerror or e})") from None
     cfg = _config(values, methods, trial_sets)
     cert = {**PAPER_CERTIFY, **cert_sets}
     sigma_cert = float(cert.pop("sigma_cert", None) or values.get("sigma_cert") or cfg.sigma)
     cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
-    cols["sigma_cert"] = [sigma_cert] * len(cols["idx"])
-    cols["count"] = cols["p_lower"] = [None] * len(cols["idx"])
+    limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
     constants = {"smoothing": "fixed", **cert}
-    blob = json.dumps([cfg.trial_id, cert_id, constants, cols], sort_keys=True)
-    digest = hashlib.sha256(blob.encode()).hexdigest()
     out = exp.shard_path(cfg.trial_id, cert_id, 0, 1)
-    return Model(log, rel, cfg, cert_id, constants, cols, digest, out)
+    model = Model(log, rel, cfg, cert_id, constants, sigma_cert, limits, out)
+    model.columns()
+    return model
 
 
 def _existing_digest(location: str) -> str | None:
@@ -478,7 +419,9 @@ def _place(model: Model, seen: dict[str, Model], report: ImportReport, problems:
         )
 
 
-def plan_import(directory: str | Path, exp: Experiment, sets: list[str]) -> ImportReport:
+def plan_import(
+    directory: str | Path, exp: Experiment, sets: list[str], max_rows: int = DEFAULT_MAX_ROWS
+) -> ImportReport:
     """Everything an import would do, checked; raises IngestError with every problem."""
     root = Path(directory).expanduser().absolute()
     problems = [] if root.exists() else [f"{directory}: no such directory"]
@@ -503,7 +446,7 @@ def plan_import(directory: str | Path, exp: Experiment, sets: list[str]) -> Impo
     for log in logs:
         rel = str(log.relative_to(base))
         try:
-            _place(_model(log, base, exp, parsed), seen, report, problems)
+            _place(_model(log, base, exp, parsed, max_rows), seen, report, problems)
         except LogSkip as e:
             report.skipped.append((rel, str(e)))
         except ConfigError as e:
@@ -520,12 +463,10 @@ def plan_import(directory: str | Path, exp: Experiment, sets: list[str]) -> Impo
 
 # ---------------------------------------------------------------------------- writing
 def write_import(report: ImportReport) -> ImportReport:
-    """Write the planned shards, and a sweep.json if the experiment has none (an empty sweep:
-    the imported models are results, not trials of a sweep of ours)."""
+    """Write the planned shards, then a sweep.json if the experiment has none (an empty sweep:
+    the imported models are results, not trials of a sweep of ours). sweep.json comes last:
+    an import that fails on the way leaves no experiment that looks whole (re-run it)."""
     exp = report.experiment
-    if report.imported and not fileio.exists(exp.sweep_json):
-        write_sweep(exp, {"space": None, "trials": [], "imported": True})
-        report.wrote_sweep = True
     for m in report.imported:
         metadata = {
             "certify_backend": f"imported from {m.source}",
@@ -534,14 +475,19 @@ def write_import(report: ImportReport) -> ImportReport:
             "shard": "0/1",
             "import_digest": m.digest,
         }
-        write_shard(
-            shard_table(m.cfg, exp.name, m.cert_id, m.constants, m.columns, metadata), m.out
-        )
+        columns = m.columns()
+        write_shard(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+    if (report.imported or report.already) and not fileio.exists(exp.sweep_json):
+        write_sweep(exp, {"space": None, "trials": [], "imported": True})
+        report.wrote_sweep = True
     return report
 
 
 def import_logs(
-    directory: str | Path, exp: Experiment, sets: list[str] | None = None
+    directory: str | Path,
+    exp: Experiment,
+    sets: list[str] | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
 ) -> ImportReport:
     """Check everything, then write: the import of DIR's logs into `exp` (see the module doc)."""
-    return write_import(plan_import(directory, exp, list(sets or [])))
+    return write_import(plan_import(directory, exp, list(sets or []), max_rows))

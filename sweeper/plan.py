@@ -13,7 +13,13 @@ from pathlib import Path
 
 from sweeper.grid import expand, parse_only, select
 from sweeper.spec import SpecError, SweepSpec, load_space
-from sweeper.storage import Experiment, read_sweep
+from sweeper.storage import (
+    Experiment,
+    StorageError,
+    outside_problem,
+    plain_name_problem,
+    read_sweep,
+)
 from trainables import fileio
 from trainables.config import ConfigError, ProblemsError, TrialConfig
 from trainables.trial_status import read_status
@@ -69,12 +75,25 @@ def make_plan(req: PlanRequest) -> Plan:
     trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
     problems += only_problems + select_problems
     problems += [] if req.dry_run else data_problems(all_trials, data_dir, req.download)
-    exp = Experiment(req.storage, req.experiment or spec.name)
+    try:
+        exp = experiment_of(req, spec)
+    except StorageError as e:  # nothing past this point may touch a path outside the storage
+        raise PlanError(problems + e.problems) from None
     problems += [] if req.restarting else sweep_conflict(exp, all_trials)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def experiment_of(req: PlanRequest, spec: SweepSpec) -> Experiment:
+    """The experiment the request names (by default the space's name); StorageError if that
+    name would not stay one plain directory inside the storage."""
+    if req.experiment is None:
+        problem = plain_name_problem(spec.name, "the space name (the default --experiment)")
+        if problem:
+            raise StorageError([f"{problem}: pass --experiment NAME"])
+    return Experiment(req.storage, spec.name if req.experiment is None else req.experiment)
 
 
 def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
@@ -165,6 +184,9 @@ def move_aside(exp: Experiment) -> Path | None:
             [f"--restart cannot move {exp.root} on remote storage: pass a new --experiment instead"]
         )
     src = fileio.local_path(exp.root)
+    outside = outside_problem(exp.base, exp.root)  # never the storage root, nor past it
+    if outside:
+        raise PlanError([f"--restart moved nothing: {outside}"])
     dst = src.with_name(f"{src.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
     src.rename(dst)
     return dst

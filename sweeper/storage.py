@@ -13,6 +13,11 @@
   cache/<stage>.parquet                        the compacted rows of many models in one file
   reports/                                     tables and figures
 
+Nothing outside `<storage>/<experiment>/` is ever written: an experiment name is one plain path
+component (`plain_name_problem`), the experiment's resolved root must lie strictly inside the
+storage (a symlink out of it is refused), and a storage URI may not carry credentials.
+Constructing an `Experiment` checks all three and raises `StorageError` (bad input, exit 2).
+
 Every stage (certify, empirical) keeps one directory per model and setting; a glob of
 `<stage>/*/*/*.parquet` is that stage's rows (shards of unfinished models, the compacted file
 of finished ones). This module is the only one that spells paths or reads them back.
@@ -26,15 +31,67 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from trainables import fileio
+from trainables.config import ProblemsError
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+# Query keys through which pyarrow's filesystems (or a user) could pass secrets in a URI.
+SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token"})
 COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
 STAGES = ("certify", "empirical")
 MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
 _ID = re.compile(r"[0-9a-f]{12}")
+
+
+class StorageError(ProblemsError):
+    """A storage location or experiment name that would reach outside the storage, or leak
+    credentials into stored state; `problems` has one line each."""
+
+
+def plain_name_problem(name: str, what: str) -> str | None:
+    """Why `name` cannot be one path component under the storage (None: it can)."""
+    if PLAIN_NAME.fullmatch(name or ""):
+        return None
+    return (
+        f"{what} {name!r}: expected a plain name (letters, digits, '.', '_', '-'; not starting "
+        "with '.'; no '/'; at most 128 characters), e.g. cifar10-run2"
+    )
+
+
+def redact(location: str) -> str:
+    """`location` with any user:password@ and query part of a URI hidden, for messages."""
+    parts = urlsplit(str(location))
+    if not fileio.is_uri(location) or ("@" not in parts.netloc and not parts.query):
+        return str(location)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://***@{host}{parts.path}" + ("?***" if parts.query else "")
+
+
+def storage_problem(storage: str) -> str | None:
+    """Credentials in a storage URI (they would be written to trial.json and Tune's state)."""
+    if not fileio.is_uri(storage):
+        return None
+    parts = urlsplit(str(storage))
+    keys = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    if "@" not in parts.netloc and not keys & SECRET_KEYS:
+        return None
+    return (
+        f"--storage {redact(storage)}: credentials in the URI are refused (they would be stored "
+        "in trial.json and Ray Tune's state): give s3://bucket/prefix and set the credentials "
+        "the AWS way, in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile "
+        "(AWS_PROFILE) or the node's instance profile"
+    )
+
+
+def check_storage(storage: str) -> None:
+    """Raise StorageError if `storage` cannot be used as given."""
+    problem = storage_problem(storage)
+    if problem:
+        raise StorageError([problem])
 
 
 @dataclass(frozen=True)
@@ -72,17 +129,30 @@ def index_chunks(
 
 @dataclass(frozen=True)
 class Experiment:
+    """`<storage>/<name>`; constructing one checks that it stays inside the storage (raises
+    StorageError: a name that is not plain, a root that resolves elsewhere, credentials)."""
+
     storage: str
     name: str
 
+    def __post_init__(self) -> None:
+        check_storage(self.storage)
+        problem = plain_name_problem(self.name, "--experiment")
+        if problem is None and not fileio.is_uri(self.storage):
+            problem = outside_problem(self.base, self.root)
+        if problem:
+            raise StorageError([problem])
+
+    @property
+    def base(self) -> str:
+        """The storage as an absolute local path, or the URI."""
+        if fileio.is_uri(self.storage):
+            return self.storage
+        return str(fileio.local_path(self.storage).absolute())
+
     @property
     def root(self) -> str:
-        base = (
-            self.storage
-            if fileio.is_uri(self.storage)
-            else str(fileio.local_path(self.storage).absolute())
-        )
-        return fileio.join(base, self.name)
+        return fileio.join(self.base, self.name)
 
     @property
     def sweep_json(self) -> str:
@@ -185,6 +255,18 @@ def experiments(storage: str) -> list[str]:
     found = [(i.mtime_ns or 0, name) for i, name in zip(infos, folders, strict=True)
              if i.type == pafs.FileType.File]  # fmt: skip
     return [name for _, name in sorted(found)]
+
+
+def outside_problem(storage: str, root: str) -> str | None:
+    """Why the local `root` does not resolve to a directory strictly inside `storage` (a
+    symlinked experiment pointing elsewhere), or None."""
+    base, real = os.path.realpath(storage), os.path.realpath(root)
+    if os.path.commonpath([base, real]) == base and real != base:
+        return None
+    return (
+        f"--experiment: {root} resolves to {real}, outside the storage {base}: "
+        "remove the link or pass another --experiment"
+    )
 
 
 def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:

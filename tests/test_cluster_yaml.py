@@ -13,9 +13,12 @@ upgrade changes them (and the schema).
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -70,6 +73,11 @@ def test_prepare_and_validate_offline(config, prepared):
         prepared["worker_setup_commands"][: len(config["setup_commands"])]
         == (config["setup_commands"])
     )
+    # Ray's defaults.yaml must not bring back what cluster.yaml leaves out.
+    head = prepared["available_node_types"][prepared["head_node_type"]]["node_config"]
+    assert head["IamInstanceProfile"] == config["available_node_types"]["head"]["node_config"]["IamInstanceProfile"]
+    assert prepared["head_setup_commands"] == config["setup_commands"]  # setup, then nothing more
+    assert prepared["rsync_exclude"] == config["rsync_exclude"]
 
 
 # ------------------------------------------------------------------ properties we rely on
@@ -103,24 +111,131 @@ def test_min_workers_within_bounds(prepared):
     assert prepared["idle_timeout_minutes"] > 0
 
 
-def test_docker_image_pins_ray_and_python(config):
-    repo, _, tag = config["docker"]["image"].partition(":")
-    assert repo == "rayproject/ray"
-    assert ray.__version__ in tag.split("-")
-    assert "py311" in tag.split("-")
-    assert tag.endswith("-gpu")
+IMAGE = re.compile(r"rayproject/ray:(?P<tag>[\w.-]+)@sha256:(?P<digest>[0-9a-f]{64}|REPLACE_ME)")
+
+
+def test_docker_image_pins_ray_and_python_by_digest(config):
+    image = IMAGE.fullmatch(config["docker"]["image"])
+    assert image, config["docker"]["image"]
+    tag = image["tag"]
+    assert ray.__version__ in tag.split("-") and "py311" in tag.split("-") and tag.endswith("-gpu")
     assert pyproject_pin("ray") == f"ray[tune]=={ray.__version__}"
+    # The digest placeholder and the command that gets it name the same image and tag.
+    text = (ROOT / "cluster.yaml").read_text()
+    assert f"docker buildx imagetools inspect rayproject/ray:{tag} " in text
+    if image["digest"] == "REPLACE_ME":
+        assert "replace sha256:REPLACE_ME" in text
+    assert f"docker buildx imagetools inspect rayproject/ray:{tag}" in (ROOT / "README.md").read_text()
 
 
-def test_setup_commands_install_pinned_torch_and_the_project(config):
-    commands = " && ".join(config["setup_commands"])
-    torch_pin, vision_pin = pyproject_pin("torch"), pyproject_pin("torchvision")
-    assert re.search(rf"pip install .*{re.escape(torch_pin)}\b", commands)
-    assert vision_pin in commands
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """requirements/cluster.txt: name -> (version, its sha256 hashes)."""
+    text = (ROOT / "requirements" / "cluster.txt").read_text()
+    entries = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M)
+    return {
+        name.lower().replace("_", "-"): (version, re.findall(r"sha256:([0-9a-f]{64})", hashes))
+        for name, version, hashes in entries
+    }
+
+
+def test_lock_file_pins_every_dependency_with_hashes():
+    from packaging.requirements import Requirement
+
+    lock = locked()
+    text = (ROOT / "requirements" / "cluster.txt").read_text()
+    requirement_lines = [ln for ln in text.splitlines() if re.match(r"^[A-Za-z0-9]", ln)]
+    assert len(requirement_lines) == len(lock) > 20  # every requirement pinned and hashed
+    assert "make lock" in text.splitlines()[1]  # how to regenerate it
+    pyproject = (ROOT / "pyproject.toml").read_text()  # no tomllib: Python 3.10 is supported
+    block = re.search(r"^dependencies = \[(.*?)^\]", pyproject, re.S | re.M).group(1)
+    cluster = re.search(r"^cluster = \[(.*?)\]", pyproject, re.M).group(1)
+    wanted = re.findall(r'"([^"]+)"', block) + re.findall(r'"([^"]+)"', cluster)
+    assert len(wanted) > 10 and "boto3>=1.34" in wanted
+    for dep in map(Requirement, wanted):
+        name = dep.name.lower()
+        assert name in lock, f"{name} is not in requirements/cluster.txt: run `make lock`"
+        assert dep.specifier.contains(lock[name][0]), (name, str(dep.specifier), lock[name][0])
+    assert lock["torch"][0] == pyproject_pin("torch").split("==")[1]
+    assert lock["ray"][0] == ray.__version__
+
+
+def test_setup_commands_install_the_lock_with_hashes_then_the_project(config):
+    commands = config["setup_commands"]
     remote, local = next(iter(config["file_mounts"].items()))
     assert local == "."
-    assert f"cd {remote} && pip install -q -e ." in commands
-    assert commands.index(torch_pin) < commands.index("-e .")
+    assert commands == [
+        f"cd {remote} && pip install -q --require-hashes -r requirements/cluster.txt",
+        f"cd {remote} && pip install -q --no-deps -e .",
+    ]
+    # Nothing anywhere installs a package outside the lock.
+    others = config["head_setup_commands"] + config["worker_setup_commands"]
+    assert not [c for c in others if "pip install" in c]
+
+
+def test_nodes_have_their_own_profiles_security_group_and_imdsv2(config):
+    types = config["available_node_types"]
+    groups = set()
+    for name, node in types.items():
+        node_config = node["node_config"]
+        assert node_config["MetadataOptions"]["HttpTokens"] == "required", name
+        assert node_config["MetadataOptions"]["HttpPutResponseHopLimit"] == 1, name
+        assert node_config["IamInstanceProfile"]["Name"].startswith(config["cluster_name"])
+        groups.add(tuple(node_config["SecurityGroupIds"]))
+    assert groups == {("sg-REPLACE_ME",)}  # one group for all: Ray creates none (SSH 0.0.0.0/0)
+    head = types[config["head_node_type"]]["node_config"]["IamInstanceProfile"]
+    assert all(
+        n["node_config"]["IamInstanceProfile"] != head
+        for k, n in types.items() if k != config["head_node_type"]
+    )  # fmt: skip
+    assert config["provider"]["use_internal_ips"] is False
+    assert "security_group" not in config["provider"]
+
+
+SECRETS = [".env", ".env.production", "deploy.pem", "tls/server.key", "credentials",
+           "aws/credentials", "gcp-credentials.json", "id_rsa", "id_ed25519.pub", ".aws/config",
+           ".ssh/known_hosts", ".netrc", "sub/dir/.env"]  # fmt: skip
+KEPT = ["sweeper/storage.py", "README.md", "search_spaces/cifar10.yaml", "requirements/cluster.txt",
+        "cluster/iam/head-policy.json", "keys.py", "environment.yml"]  # fmt: skip
+
+
+def rsync_excluded(patterns: list[str], path: str) -> bool:
+    """rsync's --exclude rule for these patterns: one without "/" matches a name at any depth
+    (and then everything below it), "**/" any leading directories."""
+    parts = path.split("/")
+    for pattern in patterns:
+        if "/" not in pattern.rstrip("/"):
+            if any(fnmatch.fnmatchcase(part, pattern) for part in parts):
+                return True
+        elif fnmatch.fnmatchcase("/" + path, "*/" + pattern.removeprefix("**/")):
+            return True
+    return False
+
+
+def test_file_mounts_exclude_secrets_explicitly(config, tmp_path):
+    excludes = config["rsync_exclude"]
+    for needed in (".env", "*.pem", "*.key", "credentials", ".aws", "*credentials*.json"):
+        assert needed in excludes
+    assert [p for p in SECRETS if not rsync_excluded(excludes, p)] == []
+    assert [p for p in KEPT if rsync_excluded(excludes, p)] == []
+    # Ray passes them to rsync as --exclude arguments, beside the .gitignore filter.
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    args = SSHCommandRunner._create_rsync_filter_args(None, options={"rsync_exclude": excludes, "rsync_filter": config["rsync_filter"]})  # fmt: skip
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--exclude"] == excludes
+    if shutil.which("rsync"):  # the real matcher, where rsync is installed
+        for path in SECRETS + KEPT:
+            (tmp_path / "src" / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "src" / path).write_text("x")
+        out = subprocess.run(["rsync", "-a", "--dry-run", "--out-format=%n", *args[: 2 * len(excludes)], f"{tmp_path / 'src'}/", str(tmp_path / "dst")], capture_output=True, text=True, check=True).stdout  # fmt: skip
+        copied = {line for line in out.splitlines() if not line.endswith("/")}
+        assert copied == set(KEPT), copied
+
+
+def test_efs_is_mounted_with_tls(config):
+    init = " ".join(config["initialization_commands"])
+    assert "mount -t efs -o tls fs-REPLACE_ME:/ /efs" in init
+    assert "nfs4" not in init and "-t nfs" not in init
+    assert "command -v mount.efs" in init  # efs-utils installed when the AMI lacks it
 
 
 def test_shared_storage_and_auth_token(config):

@@ -188,12 +188,12 @@ LAYOUTS = [
 
 @pytest.mark.parametrize(("layout", "cfg", "sigma_cert"), LAYOUTS)
 def test_hyperparameters_from_the_reference_layouts(tmp_path, layout, cfg, sigma_cert):
-    write_log(tmp_path / "repo" / layout, ["0\t1\t1\t0.5\t1\t1.0"])
+    write_log(tmp_path / "repo" / layout, ["0\t1\t1\t0.3\t1\t1.0"])  # at most 3.8·0.12
     report = ingest.plan_import(tmp_path / "repo", exp_at(tmp_path), [])
     (model,) = report.imported
     assert model.cfg == cfg and model.cfg.trial_id == cfg.trial_id
     assert model.cert_id == f"imported-sigma-{sigma_cert:g}-{PAPER}"
-    assert model.columns["sigma_cert"] == [sigma_cert]
+    assert model.columns()["sigma_cert"] == [sigma_cert]
 
 
 def test_eps_is_k_over_256_of_the_unit(tmp_path):
@@ -427,9 +427,10 @@ def test_cli_bad_input_one_error_line_each_nothing_written(tmp_path, logs):
 
 
 def test_cli_hyperparameters_trialconfig_rejects(tmp_path, logs):
-    # One line for a --set every log rejects, not one per log.
+    # One line for a --set every log rejects, not one per log (the configuration is checked
+    # before a log is read: the header-only and the empty log count too).
     lines = _bad(tmp_path, [str(logs), "--experiment", "x", "--set", "arch=foo"])
-    assert lines == [f"error: {COHEN_DIR}/sigma_0.12 and 2 more logs: unknown arch 'foo' (valid: {', '.join(ARCHS)})"]  # fmt: skip
+    assert lines == [f"error: {COHEN_DIR}/sigma_0.12 and 4 more logs: unknown arch 'foo' (valid: {', '.join(ARCHS)})"]  # fmt: skip
     write_log(tmp_path / "dense/cifar10/cohen/cifar_densenet40/noise_0.50", ["0\t1\t1\t0.5\t1\t1"])
     (line,) = _bad(tmp_path, [str(tmp_path / "dense"), "--experiment", "x"])
     assert line.startswith(

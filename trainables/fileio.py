@@ -63,7 +63,17 @@ def read_bytes(location: str) -> bytes:
 
 
 def write_bytes_atomic(location: str, data: bytes) -> None:
-    """Write `data` so that readers see either the old file or the complete new one."""
+    """Write `data` so that readers see either the old file or the complete new one. A failed
+    write (a full disk) raises OSError naming `location` (a bare write() error names none)."""
+    try:
+        _write_atomic(location, data)
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(location)) from e
+
+
+def _write_atomic(location: str, data: bytes) -> None:
     if is_uri(location):
         fs, path = filesystem(location)
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)

@@ -2,15 +2,69 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
 import sys
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-from sweeper.storage import Experiment, experiments
+from sweeper.storage import Experiment, check_storage, experiments, plain_name_problem
+from trainables import fileio
+from trainables.config import ProblemsError
+
+
+class GuardedGroup(TyperGroup):
+    """The command line's one edge: bad input that a command did not report itself (a
+    ProblemsError such as an experiment name that would leave the storage) is its `error:`
+    lines and exit 2; a file-system failure (a full disk, a vanished mount) is one line
+    saying what and where, with the free space, and exit 1, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ProblemsError as e:
+            fail(e.problems)
+        except OSError as e:
+            if e.errno == errno.EPIPE:  # click's own handling of a closed pipe
+                raise
+            typer.echo(f"error: {os_error_line(e)}", err=True)
+            raise typer.Exit(1) from None
+
+
+def os_error_line(e: OSError) -> str:
+    """`No space left on device: /s/exp/trials/x/trial.json (1.2 MB free on its file system);
+    ...`: what failed, where, and the free space there when it can be read."""
+    what = e.strerror or (str(e).splitlines() or [""])[0] or type(e).__name__
+    where = e.filename if e.filename is not None else None
+    line = f"{what}: {where}" if where is not None else what
+    free = free_space(str(where)) if where is not None else None
+    if free is not None:
+        line += f" ({free} free on its file system)"
+    return line + "; fix that and re-run the same command to resume (finished work is kept)"
+
+
+def free_space(location: str) -> str | None:
+    """Free space of the file system holding `location` (its nearest existing parent)."""
+    if fileio.is_uri(location):
+        return None
+    path = fileio.local_path(location).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if free >= size:
+            return f"{free / size:.1f} {unit}"
+    return f"{free} bytes"
+
 
 app = typer.Typer(
+    cls=GuardedGroup,
     help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -77,9 +131,10 @@ def fail(problems: list[str], code: int = 2) -> NoReturn:
 
 def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
     """The named experiment, or the most recently written one under `storage`."""
-    if experiment:
+    if experiment is not None:
         return Experiment(storage, experiment)
-    names = experiments(storage)
+    check_storage(storage)
+    names = [n for n in experiments(storage) if plain_name_problem(n, "") is None]
     if not names:
         fail([f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"])
     name = names[-1]

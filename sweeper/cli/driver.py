@@ -77,13 +77,27 @@ class WaitDisplay:
             self.status.stop()
 
 
+def check_node_versions() -> None:
+    """Every alive node must run the driver's sweeper, torch and ray (sweeper.versions):
+    ProblemsError naming each difference; a node that does not answer is a warning."""
+    from sweeper.versions import CHECK_TIMEOUT_S, version_problems
+
+    problems, silent = version_problems()
+    for node in silent:
+        typer.echo(f"warning: node {node} did not report its versions within "
+                   f"{CHECK_TIMEOUT_S:.0f} s: not checked", err=True)  # fmt: skip
+    if problems:
+        raise ProblemsError(problems)
+
+
 @contextmanager
 def driving(
     exp: Experiment, address: str | None, resources: Resources, count: int, wait_minutes: float
 ) -> Iterator[object]:
-    """Hold `exp` (its lease), connect to Ray and wait for room for one of `count` trials
-    (asking an autoscaler for all of them); yields the `Capacity` request, released on exit.
-    Any problem is one `error:` line and exit 2."""
+    """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
+    (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
+    yields the `Capacity` request, released on exit. Any problem is one `error:` line and
+    exit 2."""
     from sweeper.capacity import capacity_for
     from sweeper.launch import ray_cluster
     from sweeper.lease import Lease
@@ -96,6 +110,7 @@ def driving(
                            "which is gone", err=True)  # fmt: skip
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
+                check_node_versions()
                 yield capacity
     except ProblemsError as e:
         display.close()

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from sweeper.cli.common import ExperimentOpt, Storage, app, fail
-from sweeper.ingest import ImportReport, IngestError, Model, import_logs
+from sweeper.ingest import DEFAULT_MAX_ROWS, ImportReport, IngestError, Model, import_logs
 from sweeper.storage import DEFAULT_STORAGE, Experiment
 
 
@@ -27,11 +27,17 @@ def import_(
             "n0/n/alpha/sigma_cert (defaults: 100, 100000, 0.001, the σ in the file name).",
         ),
     ] = None,
+    max_rows: Annotated[
+        int,
+        typer.Option(
+            "--max-rows", min=1, help="At most this many rows per log (a longer log is skipped)."
+        ),
+    ] = DEFAULT_MAX_ROWS,
 ) -> None:
     """Import certification logs of the reference code (Cohen et al., SmoothAdv) as models of an
     experiment: hyperparameters from the directory names (noise_0.25/, PGD_10steps/, eps_255/,
     4-multitrain/, ...) and --set; `sweeper envelope` then shows them beside your own."""
-    if not experiment:
+    if experiment is None:
         fail(
             [
                 "--experiment is required: the experiment to import into (one of yours, to put the "
@@ -40,10 +46,17 @@ def import_(
         )
     exp = Experiment(storage, experiment)
     try:
-        report = import_logs(directory, exp, sets or [])
+        report = import_logs(directory, exp, sets or [], max_rows)
     except IngestError as e:
         fail(e.problems)
     _print_report(report)
+    if not report.imported and not report.already:
+        typer.echo(
+            f"error: nothing imported from {directory}: every log was skipped (reasons above); "
+            f"no experiment written at {exp.root}",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _print_report(report: ImportReport) -> None:
@@ -72,4 +85,4 @@ def _summary(m: Model) -> str:
         parts += [cfg.attack, f"ε={cfg.epsilon:.10g}", f"T={cfg.steps}"]
     if cfg.m_train is not None:
         parts.append(f"m={cfg.m_train}")
-    return " ".join(parts) + f", epochs {cfg.epochs}, σ_cert={m.columns['sigma_cert'][0]:g}"
+    return " ".join(parts) + f", epochs {cfg.epochs}, σ_cert={m.sigma_cert:g}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated
 
@@ -45,10 +46,15 @@ def dataset_dims(datasets) -> dict[str, int]:
 
 
 def report_dir(reports_dir: str, only: str | None) -> str:
-    """reports/, or reports/only-<slice>/ for a slice (the whole report stays intact)."""
+    """reports/, or reports/only-<slice>/ for a slice (the whole report stays intact). The
+    slice's name is one path component whatever --only holds: ASCII letters, digits and
+    `.=_-` only, and a long one is cut and told apart by a hash of the whole."""
     if not only:
         return reports_dir
-    return fileio.join(reports_dir, "only-" + re.sub(r"[^\w.=-]+", "_", only.strip()))
+    name = "only-" + re.sub(r"[^A-Za-z0-9.=_-]+", "_", only.strip())
+    if len(name) > 100:
+        name = f"{name[:80]}-{hashlib.sha256(only.encode()).hexdigest()[:12]}"
+    return fileio.join(reports_dir, name)
 
 
 @app.command()

@@ -1,0 +1,176 @@
+"""`sweeper import` within limits (issue 16 item 5): every row is one CERTIFY can write on the
+log's data set, a log has a capped number of rows, the parse streams, and an import that
+imported nothing exits 1 without leaving an experiment behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scipy.stats import norm
+from typer.testing import CliRunner
+
+from sweeper import ingest
+from sweeper.certify import max_radius
+from sweeper.cli import app
+from sweeper.ingest_log import LogLimits, LogSkip, max_printed_radius, read_log
+from sweeper.storage import Experiment
+from trainables.config import NUM_CLASSES
+from trainables.config import STANDARD_TEST_SIZE as TEST_SIZE
+from trainables.smoothing import radius_from_counts
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"
+COHEN = "cifar10/resnet110/noise_0.25/test/sigma_0.25"  # CIFAR-10, σ = 0.25: at most 0.953
+GOOD = ["0\t3\t3\t0.5\t1\t1.0", "20\t7\t7\t0.9\t1\t1.0"]
+
+
+def write_log(path: Path, rows: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------ the bounds
+def test_the_import_bound_is_certifys_largest_radius_as_printed():
+    for n, alpha, sigma in [(100_000, 0.001, 0.25), (1000, 0.01, 1.0), (10**8, 0.001, 0.5)]:
+        exact = sigma * norm.ppf(alpha ** (1 / n))  # Clopper-Pearson with nA = n: α^(1/n)
+        assert max_radius(sigma, n, alpha) == pytest.approx(exact, rel=1e-9)
+        assert max_radius(sigma, n, alpha) == pytest.approx(radius_from_counts(n, n, alpha, sigma)[1], rel=1e-12)
+        assert max_printed_radius(n, alpha, sigma) == pytest.approx(exact * 1.005, rel=1e-9)
+    assert max_radius(1.0, 100_000, 0.001) == pytest.approx(3.8114, abs=1e-4)  # "about 4σ"
+    assert max_printed_radius(5, 0.001, 1.0) == 5e-5  # n too small to certify: only 0
+
+
+def test_class_counts_and_test_sizes_are_the_loaders():
+    from trainables.datasets import INFO, load_dataset
+
+    assert {name: info.num_classes for name, info in INFO.items()} == NUM_CLASSES
+    assert len(load_dataset("digits", "test")) == TEST_SIZE["digits"]
+
+
+# ------------------------------------------------------------------------------ one log
+LIMITS = LogLimits.of(100_000, "cifar10", 100_000, 0.001, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ("99999999999999\t3\t3\t0.5\t1\t1.0", "idx 99999999999999 is past the cifar10 test set (10,000 points, idx 0..9999)"),
+        ("10000\t3\t3\t0.5\t1\t1.0", "idx 10000 is past the cifar10 test set"),
+        ("40\t999\t999\t0.5\t1\t1.0", "label 999 or predict 999 is not a cifar10 class (0..9)"),
+        ("40\t3\t10\t0.5\t0\t1.0", "label 3 or predict 10 is not a cifar10 class (0..9)"),
+        ("40\t3\t3\t1e300\t1\t1.0", "radius 1e+300 is larger than CERTIFY can certify with n=100000, α=0.001, σ=0.25 (0.9576): if the log used more samples, pass --set n=..."),
+        ("40\t3\t3\t0.96\t1\t1.0", "radius 0.96 is larger than CERTIFY can certify"),
+        ("40\t3\t-1\t5.0\t0\t1.0", "radius 5 is larger than CERTIFY can certify"),
+    ],
+)  # fmt: skip
+def test_impossible_rows_skip_the_log_naming_the_line(row, reason):
+    with pytest.raises(LogSkip) as skipped:
+        read_log("\n".join([HEADER, *GOOD, row]), LIMITS)
+    assert str(skipped.value).startswith(f"line 4: {reason}"), str(skipped.value)
+
+
+def test_rows_at_the_bounds_are_read():
+    rows = ["9999\t9\t9\t0.957\t1\t1.0", "0\t0\t-1\t0.0\t0\t1.0"]  # last idx, last class, max radius
+    cols = read_log("\n".join([HEADER, *rows]), LIMITS)
+    assert cols["idx"] == [9999, 0] and cols["radius"] == [0.957, 0.0]
+
+
+def test_the_row_cap_and_long_lines():
+    rows = [f"{i}\t1\t1\t0.5\t1\t1.0" for i in range(5)]
+    limits = LogLimits.of(4, "cifar10", 100_000, 0.001, 0.25)
+    with pytest.raises(LogSkip, match=r"^line 6: more than 4 rows \(--max-rows\)$"):
+        read_log("\n".join([HEADER, *rows]), limits)
+    assert len(read_log("\n".join([HEADER, *rows[:4]]), limits)["idx"]) == 4
+    with pytest.raises(LogSkip, match=r"^line 3: longer than 4096 characters$"):
+        read_log("\n".join([HEADER, GOOD[0], "0\t" * 5000]), LIMITS)
+
+
+# ------------------------------------------------------------------------------ the command
+def test_a_hostile_log_is_refused_with_exit_1_and_no_experiment_left(tmp_path):
+    rows = [*GOOD, "99999999999999\t999\t999\t1e300\t1\t0:00:01"]
+    write_log(tmp_path / "logs" / COHEN, rows)
+    store = tmp_path / "store"
+    args = ["import", str(tmp_path / "logs"), "--storage", str(store), "--experiment", "pub"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert f"skipped {COHEN}: line 4: idx 99999999999999 is past the cifar10 test set" in result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: nothing imported from {tmp_path / 'logs'}: every log was skipped")
+    assert not store.exists()
+
+
+def test_a_larger_radius_is_imported_when_set_n_allows_it(tmp_path):
+    write_log(tmp_path / "logs" / COHEN, ["0\t3\t3\t1.25\t1\t1.0"])  # σ=0.25, n=10^8: at most 1.31
+    store = str(tmp_path / "store")
+    args = ["import", str(tmp_path / "logs"), "--storage", store, "--experiment", "pub"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1 and "pass --set n=..." in refused.stdout
+    done = runner.invoke(app, [*args, "--set", "n=100000000"])
+    assert done.exit_code == 0, done.output
+    assert "imported 1 logs (1 rows)" in done.stdout
+
+
+def test_max_rows_option(tmp_path):
+    write_log(tmp_path / "logs" / COHEN, [f"{i}\t1\t1\t0.5\t1\t1.0" for i in range(10)])
+    store = str(tmp_path / "store")
+    args = ["import", str(tmp_path / "logs"), "--storage", store, "--experiment", "pub"]
+    assert "line 11: more than 9 rows (--max-rows)" in runner.invoke(app, [*args, "--max-rows", "9"]).stdout  # fmt: skip
+    assert runner.invoke(app, [*args, "--max-rows", "10"]).exit_code == 0
+    assert runner.invoke(app, [*args, "--max-rows", "0"]).exit_code == 2
+
+
+def test_a_log_changed_between_check_and_write_is_an_error(tmp_path):
+    log = write_log(tmp_path / "logs" / COHEN, GOOD)
+    exp = Experiment(str(tmp_path / "store"), "pub")
+    report = ingest.plan_import(tmp_path / "logs", exp, [])
+    write_log(log, GOOD[:1])
+    with pytest.raises(ingest.IngestError, match="changed during the import"):
+        ingest.write_import(report)
+
+
+# ------------------------------------------------------------------------------ memory
+def _peak_rss_kb(args: list[str]) -> int:
+    """Peak resident memory (kB) of `sweeper ARGS` in a fresh process."""
+    code = (
+        "import resource, sys\nfrom sweeper.cli import app\ntry:\n    app()\nfinally:\n"
+        "    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    return int(proc.stderr.rsplit("maxrss ", 1)[1].split()[0])
+
+
+def test_the_parse_streams_a_log_much_larger_than_the_memory_it_takes(tmp_path):
+    """A 2,000,000-row log (43 MB) is refused at its first impossible row without being
+    read into memory: the import's peak RSS stays within 25 MB of importing a 2-row log."""
+    rows = 2_000_000
+    big = tmp_path / "big" / COHEN
+    big.parent.mkdir(parents=True)
+    with big.open("w") as f:
+        f.write(HEADER + "\n")
+        f.writelines(f"{i}\t{i % 10}\t{i % 10}\t0.5\t1\t1.5\n" for i in range(rows))
+    write_log(tmp_path / "small" / COHEN, GOOD)
+    common = ["--storage", str(tmp_path / "store"), "--experiment", "pub"]
+    small_kb = _peak_rss_kb(["import", str(tmp_path / "small"), *common])
+    big_kb = _peak_rss_kb(["import", str(tmp_path / "big"), *common, "--max-rows", str(rows)])
+    assert big.stat().st_size > 40e6
+    assert big_kb - small_kb < 25_000, (small_kb, big_kb)
+
+
+def test_a_full_imagenet_log_takes_under_a_kilobyte_a_row(tmp_path):
+    """The largest log that can be valid (ImageNet's 50,000 validation images)."""
+    rows = TEST_SIZE["imagenet"]
+    lines = [f"{i}\t{i % 1000}\t{i % 1000}\t{(i % 95) / 100}\t1\t1.5" for i in range(rows)]
+    write_log(tmp_path / "big" / "imagenet/resnet50/noise_0.25/test/sigma_0.25", lines)
+    write_log(tmp_path / "small" / "imagenet/resnet50/noise_0.25/test/sigma_0.25", GOOD)
+    common = ["--storage", str(tmp_path / "store"), "--experiment"]
+    small_kb = _peak_rss_kb(["import", str(tmp_path / "small"), *common, "small"])
+    big_kb = _peak_rss_kb(["import", str(tmp_path / "big"), *common, "big"])
+    assert (tmp_path / "store" / "big" / "sweep.json").is_file()
+    assert (big_kb - small_kb) * 1024 / rows < 1024, (small_kb, big_kb)
