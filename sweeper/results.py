@@ -183,20 +183,29 @@ def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
     """Sound certificates in predict/radius/correct, Monte-Carlo ones in *_raw (see
     `Results`): compacted data-dependent rows have both already; rows of models certified
     before compaction existed take them from their legacy memory file."""
+    if not memory.empty:
+        frame = _legacy_memory(frame, memory)
+    for col in ("predict", "radius", "correct"):  # fixed σ (or no memory pass yet): raw = value
+        raw = frame[f"{col}_raw"]
+        frame[f"{col}_raw"] = frame[col] if raw.isna().all() else raw.where(raw.notna(), frame[col]).astype(frame[col].dtype)
+    adjusted = frame["memory_changed"].notna().to_numpy()
+    frame["sound"] = (frame["smoothing"] != "data-dependent").to_numpy() | adjusted
+    return frame
+
+
+def _legacy_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
+    """Rows of models with a legacy memory.parquet: the adjusted values in place, the
+    Monte-Carlo ones as *_raw."""
     memory = memory.rename(columns={"memory_changed": "changed_memory"})
     frame = frame.merge(memory, on=["trial_id", "cert_id", "idx"], how="left")
     legacy = frame["predict_memory"].notna().to_numpy()
     for col in ("predict", "radius", "correct"):
         raw = frame[f"{col}_raw"].astype(object)
-        raw[legacy] = frame.loc[legacy, col]  # the Monte-Carlo value, before the override
-        missing = raw.isna().to_numpy()  # fixed σ (or no memory pass yet): raw is the value
-        raw[missing] = frame.loc[missing, col]
-        frame[f"{col}_raw"] = raw.astype(frame[col].dtype)
+        raw[legacy] = frame.loc[legacy, col]
+        frame[f"{col}_raw"] = raw
         frame.loc[legacy, col] = frame.loc[legacy, f"{col}_memory"].astype(frame[col].dtype)
     changed = frame["memory_changed"].astype(object)
     changed[legacy] = frame.loc[legacy, "changed_memory"]
     frame["memory_changed"] = changed
-    adjusted = changed.notna().to_numpy()
-    frame["sound"] = (frame["smoothing"] != "data-dependent").to_numpy() | adjusted
     return frame.drop(columns=["predict_memory", "radius_memory", "correct_memory",
                                "changed_memory"])  # fmt: skip

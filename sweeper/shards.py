@@ -291,8 +291,9 @@ class StageRunner:
         return len(todo)
 
     def _submit_compaction(self, trial_id: str, work: Work, count: int) -> None:
-        cpus = min(1.0, max(self.resources.cpu, 0.25)) if work.stage.finish_needs_data else 0.25
-        task = _remote(compact, False).options(num_cpus=cpus)
+        # One CPU each: compactions are short, and fractions would start a worker process
+        # per concurrent compaction (each importing pyarrow) for no gain.
+        task = _remote(compact, False).options(num_cpus=1)
         ref = task.remote(self.exp, work.stage, trial_id, work.setting, count)
         self.pending[ref] = ("compact", (trial_id, work, count))
 

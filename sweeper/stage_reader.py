@@ -120,31 +120,34 @@ def _schema_problem(path: str, schema: pa.Schema) -> str | None:
     return f"unexpected columns {extra}" if extra else None
 
 
-def row_problems(exp: Experiment, stage: Stage, table: pa.Table,
-                 files: list[StageFile]) -> dict[int, str]:  # fmt: skip
-    """fragment (file) index -> the first thing wrong with its rows."""
+def row_problems(exp: Experiment, stage: Stage, table: pa.Table, files: list[StageFile],
+                 identified: bool = False) -> dict[int, str]:  # fmt: skip
+    """fragment (file) index -> the first thing wrong with its rows. `identified`: each row's
+    fragment was found from its own trial_id and setting (cache rows), so they match."""
     if not table.num_rows:
         return {}
     frag = table.column("__fragment_index").to_numpy()
     problems: dict[int, str] = {}
-    for bad, what in _identity_checks(exp, stage, table, files, frag) + stage.check(table):
+    checks = _identity_checks(exp, stage, table, files, frag, identified) + stage.check(table)
+    for bad, what in checks:
         for i in np.unique(frag[np.asarray(bad, dtype=bool)]):
             problems.setdefault(int(i), what)
     return problems
 
 
-def _identity_checks(exp, stage, table, files, frag) -> list[tuple[np.ndarray, str]]:
+def _identity_checks(exp, stage, table, files, frag, identified) -> list[tuple[np.ndarray, str]]:
     """Rows whose experiment, trial_id or setting is not what their file's path says, and
     test points a model already has (within a file, or in an earlier file of the model)."""
-    take = pa.array(frag)
-    trial = pa.array([f.trial_id for f in files]).take(take)
-    setting = pa.array([f.setting_id for f in files]).take(take)
-    checks = [
-        (_differs(table.column("experiment"), exp.name), f"experiment is not {exp.name!r}"),
-        (_differs(table.column("trial_id"), trial), "trial_id is not the one its path names"),
-        (_differs(table.column(stage.setting_column), setting),
-         f"{stage.setting_column} is not the one its path names"),
-    ]  # fmt: skip
+    checks = [(_differs(table.column("experiment"), exp.name), f"experiment is not {exp.name!r}")]
+    if not identified:
+        take = pa.array(frag)
+        trial = pa.array([f.trial_id for f in files]).take(take)
+        setting = pa.array([f.setting_id for f in files]).take(take)
+        checks += [
+            (_differs(table.column("trial_id"), trial), "trial_id is not the one its path names"),
+            (_differs(table.column(stage.setting_column), setting),
+             f"{stage.setting_column} is not the one its path names"),
+        ]  # fmt: skip
     models = {m: i for i, m in enumerate(dict.fromkeys(f.model for f in files))}
     model = np.array([models[f.model] for f in files], dtype=np.int64)[frag]
     key = model * (1 << 40) + table.column("idx").fill_null(-1).to_numpy()
@@ -219,14 +222,25 @@ def _cached_rows(exp, stage, entry, covered: list[StageFile], cols: list[str]):
     if problem := _schema_problem(entry.path, stage.schema):
         return None, [problem]
     table = _scan([entry.path], stage.schema, cols)
-    keys = pa.array([f"{f.trial_id}/{f.setting_id}" for f in covered])
-    model = pc.binary_join_element_wise(table.column("trial_id"), table.column(stage.setting_column), "/")
-    frag = pc.index_in(model, value_set=keys)
-    table = table.append_column("__fragment_index", frag).filter(pc.is_valid(frag))
-    problems = row_problems(exp, stage, table, covered)
+    frag = _model_index(table, stage.setting_column, covered)
+    table = table.append_column("__fragment_index", pa.array(frag)).filter(pa.array(frag >= 0))
+    problems = row_problems(exp, stage, table, covered, identified=True)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
+
+
+def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) -> np.ndarray:
+    """Per row, the index in `models` of its (trial_id, setting), or -1. Strings are
+    dictionary-encoded once per column, not joined per row (a cache holds millions)."""
+    codes, names = [], []
+    for column in ("trial_id", setting_column):
+        encoded = pc.dictionary_encode(table.column(column)).combine_chunks()
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        names.append(encoded.dictionary.to_pylist())
+    where = {m.model: i for i, m in enumerate(models)}
+    lookup = np.array([[where.get((t, s), -1) for s in names[1]] for t in names[0]], dtype=np.int64)
+    return lookup[codes[0], codes[1]] if len(codes[0]) else np.zeros(0, dtype=np.int64)
 
 
 def refresh_cache(exp: Experiment, stage: Stage) -> int:

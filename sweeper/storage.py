@@ -25,6 +25,7 @@ of finished ones). This module is the only one that spells paths or reads them b
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -143,15 +144,15 @@ class Experiment:
         if problem:
             raise StorageError([problem])
 
-    @property
+    @functools.cached_property
     def base(self) -> str:
         """The storage as an absolute local path, or the URI."""
         if fileio.is_uri(self.storage):
             return self.storage
         return str(fileio.local_path(self.storage).absolute())
 
-    @property
-    def root(self) -> str:
+    @functools.cached_property
+    def root(self) -> str:  # cached: readers resolve thousands of paths below it
         return fileio.join(self.base, self.name)
 
     @property

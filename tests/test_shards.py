@@ -165,11 +165,23 @@ def test_a_forged_or_damaged_file_is_named_and_left_out(exp, what, table, proble
     assert (frame["radius"] <= 0.6).all()  # nothing of the forged file got in
 
 
-def test_a_planted_winner_changes_no_envelope(exp, tmp_path):
-    """A forged model (another experiment's rows, radius 9) is never merged."""
+def test_planted_files_change_no_envelope(exp, tmp_path):
+    """Beside a clean experiment: a forged model (another experiment's rows, radius 9), a
+    model whose file lacks `correct` and has radius as text, and a copy of a shard's rows
+    under another model's path are each named and left out; the envelope stays the clean one."""
     clean = certified(exp)
     forged = TrialConfig(dataset="digits", method="gaussian", sigma=1.0, m_train=1, epochs=2)
-    _plant(exp, forged, 0, 1, rows(forged, [0, 1], [9.0, 9.0], experiment="other"))
+    damaged = TrialConfig(dataset="digits", method="gaussian", sigma=1.0, m_train=1, epochs=3)
+    bad_schema = rows(damaged, [0, 1], [0.9, 0.9]).drop_columns(["correct"])
+    bad_schema = bad_schema.set_column(
+        SCHEMA.get_field_index("radius") - 1, "radius", pa.array(["0.9", "0.9"]))  # fmt: skip
+    planted = [
+        _plant(exp, forged, 0, 1, rows(forged, [0, 1], [9.0, 9.0], experiment="other")),
+        _plant(exp, damaged, 0, 1, bad_schema),
+        _plant(exp, B, 0, 2, pa.concat_tables([rows(B, [2, 3], [0.4, 0.4])] * 2)),
+    ]
+    results = load_results(exp)
+    assert sorted(line.split(": ")[0] for line in results.invalid) == sorted(planted)
     assert certified(exp) == clean
 
 
