@@ -103,7 +103,7 @@ def _ndtri(p):
     return ndtri(p)
 
 
-STANDIN = Stage("certify", "cert_id", SCHEMA, standin_certify, None, False, check, CHECKED)
+STANDIN = Stage("certify", "cert_id", SCHEMA, standin_certify, None, check, CHECKED)
 
 
 # ------------------------------------------------------------------------------ the driver

@@ -98,4 +98,4 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
 
 
 CHECKED = ("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id")
-CERTIFY = Stage("certify", "cert_id", SCHEMA, certify_shard, finish, True, check, CHECKED)
+CERTIFY = Stage("certify", "cert_id", SCHEMA, certify_shard, finish, check, CHECKED)

@@ -224,7 +224,7 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
 
 
 CHECKED = ("dataset", "label", "predict", "correct", "epsilon_attack", "perturbation_norm")
-EMPIRICAL = Stage("empirical", "emp_id", EMPIRICAL_SCHEMA, attack_shard, None, False, check, CHECKED)
+EMPIRICAL = Stage("empirical", "emp_id", EMPIRICAL_SCHEMA, attack_shard, None, check, CHECKED)
 
 
 def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[EmpiricalSetting],

@@ -74,7 +74,6 @@ class Stage:
     schema: pa.Schema
     compute: Callable[..., pa.Table]
     finish: Callable[..., pa.Table] | None = None
-    finish_needs_data: bool = False  # finish reads the data set (the task asks for a CPU)
     # check(rows) -> [(bad-row mask, what is wrong)]: rows the stage could not have written,
     # applied when reading (the file of any such row is left out); it reads `checked_columns`.
     check: Callable[[pa.Table], list] = lambda table: []
