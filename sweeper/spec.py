@@ -27,6 +27,10 @@ TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
 
+# = trainables.runtime.PRECISIONS (the spec stays torch-free; a test checks they agree)
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
 class SpecError(ProblemsError):
     """Problems with a search space."""
 
@@ -63,6 +67,22 @@ class CertifySpec:
     # Data-dependent smoothing (DDRS): in a space, certify every model a second time with σ_x
     # per point ({} or true: the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
     ddrs: DDRSSettings | None = None
+    # How the base classifier is run (trainables.runtime). Each is declared with its type,
+    # default, allowed values and help (the CLI reads the help from here); all three can change
+    # the votes, so any non-default value is part of cert_id (see there).
+    precision: str = field(default="fp32", metadata={
+        "choices": PRECISIONS,
+        "help": "Numeric precision of the base classifier's forward passes: fp32, bf16 or fp16 "
+                "(autocast; fp16 needs CUDA, bf16 a GPU or CPU with bf16 support). The "
+                "certificate is of the classifier as run: deploy it (PREDICT) at the same one.",
+    })  # fmt: skip
+    channels_last: bool = field(default=False, metadata={
+        "help": "Run the base classifier in channels-last (NHWC) memory layout.",
+    })  # fmt: skip
+    compile: bool = field(default=False, metadata={
+        "help": "torch.compile the base classifier (runs eagerly, with a warning, where it "
+                "cannot compile).",
+    })  # fmt: skip
 
     def problems(self) -> list[str]:
         p = type_problems(self)
@@ -80,22 +100,52 @@ class CertifySpec:
             p.append(f"sigma must be > 0 (got {self.sigma})")
         if self.ddrs is not None:
             p += [f"ddrs.{q}" for q in self.ddrs.problems()]
+        if self.precision not in PRECISIONS:
+            p.append(f"unknown precision {self.precision!r} (valid: {', '.join(PRECISIONS)})")
         return p
 
     @property
     def cert_id(self) -> str:
-        """Names the settings in file paths; new settings give new files, old rows stay."""
+        """Names the settings in file paths; new settings give new files, old rows stay.
+
+        The defaults (fp32, NCHW, eager) add nothing, so every id written before these settings
+        existed still names its files. Otherwise `_prec-<p>`, `_cl` and `_compiled` are added,
+        because each can change the votes: a certificate is of the base classifier as it was
+        run, and rows of different runs must not pool. bf16/fp16 obviously; channels_last and
+        compile too: measured on this project's AVX2 CPU (oneDNN), both give logits that differ
+        from NCHW eager ones in the last bits, so a vote near a decision boundary can flip."""
         sigma = "train" if self.sigma is None else f"{self.sigma:g}"
         mp = "all" if self.max_points is None else self.max_points
         fixed = (
             f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
         )
+        fixed += "".join(f"_{t}" for t in self.run_tags)
         return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
+
+    @property
+    def run_tags(self) -> tuple[str, ...]:
+        """The cert_id segments of the non-default run settings (none at the defaults)."""
+        tags = () if self.precision == "fp32" else (f"prec-{self.precision}",)
+        return tags + ("cl",) * self.channels_last + ("compiled",) * self.compile
 
     def variants(self) -> list[CertifySpec]:
         """The settings a run certifies with: fixed σ, and data-dependent σ too if `ddrs`."""
         fixed = dataclasses.replace(self, ddrs=None)
         return [fixed] if self.ddrs is None else [fixed, self]
+
+
+def run_settings(cert_id: str) -> str:
+    """How the base classifier of a certification setting was run, from its cert_id: e.g.
+    "fp32" or "bf16, channels_last, compiled" (the inverse of `CertifySpec.run_tags`)."""
+    parts = cert_id.split("_")
+    precision = next((p[5:] for p in parts if p.startswith("prec-")), "fp32")
+    names = {"cl": "channels_last", "compiled": "compiled"}
+    return ", ".join([precision] + [names[p] for p in parts if p in names])
+
+
+def field_help(cls: type, name: str) -> str:
+    """The help string declared with a settings field (for the CLI)."""
+    return next(f.metadata["help"] for f in fields(cls) if f.name == name)
 
 
 ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)

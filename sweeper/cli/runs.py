@@ -32,7 +32,7 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.spec import available_spaces, load_space
+from sweeper.spec import CertifySpec, available_spaces, field_help, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from trainables.config import DDRSSettings, ProblemsError
 
@@ -302,6 +302,19 @@ def certify(
     ddrs_samples: Annotated[
         int | None, typer.Option("--ddrs-samples", help="Noise draws per OptimizeSigma step (1).")
     ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option("--precision", help=field_help(CertifySpec, "precision") + " [fp32]"),
+    ] = None,
+    channels_last: Annotated[
+        bool | None,
+        typer.Option("--channels-last/--no-channels-last",
+                     help=field_help(CertifySpec, "channels_last")),
+    ] = None,  # fmt: skip
+    compile: Annotated[
+        bool | None,
+        typer.Option("--compile/--no-compile", help=field_help(CertifySpec, "compile")),
+    ] = None,
     wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
 ) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
@@ -318,6 +331,9 @@ def certify(
         "max_points": max_points,
         "shard_size": shard_size,
         "batch_size": batch_size,
+        "precision": precision,
+        "channels_last": channels_last,
+        "compile": compile,
     }
     overrides = {k: v for k, v in flags.items() if v is not None}
     ddrs_flags = {"iterations": ddrs_iterations, "lr": ddrs_lr, "samples": ddrs_samples}
