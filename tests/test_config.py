@@ -86,10 +86,10 @@ def test_name_tuples_are_consistent():
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
     assert tuple(METHOD_FIELDS) == METHODS
     assert OPTIONAL_FIELDS <= ALL_FIELDS
-    assert ENVIRONMENT_FIELDS == {
+    assert {
         "data_dir", "download", "num_workers", "pseudo_data", "channels_last", "compile",
         "data_pipeline",
-    }  # fmt: skip
+    } == ENVIRONMENT_FIELDS  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- validation

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.config import DDRSSettings
 from trainables import runtime
+from trainables.config import DDRSSettings
 from trainables.ddrs import optimize_sigma
 from trainables.smoothing import ABSTAIN, Smooth
 

@@ -308,9 +308,10 @@ def certify(
     ] = None,
     channels_last: Annotated[
         bool | None,
-        typer.Option("--channels-last/--no-channels-last",
-                     help=field_help(CertifySpec, "channels_last")),
-    ] = None,  # fmt: skip
+        typer.Option(
+            "--channels-last/--no-channels-last", help=field_help(CertifySpec, "channels_last")
+        ),
+    ] = None,
     compile: Annotated[
         bool | None,
         typer.Option("--compile/--no-compile", help=field_help(CertifySpec, "compile")),
