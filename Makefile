@@ -37,13 +37,21 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
 
-# `sweeper bench` stores this machine's throughput for dry runs' cost estimates.
+# `sweeper bench` stores this machine's throughput for dry runs' cost estimates. The speed
+# benchmarks (certify vs the reference loop, the SmoothAdv step vs train_pgd.py, the data
+# pipeline, the GPU script) take about an hour on a 2-core CPU at full size;
+# `make bench SMOKE=--smoke` runs them at their small sizes (~10 min).
+SMOKE ?=
 bench: $(STAMP)
-	$(BIN)/sweeper bench
-	$(BIN)/python benchmarks/certify_throughput.py
-	$(BIN)/python benchmarks/method_cost.py
-	$(BIN)/python benchmarks/envelope_speed.py
-	$(BIN)/python benchmarks/launcher_overhead.py
+	$(BIN)/sweeper bench $(SMOKE)
+	$(BIN)/python benchmarks/certify_throughput.py $(SMOKE)
+	$(BIN)/python benchmarks/method_cost.py $(SMOKE)
+	$(BIN)/python benchmarks/envelope_speed.py $(SMOKE)
+	$(BIN)/python benchmarks/launcher_overhead.py $(SMOKE)
+	$(BIN)/python benchmarks/certify_speed.py $(SMOKE)
+	$(BIN)/python benchmarks/train_speed.py $(SMOKE)
+	$(BIN)/python benchmarks/data_pipeline.py $(SMOKE)
+	$(BIN)/python benchmarks/gpu.py $(SMOKE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
