@@ -134,6 +134,15 @@ class CertifySpec:
         return [fixed] if self.ddrs is None else [fixed, self]
 
 
+def precision_problem(certify: CertifySpec, resources: Resources) -> str | None:
+    """fp16 certification where the tasks get no GPU: every shard would fail on its worker."""
+    if certify.precision == "fp16" and not resources.gpu:
+        return ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
+                "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
+                "instructions)")  # fmt: skip
+    return None
+
+
 def run_settings(cert_id: str) -> str:
     """How the base classifier of a certification setting was run, from its cert_id: e.g.
     "fp32" or "bf16, channels_last, compiled" (the inverse of `CertifySpec.run_tags`)."""
@@ -341,6 +350,8 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
     base = expansion_problems(spec)
     smoked = [p for p in expansion_problems(spec.smoked(), prefix) if p[len(prefix) :] not in base]
     problems = list(dict.fromkeys(problems + base + smoked))
+    if (problem := precision_problem(certify, resources)) is not None:
+        problems.append(problem)
     return (None, problems) if problems else (spec, [])
 
 

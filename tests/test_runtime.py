@@ -244,3 +244,26 @@ def test_smoothadv_attack_computes_input_gradients_only():
     with ConvBackwardMasks() as step:
         nn.functional.cross_entropy(model(x), y).backward()
     assert step.masks and all(m[1] for m in step.masks)
+
+
+def test_fp16_certification_without_a_gpu_is_bad_input(tmp_path):
+    from sweeper.grid import expand
+    from sweeper.spec import load_space, parse_spec
+    from sweeper.storage import write_sweep
+    from trainables.trial_status import write_status
+
+    raw = {"fixed": {"dataset": "digits", "method": "gaussian"}, "grids": [{"name": "g"}],
+           "resources": {"cpu": 1, "gpu": 0}, "certify": {"precision": "fp16"}}  # fmt: skip
+    message = ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
+               "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
+               "instructions)")  # fmt: skip
+    assert parse_spec("x", raw) == (None, [message])
+    assert parse_spec("x", {**raw, "resources": {"cpu": 1, "gpu": 1}})[1] == []
+    exp = Experiment(str(tmp_path), "digits")
+    trials = expand(load_space("digits"))
+    write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
+    write_status(exp.trial_dir(trials[0].trial_id), trials[0], "finished", trials[0].epochs, {})
+    result = CliRunner().invoke(
+        app, ["certify", "digits", "--precision", "fp16", "--storage", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and result.stderr.strip().splitlines()[-1] == f"error: {message}"

@@ -32,7 +32,13 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.spec import CertifySpec, available_spaces, field_help, load_space
+from sweeper.spec import (
+    CertifySpec,
+    available_spaces,
+    field_help,
+    load_space,
+    precision_problem,
+)
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from trainables.config import DDRSSettings, ProblemsError
 
@@ -216,6 +222,8 @@ def run_grid(
         dry_run_report(plan, cpu_only, address, gpus)
         return
     resources = effective_resources(plan.spec.resources, cpu_only)
+    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
+        fail([problem])
     if restart_:
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
@@ -362,6 +370,8 @@ def certify(
             ]
         )
     resources = effective_resources(plan.spec.resources, cpu_only)
+    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
+        fail([problem])
     console.print(
         f"certifying {len(ready)} finished trials ({len(plan.trials) - len(ready)} not finished) with {plan.spec.certify.cert_id}"
     )
