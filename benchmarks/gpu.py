@@ -12,9 +12,9 @@ exits 0):
     the GPU, votes counted there) on one CIFAR-shaped input, for every precision x
     channels_last x compile x forward batch size, with the share of the GPU's peak FLOP/s
     that is: 2 x multiply-accumulates per sample (`sweeper.throughput.MACS`) x samples/s,
-    against the peak of a large matmul measured here in the same precision (PyTorch's
-    defaults: fp32 convolutions may use TF32 on Ampere and newer) and, for GPUs in the
-    table below, the datasheet's dense peak.
+    against the peak of a large matmul measured here in the same precision (fp32: with TF32
+    where cuDNN's convolutions use it, PyTorch's default on Ampere and newer) and, for GPUs
+    in the table below, the datasheet's dense peak (TF32 likewise).
 [2] Fractional packing: k certification processes on this one GPU at once (the space's
     `gpu: 1/k`), each running the best setting of [1] for `--seconds`; aggregate samples/s
     and its ratio to one process.
@@ -31,10 +31,12 @@ import time
 import torch
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-# Dense peak TFLOP/s from NVIDIA's datasheets: (fp32 without tensor cores, fp16/bf16 tensor).
+# Dense peak TFLOP/s from NVIDIA's datasheets: (fp32, TF32 tensor or None, fp16/bf16 tensor).
+# fp32 convolutions use TF32 where the GPU has it (cuDNN's default in PyTorch).
 DATASHEET = {
-    "H100 SXM": (67.0, 989.0), "H100 PCIe": (51.0, 756.0), "A100": (19.5, 312.0),
-    "A10": (31.2, 125.0), "L4": (30.3, 121.0), "V100": (15.7, 125.0), "T4": (8.1, 65.0),
+    "H100 SXM": (67.0, 495.0, 989.0), "H100 PCIe": (51.0, 378.0, 756.0),
+    "A100": (19.5, 156.0, 312.0), "A10": (31.2, 62.5, 125.0), "L4": (30.3, 60.0, 121.0),
+    "V100": (15.7, None, 125.0), "T4": (8.1, None, 65.0),
 }  # fmt: skip
 
 
@@ -102,23 +104,31 @@ def rate(run, seconds: float) -> float:
 
 
 def matmul_peak(precision: str) -> float:
-    """FLOP/s of a large matmul in `precision` on this GPU (its practical peak)."""
+    """FLOP/s of a large matmul in `precision` on this GPU (its practical peak); fp32 with
+    TF32 allowed exactly where cuDNN's convolutions allow it."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    a = torch.randn(8192, 8192, device="cuda", dtype=dtype)
-    a @ a
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(10):
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        a = torch.randn(8192, 8192, device="cuda", dtype=dtype)
         a @ a
-    torch.cuda.synchronize()
-    return 10 * 2 * 8192**3 / (time.perf_counter() - start)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+        return 10 * 2 * 8192**3 / (time.perf_counter() - start)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def datasheet_peak(precision: str) -> float | None:
     name = torch.cuda.get_device_name()
-    for key, (fp32, tensor) in DATASHEET.items():
+    for key, (fp32, tf32, half) in DATASHEET.items():
         if all(part in name for part in key.split()):
-            return 1e12 * (fp32 if precision == "fp32" else tensor)
+            if precision != "fp32":
+                return 1e12 * half
+            return 1e12 * (tf32 if tf32 and torch.backends.cudnn.allow_tf32 else fp32)
     return None
 
 
