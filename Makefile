@@ -39,19 +39,20 @@ lint: $(STAMP)
 
 # `sweeper bench` stores this machine's throughput for dry runs' cost estimates. The speed
 # benchmarks (certify vs the reference loop, the SmoothAdv step vs train_pgd.py, the data
-# pipeline, the GPU script) take about an hour on a 2-core CPU at full size;
-# `make bench SMOKE=--smoke` runs them at their small sizes (~10 min).
-SMOKE ?=
+# pipeline, the GPU script) take over an hour on a 2-core CPU at full size;
+# `make bench SMOKE=1` runs every benchmark at its small size.
+SMOKE_FLAG = $(if $(SMOKE),--smoke,)
 bench: $(STAMP)
-	$(BIN)/sweeper bench $(SMOKE)
-	$(BIN)/python benchmarks/certify_throughput.py $(SMOKE)
-	$(BIN)/python benchmarks/method_cost.py $(SMOKE)
-	$(BIN)/python benchmarks/envelope_speed.py $(SMOKE)
-	$(BIN)/python benchmarks/launcher_overhead.py $(SMOKE)
-	$(BIN)/python benchmarks/certify_speed.py $(SMOKE)
-	$(BIN)/python benchmarks/train_speed.py $(SMOKE)
-	$(BIN)/python benchmarks/data_pipeline.py $(SMOKE)
-	$(BIN)/python benchmarks/gpu.py $(SMOKE)
+	$(BIN)/sweeper bench $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/certify_throughput.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/method_cost.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/envelope_speed.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/launcher_overhead.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/sweep_scale.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/certify_speed.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/train_speed.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/data_pipeline.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/gpu.py $(SMOKE_FLAG)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -120,13 +120,15 @@ def synthetic_table(models: int, points: int, seed: int = 0) -> pa.Table:
     data = certify_columns(sigma, rng.uniform(0.2, 0.9, models), points, rng)
     data.update({"n0": np.full(len(rows), N0), "n": np.full(len(rows), N)})
     data["alpha"] = np.full(len(rows), ALPHA)
-    keys = {k: [d[k] for d in ids] for k in ids[0]}
+    keys = {k: [d.get(k) for d in ids] for k in set().union(*ids)}  # gaussian: no attack keys
     keys.update({"experiment": ["cifar10"] * models, "cert_id": [CERT_ID] * models})
     take = pa.array(rows)
     arrays = [
         pa.array(keys[f.name], f.type).take(take)
         if f.name in keys
         else pa.array(data.pop(f.name), f.type)
+        if f.name in data
+        else pa.nulls(len(rows), f.type)  # hyperparameters no trial of the grid uses
         for f in SCHEMA
     ]
     return pa.table(arrays, schema=SCHEMA)

@@ -54,11 +54,13 @@ def step_passes(cfg: TrialConfig, attacked: bool = True) -> int:
 
 
 def attack_epochs(cfg: TrialConfig) -> int:
-    """Epochs whose ε is > 0: none for ε = 0; with a warm-up (warmup_epochs > 1) ε is 0 in
-    the first epoch (`trainables.methods.base.warmup_factor`)."""
+    """Epochs whose ε is > 0: none for ε = 0; every epoch under the reference warm-up (ε/W in
+    the first); all but the first under the paper's (0 in the first epoch; see
+    `trainables.methods.base.warmup_factor`)."""
     if cfg.method not in ATTACKED or not cfg.epsilon:
         return 0
-    return cfg.epochs - (1 if (cfg.warmup_epochs or 0) > 1 else 0)
+    paper = cfg.warmup_schedule == "paper" and (cfg.warmup_epochs or 0) > 1
+    return cfg.epochs - (1 if paper else 0)
 
 
 def train_inputs(cfg: TrialConfig) -> int:

@@ -1,13 +1,14 @@
 """Empirical robustness as Ray tasks (SmoothAdv, Salman et al. 2019, section 4.2).
 
 Each finished model is attacked with SmoothAdv-PGD at every (ε, m_test) of the space's
-`empirical` block, and each attacked input is classified with PREDICT. Like certification,
-a model's test subset is cut into shards; one task per (model, setting, shard) loads the
-checkpoint once, attacks its points and writes one Parquet file atomically to
+`empirical` block, and each attacked input is classified with PREDICT. It is a stage of the
+sharded-stage engine (`sweeper.shards`), like certification: one task per (model, setting,
+shard) loads the checkpoint once and attacks its points; the engine writes
 
     <experiment>/empirical/<trial_id>/<emp_id>/shard-00003-of-00010.parquet
 
-where `emp_id` names the setting, so new settings add files and existing shards are skipped.
+(compacted once complete), where `emp_id` names the setting, so new settings add files and
+existing shards are skipped.
 One row per point per setting per model: the trial's identity columns (as in certification
 rows), the attack (epsilon_attack, m_test, steps_attack, estimator) and PREDICT (n, alpha)
 settings, and idx, label, predict (−1 = abstain), correct, perturbation_norm, time_s.
@@ -23,7 +24,6 @@ functions that run attacks, so reading results stays light.
 
 from __future__ import annotations
 
-import functools
 import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sweeper.results import ResultsError, identity_fields, missing_shards, read_tables, write_shard
+from sweeper.results import ResultsError, identity_fields
+from sweeper.shards import Outcome, Shard, Stage, StageRunner, Work
 from sweeper.spec import CertifySpec, EmpiricalSpec, Resources
-from sweeper.storage import SHARD_RE, Experiment, index_chunks, shard_name
+from sweeper.storage import Experiment
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -87,14 +88,9 @@ class EmpiricalSetting:
         )
         return f"{attack}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
 
-
-@dataclass(frozen=True)
-class EmpiricalShard:
-    trial_id: str
-    emp_id: str
-    index: int
-    count: int
-    indices: tuple[int, ...]  # positions in the test split
+    @property
+    def setting_id(self) -> str:  # what the sharded-stage engine calls it
+        return self.emp_id
 
 
 def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting]:
@@ -118,34 +114,6 @@ def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting
             s = EmpiricalSetting(eps, *attack, **common)
             out.setdefault(s.emp_id, s)
     return list(out.values())
-
-
-def empirical_dir(exp: Experiment) -> str:
-    return fileio.join(exp.root, "empirical")
-
-
-def shard_path(exp: Experiment, shard: EmpiricalShard) -> str:
-    name = shard_name(shard.index, shard.count)
-    return fileio.join(empirical_dir(exp), shard.trial_id, shard.emp_id, name)
-
-
-def plan_shards(cfg: TrialConfig, setting: EmpiricalSetting, num_test: int) -> list[EmpiricalShard]:
-    """The shards of one model under one setting: every `skip`-th test point, at most
-    `max_points`, `shard_size` per shard (the same points as certification with the same
-    skip and max_points)."""
-    chunks = index_chunks(num_test, setting.skip, setting.max_points, setting.shard_size)
-    return [
-        EmpiricalShard(cfg.trial_id, setting.emp_id, k, len(chunks), c)
-        for k, c in enumerate(chunks)
-    ]
-
-
-def shards_to_do(exp: Experiment, cfg: TrialConfig, setting: EmpiricalSetting) -> tuple[int, list]:
-    """(shards planned, the shards whose file does not exist yet)."""
-    from sweeper.certify import test_size
-
-    planned = plan_shards(cfg, setting, test_size(cfg.dataset, cfg.data_dir))
-    return len(planned), [s for s in planned if not fileio.exists(shard_path(exp, s))]
 
 
 # ------------------------------------------------------------------------------ the task
@@ -191,30 +159,26 @@ def _now(device) -> float:
     return time.perf_counter()
 
 
-def attack_shard(exp: Experiment, shard: EmpiricalShard, setting: EmpiricalSetting,
-                 cpus: float) -> int:  # fmt: skip
-    """Attack and PREDICT one shard's points and write its Parquet file atomically; returns
-    the rows written (0: the file existed). Smoothing σ = the model's training σ; the noise
-    comes from a generator seeded by (trial_id, emp_id, shard), so a rerun draws the same."""
+def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus: float) -> pa.Table:
+    """Attack and PREDICT one shard's points (on a worker): its rows. Smoothing σ = the
+    model's training σ; the noise comes from a generator seeded by (trial_id, emp_id, shard),
+    so a rerun draws the same."""
     import torch
 
     from trainables import checkpoint
     from trainables.certification import seed_for
-    from trainables.datasets import INFO, load_dataset
+    from trainables.config import NUM_CLASSES
+    from trainables.datasets import load_dataset
 
-    out = shard_path(exp, shard)
-    if fileio.exists(out):
-        return 0
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     generator = torch.Generator(device=device).manual_seed(
-        seed_for(shard.trial_id, shard.emp_id, shard.index)
+        seed_for(shard.trial_id, shard.setting_id, shard.index)
     )
-    num_classes = INFO[cfg.dataset].num_classes
     cols = attack_points(
-        model, dataset, shard.indices, setting, cfg.sigma, num_classes, generator, device
+        model, dataset, shard.indices, setting, cfg.sigma, NUM_CLASSES[cfg.dataset], generator, device
     )
     metadata = {
         "empirical_backend": f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}",
@@ -222,8 +186,7 @@ def attack_shard(exp: Experiment, shard: EmpiricalShard, setting: EmpiricalSetti
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
     }
-    write_shard(empirical_table(cfg, exp.name, setting, cols, metadata), out)
-    return len(cols["idx"])
+    return empirical_table(cfg, exp.name, setting, cols, metadata)
 
 
 def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting,
@@ -247,125 +210,58 @@ def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting
     return table.replace_schema_metadata(meta)
 
 
-# ------------------------------------------------------------------------------ on Ray
-@dataclass(frozen=True)
-class EmpiricalOutcome:
-    failures: list[tuple[str, str]]  # (trial_id, message)
-    interrupted: bool = False
+def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
+    """Rows no attack could have written (the engine names and drops their file)."""
+    from sweeper.stage_reader import float_column, prediction_checks
+
+    eps, norm = float_column(table, "epsilon_attack"), float_column(table, "perturbation_norm")
+    return [
+        *prediction_checks(table),
+        (~np.isfinite(eps) | (eps < 0), "an attack radius that is negative, NaN or infinite"),
+        (~np.isfinite(norm) | (norm < 0) | (norm > eps * (1 + 1e-6) + 1e-6),
+         "a perturbation outside the attack's ball"),
+    ]  # fmt: skip
 
 
-@functools.cache
-def _remote(gpu: bool):
-    import ray
-
-    # GPU tasks keep their worker (and its CUDA context), as certification's do.
-    return ray.remote(max_retries=2, **({"max_calls": 0} if gpu else {}))(attack_shard)
-
-
-@dataclass
-class EmpiricalRunner:
-    """Submits one Ray task per missing shard of each finished trial under every setting
-    and collects the outcomes; a task's failure is recorded, not raised. Events are
-    `sweeper.certify.Event`s, so the certification progress display shows them."""
-
-    exp: Experiment
-    settings: list[EmpiricalSetting]
-    resources: Resources
-    on_event: Callable
-    pending: dict = field(default_factory=dict)  # ObjectRef -> shard
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    done: int = 0
-    total: int = 0
-
-    def submit(self, cfg: TrialConfig) -> int:
-        """Queue every missing shard of a finished trial; returns how many were queued."""
-        task = _remote(bool(self.resources.gpu)).options(
-            num_cpus=self.resources.cpu, num_gpus=self.resources.gpu
-        )
-        queued = 0
-        for setting in self.settings:
-            planned, todo = shards_to_do(self.exp, cfg, setting)
-            self.total += planned
-            self.done += planned - len(todo)
-            for shard in todo:
-                ref = task.remote(self.exp, shard, setting, self.resources.cpu)
-                self.pending[ref] = shard
-            queued += len(todo)
-        self._emit("shards_planned", cfg.trial_id, f"{queued} to do")
-        return queued
-
-    def _emit(self, kind: str, trial_id: str, detail: str) -> None:
-        from sweeper.certify import Event
-
-        self.on_event(Event(kind, trial_id, detail, (self.done, self.total, len(self.failures))))
-
-    def poll(self, timeout: float = 0) -> None:
-        import ray
-
-        if not self.pending:
-            return
-        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
-        for ref in ready:
-            shard = self.pending.pop(ref)
-            try:
-                ray.get(ref)
-            except Exception as e:  # reported in the outcome
-                text = str(e).strip()
-                self.failures.append(
-                    (shard.trial_id, text.splitlines()[-1] if text else type(e).__name__)
-                )
-                self._emit("shard_failed", shard.trial_id, self.failures[-1][1])
-                continue
-            self.done += 1
-            self._emit("shard_done", shard.trial_id, f"{shard.index + 1}/{shard.count}")
-
-    def wait(self, poll_every: float = 0.5) -> None:
-        while self.pending:
-            self.poll(timeout=poll_every)
-
-    def cancel(self) -> None:
-        import ray
-
-        for ref in self.pending:
-            ray.cancel(ref, force=True)
-        self.pending.clear()
+CHECKED = ("dataset", "label", "predict", "correct", "epsilon_attack", "perturbation_norm")
+EMPIRICAL = Stage("empirical", "emp_id", EMPIRICAL_SCHEMA, attack_shard, None, False, check, CHECKED)
 
 
 def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[EmpiricalSetting],
-                  resources: Resources, on_event: Callable) -> EmpiricalOutcome:  # fmt: skip
+                  resources: Resources, on_event: Callable) -> Outcome:  # fmt: skip
     """Attack every finished trial in `trials` under every setting; Ray must be initialized.
     Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted."""
-    runner = EmpiricalRunner(exp, settings_, resources, on_event)
+    runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)
     try:
         for cfg in trials:
             runner.submit(cfg)
         runner.wait()
     except KeyboardInterrupt:
         runner.cancel()
-        return EmpiricalOutcome(list(runner.failures), interrupted=True)
-    return EmpiricalOutcome(list(runner.failures))
+        return Outcome(runner.failure_rows(), interrupted=True)
+    runner.finish()
+    return Outcome(runner.failure_rows())
 
 
 # ------------------------------------------------------------------------------ reading
 @dataclass
 class EmpiricalResults:
-    frame: pd.DataFrame  # every row of every shard found (EMPIRICAL_SCHEMA columns)
+    frame: pd.DataFrame  # every valid row (EMPIRICAL_SCHEMA columns)
     files: list[str]
     # (trial_id, emp_id) -> shard numbers missing from a setting that has some shards
     missing_shards: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
 
 
 def load_empirical(exp: Experiment) -> EmpiricalResults:
-    """Every empirical row of an experiment (an empty frame if none was written). Raises
-    ResultsError naming the experiment if it does not exist, or the file if one is corrupt."""
+    """Every valid empirical row of an experiment (an empty frame if none was written).
+    Raises ResultsError naming the experiment if it does not exist."""
+    from sweeper.stage_reader import read_stage
+
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
-    files = [f for f in fileio.list_files(empirical_dir(exp), ".parquet") if SHARD_RE.search(f)]
-    try:
-        table = read_tables(files, EMPIRICAL_SCHEMA)
-    except ResultsError as e:
-        raise ResultsError(str(e).replace("`sweeper certify`", "`sweeper empirical`")) from None
-    return EmpiricalResults(table.to_pandas(), files, missing_shards(files))
+    rows = read_stage(exp, EMPIRICAL)
+    return EmpiricalResults(rows.table.to_pandas(), rows.files, rows.missing, rows.invalid)
 
 
 def model_accuracy(frame: pd.DataFrame) -> pd.DataFrame:

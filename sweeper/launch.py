@@ -29,19 +29,33 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from sweeper.capacity import Capacity, per_process
-from sweeper.certify import Certifier, Event
+from sweeper.certify import CERTIFY
 from sweeper.plan import is_finished
+from sweeper.shards import Event, Stage, StageRunner, Work, test_size
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables.config import ProblemsError, TrialConfig
 from trainables.trial_status import read_status, write_status
-from trainables.tune_trial import FAULT_ENV, run_trial
 
 log = logging.getLogger(__name__)
+# = trainables.tune_trial.FAULT_ENV (a test hook; spelled here so the driver needs no torch)
+FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
 
 
 class LaunchError(ProblemsError):
     """The cluster cannot run the sweep."""
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    """What runs on the workers: the Tune trainable, the certification stage and how the
+    number of test points is found. The defaults are the real ones; benchmarks/sweep_scale.py
+    drives the launcher with stand-ins that do no heavy compute (a documented substitute at
+    this boundary, so everything else is the real control plane)."""
+
+    trainable: Callable | None = None  # None: trainables.tune_trial.run_trial (imports torch)
+    certify: Stage = CERTIFY
+    sizer: Callable[[str, str | None], int] = test_size
 
 
 @dataclass(frozen=True)
@@ -59,7 +73,7 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)  # trial_id -> error message
     blocked: dict[str, str] = field(default_factory=dict)  # trial_id -> its failed parent
     interrupted: bool = False
-    certify_failures: list[tuple[str, str]] = field(default_factory=list)
+    certify_failures: list[tuple[str, str, str]] = field(default_factory=list)  # tid, stage, error
 
 
 # ---------------------------------------------------------------------------- the cluster
@@ -140,7 +154,7 @@ class _SweepCallback(tune.Callback):
     def __init__(
         self,
         exp: Experiment,
-        certifier: Certifier,
+        certifier: StageRunner,
         outcome: Outcome,
         on_event: Callable[[Event], None],
         room: tuple[Capacity, int] | None = None,
@@ -223,15 +237,22 @@ def _sigterm_as_sigint() -> Iterator[None]:
         yield
 
 
+def _run_trial() -> Callable:
+    from trainables.tune_trial import run_trial  # torch: only a driver that trains imports it
+
+    return run_trial
+
+
 def _tuner(
-    exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions, callback
-):
+    exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions,
+    callback, trainable: Callable,
+):  # fmt: skip
     # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
     cpus = ray.cluster_resources().get("CPU", 1.0)
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(200, int(cpus * 1.1))))
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, experiment_root=exp.root),
+        tune.with_parameters(trainable or _run_trial(), experiment_root=exp.root),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
     run_config = tune.RunConfig(
@@ -259,18 +280,18 @@ def run_sweep(
     options: LaunchOptions,
     on_event: Callable[[Event], None],
     room: Capacity | None = None,
+    plane: DataPlane = DataPlane(),
 ) -> Outcome:
     """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
     `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
     the autoscaler request (`sweeper.capacity`), shrinks as trials end."""
     outcome = Outcome()
-    certifier = Certifier(
-        exp, certify.variants(), per_process(resources, [*to_train, *finished]), on_event
-    )
+    resources_task = per_process(resources, [*to_train, *finished])
+    certifier = _certifier(exp, certify, resources_task, on_event, plane)
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
-        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
+        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}  # fmt: skip
         parents = {t.init_from for t in to_train if t.init_from}
         done = {t.trial_id for t in finished} | {
             p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
@@ -279,7 +300,7 @@ def run_sweep(
         shrink = (room, len(to_train)) if room is not None else None
         callback = _SweepCallback(exp, certifier, outcome, on_event, shrink)
         with _sigterm_as_sigint():
-            _tuner(exp, searcher, resources, options, callback).fit()
+            _tuner(exp, searcher, resources, options, callback, plane.trainable).fit()
         outcome.blocked = searcher.blocked()
     ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
     outcome.interrupted = any(t.trial_id not in ended for t in to_train)
@@ -287,8 +308,16 @@ def run_sweep(
         certifier.cancel()
     else:
         certifier.wait()
-    outcome.certify_failures = list(certifier.failures)
+        certifier.finish()
+    outcome.certify_failures = certifier.failure_rows()
     return outcome
+
+
+def _certifier(exp: Experiment, certify: CertifySpec, resources: Resources, on_event,
+               plane: DataPlane = DataPlane()) -> StageRunner:  # fmt: skip
+    """Certification of every finished model under each setting (fixed σ, and DDRS if asked)."""
+    work = [Work(plane.certify, spec) for spec in certify.variants()]
+    return StageRunner(exp, work, resources, on_event, plane.sizer)
 
 
 def certify_trials(
@@ -300,13 +329,14 @@ def certify_trials(
 ) -> Outcome:
     """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
     outcome = Outcome()
-    certifier = Certifier(exp, certify.variants(), per_process(resources, trials), on_event)
+    certifier = _certifier(exp, certify, per_process(resources, trials), on_event)
     for cfg in trials:
         certifier.submit(cfg)
     try:
         certifier.wait()
+        certifier.finish()
     except KeyboardInterrupt:
         certifier.cancel()
         outcome.interrupted = True
-    outcome.certify_failures = list(certifier.failures)
+    outcome.certify_failures = certifier.failure_rows()
     return outcome

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import typing
-from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
 import pandas as pd
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.storage import SHARD_RE, Experiment
+from sweeper.storage import Experiment
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -38,10 +37,17 @@ CERT_COLUMNS = [
     ("radius", pa.float64()),  # 0 when abstaining
     ("correct", pa.bool_()),
     ("time_s", pa.float64()),
+    # Data-dependent models, once their memory pass has run: the Monte-Carlo certificates
+    # (predict/radius/correct then hold the sound, memory-adjusted ones); null otherwise.
+    ("predict_raw", pa.int64()),
+    ("radius_raw", pa.float64()),
+    ("correct_raw", pa.bool_()),
+    ("memory_changed", pa.bool_()),
 ]
+RAW = ("predict_raw", "radius_raw", "correct_raw", "memory_changed")
 MODEL_KEY = ["trial_id", "cert_id"]
-# Written by the DDRS memory pass (sweeper.memory), one file per data-dependent model.
-MEMORY_FILE = "memory.parquet"
+# Written by the DDRS memory pass before compaction existed, one file per data-dependent
+# model (certify/<trial_id>/<cert_id>/memory.parquet); read for models not compacted yet.
 MEMORY_SCHEMA = pa.schema(
     [
         ("trial_id", pa.string()),
@@ -103,6 +109,8 @@ def shard_table(
     data.update({k: [v] * rows for k, v in constants.items()})
     data.update(columns)
     data.setdefault("smoothing", ["fixed"] * rows)
+    for name in RAW:
+        data.setdefault(name, [None] * rows)
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)
     meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
     return table.replace_schema_metadata(meta)
@@ -117,40 +125,24 @@ def write_shard(table: pa.Table, location: str) -> None:
 
 @dataclass
 class Results:
-    """Every row of every shard found. For data-dependent models (smoothing ==
+    """Every valid certification row found. For data-dependent models (smoothing ==
     "data-dependent") predict/radius/correct are the memory-adjusted, sound values and the
     Monte-Carlo ones are kept as predict_raw/radius_raw/correct_raw; `sound` is False for
     rows of such models whose memory pass has not run yet."""
 
     frame: pd.DataFrame
-    files: list[str]
+    files: list[str]  # compacted and shard files whose rows are in the frame
     # (trial_id, cert_id) -> shard numbers missing from a model that has some shards
     missing_shards: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
 
     @property
     def models(self) -> int:
         return 0 if self.frame.empty else int(self.frame.groupby(MODEL_KEY).ngroups)
 
 
-def shard_files(exp: Experiment) -> list[str]:
-    return [f for f in fileio.list_files(exp.certify_dir, ".parquet") if SHARD_RE.search(f)]
-
-
-def missing_shards(files: list[str]) -> dict[tuple[str, str], list[int]]:
-    """Per model, the shard numbers absent from the `shard-k-of-K` sequence."""
-    seen: dict[tuple[str, str], set[int]] = defaultdict(set)
-    total: dict[tuple[str, str], int] = {}
-    for f in files:
-        parts = f.replace("\\", "/").split("/")
-        key = (parts[-3], parts[-2])
-        m = SHARD_RE.search(parts[-1])
-        seen[key].add(int(m.group(1)))
-        total[key] = int(m.group(2))
-    return {k: sorted(set(range(total[k])) - s) for k, s in seen.items() if len(s) < total[k]}
-
-
 def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
-    """All files as one table; a file that is not valid Parquet is named in the error."""
+    """Files of one kind as one table; a file that is not valid Parquet is named in the error."""
     if not files:
         return schema.empty_table()
     fs, _ = fileio.filesystem(files[0])
@@ -165,30 +157,46 @@ def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
             tables.append(pq.read_table(p, filesystem=fs, schema=schema))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
             reason = str(e).splitlines()[0]
-            raise ResultsError(
-                f"corrupt results file {f}: {reason}; delete it and run `sweeper certify` to redo it"
-            ) from None
+            raise ResultsError(f"corrupt results file {f}: {reason}") from None
     return pa.concat_tables(tables)
 
 
-def load_results(exp: Experiment) -> Results:
-    """Every certification row of an experiment, with the shards that are missing."""
+def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
+    """Every valid certification row of an experiment (only `columns`, if given, plus what
+    validation and the DDRS columns need), with the shards still missing and the files left
+    out as invalid."""
+    from sweeper.certify import CERTIFY
+    from sweeper.stage_reader import read_stage
+
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
-    files = shard_files(exp)
-    frame = read_tables(files).to_pandas()
+    wanted = None if columns is None else [*columns, "smoothing", *RAW]
+    rows = read_stage(exp, CERTIFY, wanted)
+    frame = rows.table.to_pandas()
     frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS
-    memory = read_tables(fileio.list_files(exp.certify_dir, MEMORY_FILE), MEMORY_SCHEMA)
-    return Results(apply_memory(frame, memory.to_pandas()), files, missing_shards(files))
+    memory = read_tables([f.path for f in rows.memory], MEMORY_SCHEMA)
+    frame = apply_memory(frame, memory.to_pandas())
+    return Results(frame, rows.files, rows.missing, rows.invalid)
 
 
 def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
-    """Put the memory pass's sound certificates in place of the raw ones (see `Results`)."""
+    """Sound certificates in predict/radius/correct, Monte-Carlo ones in *_raw (see
+    `Results`): compacted data-dependent rows have both already; rows of models certified
+    before compaction existed take them from their legacy memory file."""
+    memory = memory.rename(columns={"memory_changed": "changed_memory"})
     frame = frame.merge(memory, on=["trial_id", "cert_id", "idx"], how="left")
-    dependent = (frame["smoothing"] == "data-dependent").to_numpy()
-    adjusted = frame["predict_memory"].notna().to_numpy()
-    frame["sound"] = ~dependent | adjusted
+    legacy = frame["predict_memory"].notna().to_numpy()
     for col in ("predict", "radius", "correct"):
-        frame[f"{col}_raw"] = frame[col]
-        frame.loc[adjusted, col] = frame.loc[adjusted, f"{col}_memory"].astype(frame[col].dtype)
-    return frame.drop(columns=["predict_memory", "radius_memory", "correct_memory"])
+        raw = frame[f"{col}_raw"].astype(object)
+        raw[legacy] = frame.loc[legacy, col]  # the Monte-Carlo value, before the override
+        missing = raw.isna().to_numpy()  # fixed σ (or no memory pass yet): raw is the value
+        raw[missing] = frame.loc[missing, col]
+        frame[f"{col}_raw"] = raw.astype(frame[col].dtype)
+        frame.loc[legacy, col] = frame.loc[legacy, f"{col}_memory"].astype(frame[col].dtype)
+    changed = frame["memory_changed"].astype(object)
+    changed[legacy] = frame.loc[legacy, "changed_memory"]
+    frame["memory_changed"] = changed
+    adjusted = changed.notna().to_numpy()
+    frame["sound"] = (frame["smoothing"] != "data-dependent").to_numpy() | adjusted
+    return frame.drop(columns=["predict_memory", "radius_memory", "correct_memory",
+                               "changed_memory"])  # fmt: skip

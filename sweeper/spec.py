@@ -88,14 +88,10 @@ class CertifySpec:
         p = type_problems(self)
         if p:
             return p
-        for name in ("n0", "n", "skip", "batch_size", "shard_size"):
-            if getattr(self, name) < 1:
-                p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("max_points", "points_per_batch"):
+        p += stage_problems(self)
+        for name in ("n0", "points_per_batch"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                p.append(f"{name} must be >= 1 or null (got {getattr(self, name)})")
-        if not 0 < self.alpha < 0.5:
-            p.append(f"alpha must be in (0, 0.5) (got {self.alpha})")
+                p.append(f"{name} must be an integer >= 1 (got {getattr(self, name)})")
         if self.sigma is not None and not self.sigma > 0:
             p.append(f"sigma must be > 0 (got {self.sigma})")
         if self.ddrs is not None:
@@ -127,6 +123,10 @@ class CertifySpec:
         """The cert_id segments of the non-default run settings (none at the defaults)."""
         tags = () if self.precision == "fp32" else (f"prec-{self.precision}",)
         return tags + ("cl",) * self.channels_last + ("compiled",) * self.compile
+
+    @property
+    def setting_id(self) -> str:  # what the sharded-stage engine calls it
+        return self.cert_id
 
     def variants(self) -> list[CertifySpec]:
         """The settings a run certifies with: fixed σ, and data-dependent σ too if `ddrs`."""
@@ -195,26 +195,31 @@ class EmpiricalSpec:
     def problems(self) -> list[str]:
         p = _values_problems("epsilons", self.epsilons, float, 0, "a number >= 0")
         p += _values_problems("m_test", self.m_test, int, 1, "an integer >= 1")
-        scalars = [("steps", self.steps)] + [
-            (k, getattr(self, k)) for k in ("n", "skip", "shard_size", "batch_size")
-            if getattr(self, k) is not None
-        ]  # fmt: skip
-        p += [
-            f"{k} must be an integer >= 1 (got {v!r})"
-            for k, v in scalars
-            if not _int_at_least(v, 1)
-        ]
-        mp = self.max_points
-        if not (mp is None or mp == "all" or _int_at_least(mp, 1)):
-            p.append(f"max_points must be an integer >= 1, all or null (got {mp!r})")
-        a = self.alpha
-        if a is not None and (
-            isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < 1
-        ):
-            p.append(f"alpha must be a number in (0, 1) or null (got {a!r})")
+        if not _int_at_least(self.steps, 1):
+            p.append(f"steps must be an integer >= 1 (got {self.steps!r})")
+        p += stage_problems(self)  # null: inherited from certify, checked there
         if self.estimator not in ESTIMATORS:
             p.append(f"unknown estimator {self.estimator!r} (valid: {', '.join(ESTIMATORS)})")
         return p
+
+
+def stage_problems(settings: Any) -> list[str]:
+    """The settings every sharded stage has (certification, the empirical attack), checked by
+    one rule each: n, skip, shard_size, batch_size integers >= 1; max_points an integer >= 1
+    (or "all"/null); alpha in (0, 0.5), a failure probability. A null value is not checked
+    (the empirical block inherits it from certify)."""
+    p = []
+    for name in ("n", "skip", "shard_size", "batch_size"):
+        value = getattr(settings, name)
+        if value is not None and not _int_at_least(value, 1):
+            p.append(f"{name} must be an integer >= 1 (got {value!r})")
+    mp = settings.max_points
+    if not (mp is None or mp == "all" or _int_at_least(mp, 1)):
+        p.append(f"max_points must be an integer >= 1, all or null (got {mp!r})")
+    a = settings.alpha
+    if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < 0.5):
+        p.append(f"alpha must be a number in (0, 0.5) (got {a!r})")
+    return p
 
 
 def _int_at_least(value: Any, low: int) -> bool:

@@ -5,8 +5,17 @@
   lease.json, .lease.lock                      which driver holds the experiment (sweeper.lease)
   tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
   trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
-  certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet
+  certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet    a shard of a model's rows
+  certify/<trial_id>/<cert_id>/compacted-of-00010.parquet      all 10 of them, once complete
+  certify/<trial_id>/<cert_id>/memory.parquet                  (DDRS, written before compaction
+                                                                existed; now folded in)
+  empirical/<trial_id>/<emp_id>/shard-...parquet, compacted-...parquet   the attack stage, alike
+  cache/<stage>.parquet                        the compacted rows of many models in one file
   reports/                                     tables and figures
+
+Every stage (certify, empirical) keeps one directory per model and setting; a glob of
+`<stage>/*/*/*.parquet` is that stage's rows (shards of unfinished models, the compacted file
+of finished ones). This module is the only one that spells paths or reads them back.
 """
 
 from __future__ import annotations
@@ -22,6 +31,29 @@ from trainables import fileio
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
+COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
+STAGES = ("certify", "empirical")
+MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
+_ID = re.compile(r"[0-9a-f]{12}")
+
+
+@dataclass(frozen=True)
+class StageFile:
+    """A file of a stage, as its path says: a shard, a model's compacted rows, or a (legacy)
+    DDRS memory file of one model (trial_id) under one setting (setting_id)."""
+
+    path: str
+    stage: str
+    trial_id: str
+    setting_id: str
+    kind: str  # "shard" | "compacted" | "memory"
+    index: int | None = None  # shard k of `count`
+    count: int | None = None  # shards of the model (a compacted file: how many it folded)
+    size: int = 0  # bytes
+
+    @property
+    def model(self) -> tuple[str, str]:
+        return (self.trial_id, self.setting_id)
 
 
 def shard_name(index: int, count: int) -> str:
@@ -66,7 +98,49 @@ class Experiment:
 
     @property
     def certify_dir(self) -> str:
-        return fileio.join(self.root, "certify")
+        return self.stage_dir("certify")
+
+    def stage_dir(self, stage: str) -> str:
+        return fileio.join(self.root, stage)
+
+    def setting_dir(self, stage: str, trial_id: str, setting_id: str) -> str:
+        return fileio.join(self.root, stage, trial_id, setting_id)
+
+    def compacted_path(self, stage: str, trial_id: str, setting_id: str, count: int) -> str:
+        """The model's rows once all `count` shards are folded together."""
+        name = f"compacted-of-{count:05d}.parquet"
+        return fileio.join(self.setting_dir(stage, trial_id, setting_id), name)
+
+    def cache_path(self, stage: str) -> str:
+        return fileio.join(self.root, "cache", f"{stage}.parquet")
+
+    def stage_files(self, stage: str, within: str | None = None) -> list[StageFile]:
+        """Every shard, compacted and memory file of `stage` (of one model and setting if
+        `within` is its setting directory), from one listing; anything else is ignored."""
+        out = []
+        for f, size in sorted(fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()):
+            parsed = self.parse_stage_file(stage, f, size)
+            if parsed is not None:
+                out.append(parsed)
+        return out
+
+    def relative(self, path: str) -> str:
+        """`path` relative to the experiment root (as a cache records the files it holds)."""
+        return path[len(self.root) :].replace("\\", "/").lstrip("/")
+
+    def parse_stage_file(self, stage: str, path: str, size: int = 0) -> StageFile | None:
+        """What a path under the stage directory is (None: not a file of the layout)."""
+        rel = path[len(self.stage_dir(stage)) :].replace("\\", "/").strip("/").split("/")
+        if len(rel) != 3 or not _ID.fullmatch(rel[0]):
+            return None
+        trial_id, setting_id, name = rel
+        if name == MEMORY:
+            return StageFile(path, stage, trial_id, setting_id, "memory", size=size)
+        if m := COMPACTED_RE.fullmatch(name):
+            return StageFile(path, stage, trial_id, setting_id, "compacted", None, int(m[1]), size)
+        if m := SHARD_RE.fullmatch(name):
+            return StageFile(path, stage, trial_id, setting_id, "shard", int(m[1]), int(m[2]), size)
+        return None
 
     @property
     def reports_dir(self) -> str:
@@ -82,8 +156,12 @@ class Experiment:
 
         return fileio.join(self.trial_dir(trial_id), CHECKPOINT_NAME)
 
-    def shard_path(self, trial_id: str, cert_id: str, shard: int, num_shards: int) -> str:
-        return fileio.join(self.certify_dir, trial_id, cert_id, shard_name(shard, num_shards))
+    def shard_path(
+        self, trial_id: str, setting_id: str, shard: int, num_shards: int, stage: str = "certify"
+    ) -> str:
+        return fileio.join(
+            self.setting_dir(stage, trial_id, setting_id), shard_name(shard, num_shards)
+        )
 
     def exists(self) -> bool:
         return fileio.exists(self.sweep_json)

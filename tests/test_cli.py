@@ -55,7 +55,8 @@ def _shard(exp: Experiment, cfg: TrialConfig, rows: slice, shard: int, of: int) 
         "correct": correct,
         "time_s": [0.01] * k,
     }
-    constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    # σ_cert = 2: the hand-made radii are ones CERTIFY can give (up to 3.0 at n = 100)
+    constants = {"sigma_cert": 2.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
     table = shard_table(cfg, exp.name, CID, constants, cols, meta)
     write_shard(table, exp.shard_path(cfg.trial_id, CID, shard, of))
@@ -186,7 +187,7 @@ def test_several_problems_are_reported_together(tmp_path, storage):
     negative.write_text(NEGATIVE_SIGMA + "colour: red\ncertify: {n: 0}\n")
     lines = bad_input(
         ["run", "grid", str(negative), "--storage", str(storage), "--address", "127.0.0.1:1"],
-        "unknown key 'colour'", "certify.n must be >= 1", "sigma must be > 0", "127.0.0.1:1",
+        "unknown key 'colour'", "certify.n must be an integer >= 1", "sigma must be > 0", "127.0.0.1:1",
     )  # fmt: skip
     assert len(lines) == 5, lines
     assert tree(storage) == {"MARKER": b"keep me"}
@@ -261,7 +262,7 @@ def test_certify_bad_input(storage):
     before = tree(storage)
     st = ["--storage", str(storage)]
     bad_input(["certify", "digits", *st], "no experiment at", "run grid digits")
-    bad_input(["certify", "digits", "--n", "0", "--alpha", "0.9", *st], "n must be >= 1", "alpha")
+    bad_input(["certify", "digits", "--n", "0", "--alpha", "0.9", *st], "n must be an integer >= 1", "alpha")
     bad_input(["certify", "nosuchspace", *st], "unknown space")
     # an experiment with a finished trial: an unreachable cluster is caught before Ray
     exp = Experiment(str(storage), "digits")
@@ -385,7 +386,7 @@ def test_status_shows_states_and_shards(storage):
     assert "failed" in rows[ADV.trial_id] and "2/3" in rows[ADV.trial_id]
     assert "CUDA out of memory" in rows[ADV.trial_id]
     assert "pending" in rows[PENDING.trial_id]
-    assert "shards: 4 done, 1 missing" in out
+    assert "certify shards: 4 of 5 planned" in out
     bad_input(["status", "--storage", str(storage), "--experiment", "nope"], "no experiment at")
     bad_input(["status", "--storage", str(storage / "void")], "no experiments under")
 
@@ -405,6 +406,7 @@ def test_console_script_prints_errors_without_traceback(storage):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(f"error: corrupt results file {bad}")
+    assert line.startswith(f"error: invalid results file {bad}: not a readable Parquet file")
+    assert line.endswith("or pass --skip-invalid")
     assert proc.stdout == ""
     assert tree(storage) == before

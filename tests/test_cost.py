@@ -45,7 +45,7 @@ grids:
     fixed: {method: gaussian, m_train: 1, sigma: 0.25}
   - name: adv
     fixed: {method: smoothadv, attack: pgd, steps: 2, m_train: 2, epsilon: 0.5,
-            warmup_epochs: 3, sigma: 0.25}
+            warmup_epochs: 3, warmup_schedule: paper, sigma: 0.25}
 resources: {cpu: 1, gpu: 0.5}
 certify: {n0: 10, n: 90, skip: 10, max_points: null, shard_size: 45}
 """
@@ -73,7 +73,7 @@ def test_two_trial_space_costs_exactly_what_it_does(two_trials):
     sweep = price_sweep([gauss, adv], spec.certify, {"digits_cnn": FIG})
     # Gaussian: 2 epochs x 100 inputs x 1 pass = 200 passes at 100/s; evaluation 2 epochs x
     # 50 inputs x 2 (clean, noisy) = 200 forwards at 1000/s: 2.2 s.
-    # SmoothAdv m=2, T=2: epoch 0 has ε = 0 (warm-up), so 2 passes; epoch 1: 2 x 3 = 6;
+    # SmoothAdv m=2, T=2: epoch 0 has ε = 0 (the paper's warm-up), so 2 passes; epoch 1: 2 x 3 = 6;
     # 100 inputs: 800 passes = 8 s, + 0.2 s evaluation.
     # CERTIFY: every 10th of 450 test digits = 45 points x (10 + 90) = 4,500 forwards = 4.5 s.
     assert [c.train_hours * 3600 for c in sweep.costs] == pytest.approx([2.2, 8.2], rel=1e-12)
@@ -195,17 +195,25 @@ METHOD_CASES = [
 @pytest.mark.parametrize("fields", METHOD_CASES, ids=lambda f: "-".join(map(str, f.values())))
 def test_step_passes_count_what_the_method_runs(fields):
     """Every sample through the model in one training epoch (attack steps included), per
-    input, is what the pricing charges: after the warm-up and in the ε = 0 first epoch."""
+    input, is what the pricing charges: after the warm-up, and in the first epoch (ε = 0
+    under the paper's warm-up, ε/W under the reference's)."""
+    from trainables.methods.base import epoch_epsilon
+
+    for schedule in ("reference", "paper"):
+        cfg = TrialConfig(dataset="digits", sigma=0.25, epsilon=0.5, batch_size=8, lr=0.01,
+                          warmup_epochs=3, **fields, warmup_schedule=schedule)  # fmt: skip
+        _count_passes(cfg, epoch_epsilon(cfg, 0) > 0)
+
+
+def _count_passes(cfg: TrialConfig, first_attacked: bool) -> None:
     from trainables.train import build_state, train_epoch
 
-    cfg = TrialConfig(dataset="digits", sigma=0.25, epsilon=0.5, batch_size=8, lr=0.01,
-                      warmup_epochs=3, **fields)  # fmt: skip
     state = build_state(cfg, torch.device("cpu"))
     seen = []
     state.model.register_forward_hook(lambda mod, args, out: seen.append(len(args[0])))
     x = torch.rand(8, 1, 8, 8)
     loader = [(x, torch.arange(8) % 10, torch.arange(8))]
-    for epoch, attacked in ((5, True), (0, False)):
+    for epoch, attacked in ((5, True), (0, first_attacked)):
         seen.clear()
         state.epoch = epoch
         train_epoch(state, loader)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -70,7 +71,11 @@ def test_sweep_writes_checkpoints_and_shards(finished_sweep):
         assert payload["epoch"] == 2 and payload["config"] == cfg.to_dict()
         assert len(payload["history"]) == 2
     results = load_results(exp)
-    assert len(results.files) == 3 * SHARDS and not results.missing_shards
+    # Each model's shards were folded into one compacted file, and those into the cache.
+    assert len(results.files) == 3 and not results.missing_shards and not results.invalid
+    assert all(f.endswith(f"compacted-of-{SHARDS:05d}.parquet") for f in results.files)
+    assert not list(Path(exp.certify_dir).rglob("shard-*.parquet"))
+    assert Path(exp.cache_path("certify")).is_file()
     assert pq.read_schema(results.files[0]).remove_metadata() == SCHEMA
     frame = results.frame
     assert len(frame) == 3 * POINTS
@@ -227,7 +232,9 @@ def test_certify_ddrs_adds_sound_data_dependent_rows(finished_sweep):
     frame = load_results(Experiment(exp.storage, "e2e")).frame
     dependent = frame[frame["smoothing"] == "data-dependent"]
     assert len(dependent) == 3 * 10 and dependent["sound"].all()
-    assert len(list(Path(exp.certify_dir).rglob("memory.parquet"))) == 3
+    # The memory pass ran before compaction: raw certificates kept beside the sound ones.
+    assert dependent["memory_changed"].notna().all() and dependent["radius_raw"].notna().all()
+    assert (dependent["radius"] <= dependent["radius_raw"] + 1e-12).all()
     assert dependent.groupby("trial_id")["sigma_cert"].nunique().gt(1).all()  # σ_x per point
     fixed = frame[
         (frame["smoothing"] == "fixed")
@@ -253,11 +260,23 @@ def test_space_with_ddrs_certifies_both_ways(ray_session, tmp_path):
     assert frame["sound"].all()
 
 
-def test_certify_refuses_to_mix_shard_sizes(finished_sweep):
+def test_certify_refuses_to_mix_shard_sizes(finished_sweep, tmp_path):
+    """A compacted model is complete whatever shard size certifies it next; a model half
+    certified in one shard size is refused another (its rows would count twice)."""
     space, exp = finished_sweep
     before = sorted(load_results(exp).files)
     args = ["--storage", exp.storage, "--experiment", "e2e", "--shard-size", "7"]
     result = run_cli("certify", space, *args)
-    assert result.exit_code == 1, result.output
-    assert "certify with the shard_size used before" in result.output.replace("\n", " ")
+    assert result.exit_code == 0, result.output
     assert sorted(load_results(exp).files) == before
+    partial = Experiment(str(tmp_path), "e2e")  # the same experiment, one model half certified
+    shutil.copytree(exp.root, partial.root)
+    done = next(Path(partial.certify_dir).glob(f"*/*max-all/compacted-of-{SHARDS:05d}.parquet"))
+    table = pq.read_table(done)
+    pq.write_table(table.slice(0, 10), done.with_name(f"shard-00000-of-{SHARDS:05d}.parquet"))
+    done.unlink()
+    Path(partial.cache_path("certify")).unlink()
+    result = run_cli("certify", space, "--storage", partial.storage, "--experiment", "e2e",
+                     "--shard-size", "7")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "use the shard_size used before" in result.output.replace("\n", " ")

@@ -18,7 +18,8 @@ import torch
 from typer.testing import CliRunner
 
 from sweeper import empirical as emp
-from sweeper.certify import certify_shard, plan_shards
+from sweeper import shards
+from sweeper.certify import CERTIFY
 from sweeper.cli import app
 from sweeper.grid import expand
 from sweeper.results import ResultsError
@@ -55,8 +56,8 @@ def setup(tmp_path_factory):
     cfg = trials[0]
     state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
     write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
-    for shard in plan_shards(cfg, spec.certify, 450):
-        certify_shard(exp, shard, spec.certify, 1)
+    for shard in shards.plan(cfg, "certify", spec.certify, 450):
+        shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
     return space, spec, exp, cfg
 
 
@@ -66,9 +67,9 @@ def attacked(setup):
     _, spec, exp, cfg = setup
     chosen = emp.settings(spec.empirical, spec.certify)
     written = {
-        (s.emp_id, shard.index): emp.attack_shard(exp, shard, s, 1)
+        (s.emp_id, shard.index): shards.run_shard(exp, emp.EMPIRICAL, shard, s, 1)
         for s in chosen
-        for shard in emp.shards_to_do(exp, cfg, s)[1]
+        for shard in shards.plan(cfg, "empirical", s, 450)
     }
     return chosen, written, emp.load_empirical(exp)
 
@@ -182,23 +183,21 @@ def test_a_second_run_writes_nothing(attacked, setup):
     _, _, exp, cfg = setup
     before = {f: Path(f).stat().st_mtime_ns for f in results.files}
     for s in chosen:
-        planned, todo = emp.shards_to_do(exp, cfg, s)
-        assert (planned, todo) == (SHARDS, [])
-        assert [emp.attack_shard(exp, shard, s, 1) for shard in emp.plan_shards(cfg, s, 450)] == [
-            0
-        ] * SHARDS
+        state = shards.progress(exp, "empirical", cfg.trial_id, s.emp_id, SHARDS)
+        assert state.shards == frozenset(range(SHARDS)) and not state.compacted
+        planned = shards.plan(cfg, "empirical", s, 450)
+        assert [shards.run_shard(exp, emp.EMPIRICAL, sh, s, 1) for sh in planned] == [0] * SHARDS
     assert {f: Path(f).stat().st_mtime_ns for f in results.files} == before
 
 
-def test_corrupt_file_is_named(tmp_path):
+def test_corrupt_file_is_named_and_left_out(tmp_path):
     exp = Experiment(str(tmp_path), "broken")
-    shard = emp.EmpiricalShard("t1", "clean_x", 0, 1, (0,))
-    bad = Path(emp.shard_path(exp, shard))
+    bad = Path(exp.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"\x00garbage" * 50)
-    with pytest.raises(ResultsError, match="sweeper empirical") as info:
-        emp.load_empirical(exp)
-    assert str(bad) in str(info.value)
+    loaded = emp.load_empirical(exp)
+    assert loaded.frame.empty and loaded.files == []
+    assert len(loaded.invalid) == 1 and loaded.invalid[0].startswith(f"{bad}: not a readable Parquet")
     with pytest.raises(ResultsError, match="no experiment at"):
         emp.load_empirical(Experiment(str(tmp_path), "absent"))
 
@@ -292,15 +291,15 @@ def test_cli_bad_input_exits_2_with_one_line_each(setup, tmp_path):
 
 def test_envelope_empirical_bad_input(tmp_path, setup):
     _, _, exp, _ = setup
-    copy = Experiment(str(tmp_path), "c")  # certified, not attacked
+    copy = Experiment(str(tmp_path), exp.name)  # certified, not attacked
     write_sweep(copy, {"trials": []})
     shutil.copytree(Path(exp.root) / "certify", Path(copy.root) / "certify")
-    args = ["envelope", "--storage", str(tmp_path), "--experiment", "c", "--empirical"]
+    args = ["envelope", "--storage", str(tmp_path), "--experiment", exp.name, "--empirical"]
     assert len(bad_input(args, "no empirical robustness results", "sweeper empirical")) == 1
-    bad = Path(emp.shard_path(copy, emp.EmpiricalShard("t", "clean_x", 0, 1, ())))
+    bad = Path(copy.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not parquet")
-    assert len(bad_input(args, "corrupt", str(bad))) == 1
+    assert len(bad_input(args, "not a readable Parquet file", str(bad))) == 1
 
 
 # ------------------------------------------------------------------------------ on Ray

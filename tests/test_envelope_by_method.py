@@ -44,7 +44,8 @@ def _experiment(storage) -> Experiment:
             "count": [90] * len(points), "p_lower": [0.9] * len(points),
             "radius": [r for _, r in points], "correct": correct, "time_s": [0.01] * len(points),
         }  # fmt: skip
-        constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+        # σ_cert = 1: the hand-made radii are ones CERTIFY can give (up to 1.5 at n = 100)
+        constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
         meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
         table = shard_table(cfg, exp.name, CERT.cert_id, constants, cols, meta)
         write_shard(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))

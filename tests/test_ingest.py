@@ -23,14 +23,15 @@ runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"
 PAPER = "n-100000-alpha-0.001"
 
-# SmoothAdv layout, `{:.3}` radii (0.523, 1.01e+00, 0.000123, 12.5) and timedelta times.
+# SmoothAdv layout, `{:.3}` radii (0.523, 9.01e-01, 0.000123, and 0.953: the largest radius
+# at σ = 0.25, n = 10^5, α = 0.001, as printed) and timedelta times.
 ADV_DIR = "smoothing-adversarial/data/certify/cifar10/PGD_10steps_multiNoiseSamples/4-multitrain/eps_255/cifar10/resnet110/noise_0.25/test"
 ADV_ROWS = [
     "0\t3\t-1\t0.0\t0\t0:00:13.736080",
     "20\t7\t7\t0.523\t1\t0:00:14.500000",
-    "40\t4\t4\t1.01e+00\t1\t0:01:02.000001",
+    "40\t4\t4\t9.01e-01\t1\t0:01:02.000001",
     "60\t7\t7\t0.000123\t1\t1:00:00",
-    "80\t8\t2\t12.5\t0\t1 day, 0:00:01",
+    "80\t8\t2\t0.953\t0\t1 day, 0:00:01",
 ]
 # Cohen layout, 4-decimal radii, seconds, CRLF line ends.
 COHEN_DIR = "smoothing/data/certify/cifar10/resnet110/noise_0.12/test"
@@ -257,7 +258,7 @@ def test_import_writes_one_shard_per_log_with_the_exact_rows(tmp_path, logs):
     assert adv.idx.tolist() == [0, 20, 40, 60, 80]
     assert adv.label.tolist() == [3, 7, 4, 7, 8]
     assert adv.predict.tolist() == [-1, 7, 4, 7, 2]
-    assert adv.radius.tolist() == [0.0, 0.523, 1.01, 0.000123, 12.5]
+    assert adv.radius.tolist() == [0.0, 0.523, 0.901, 0.000123, 0.953]
     assert adv.correct.tolist() == [False, True, True, True, False]
     assert adv.time_s.tolist() == [13.73608, 14.5, 62.000001, 3600.0, 86401.0]
     assert adv["count"].isna().all() and adv.p_lower.isna().all()
@@ -363,25 +364,25 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
     assert f"skipped {COHEN_DIR}/sigma_1.00: empty" in out
     assert "1 other files (not certification logs) ignored" in out
     assert "smoothadv σ=0.25 pgd ε=0.99609375 T=10 m=4" in out
-    # By hand, certified accuracy at r = 0 / 0.5 / 1:
-    #   ADV   (5 points): correct radii 0.523, 1.01, 0.000123 -> 3/5, 2/5, 1/5
+    # By hand, certified accuracy at r = 0 / 0.5 / 0.9:
+    #   ADV   (5 points): correct radii 0.523, 0.901, 0.000123 -> 3/5, 2/5, 1/5
     #   COHEN (3 points): correct radii 0.457, 0.0734        -> 2/3, 0,   0
     #   DDN   (2 points): correct radii 0.75, 0.6            -> 1,   1,   0
-    result = runner.invoke(app, ["envelope", "--storage", storage, "--radii", "0,0.5,1", "--format", "csv"])  # fmt: skip
+    result = runner.invoke(app, ["envelope", "--storage", storage, "--radii", "0,0.5,0.9", "--format", "csv"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "experiment: pub" in result.stderr  # found by its sweep.json
     table = pd.read_csv(io.StringIO(result.stdout))
-    assert table.radius.tolist() == [0.0, 0.5, 1.0]
+    assert table.radius.tolist() == [0.0, 0.5, 0.9]
     assert table.certified_accuracy.tolist() == [1.0, 1.0, 0.2]
     assert table.trial_id.tolist() == [DDN.trial_id, DDN.trial_id, ADV.trial_id]
     assert table.cert_id.tolist() == [f"imported-sigma-0.5-{PAPER}"] * 2 + [
         f"imported-sigma-0.25-{PAPER}"
     ]
     assert table.models.tolist() == [3, 3, 3]
-    result = runner.invoke(app, ["table", "--storage", storage, "--experiment", "pub", "--radii", "0,0.5,1", "--format", "csv"])  # fmt: skip
+    result = runner.invoke(app, ["table", "--storage", storage, "--experiment", "pub", "--radii", "0,0.5,0.9", "--format", "csv"])  # fmt: skip
     assert result.exit_code == 0, result.output
     per_model = pd.read_csv(io.StringIO(result.stdout)).set_index("trial_id")
-    assert per_model.loc[ADV.trial_id, ["r=0", "r=0.5", "r=1"]].tolist() == [0.6, 0.4, 0.2]
+    assert per_model.loc[ADV.trial_id, ["r=0", "r=0.5", "r=0.9"]].tolist() == [0.6, 0.4, 0.2]
     assert per_model.loc[COHEN.trial_id, "r=0"] == pytest.approx(2 / 3)
     result = runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"])
     assert result.exit_code == 0 and "imported 0 logs (0 rows)" in result.stdout

@@ -82,7 +82,8 @@ def write_model(exp: Experiment, c: TrialConfig) -> None:
         "correct": correct,
         "time_s": [0.01] * 4,
     }
-    constants = {"sigma_cert": c.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    # σ_cert = 1: the hand-made radii are ones CERTIFY can give (up to 1.5 at n = 100)
+    constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": c.to_dict()}
     table = shard_table(c, exp.name, CID, constants, columns, meta)
     write_shard(table, exp.shard_path(c.trial_id, CID, 0, 1))

@@ -49,8 +49,11 @@ def test_sweep_writes_checkpoints_and_shards_to_the_bucket(s3_sweep):
     keys = _objects("sweeps/digits-smoke/")
     assert "sweeps/digits-smoke/sweep.json" in keys
     checkpoints = [k for k in keys if k.endswith("/checkpoint.pt")]
-    shards = [k for k in keys if "/certify/" in k and k.endswith(".parquet")]
-    assert len(checkpoints) == 2 and len(shards) == 2 * 2  # 20 points, 10 per shard
+    rows = [k for k in keys if "/certify/" in k and k.endswith(".parquet")]
+    # 20 points, 10 per shard: each model's 2 shards compacted into one file, then cached
+    assert len(checkpoints) == 2 and len(rows) == 2
+    assert all(k.endswith("/compacted-of-00002.parquet") for k in rows)
+    assert "sweeps/digits-smoke/cache/certify.parquet" in keys
     results = load_results(s3_sweep)
     assert len(results.frame) == 2 * 20 and not results.missing_shards
 
@@ -82,5 +85,5 @@ def test_empirical_stage_writes_to_the_bucket(s3_sweep, s3_endpoint):
     done = _sweeper(s3_endpoint, "empirical", "digits", *SLICE, "--storage", STORAGE,
                     "--epsilons", "0.25", "--m-test", "2", "--steps", "2", "--n", "32")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    shards = [k for k in _objects("sweeps/digits-smoke/empirical/") if k.endswith(".parquet")]
-    assert len(shards) == 2 * 2
+    rows = [k for k in _objects("sweeps/digits-smoke/empirical/") if k.endswith(".parquet")]
+    assert len(rows) == 2 and all("/compacted-of-00002.parquet" in k for k in rows)

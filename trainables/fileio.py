@@ -6,6 +6,7 @@ where one PUT is the atomic unit. Writers never leave a half-written file at the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -84,6 +85,16 @@ def write_bytes_atomic(location: str, data: bytes) -> None:
         raise
 
 
+def delete(location: str) -> None:
+    """Remove one file (no error if it is already gone)."""
+    if not is_uri(location):
+        local_path(location).unlink(missing_ok=True)
+        return
+    fs, path = filesystem(location)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)
+
+
 def list_files(location: str, suffix: str = "") -> list[str]:
     """Every file under `location` (recursively) whose name ends with `suffix`, sorted;
     empty if the location does not exist. Hidden temp files (".name.tmp") are skipped."""
@@ -100,6 +111,21 @@ def list_files(location: str, suffix: str = "") -> list[str]:
             rel = info.path[len(path.rstrip("/")) + 1 :]
             out.append(join(prefix, *rel.split("/")))
     return sorted(out)
+
+
+def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
+    """`list_files` with each file's size in bytes."""
+    fs, path = filesystem(location)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return {}
+    prefix, base = str(location).rstrip("/"), path.rstrip("/")
+    return {
+        join(prefix, *info.path[len(base) + 1 :].split("/")): int(info.size or 0)
+        for info in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        if info.type == pafs.FileType.File
+        and not info.base_name.startswith(".")
+        and info.base_name.endswith(suffix)
+    }
 
 
 def total_size(location: str) -> int:

@@ -51,6 +51,26 @@ Only = Annotated[
 ]
 
 
+SkipInvalid = Annotated[
+    bool,
+    typer.Option(
+        "--skip-invalid",
+        help="Leave out result files that fail validation (named on stderr) instead of stopping.",
+    ),
+]
+
+
+def refuse_invalid(invalid: list[str], skip: bool) -> None:
+    """Result files that failed validation: exit 2 naming each, or (--skip-invalid) warn."""
+    if skip:
+        for line in invalid:
+            typer.echo(f"warning: left out {line}", err=True)
+        return
+    if invalid:
+        fail([f"invalid results file {line}: move it away (`sweeper certify` or `sweeper "
+              "empirical` recomputes what is missing), or pass --skip-invalid" for line in invalid])  # fmt: skip
+
+
 def fail(problems: list[str], code: int = 2) -> NoReturn:
     for p in problems:
         typer.echo(f"error: {p}", err=True)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from sweeper.cli.common import console, fail
 from sweeper.spec import Resources
@@ -29,6 +30,22 @@ DEFAULT_WAIT_MINUTES = 30.0
 
 def command_line() -> str:
     return "sweeper " + " ".join(sys.argv[1:])
+
+
+def finish(interrupted: bool, failures: list[tuple[str, str, str]]) -> None:
+    """Exit 130 if the command was interrupted, 1 with a table of (trial_id, stage, error) if
+    anything failed; both say how to resume."""
+    command = command_line()
+    if interrupted:
+        console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
+        raise typer.Exit(130)
+    if failures:
+        table = Table("trial_id", "stage", "error", title="failures")
+        for row in failures:
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"fix the cause, then re-run `{command}` to resume (finished work is kept)")
+        raise typer.Exit(1)
 
 
 class WaitDisplay:

@@ -6,10 +6,9 @@ import dataclasses
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from sweeper.cli.common import Address, DataDir, ExperimentOpt, Only, Storage, app, console, fail
-from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line
+from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, finish
 from sweeper.plan import PlanError, PlanRequest, is_finished, make_plan, trial_states
 from sweeper.storage import DEFAULT_STORAGE
 
@@ -58,19 +57,7 @@ def _plan(request: PlanRequest, overrides: dict, problems: list[str]):
 
 
 def _report(outcome, trials: int, settings: list) -> None:
-    command = command_line()
-    if outcome.interrupted:
-        console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
-        raise typer.Exit(130)
-    if outcome.failures:
-        table = Table("trial_id", "stage", "error", title="failures")
-        for tid, message in outcome.failures:
-            table.add_row(tid, "empirical", message)
-        console.print(table)
-        console.print(
-            f"fix the cause, then re-run `{command}` to resume (finished shards are kept)"
-        )
-        raise typer.Exit(1)
+    finish(outcome.interrupted, outcome.failures)
     console.print(
         f"done: {trials} models x {len(settings)} settings. "
         "Next: sweeper envelope --empirical --plot envelope.png"

@@ -12,11 +12,13 @@ from sweeper.cli.common import (
     DISPLAY,
     ExperimentOpt,
     Only,
+    SkipInvalid,
     Storage,
     app,
     console,
     fail,
     filter_rows,
+    refuse_invalid,
     resolve_experiment,
 )
 from sweeper.grid import parse_only
@@ -52,6 +54,7 @@ def envelope(
             "attack over m_test) at the attacked radii; dashed on --plot (`sweeper empirical`).",
         ),
     ] = False,
+    skip_invalid: SkipInvalid = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
     problems = _format_problems(fmt)
@@ -62,7 +65,7 @@ def envelope(
     if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
         problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
     grid = [radius] if radius is not None else radii_option(radii, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -71,7 +74,7 @@ def envelope(
         fail([str(e)])
     curve = None
     if empirical:
-        table, curve = _empirical_overlay(exp, table, by, only)
+        table, curve = _empirical_overlay(exp, table, by, only, skip_invalid)
     _print_table(table, fmt, f"upper envelope of {exp.name}")
     print_coverage(exp, results, frame)
     if plot:
@@ -89,12 +92,13 @@ def table(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
+    skip_invalid: SkipInvalid = False,
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     if frame.empty:
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
     rows = per_model_table(frame, grid)
@@ -122,7 +126,7 @@ def table(
     print_coverage(exp, results, frame)
 
 
-def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
+def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
     from sweeper import empirical as emp
 
@@ -130,6 +134,7 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None)
         loaded = emp.load_empirical(exp)
     except ResultsError as e:
         fail([str(e)])
+    refuse_invalid(loaded.invalid, skip)
     frame = filter_rows(loaded.frame, parse_only(only)[0])
     if frame.empty:
         fail([f"no empirical robustness results in {exp.name} (check --only, or run "
@@ -157,8 +162,10 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
         return []
 
 
-def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str]):
-    """(experiment, results, rows selected by --only); exits 2 on any problem so far."""
+def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
+                  skip_invalid: bool = False):  # fmt: skip
+    """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
+    an invalid results file (unless `skip_invalid`)."""
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
@@ -167,6 +174,7 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
         results = load_results(exp)
     except ResultsError as e:
         fail([str(e)])
+    refuse_invalid(results.invalid, skip_invalid)
     frame = filter_rows(results.frame, selection)
     unsound = frame.loc[~frame["sound"], "trial_id"].nunique()
     if unsound:
@@ -253,17 +261,19 @@ def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None)
         f"{st.driver.describe()}: `{st.driver.command}`"
     )
     console.print(f"driver: {driver}", soft_wrap=True)
-    table = Table("trial_id", "trial", "state", "epoch", "shards", "error")
+    table = Table("trial_id", "trial", "state", "epoch", "certify", "empirical", "error")
     for t in st.trials:
-        shards = (
-            f"{t.shards_done}/{t.shards_expected}"
-            if t.shards_expected
-            else ("-" if t.state != "finished" else "0/?")
-        )
-        table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error[:60])
+        cells = [_shards_cell(t.shards[stage]) for stage in ("certify", "empirical")]
+        table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", *cells, t.error[:60])
     console.print(table)
-    done = sum(t.shards_done for t in st.trials)
-    gaps = sum((t.shards_expected or 0) - t.shards_done for t in st.trials)
-    console.print(
-        f"shards: {done} done, {gaps} missing in partly certified models; storage used: {st.size_bytes / 1e6:.1f} MB"
-    )
+    for stage in ("certify", "empirical"):
+        counts = [t.shards[stage] for t in st.trials]
+        done = sum(c.done for c in counts)
+        planned = sum(c.total or 0 for c in counts)
+        if planned or done:
+            console.print(f"{stage} shards: {done} of {planned} planned")
+    console.print(f"storage used: {st.size_bytes / 1e6:.1f} MB")
+
+
+def _shards_cell(shards) -> str:
+    return "-" if shards.total is None else f"{shards.done}/{shards.total}"

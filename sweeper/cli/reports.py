@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Only, Storage, app, fail
+from sweeper.cli.common import ExperimentOpt, Only, SkipInvalid, Storage, app, fail
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
 from sweeper.report_figures import FIGURE_FORMATS
 from sweeper.report_tables import LINF_RADII_255
@@ -38,10 +38,10 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
 
 
 def dataset_dims(datasets) -> dict[str, int]:
-    """Input dimension d (C·H·W) per known data set (torch is imported for the registry)."""
-    from trainables.datasets import INFO
+    """Input dimension d (C·H·W) per known data set."""
+    from trainables.config import INPUT_DIM
 
-    return {d: INFO[d].dim for d in datasets if d in INFO}
+    return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 
 
 def report_dir(reports_dir: str, only: str | None) -> str:
@@ -68,6 +68,7 @@ def report(
     linf: Annotated[
         str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")
     ] = ",".join(f"{k:g}" for k in LINF_RADII_255),
+    skip_invalid: SkipInvalid = False,
 ) -> None:
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
@@ -78,7 +79,7 @@ def report(
     figure_formats = _formats(formats, problems)
     grid = list(dict.fromkeys(radii_option(radii, problems)))
     linf_255 = _linf(linf, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     if frame.empty:
         fail([f"no certification results to report in {exp.name} (check --only, or run "
               "`sweeper certify <space>`)"])  # fmt: skip

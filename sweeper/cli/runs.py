@@ -21,7 +21,7 @@ from sweeper.cli.common import (
     run_app,
 )
 from sweeper.cli.costs import dry_run_report
-from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving
+from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving, finish
 from sweeper.grid import expand
 from sweeper.plan import (
     Plan,
@@ -121,24 +121,14 @@ class Progress:
         )
 
 
-def _report_outcome(outcome, command: str) -> None:
-    if outcome.interrupted:
-        console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
-        raise typer.Exit(130)
-    if outcome.failed or outcome.certify_failures or getattr(outcome, "blocked", None):
-        table = Table(title="failures")
-        table.add_column("trial_id")
-        table.add_column("stage")
-        table.add_column("error")
-        for tid, msg in outcome.failed.items():
-            table.add_row(tid, "train", msg)
-        for tid, msg in outcome.certify_failures:
-            table.add_row(tid, "certify", msg)
-        for tid, parent in getattr(outcome, "blocked", {}).items():
-            table.add_row(tid, "blocked", f"not started: its parent {parent} did not finish")
-        console.print(table)
-        console.print(f"fix the cause, then re-run `{command}` to resume (finished work is kept)")
-        raise typer.Exit(1)
+def _report_outcome(outcome) -> None:
+    blocked = getattr(outcome, "blocked", {})
+    failures = (
+        [(tid, "train", msg) for tid, msg in outcome.failed.items()]
+        + list(outcome.certify_failures)
+        + [(tid, "blocked", f"not started: its parent {p} did not finish") for tid, p in blocked.items()]
+    )
+    finish(outcome.interrupted, failures)
 
 
 # ------------------------------------------------------------------------------ commands
@@ -232,7 +222,7 @@ def run_grid(
 
     options = LaunchOptions(address, max_concurrent, max_failures, cpu_only, wait_for_nodes)
     outcome = _launch(plan, states, resources, options)
-    _report_outcome(outcome, command_line())
+    _report_outcome(outcome)
     console.print(
         f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
@@ -380,4 +370,4 @@ def certify(
             plan, len(ready),
             lambda on_event: certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event),
         )  # fmt: skip
-    _report_outcome(outcome, command_line())
+    _report_outcome(outcome)

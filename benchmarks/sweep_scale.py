@@ -1,0 +1,303 @@
+"""A CIFAR-scale drill of the control and results plane, measured.
+
+Run from the repository root (a benchmark, not a test):
+
+    .venv/bin/python benchmarks/sweep_scale.py            # the full cifar10 plan, ~15-30 min
+    .venv/bin/python benchmarks/sweep_scale.py --smoke    # 32 trials, no 10x step, ~3 min
+
+What runs is the real launcher (`sweeper.launch.run_sweep`: Ray Tune, the stage searcher, the
+callbacks, the sharded-stage engine with compaction and the results cache, the storage layout,
+the experiment's lease) over the real `cifar10` plan: its 644 trial configs and trial ids, its
+certification setting (10 shards of 50 points per model) and row schema. Only the data plane is
+a stand-in, at the `DataPlane` boundary of the launcher: the trainable writes the trial's
+`trial.json` as finished and reports once (no epochs are trained), and the certification stage
+returns CERTIFY-like rows (valid: radii below what n and α allow, labels in range) without a
+model. Ray is local, with fake resources at the space's packing: 16 CPUs and 2 GPUs advertised,
+so 8 trials (cpu 2, gpu 0.25 each) and 8 certification tasks run at once on this machine.
+
+1. A driver process runs `tune.Tuner` over the same number of trivial trials ("bare Tune"),
+   then the sweep; it reports both wall times and its own peak RSS.
+2. The reads a user makes afterwards, timed in this process (imports done first): `envelope`
+   (load_results + envelope at 0:2.25:0.25), `status` (experiment_status) and `report`
+   (build_report + write_report).
+3. Resume after kill: a new experiment; its driver is SIGKILLed once about half the trials have
+   finished, then run again to the end. "retrained" counts trials started again although they
+   had finished before the kill; "duplicate rows" counts (trial_id, cert_id, idx) present
+   twice across every results file on storage.
+4. (not with --smoke) 10x: the results replicated under 10 certification settings (6,440
+   models, 3.2M rows, the cache refreshed), and the three reads timed again.
+
+The last line is the summary: `scale: ... trials, ... shards, ... rows; overhead ... s/trial
+(bare Tune ... s); driver RSS ... GiB; envelope ... s; status ... s; report ... s; resume after
+kill: ... retrained, ... duplicate rows`. Goals on a 2-core machine: overhead within 0.25 s per
+trial of bare Tune, driver RSS <= 2 GiB, envelope and status <= 1 s and report <= 5 s at 644
+models (10x: under 5x those), 0 retrained, 0 duplicates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from sweeper.certify import CHECKED, check, max_radius
+from sweeper.results import SCHEMA, shard_table
+from sweeper.shards import Stage
+from sweeper.storage import Experiment
+from trainables import fileio
+from trainables.config import TrialConfig
+
+CPUS, GPUS = 16, 2  # advertised: the cifar10 space's packing, 8 trials at once
+TEST_SIZE = 10_000  # CIFAR-10's test split
+
+
+# ------------------------------------------------------------------------------ the stand-ins
+def standin_trial(config: dict, experiment_root: str) -> None:
+    """The Tune trainable's bookkeeping without training: a start marker, trial.json, one report."""
+    from ray import tune
+
+    from trainables.trial_status import trial_dir, write_status
+
+    cfg = TrialConfig.from_dict(config["trial"])
+    marker = fileio.join(experiment_root, "standin-starts", f"{cfg.trial_id}.{time.time_ns()}")
+    fileio.write_bytes_atomic(marker, b"")
+    write_status(trial_dir(experiment_root, cfg.trial_id), cfg, "finished", cfg.epochs, {})
+    tune.report({"epoch": cfg.epochs, "trial_id": cfg.trial_id})
+
+
+def standin_certify(exp: Experiment, shard, spec, cpus: float) -> pa.Table:
+    """CERTIFY-like rows for the shard's points: votes drawn per point, radius from them."""
+    from trainables.trial_status import read_status
+
+    cfg = TrialConfig.from_dict(read_status(exp.trial_dir(shard.trial_id))["config"])
+    rng = np.random.default_rng(abs(hash((shard.trial_id, shard.index))) % 2**32)
+    k = len(shard.indices)
+    p_lower = np.clip(rng.beta(6, 1.5, k), 0, np.power(spec.alpha, 1 / spec.n))
+    radius = np.where(p_lower < 0.5, 0.0, cfg.sigma * _ndtri(np.maximum(p_lower, 0.5)))
+    radius = np.minimum(radius, max_radius(cfg.sigma, spec.n, spec.alpha))
+    label = np.asarray(shard.indices) % 10
+    right = rng.random(k) < 0.8
+    predict = np.where(radius == 0, -1, np.where(right, label, (label + 1) % 10))
+    cols = {"idx": list(shard.indices), "label": label.tolist(), "predict": predict.tolist(),
+            "count": (p_lower * spec.n).astype(int).tolist(), "p_lower": p_lower.tolist(),
+            "radius": radius.tolist(), "correct": ((predict == label) & (predict >= 0)).tolist(),
+            "sigma_cert": [cfg.sigma] * k, "time_s": [0.0] * k}  # fmt: skip
+    constants = {"smoothing": "fixed", "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
+    meta = {"certify_backend": "benchmarks/sweep_scale.py stand-in", "config": cfg.to_dict()}
+    return shard_table(cfg, exp.name, shard.setting_id, constants, cols, meta)
+
+
+def _ndtri(p):
+    from scipy.special import ndtri
+
+    return ndtri(p)
+
+
+STANDIN = Stage("certify", "cert_id", SCHEMA, standin_certify, None, False, check, CHECKED)
+
+
+# ------------------------------------------------------------------------------ the driver
+def trivial(config: dict) -> None:
+    from ray import tune
+
+    tune.report({"done": 1})
+
+
+def bare_tune(trials: int, storage: str) -> float:
+    """Wall time of `trials` trivial trials through tune.Tuner at the sweep's resources."""
+    from ray import tune
+
+    fn = tune.with_resources(trivial, {"cpu": 2, "gpu": 0.25})
+    start = time.perf_counter()
+    tune.Tuner(
+        fn,
+        param_space={"i": tune.grid_search(list(range(trials)))},
+        tune_config=tune.TuneConfig(reuse_actors=True),
+        run_config=tune.RunConfig(name="bare", storage_path=storage, verbose=0),
+    ).fit()
+    return time.perf_counter() - start
+
+
+def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
+    """One driver: (bare Tune), then the sweep through the real launcher; writes JSON."""
+    import ray
+
+    from sweeper.grid import expand
+    from sweeper.launch import DataPlane, LaunchOptions, run_sweep
+    from sweeper.lease import Lease
+    from sweeper.plan import is_finished, trial_states
+    from sweeper.spec import load_space
+    from sweeper.storage import write_sweep
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    ray.init(address="local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False,
+             log_to_driver=False, logging_level="ERROR")  # fmt: skip
+    report = {"bare_s": bare_tune(trials, storage) if bare else None}
+    spec = load_space("cifar10")
+    plan = expand(spec)[:trials]
+    exp = Experiment(storage, name)
+    with Lease(exp, "benchmarks/sweep_scale.py"):
+        write_sweep(exp, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in plan]})
+        states = trial_states(exp, plan)
+        finished = [t for t in plan if is_finished(states[t.trial_id], t)]
+        to_train = [t for t in plan if not is_finished(states[t.trial_id], t)]
+        plane = DataPlane(standin_trial, STANDIN, lambda dataset, data_dir: TEST_SIZE)
+        start = time.perf_counter()
+        outcome = run_sweep(exp, to_train, finished, spec.certify, spec.resources,
+                            LaunchOptions(), lambda e: None, None, plane)  # fmt: skip
+        report["sweep_s"] = time.perf_counter() - start
+    report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
+    report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    Path(out).write_text(json.dumps(report))
+    ray.shutdown()
+
+
+# ------------------------------------------------------------------------------ the harness
+def _driver(storage: str, name: str, trials: int, bare: bool, out: str) -> list[str]:
+    args = [sys.executable, __file__, "--drive", name, "--storage", storage,
+            "--trials", str(trials), "--out", out]  # fmt: skip
+    return [*args, "--bare"] if bare else args
+
+
+def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
+    """Seconds of work of envelope, status and report (imports done before timing)."""
+    from sweeper.cli.reports import dataset_dims
+    from sweeper.envelope import envelope
+    from sweeper.report_build import build_report, write_report
+    from sweeper.results import load_results
+    from sweeper.status import experiment_status
+
+    out = {}
+    start = time.perf_counter()
+    frame = load_results(exp).frame
+    envelope(frame[frame["sound"]], radii, None)
+    out["envelope"] = time.perf_counter() - start
+    start = time.perf_counter()
+    experiment_status(exp)
+    out["status"] = time.perf_counter() - start
+    start = time.perf_counter()
+    frame = load_results(exp).frame
+    dims = dataset_dims(frame["dataset"].unique())
+    built = build_report(frame, radii, dims, ("png",), (1, 2, 4, 8), name=exp.name)
+    write_report(built, exp.reports_dir)
+    out["report"] = time.perf_counter() - start
+    return out
+
+
+def kill_and_resume(storage: str, trials: int) -> tuple[int, int]:
+    """(trials retrained, duplicate rows) after SIGKILLing a driver half way and re-running."""
+    exp = Experiment(storage, "killed")
+    out = os.path.join(storage, "killed.json")
+    proc = subprocess.Popen(_driver(storage, "killed", trials, False, out), start_new_session=True)
+    while _finished(exp) < trials // 2:
+        if proc.poll() is not None:
+            raise RuntimeError("the driver ended before it could be killed")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its local Ray (one process group)
+    proc.wait()
+    before = set(_finished_ids(exp))
+    subprocess.run(_driver(storage, "killed", trials, False, out), check=True)
+    starts = [p.name.split(".")[0] for p in Path(exp.root, "standin-starts").iterdir()]
+    retrained = sum(starts.count(t) - 1 for t in before)
+    return retrained, _duplicates(exp)
+
+
+def _finished_ids(exp: Experiment) -> list[str]:
+    return [p.parent.name for p in Path(exp.root, "trials").glob("*/trial.json")
+            if json.loads(p.read_text())["state"] == "finished"]  # fmt: skip
+
+
+def _finished(exp: Experiment) -> int:
+    try:
+        return len(_finished_ids(exp))
+    except (OSError, ValueError):
+        return 0
+
+
+def _duplicates(exp: Experiment) -> int:
+    """Rows whose (trial_id, cert_id, idx) appears more than once across every results file."""
+    import pyarrow.dataset as pads
+
+    files = [f for f in exp.stage_files("certify") if f.kind in ("shard", "compacted")]
+    done = {f.model for f in files if f.kind == "compacted"}
+    live = [f.path for f in files if f.kind == "compacted" or f.model not in done]
+    keys = pads.dataset(live, schema=SCHEMA).to_table(columns=["trial_id", "cert_id", "idx"])
+    frame = keys.to_pandas()
+    return int(frame.duplicated().sum())
+
+
+def replicate(exp: Experiment, copies: int) -> None:
+    """The experiment's compacted results under `copies` certification settings in all."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sweeper.shards import write_table
+    from sweeper.stage_reader import refresh_cache
+
+    for f in [f for f in exp.stage_files("certify") if f.kind == "compacted"]:
+        table = pq.read_table(f.path)
+        for k in range(1, copies):
+            sid = f"{f.setting_id}_copy-{k}"
+            column = pc.cast(pa.array([sid] * table.num_rows), pa.string())
+            copy = table.set_column(table.schema.get_field_index("cert_id"), "cert_id", column)
+            write_table(copy, exp.compacted_path("certify", f.trial_id, sid, f.count or 0))
+    refresh_cache(exp, STANDIN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="32 trials, no 10x step")
+    parser.add_argument("--trials", type=int, default=644)
+    parser.add_argument("--drive", help=argparse.SUPPRESS)
+    parser.add_argument("--storage", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.drive:
+        drive(args.storage, args.drive, args.trials, args.bare, args.out)
+        return 0
+    trials = 32 if args.smoke else args.trials
+    return run(trials, not args.smoke)
+
+
+def run(trials: int, tenfold: bool) -> int:
+    from sweeper.envelope import parse_radii
+
+    radii = parse_radii("0:2.25:0.25")
+    with tempfile.TemporaryDirectory(prefix="sweep-scale-") as storage:
+        out = os.path.join(storage, "sweep.json")
+        subprocess.run(_driver(storage, "cifar10", trials, True, out), check=True)
+        driven = json.loads(Path(out).read_text())
+        exp = Experiment(storage, "cifar10")
+        time_reads(exp, radii)  # imports and caches warm
+        reads = time_reads(exp, radii)
+        rows = trials * 500
+        print(f"{trials} trials: sweep {driven['sweep_s']:.1f} s, bare Tune {driven['bare_s']:.1f} s, "
+              f"failures {driven['failures']}; reads " + ", ".join(f"{k} {v:.3f} s" for k, v in reads.items()))  # fmt: skip
+        if tenfold:
+            replicate(exp, 10)
+            ten = time_reads(exp, radii)
+            print(f"10x ({trials * 10} models, {rows * 10:,} rows): "
+                  + ", ".join(f"{k} {v:.3f} s ({v / reads[k]:.1f}x)" for k, v in ten.items()))  # fmt: skip
+        retrained, dups = kill_and_resume(storage, trials)
+    per, bare = driven["sweep_s"] / trials, driven["bare_s"] / trials
+    print(f"scale: {trials} trials, {trials * 10} shards, {rows} rows; overhead {per:.3f} s/trial "
+          f"(bare Tune {bare:.3f} s); driver RSS {driven['rss_gib']:.2f} GiB; "
+          f"envelope {reads['envelope']:.2f} s; status {reads['status']:.2f} s; "
+          f"report {reads['report']:.2f} s; resume after kill: {retrained} retrained, "
+          f"{dups} duplicate rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""`sweeper compact`: fold every complete model's shards into one file and refresh the caches."""
+
+from __future__ import annotations
+
+import typer
+
+from sweeper.cli.common import ExperimentOpt, Storage, app, fail, resolve_experiment
+from sweeper.storage import DEFAULT_STORAGE
+from trainables.config import ProblemsError
+
+
+@app.command()
+def compact(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
+    """Fold each complete model's shards into one file and refresh the results cache.
+
+    Reads then open few files. `run grid`, `certify` and `empirical` do this as they go;
+    this is for experiments written before (or interrupted before they could). Holds the
+    experiment like a run does."""
+    from sweeper.certify import CERTIFY
+    from sweeper.empirical import EMPIRICAL
+    from sweeper.lease import Lease
+    from sweeper.shards import compact_all
+
+    exp = resolve_experiment(storage, experiment)
+    try:
+        with Lease(exp, "sweeper compact"):
+            lines = compact_all(exp, [CERTIFY, EMPIRICAL])
+    except ProblemsError as e:
+        fail(e.problems)
+    except RuntimeError as e:  # a model that cannot be compacted: its shards are kept
+        fail([f"{e}: its shards are kept; re-run `sweeper certify` or `sweeper empirical`"])
+    for line in lines:
+        typer.echo(line)

@@ -1,0 +1,432 @@
+"""The sharded-stage engine. Certification and the empirical attack are two `Stage`s it runs.
+
+A stage computes rows for a finished model's test points under one setting (a certification
+setting, an attack setting). The engine owns everything around that:
+
+- splitting the model's test points into shards (`plan`: every `skip`-th point, at most
+  `max_points`, `shard_size` per shard) and their files (named by `sweeper.storage`);
+- resuming: a shard whose file exists, or a model whose rows are compacted, is not computed
+  again; a model half-done with another shard size is refused (its rows would count twice);
+- Ray tasks, one per shard (retried, fractional resources; GPU tasks keep their worker);
+- progress events, and failures grouped per model and stage;
+- compaction: once every shard of a model and setting is written, one task runs the stage's
+  finishing step (DDRS's memory pass), writes `compacted-of-K.parquet`, reads it back to
+  verify it, and only then deletes the shards. A crash at any point leaves either the shards
+  or a verified compacted file (or both: readers then take the compacted file, and the next
+  compaction deletes the leftover shards).
+
+Reading is `sweeper.stage_rows`. torch and Ray are imported only by the functions that run
+tasks, so reading stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sweeper.spec import Resources
+from sweeper.storage import Experiment, StageFile, index_chunks
+from trainables import fileio
+from trainables.config import TrialConfig
+
+log = logging.getLogger(__name__)
+
+
+class Setting(Protocol):
+    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
+
+    @property
+    def setting_id(self) -> str: ...  # names it in paths; new settings give new files
+
+    skip: int
+    max_points: int | None
+    shard_size: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    stage: str
+    trial_id: str
+    setting_id: str
+    index: int
+    count: int
+    indices: tuple[int, ...]  # positions in the test split
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A sharded stage. `compute(exp, shard, setting, cpus)` runs on a worker and returns the
+    shard's rows with exactly `schema`; `finish(exp, trial_id, setting, table)` (optional)
+    turns a model's complete rows (sorted by idx) into what is compacted, on a worker too.
+    `setting_column` names the setting in the rows (cert_id, emp_id). Every function must be
+    a module-level one (Ray pickles the stage by reference)."""
+
+    name: str  # its directory under the experiment
+    setting_column: str
+    schema: pa.Schema
+    compute: Callable[..., pa.Table]
+    finish: Callable[..., pa.Table] | None = None
+    finish_needs_data: bool = False  # finish reads the data set (the task asks for a CPU)
+    # check(rows) -> [(bad-row mask, what is wrong)]: rows the stage could not have written,
+    # applied when reading (the file of any such row is left out); it reads `checked_columns`.
+    check: Callable[[pa.Table], list] = lambda table: []
+    checked_columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Event:
+    """A progress event of a sweep (trial_started/_epoch/_finished/_failed, shards_planned,
+    shard_done/_failed, compacted/compact_failed); `shards` is (done, total, failed) of the
+    stages' shards after the event."""
+
+    kind: str
+    trial_id: str
+    detail: str = ""
+    shards: tuple[int, int, int] | None = None
+
+
+def plan(cfg: TrialConfig, stage: str, setting: Setting, num_test: int) -> list[Shard]:
+    """The shards of one model under one setting."""
+    chunks = index_chunks(num_test, setting.skip, setting.max_points, setting.shard_size)
+    return [
+        Shard(stage, cfg.trial_id, setting.setting_id, k, len(chunks), c)
+        for k, c in enumerate(chunks)
+    ]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What is on storage for one model and setting, from one listing."""
+
+    compacted: bool
+    shards: frozenset[int]  # shard numbers written (of `count`)
+    other_counts: frozenset[int]  # shard counts other than the planned one
+
+
+def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count: int) -> Progress:
+    files = exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
+    shards = [f for f in files if f.kind == "shard"]
+    return Progress(
+        any(f.kind == "compacted" for f in files),
+        frozenset(f.index for f in shards if f.count == count),
+        frozenset(f.count for f in shards if f.count != count),
+    )
+
+
+# ------------------------------------------------------------------------------ the tasks
+def write_table(table: pa.Table, location: str) -> None:
+    """One Parquet file, atomically (temp + rename on a path, one PUT on an object store)."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    fileio.write_bytes_atomic(location, buffer.getvalue())
+
+
+def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpus: float) -> int:
+    """Compute one shard and write its file; returns the rows written (0: it existed)."""
+    out = exp.shard_path(shard.trial_id, shard.setting_id, shard.index, shard.count, stage.name)
+    done = exp.compacted_path(stage.name, shard.trial_id, shard.setting_id, shard.count)
+    if fileio.exists(out) or fileio.exists(done):
+        return 0
+    table = stage.compute(exp, shard, setting, cpus)
+    if not table.schema.equals(stage.schema):
+        raise TypeError(f"stage {stage.name} computed rows of another schema: {table.schema}")
+    write_table(table, out)
+    return table.num_rows
+
+
+def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Setting, count: int) -> int:
+    """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
+    the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
+    sid = setting.setting_id
+    target = exp.compacted_path(stage.name, trial_id, sid, count)
+    files = exp.stage_files(stage.name, within=exp.setting_dir(stage.name, trial_id, sid))
+    shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
+    if not fileio.exists(target):
+        missing = sorted(set(range(count)) - {f.index for f in shards})
+        if missing:
+            raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
+        table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
+        if stage.finish is not None:
+            table = stage.finish(exp, trial_id, setting, table)
+        _check_unique(table, target)
+        write_table(table.replace_schema_metadata(_metadata(shards[0].path)), target)
+        rows = table.num_rows
+    else:
+        rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
+    _verify(target, rows, stage.schema)
+    for f in files:
+        if f.kind in ("shard", "memory"):
+            fileio.delete(f.path)
+    return rows
+
+
+def _index(f: StageFile) -> int:
+    return f.index or 0
+
+
+def _fs_path(location: str):
+    return fileio.filesystem(location)
+
+
+def _metadata(shard_path: str) -> dict:
+    """The first shard's file metadata (backend, normalization, config) for the compacted file."""
+    fs, path = _fs_path(shard_path)
+    meta = pq.read_schema(path, filesystem=fs).metadata or {}
+    return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
+
+
+def _check_unique(table: pa.Table, target: str) -> None:
+    idx = table.column("idx").to_pylist()
+    if len(set(idx)) != len(idx):
+        dup = sorted(i for i, c in Counter(idx).items() if c > 1)[:5]
+        raise RuntimeError(f"cannot compact {target}: test points {dup} appear twice")
+
+
+def _verify(target: str, rows: int, schema: pa.Schema) -> None:
+    """The compacted file reads back whole, with the stage's schema and `rows` rows."""
+    table = read_exact([target], schema)
+    if table.num_rows != rows:
+        raise RuntimeError(f"{target} reads back {table.num_rows} rows, not {rows}: shards kept")
+
+
+def read_exact(paths: list[str], schema: pa.Schema) -> pa.Table:
+    """Files of one stage as one table with `schema` (columns a legacy file lacks are null)."""
+    if not paths:
+        return schema.empty_table()
+    fs, _ = _fs_path(paths[0])
+    import pyarrow.dataset as pads
+
+    local = [_fs_path(p)[1] for p in paths]
+    return pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table()
+
+
+# ------------------------------------------------------------------------------ on Ray
+@dataclass(frozen=True)
+class Work:
+    """One stage under one setting, for every model submitted."""
+
+    stage: Stage
+    setting: Setting
+
+
+@dataclass
+class Failure:
+    """The first error a model's stage hit, and how many of its tasks failed."""
+
+    message: str
+    count: int = 1
+
+
+@functools.cache
+def _remote(fn: Callable, gpu: bool):
+    import ray
+
+    # Ray gives every GPU task a fresh worker by default: keep it (and its CUDA context).
+    return ray.remote(max_retries=2, **({"max_calls": 0} if gpu else {}))(fn)
+
+
+def test_size(dataset: str, data_dir: str | None) -> int:
+    from sweeper.certify import test_size as size  # loads the data set (torch), cached
+
+    return size(dataset, data_dir)
+
+
+class StageRunner:
+    """Submits the shard tasks of every finished model for every `work` item, compacts each
+    model once its shards are written, and collects outcomes; a task's failure is recorded
+    (grouped per model and stage), never raised. Ray must be initialized."""
+
+    def __init__(self, exp: Experiment, work: list[Work], resources: Resources,
+                 on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size):  # fmt: skip
+        self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
+        self.sizer = sizer
+        self.pending: dict[Any, tuple[str, Shard | tuple[str, Work, int]]] = {}
+        self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
+        self.failures: dict[tuple[str, str], Failure] = {}  # (trial_id, stage name)
+        self.compacted: list[tuple[str, str, str]] = []
+        self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
+        self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
+        self.done = self.total = 0
+
+    # -------------------------------------------------------------------- submitting
+    def submit(self, cfg: TrialConfig) -> int:
+        """Queue every missing shard of a finished trial; returns how many were queued."""
+        queued = sum(self._submit_work(cfg, w) for w in self.work)
+        self._emit("shards_planned", cfg.trial_id, f"{queued} to do")
+        return queued
+
+    def _submit_work(self, cfg: TrialConfig, work: Work) -> int:
+        stage, sid = work.stage.name, work.setting.setting_id
+        shards = plan(cfg, stage, work.setting, self.sizer(cfg.dataset, cfg.data_dir))
+        if not shards:
+            return 0
+        state = progress(self.exp, stage, cfg.trial_id, sid, len(shards))
+        self.total += len(shards)
+        if state.compacted:
+            self.done += len(shards)
+            return 0
+        if state.other_counts:  # another shard_size: its files would count rows twice
+            other = sorted(state.other_counts)[0]
+            self._fail(cfg.trial_id, stage, f"{sid} was computed in {other} shards, now "
+                       f"{len(shards)}: use the shard_size used before, or move that directory away")  # fmt: skip
+            return 0
+        todo = [s for s in shards if s.index not in state.shards]
+        self.done += len(shards) - len(todo)
+        self.remaining[(cfg.trial_id, stage, sid)] = len(todo)
+        options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
+        task = _remote(run_shard, bool(self.resources.gpu)).options(**options)
+        for shard in todo:
+            ref = task.remote(self.exp, work.stage, shard, work.setting, self.resources.cpu)
+            self.pending[ref] = ("shard", shard)
+        if not todo:
+            self._submit_compaction(cfg.trial_id, work, len(shards))
+        return len(todo)
+
+    def _submit_compaction(self, trial_id: str, work: Work, count: int) -> None:
+        cpus = min(1.0, max(self.resources.cpu, 0.25)) if work.stage.finish_needs_data else 0.25
+        task = _remote(compact, False).options(num_cpus=cpus)
+        ref = task.remote(self.exp, work.stage, trial_id, work.setting, count)
+        self.pending[ref] = ("compact", (trial_id, work, count))
+
+    def _work_for(self, shard: Shard) -> Work:
+        return next(w for w in self.work if w.stage.name == shard.stage
+                    and w.setting.setting_id == shard.setting_id)  # fmt: skip
+
+    # -------------------------------------------------------------------- outcomes
+    def poll(self, timeout: float = 0) -> None:
+        import ray
+
+        if not self.pending:
+            return
+        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
+        for ref in ready:
+            kind, what = self.pending.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:  # reported in the outcome, grouped per model and stage
+                trial_id, stage = (what.trial_id, what.stage) if kind == "shard" else (what[0], what[1].stage.name)
+                self._fail(trial_id, stage, _first_line(e))
+                continue
+            self._shard_done(what) if kind == "shard" else self._compacted(*what)
+
+    def _shard_done(self, shard: Shard) -> None:
+        self.done += 1
+        key = (shard.trial_id, shard.stage, shard.setting_id)
+        self.remaining[key] -= 1
+        if self.remaining[key] == 0:
+            self._submit_compaction(shard.trial_id, self._work_for(shard), shard.count)
+        self._emit("shard_done", shard.trial_id, f"{shard.stage} {shard.index + 1}/{shard.count}")
+
+    def _compacted(self, trial_id: str, work: Work, count: int) -> None:
+        self.compacted.append((trial_id, work.stage.name, work.setting.setting_id))
+        self.fresh[work.stage.name] += 1
+        if self.fresh[work.stage.name] >= max(16, self.cached[work.stage.name] // 4):
+            self.refresh(work.stage)  # geometric: the cache is rewritten O(log models) times
+        self._emit("compacted", trial_id, f"{work.stage.name} {work.setting.setting_id}")
+
+    def refresh(self, stage: Stage) -> None:
+        """Fold the compacted models into the stage's cache (readers then open one file)."""
+        from sweeper.stage_reader import refresh_cache
+
+        try:
+            self.cached[stage.name] = refresh_cache(self.exp, stage)
+        except OSError as e:  # a cache is an optimization: readers fall back to the files
+            log.warning("could not refresh the %s cache: %s", stage.name, e)
+        self.fresh[stage.name] = 0
+
+    def finish(self) -> None:
+        """Once every task has ended: the caches hold every compacted model."""
+        for stage in {w.stage.name: w.stage for w in self.work}.values():
+            if self.fresh[stage.name]:
+                self.refresh(stage)
+
+    def _fail(self, trial_id: str, stage: str, message: str) -> None:
+        key = (trial_id, stage)
+        if key in self.failures:
+            self.failures[key].count += 1
+        else:
+            self.failures[key] = Failure(message)
+        self._emit(f"{stage}_failed", trial_id, message)
+
+    def _emit(self, kind: str, trial_id: str, detail: str) -> None:
+        failed = sum(f.count for f in self.failures.values())
+        self.on_event(Event(kind, trial_id, detail, (self.done, self.total, failed)))
+
+    def failure_rows(self) -> list[tuple[str, str, str]]:
+        """(trial_id, stage, "message (k tasks)") per model and stage that failed."""
+        return [
+            (tid, stage, f.message + (f" ({f.count} tasks)" if f.count > 1 else ""))
+            for (tid, stage), f in self.failures.items()
+        ]
+
+    def wait(self, poll_every: float = 0.5) -> None:
+        while self.pending:
+            self.poll(timeout=poll_every)
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+        self.pending.clear()
+
+
+def _first_line(error: Exception) -> str:
+    """The last line of a task's error (its exception), which is what says what went wrong."""
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else type(error).__name__
+
+
+def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
+    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
+    for f in files:
+        groups[f.model].append(f)
+    return groups
+
+
+@dataclass(frozen=True)
+class Named:
+    """A setting known only by its id (enough to compact its models)."""
+
+    setting_id: str
+
+
+def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
+    """Compact every model whose shards are all written, in every stage, then refresh the
+    caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
+    written before compaction existed). The caller holds the experiment's lease."""
+    from sweeper.stage_reader import refresh_cache
+
+    lines = []
+    for stage in stages:
+        folded = waiting = 0
+        for (trial_id, sid), files in by_model(exp.stage_files(stage.name)).items():
+            counts = {f.count for f in files if f.kind == "shard"}
+            if any(f.kind == "compacted" for f in files) or len(counts) != 1:
+                continue
+            count = counts.pop() or 0
+            if {f.index for f in files if f.kind == "shard"} != set(range(count)):
+                waiting += 1
+                continue
+            compact(exp, stage, trial_id, Named(sid), count)
+            folded += 1
+        cached = refresh_cache(exp, stage)
+        lines.append(f"{stage.name}: compacted {folded} models, {waiting} not complete; "
+                     f"the cache holds {cached} models")  # fmt: skip
+    return lines
+
+
+@dataclass
+class Outcome:
+    """What a run of stages left: failures per model and stage, and whether it was cut short."""
+
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # trial_id, stage, error
+    interrupted: bool = False
