@@ -17,7 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
 from sweeper import spec as spec_module
-from sweeper.certify import certify_shard, plan_shards
+from sweeper import shards
+from sweeper.certify import CERTIFY
 from sweeper.cli import app
 from sweeper.spec import CertifySpec, run_settings
 from sweeper.storage import Experiment
@@ -196,8 +197,8 @@ def test_shards_record_how_the_base_classifier_ran(trained):
     exp, cfg = trained
     for spec in (CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5),
                  CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5, channels_last=True)):  # fmt: skip
-        shard = plan_shards(cfg, spec, 450)[0]
-        assert certify_shard(exp, shard, spec, 1) == 5
+        shard = shards.plan(cfg, "certify", spec, 450)[0]
+        assert shards.run_shard(exp, CERTIFY, shard, spec, 1) == 5
         path = exp.shard_path(cfg.trial_id, spec.cert_id, 0, shard.count)
         meta = pq.read_schema(path).metadata
         got = {k: meta[f"sweeper.{k}".encode()].decode() for k in ("precision", "channels_last", "compile")}
