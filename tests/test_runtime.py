@@ -16,8 +16,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
-from sweeper import spec as spec_module
 from sweeper import shards
+from sweeper import spec as spec_module
 from sweeper.certify import CERTIFY
 from sweeper.cli import app
 from sweeper.spec import CertifySpec, run_settings
