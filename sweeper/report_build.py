@@ -25,7 +25,7 @@ from sweeper.report_tables import (
     wide_table,
     winners_table,
 )
-from sweeper.spec import run_settings
+from sweeper.run_settings import run_settings
 from trainables import fileio
 
 FRACTION_COLUMNS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate"}

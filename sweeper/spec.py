@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from sweeper.run_settings import PRECISIONS, precision_problem
 from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -27,8 +28,6 @@ TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
 
-# = trainables.runtime.PRECISIONS (the spec stays torch-free; a test checks they agree)
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 class SpecError(ProblemsError):
@@ -132,29 +131,6 @@ class CertifySpec:
         """The settings a run certifies with: fixed σ, and data-dependent σ too if `ddrs`."""
         fixed = dataclasses.replace(self, ddrs=None)
         return [fixed] if self.ddrs is None else [fixed, self]
-
-
-def precision_problem(certify: CertifySpec, resources: Resources) -> str | None:
-    """fp16 certification where the tasks get no GPU: every shard would fail on its worker."""
-    if certify.precision == "fp16" and not resources.gpu:
-        return ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
-                "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
-                "instructions)")  # fmt: skip
-    return None
-
-
-def run_settings(cert_id: str) -> str:
-    """How the base classifier of a certification setting was run, from its cert_id: e.g.
-    "fp32" or "bf16, channels_last, compiled" (the inverse of `CertifySpec.run_tags`)."""
-    parts = cert_id.split("_")
-    precision = next((p[5:] for p in parts if p.startswith("prec-")), "fp32")
-    names = {"cl": "channels_last", "compiled": "compiled"}
-    return ", ".join([precision] + [names[p] for p in parts if p in names])
-
-
-def field_help(cls: type, name: str) -> str:
-    """The help string declared with a settings field (for the CLI)."""
-    return next(f.metadata["help"] for f in fields(cls) if f.name == name)
 
 
 ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)

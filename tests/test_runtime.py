@@ -16,11 +16,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
+from sweeper import run_settings as run_settings_module
 from sweeper import shards
 from sweeper import spec as spec_module
 from sweeper.certify import CERTIFY
 from sweeper.cli import app
-from sweeper.spec import CertifySpec, run_settings
+from sweeper.run_settings import run_settings
+from sweeper.spec import CertifySpec
 from sweeper.storage import Experiment
 from trainables import attacks, runtime
 from trainables.certification import CertifySettings, certify_points, run_mode
@@ -58,7 +60,7 @@ def test_precision_problems_name_the_setting_and_the_fix():
         "precision fp16 needs a CUDA GPU (this is cpu); use fp32 or bf16"
     )
     assert "unknown precision 'fp8'" in runtime.precision_problem("fp8", CPU)
-    assert spec_module.PRECISIONS == runtime.PRECISIONS
+    assert run_settings_module.PRECISIONS == runtime.PRECISIONS
 
 
 @pytest.mark.skipif(not NO_BF16, reason="this CPU computes bf16 natively")

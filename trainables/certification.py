@@ -86,8 +86,7 @@ def certify_points(
     last, compile); a precision the device cannot run raises `runtime.RuntimeSettingError`.
     """
     runtime.check_precision(settings.precision, device)
-    runtime.prepare(model, device, settings.channels_last, settings.compile)
-    model.eval()
+    runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
     smooth = Smooth(model, num_classes, settings.sigma, settings.precision)
     generator = torch.Generator(device=device).manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in COLUMNS}

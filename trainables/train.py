@@ -70,8 +70,7 @@ class TrainState:
     pseudo_stream: pseudo.PseudoStream | None = None  # self-training: pseudo-labelled batches
     rank: int = 0  # data-parallel training (`trainables.distributed`): this process's rank
     world_size: int = 1
-    # The data pipeline ("device" or "loader") and, for the device one, its crop/flip stream
-    # (on the device; the DataLoader's augmentation draws from torch's global generator).
+    # "device" or "loader"; the device pipeline's crop/flip stream (the DataLoader's: global)
     pipeline: str = "loader"
     augment_generator: torch.Generator | None = None
 
@@ -112,9 +111,8 @@ class TrainState:
         return payload
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue from a checkpoint. One written before the device pipeline existed has no
-        "data_pipeline" (it used the DataLoader) and no augmentation stream: under
-        data_pipeline auto such a run goes on with the DataLoader, exactly as it would have."""
+        """Continue from a checkpoint; one without "data_pipeline" (older) used the DataLoader,
+        and under data_pipeline auto goes on with it, exactly as it would have."""
         if not _same_config(payload["config"], self.cfg):
             log.warning("resuming from a checkpoint written with a different config")
         self.model.load_state_dict(payload["model"])
@@ -186,8 +184,7 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
 
 
 def check_amp(state: TrainState) -> None:
-    """Refuse an amp the device cannot run usefully (bf16 without bf16 hardware); say once
-    that fp16 off CUDA trains in fp32."""
+    """Refuse bf16 without bf16 hardware; say that fp16 off CUDA trains in fp32."""
     if state.cfg.amp == "fp16" and state.device.type != "cuda":
         log.warning("amp fp16 needs CUDA: training in fp32 on %s", state.device.type)
     runtime.check_precision(state.precision, state.device)
@@ -336,6 +333,17 @@ def evaluate(
     return {"test_clean_acc": clean / max(total, 1), "test_noisy_acc": noisy / max(total, 1)}
 
 
+def _ready(state: TrainState, rank: int, world_size: int):
+    """The loaders (this rank's share of the training one) and the model compiled in place
+    if asked (the state dict keeps its keys)."""
+    train_loader, test_loader = make_loaders(state)
+    if world_size > 1:
+        train_loader = distributed.prepare(state, train_loader, rank, world_size)
+    if state.cfg.compile:
+        runtime.compile_module(attacks.unwrap(state.model), state.device)
+    return train_loader, test_loader
+
+
 def fit(
     cfg: TrialConfig,
     checkpoint_path: str | Path | None = None,
@@ -366,11 +374,7 @@ def fit(
     elif init_weights is not None:
         transfer_weights(state.model, init_weights)
         log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
-    train_loader, test_loader = make_loaders(state)
-    if world_size > 1:
-        train_loader = distributed.prepare(state, train_loader, rank, world_size)
-    if cfg.compile:  # in place: the state dict keeps its keys
-        runtime.compile_module(attacks.unwrap(state.model), state.device)
+    train_loader, test_loader = _ready(state, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:
         start = time.perf_counter()

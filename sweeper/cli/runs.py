@@ -32,13 +32,8 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.spec import (
-    CertifySpec,
-    available_spaces,
-    field_help,
-    load_space,
-    precision_problem,
-)
+from sweeper.run_settings import field_help, precision_problem
+from sweeper.spec import CertifySpec, available_spaces, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from trainables.config import DDRSSettings, ProblemsError
 
