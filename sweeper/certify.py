@@ -36,7 +36,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     import torch
 
     from trainables import checkpoint
-    from trainables.certification import CertifySettings, certify_points, seed_for
+    from trainables.certification import CertifySettings, certify_points, run_mode, seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))
@@ -44,8 +44,9 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
     sigma = spec.sigma if spec.sigma is not None else cfg.sigma
     settings = CertifySettings(
-        spec.n0, spec.n, spec.alpha, sigma, spec.batch_size, spec.points_per_batch, spec.ddrs
-    )
+        spec.n0, spec.n, spec.alpha, sigma, spec.batch_size, spec.points_per_batch, spec.ddrs,
+        precision=spec.precision, channels_last=spec.channels_last, compile=spec.compile,
+    )  # fmt: skip
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     seed = seed_for(shard.trial_id, shard.setting_id, shard.index)
     cols = certify_points(
@@ -59,6 +60,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
         "normalization": f"{type(norm).__name__}(means={norm.means.flatten().tolist()}, sds={norm.sds.flatten().tolist()})",
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
+        **run_mode(settings, device),  # precision, channels_last, compile: how f was run
     }
     return shard_table(cfg, exp.name, shard.setting_id, constants, cols, metadata)
 

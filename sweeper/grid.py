@@ -94,6 +94,8 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
 
 def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
     have = getattr(cfg, key)
+    if key == "amp" and isinstance(wanted, bool):  # --only amp=off (YAML: false), amp=true
+        wanted = "fp16" if wanted else "off"
     if (
         isinstance(have, float)
         and isinstance(wanted, (int, float))

@@ -25,6 +25,7 @@ from sweeper.report_tables import (
     wide_table,
     winners_table,
 )
+from sweeper.run_settings import run_settings
 from trainables import fileio
 
 FRACTION_COLUMNS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate"}
@@ -222,6 +223,14 @@ def _figure_files(frame, formats, notes: list[str]) -> list[ReportFile]:
     ]
 
 
+def run_summary(frame: pd.DataFrame) -> str:
+    """How the models' base classifiers were run (from their cert_ids), with model counts:
+    e.g. "fp32 (3 models); bf16, channels_last (1 model)"."""
+    models = frame[["trial_id", "cert_id"]].drop_duplicates()
+    counts = models["cert_id"].map(run_settings).value_counts().sort_index()
+    return "; ".join(f"{mode} ({k} model{'s' * (k != 1)})" for mode, k in counts.items())
+
+
 def index_markdown(frame, report: Report, radii, dims, linf_255, name: str) -> bytes:
     """What the report holds: its settings, a line per table and figure, what was skipped."""
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
@@ -235,6 +244,8 @@ def index_markdown(frame, report: Report, radii, dims, linf_255, name: str) -> b
         f"- ℓ∞ radii: {', '.join(f'{k:g}/255' for k in linf_255)} (an ℓ2 certificate of radius "
         "r certifies ℓ∞ radius r/√d, so these need ℓ2 radius ρ·√d)",
         f"- {ENVELOPE_RULE}",
+        f"- Base classifier run at: {run_summary(frame)}. A certificate holds for the base "
+        "classifier run that way: deploy it (PREDICT) at the same precision.",
         "- Representative model per σ (figure): the model with the best ACR of that σ (ties: "
         "higher clean accuracy, then smaller trial_id).", "",
     ]  # fmt: skip

@@ -19,12 +19,15 @@ from typing import Any
 
 import yaml
 
+from sweeper.run_settings import PRECISIONS, precision_problem
 from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
+
+
 
 
 class SpecError(ProblemsError):
@@ -63,6 +66,22 @@ class CertifySpec:
     # Data-dependent smoothing (DDRS): in a space, certify every model a second time with σ_x
     # per point ({} or true: the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
     ddrs: DDRSSettings | None = None
+    # How the base classifier is run (trainables.runtime). Each is declared with its type,
+    # default, allowed values and help (the CLI reads the help from here); all three can change
+    # the votes, so any non-default value is part of cert_id (see there).
+    precision: str = field(default="fp32", metadata={
+        "choices": PRECISIONS,
+        "help": "Numeric precision of the base classifier's forward passes: fp32, bf16 or fp16 "
+                "(autocast; fp16 needs CUDA, bf16 a GPU or CPU with bf16 support). The "
+                "certificate is of the classifier as run: deploy it (PREDICT) at the same one.",
+    })  # fmt: skip
+    channels_last: bool = field(default=False, metadata={
+        "help": "Run the base classifier in channels-last (NHWC) memory layout.",
+    })  # fmt: skip
+    compile: bool = field(default=False, metadata={
+        "help": "torch.compile the base classifier (runs eagerly, with a warning, where it "
+                "cannot compile).",
+    })  # fmt: skip
 
     def problems(self) -> list[str]:
         p = type_problems(self)
@@ -76,17 +95,33 @@ class CertifySpec:
             p.append(f"sigma must be > 0 (got {self.sigma})")
         if self.ddrs is not None:
             p += [f"ddrs.{q}" for q in self.ddrs.problems()]
+        if self.precision not in PRECISIONS:
+            p.append(f"unknown precision {self.precision!r} (valid: {', '.join(PRECISIONS)})")
         return p
 
     @property
     def cert_id(self) -> str:
-        """Names the settings in file paths; new settings give new files, old rows stay."""
+        """Names the settings in file paths; new settings give new files, old rows stay.
+
+        The defaults (fp32, NCHW, eager) add nothing, so every id written before these settings
+        existed still names its files. Otherwise `_prec-<p>`, `_cl` and `_compiled` are added,
+        because each can change the votes: a certificate is of the base classifier as it was
+        run, and rows of different runs must not pool. bf16/fp16 obviously; channels_last and
+        compile too: measured on this project's AVX2 CPU (oneDNN), both give logits that differ
+        from NCHW eager ones in the last bits, so a vote near a decision boundary can flip."""
         sigma = "train" if self.sigma is None else f"{self.sigma:g}"
         mp = "all" if self.max_points is None else self.max_points
         fixed = (
             f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
         )
+        fixed += "".join(f"_{t}" for t in self.run_tags)
         return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
+
+    @property
+    def run_tags(self) -> tuple[str, ...]:
+        """The cert_id segments of the non-default run settings (none at the defaults)."""
+        tags = () if self.precision == "fp32" else (f"prec-{self.precision}",)
+        return tags + ("cl",) * self.channels_last + ("compiled",) * self.compile
 
     @property
     def setting_id(self) -> str:  # what the sharded-stage engine calls it
@@ -296,6 +331,8 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
     base = expansion_problems(spec)
     smoked = [p for p in expansion_problems(spec.smoked(), prefix) if p[len(prefix) :] not in base]
     problems = list(dict.fromkeys(problems + base + smoked))
+    if (problem := precision_problem(certify, resources)) is not None:
+        problems.append(problem)
     return (None, problems) if problems else (spec, [])
 
 

@@ -33,6 +33,9 @@ from trainables.config import NUM_CLASSES
 COVERS = b"sweeper.covers"  # cache metadata: {path relative to the experiment: size}
 LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",
                              "memory_changed"})  # fmt: skip  (columns older files lack)
+# Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
+# the off/fp16 it meant (`_legacy_values`).
+LEGACY_TYPES = {"amp": pa.bool_()}
 
 
 @dataclass
@@ -100,7 +103,8 @@ def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
             "__fragment_index", pa.array([], pa.int32())).select(cols)  # fmt: skip
     fs, _ = fileio.filesystem(paths[0])
     local = [fileio.filesystem(p)[1] for p in paths]
-    return pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(columns=cols)
+    table = pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(columns=cols)
+    return _legacy_values(table)
 
 
 def _schema_problem(path: str, schema: pa.Schema) -> str | None:
@@ -114,10 +118,25 @@ def _schema_problem(path: str, schema: pa.Schema) -> str | None:
         if f.name not in have.names:
             if f.name not in LEGACY_OPTIONAL:
                 return f"column {f.name!r} is missing"
-        elif not have.field(f.name).type.equals(f.type):
+        elif not _type_ok(have.field(f.name).type, f):
             return f"column {f.name!r} is {have.field(f.name).type}, not {f.type}"
     extra = [n for n in have.names if n not in schema.names]
     return f"unexpected columns {extra}" if extra else None
+
+
+def _type_ok(have: pa.DataType, wanted: pa.Field) -> bool:
+    legacy = LEGACY_TYPES.get(wanted.name)
+    return have.equals(wanted.type) or (legacy is not None and have.equals(legacy))
+
+
+def _legacy_values(table: pa.Table) -> pa.Table:
+    """Values of a legacy-typed column as its current type means them: amp false/true (cast
+    to "false"/"true" by the scan) become off/fp16."""
+    if "amp" not in table.column_names:
+        return table
+    amp = table.column("amp")
+    meant = pc.if_else(pc.equal(amp, "true"), "fp16", pc.if_else(pc.equal(amp, "false"), "off", amp))
+    return table.set_column(table.column_names.index("amp"), "amp", meant)
 
 
 def row_problems(exp: Experiment, stage: Stage, table: pa.Table, files: list[StageFile],

@@ -86,7 +86,10 @@ def test_name_tuples_are_consistent():
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
     assert tuple(METHOD_FIELDS) == METHODS
     assert OPTIONAL_FIELDS <= ALL_FIELDS
-    assert {"data_dir", "download", "num_workers", "pseudo_data"} == ENVIRONMENT_FIELDS
+    assert {
+        "data_dir", "download", "num_workers", "pseudo_data", "channels_last", "compile",
+        "data_pipeline",
+    } == ENVIRONMENT_FIELDS  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- validation
@@ -338,7 +341,7 @@ def test_new_optional_fields_keep_existing_ids():
     so adding hyperparameters for new methods leaves every existing trial_id unchanged."""
     cfg = TrialConfig(**PINNED)
     blob = {k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None}
-    assert cfg.identity() == blob
+    assert cfg.identity() == {**blob, "amp": False}  # amp "off" in its former (bool) form
     assert "train_subset" not in cfg.identity()
     assert TrialConfig(**PINNED, train_subset=100).trial_id != PINNED_ID
 
@@ -350,3 +353,69 @@ def test_frozen_and_hashable():
     assert hash(cfg) == hash(TrialConfig(**PINNED))
     assert len({cfg, TrialConfig(**PINNED), cfg.replace(seed=9)}) == 2
     assert {cfg: 1}[TrialConfig(**PINNED)] == 1
+
+
+# ---------------------------------------------------------------------- amp and run settings
+# Trial ids of configs from the shipped spaces (the first trial of the method), computed with
+# the code before `amp` became off|fp16|bf16 and channels_last/compile/data_pipeline existed:
+# with amp false (the default) and with amp true.
+SHIPPED_IDS = [
+    ("cifar10", "gaussian", "8725bd6177de", "bc012d409cf6"),
+    ("cifar10", "smoothadv", "cb7238384c91", "92f6998a5b72"),
+    ("digits", "gaussian", "930d612a6893", "6ce11a9a9681"),
+    ("digits", "smoothadv", "ad14ea174bea", "7732eb5fe046"),
+    ("mnist", "gaussian", "36d4da188a4f", "15e7cb68b0da"),
+    ("imagenet", "gaussian", "01e0ed85be07", "73afc759b835"),
+    ("imagenet", "smoothadv", "5b2213dd13c4", "2be191a65930"),
+    ("cifar10-methods", "gaussian", "ef8ed503e823", "d8e25e5226bf"),
+    ("cifar10-methods", "macer", "0d498241eee6", "6e1318b3a565"),
+]
+
+
+@pytest.mark.parametrize(("space", "method", "off_id", "fp16_id"), SHIPPED_IDS)
+def test_shipped_trial_ids_survive_the_amp_and_run_settings(space, method, off_id, fp16_id):
+    from sweeper.grid import expand
+    from sweeper.spec import load_space
+
+    cfg = next(t for t in expand(load_space(space)) if t.method == method)
+    assert cfg.amp == "off" and cfg.trial_id == off_id
+    for amp in ("fp16", True):
+        assert cfg.replace(amp=amp).trial_id == fp16_id
+    assert cfg.replace(amp=False).trial_id == off_id
+    fast = cfg.replace(channels_last=True, compile=True, data_pipeline="loader")
+    assert fast.trial_id == off_id
+    assert cfg.replace(amp="bf16").trial_id not in (off_id, fp16_id)
+
+
+@pytest.mark.parametrize(("given", "stored"), [(False, "off"), (True, "fp16"), ("bf16", "bf16")])
+def test_amp_accepts_its_former_bools_and_yaml_on_off(given, stored):
+    cfg = TrialConfig(amp=given)
+    assert cfg.amp == stored and cfg.to_dict()["amp"] == stored
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+    import yaml
+
+    assert TrialConfig(amp=yaml.safe_load("off")).amp == "off"  # YAML 1.1: off is false
+
+
+def test_amp_and_data_pipeline_values_are_validated():
+    assert _problems(amp="fp8") == ["unknown amp 'fp8' (valid: off, fp16, bf16)"]
+    assert _problems(data_pipeline="gpu") == [
+        "unknown data_pipeline 'gpu' (valid: auto, device, loader)"
+    ]
+    assert _problems(dataset="imagenet", data_pipeline="device") == [
+        "data_pipeline device needs an in-memory data set (not imagenet's image files): use "
+        "auto or loader"
+    ]
+    assert _problems(channels_last=1) == ["channels_last must be bool (got 1)"]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "pipeline"),
+    [("cifar10", "device"), ("mnist", "device"), ("digits", "device"), ("imagenet", "loader"),
+     ("imagenet32", "loader")],
+)  # fmt: skip
+def test_auto_pipeline_is_the_device_one_for_small_in_memory_sets(dataset, pipeline):
+    from trainables.config import pipeline_for
+
+    assert pipeline_for(TrialConfig(dataset=dataset)) == pipeline
+    assert pipeline_for(TrialConfig(dataset=dataset, data_pipeline="loader")) == "loader"

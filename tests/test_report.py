@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.envelope import model_table
-from sweeper.report_build import build_report, table_latex, table_markdown, write_report
+from sweeper.report_build import (
+    build_report,
+    run_summary,
+    table_latex,
+    table_markdown,
+    write_report,
+)
 from sweeper.report_figures import figure_plan, radius_grid, representatives
 from sweeper.report_tables import (
     ALL,
@@ -285,7 +291,7 @@ def built(frame):
     return build_report(frame, RADII, DIMS, ("png", "svg"), name="exp")
 
 
-def test_build_and_write_report(built, tmp_path):
+def test_build_and_write_report(built, frame, tmp_path):
     report = built
     names = [f.name for f in report.files]
     assert names[:10] == [f"{t}.{s}" for t in TABLES for s in ("md", "tex")]
@@ -299,8 +305,18 @@ def test_build_and_write_report(built, tmp_path):
     index = (tmp_path / "out" / "index.md").read_text()
     assert all(f"[{n}]({n})" in index for n in names if n != "index.md")
     assert "1/255, 2/255, 4/255, 8/255" in index and "digits (d = 64)" in index
+    models = frame.groupby(["trial_id", "cert_id"]).ngroups
+    assert f"- Base classifier run at: fp32 ({models} models)." in index
     linf = (tmp_path / "out" / "linf.md").read_text()
     assert "d = 64" in linf and "1/255 (ℓ2 0.03137)" in linf
+
+
+def test_run_summary_counts_models_per_run_setting(frame):
+    fast = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None, precision="bf16",
+                       channels_last=True).cert_id  # fmt: skip
+    mixed = pd.concat([frame, frame[frame["trial_id"] == A.trial_id].assign(cert_id=fast)])
+    models = frame.groupby(["trial_id", "cert_id"]).ngroups
+    assert run_summary(mixed) == f"bf16, channels_last (1 model); fp32 ({models} models)"
 
 
 def run(args: list[str]):

@@ -352,3 +352,24 @@ def test_plot_envelope_writes_a_png(tmp_path, frame, by):
     data = out.read_bytes()
     assert len(data) > 1000
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def legacy_amp(t: pa.Table, amp: bool) -> pa.Table:
+    """A shard as written while `amp` was a bool column."""
+    i = t.schema.get_field_index("amp")
+    return t.set_column(i, pa.field("amp", pa.bool_()), pa.array([amp] * t.num_rows))
+
+
+def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
+    """Their trials kept their ids; their amp false/true reads as off/fp16."""
+    exp = Experiment(str(tmp_path), "exp")
+    old = legacy_amp(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1]), False)
+    assert old.schema.field("amp").type == pa.bool_()
+    write_shard(old, exp.shard_path(HI.trial_id, CID, 0, 2))
+    write_shard(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
+    fp16 = LO.replace(amp="fp16")
+    write_shard(legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True), exp.shard_path(fp16.trial_id, CID, 0, 1))  # fmt: skip
+    results = load_results(exp)
+    assert len(results.frame) == 8 and results.models == 2
+    amp = results.frame.groupby("trial_id")["amp"].unique().to_dict()
+    assert {k: list(v) for k, v in amp.items()} == {HI.trial_id: ["off"], fp16.trial_id: ["fp16"]}

@@ -343,6 +343,11 @@ def test_select_slices_the_grid(trials):
     assert len(select(ts, {"method": "gaussian"})[0]) == 4
     assert len(select(ts, {"attack": None})[0]) == 4
     assert len(select(ts, {"sigma": 1})[0]) == 161  # an int matches the float
+    for off in ("off", False):  # YAML reads --only amp=off as false
+        assert len(select(ts, {"amp": off})[0]) == len(ts)
+    assert select(ts, parse_only("amp=true")[0])[1] == [
+        "--only amp=True matches no trial (amp values: off)"
+    ]
     assert select(ts, {})[0] == ts
     chosen, problems = select(ts, {"sigma": 0.3, "attack": "pgd"})
     assert chosen == []

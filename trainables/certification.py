@@ -1,7 +1,9 @@
 """CERTIFY over a list of test points of one model: rows for the results table.
 
 Pure apart from reading the data set: no Ray, no file writing. Several points share each
-forward batch (`points_per_batch`), each still getting its own n0 and n samples.
+forward batch (`points_per_batch`), each still getting its own n0 and n samples. The model is
+run as the settings say (`trainables.runtime`: precision, channels_last, compile); the
+defaults (fp32, NCHW, eager) are the bit-for-bit behaviour of earlier versions.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainables import runtime
 from trainables.config import DDRSSettings
 from trainables.ddrs import optimize_sigma
 from trainables.smoothing import ABSTAIN, Smooth
@@ -39,6 +42,9 @@ class CertifySettings:
     batch_size: int  # noisy samples per forward pass
     points_per_batch: int | None = None  # None: batch_size // n0, so the n0 stage fills a batch
     ddrs: DDRSSettings | None = None  # data-dependent σ_x per point, optimized from σ0 = sigma
+    precision: str = "fp32"  # fp32 | bf16 | fp16: autocast of the forward passes, noise dtype
+    channels_last: bool = False  # NHWC weights and activations
+    compile: bool = False  # torch.compile the forward (eager, with a warning, where it cannot)
 
     def points(self, available: int) -> int:
         p = self.points_per_batch or max(1, self.batch_size // self.n0)
@@ -48,6 +54,17 @@ class CertifySettings:
 def seed_for(*parts: object) -> int:
     """A stable 63-bit seed from strings and numbers (same on every machine and run)."""
     return zlib.crc32("/".join(map(str, parts)).encode()) * 2654435761 % (2**63 - 1)
+
+
+def run_mode(settings: CertifySettings, device: torch.device) -> dict[str, str]:
+    """How `certify_points` runs the model under `settings` on `device`, for the records:
+    precision, channels_last and compile ("compiled", "eager" or "eager (compile
+    unavailable)" where torch.compile cannot run)."""
+    return {
+        "precision": settings.precision,
+        "channels_last": str(settings.channels_last).lower(),
+        "compile": runtime.compile_mode(settings.compile, device),
+    }
 
 
 def certify_points(
@@ -65,10 +82,12 @@ def certify_points(
     OptimizeSigma under DDRS), predict (−1 = abstain), count (nA: votes for the predicted
     class among n; for an abstention, votes for the selected class), p_lower, radius (0 on
     abstention), correct, time_s (wall time per point, σ optimization included; shared
-    batches split evenly).
+    batches split evenly). The model is first converted in place as `settings` say (channels
+    last, compile); a precision the device cannot run raises `runtime.RuntimeSettingError`.
     """
-    model.eval()
-    smooth = Smooth(model, num_classes, settings.sigma)
+    runtime.check_precision(settings.precision, device)
+    runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
+    smooth = Smooth(model, num_classes, settings.sigma, settings.precision)
     generator = torch.Generator(device=device).manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in COLUMNS}
     P = settings.points(len(indices))

@@ -38,6 +38,16 @@ METHODS = (
 )  # fmt: skip
 ATTACKS = ("pgd", "ddn")
 WARMUP_SCHEDULES = ("reference", "paper")  # `methods.base.warmup_factor`
+# Mixed-precision training (`amp`): off (fp32), fp16 (autocast + GradScaler, CUDA only) or bf16
+# (autocast, no scaler: CUDA with bf16, or a CPU with bf16 instructions). `amp` was a bool
+# before: true/false (and YAML's on/off) still mean fp16/off.
+AMP_MODES = ("off", "fp16", "bf16")
+# How training batches are made (`data_pipeline`, `trainables.pipeline`): "device" holds the
+# split on the trial's device and crops/flips there; "loader" is a torch DataLoader with
+# `num_workers` worker processes; "auto" is device for CIFAR-10, MNIST and digits, loader for
+# ImageNet (image files) and ImageNet32 (3.7 GiB: too big to copy onto every packed trial's GPU).
+DATA_PIPELINES = ("auto", "device", "loader")
+DEVICE_PIPELINE_DATASETS = ("cifar10", "mnist", "digits")  # auto -> device
 
 # Hyperparameters only some methods use; for the others they resolve to None (a null column,
 # and no part of the trial_id).
@@ -87,8 +97,13 @@ _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}")
 
-# Where the data lives and how it is loaded does not change the trained model's identity.
-ENVIRONMENT_FIELDS = frozenset({"data_dir", "download", "num_workers", "pseudo_data"})
+# Where the data lives, how it is loaded, and how the model's forward is laid out and compiled
+# do not change the trained model's identity (a different data pipeline gives other random
+# draws of the same distributions, as num_workers does).
+ENVIRONMENT_FIELDS = frozenset(
+    {"data_dir", "download", "num_workers", "pseudo_data", "channels_last", "compile",
+     "data_pipeline"}
+)  # fmt: skip
 
 
 class ProblemsError(ValueError):
@@ -177,9 +192,12 @@ class TrialConfig:
     eval_subset: int | None = None  # evaluate clean/noisy accuracy on this many test inputs
     data_dir: str | None = None
     download: bool = False
-    num_workers: int = 0
-    amp: bool = False  # CUDA only: autocast fp16 + GradScaler; ignored on CPU
+    num_workers: int = 0  # DataLoader worker processes (data_pipeline loader)
+    amp: str = "off"  # off | fp16 | bf16 (see AMP_MODES); fp16 on a CPU trains in fp32
     seed: int = 0
+    channels_last: bool = False  # environment: NHWC weights/activations (faster convolutions)
+    compile: bool = False  # environment: torch.compile the model (eager where it cannot)
+    data_pipeline: str = "auto"  # environment: auto | device | loader (see DATA_PIPELINES)
     # -- two-stage sweeps: fine-tune the model of another trial (its trial_id). Its weights are
     # loaded before the first epoch, except the input normalization (this data set's) and the
     # last (logit) layer, which is re-initialized (SmoothAdv NeurIPS appendix E.1).
@@ -189,6 +207,8 @@ class TrialConfig:
     data_parallel: int | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.amp, bool):  # the field's former type
+            object.__setattr__(self, "amp", "fp16" if self.amp else "off")
         problems = _type_problems(self)
         if problems:
             raise ConfigError(problems)
@@ -258,6 +278,11 @@ class TrialConfig:
             if not getattr(self, name) > 0:
                 p.append(f"{name} must be > 0 (got {getattr(self, name)})")
         p += _data_parallel_problems(self)
+        p += _choice("amp", self.amp, AMP_MODES)
+        p += _choice("data_pipeline", self.data_pipeline, DATA_PIPELINES)
+        if self.data_pipeline == "device" and self.dataset == "imagenet":
+            p.append("data_pipeline device needs an in-memory data set (not imagenet's image "
+                     "files): use auto or loader")  # fmt: skip
         if self.init_from is not None and not _TRIAL_ID.fullmatch(self.init_from):
             p.append(f"init_from must be a trial_id (12 hex digits, got {self.init_from!r})")
         if self.momentum < 0 or self.weight_decay < 0 or self.num_workers < 0:
@@ -272,10 +297,13 @@ class TrialConfig:
         """The resolved hyperparameters that determine the trained model.
 
         Fields a method does not use (None) are left out, so adding a new method's
-        hyperparameters later keeps every existing trial_id (and its results) valid."""
-        return {
+        hyperparameters later keeps every existing trial_id (and its results) valid. `amp`
+        off/fp16 take the form they were hashed in when it was a bool (false/true)."""
+        identity = {
             k: v for k, v in self.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None
         }
+        identity["amp"] = _AMP_IDENTITY.get(self.amp, self.amp)
+        return identity
 
     @property
     def trial_id(self) -> str:
@@ -299,6 +327,16 @@ class TrialConfig:
 
     def replace(self, **changes: Any) -> TrialConfig:
         return dataclasses.replace(self, **changes)
+
+
+_AMP_IDENTITY = {"off": False, "fp16": True}
+
+
+def pipeline_for(cfg: TrialConfig) -> str:
+    """The data pipeline a trial uses: "device" or "loader" (resolving "auto")."""
+    if cfg.data_pipeline != "auto":
+        return cfg.data_pipeline
+    return "device" if cfg.dataset in DEVICE_PIPELINE_DATASETS else "loader"
 
 
 # (field, test, requirement) for the method hyperparameters that must be set when used.

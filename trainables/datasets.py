@@ -53,6 +53,12 @@ assert tuple(INFO) == DATASETS, "data registry and config.DATASETS disagree"
 assert {k: v.num_classes for k, v in INFO.items()} == NUM_CLASSES, "config.NUM_CLASSES disagrees"
 assert {k: v.dim for k, v in INFO.items()} == INPUT_DIM, "config.INPUT_DIM disagrees"
 
+# Data sets trained with RandomCrop(32, padding=4) + RandomHorizontalFlip (`_cifar_augment`);
+# the on-device pipeline (`trainables.pipeline`) does the same to these and nothing to others.
+CROP_FLIP_DATASETS = frozenset({"cifar10", "imagenet32"})
+# Data sets held in memory as tensors (ImageTensors); ImageNet is read image by image.
+IN_MEMORY_DATASETS = frozenset({"cifar10", "mnist", "digits", "imagenet32"})
+
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

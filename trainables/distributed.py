@@ -65,6 +65,10 @@ def prepare(state, train_loader, rank: int, world_size: int):
     state.model = DistributedDataParallel(state.model, device_ids=ids)
     if rank > 0:  # rank 0's stream is in the checkpoint; the others derive theirs
         state.noise_generator.manual_seed(cfg.seed + 1 + 7919 * rank + 104729 * state.epoch)
+        if state.augment_generator is not None:
+            state.augment_generator.manual_seed(cfg.seed + 2 + 7919 * rank + 104729 * state.epoch)
+    if hasattr(train_loader, "shard"):  # the on-device pipeline: DistributedSampler's order
+        return train_loader.shard(rank, world_size, cfg.seed, cfg.batch_size // world_size)
     sampler = DistributedSampler(
         train_loader.dataset, world_size, rank, shuffle=True, seed=cfg.seed
     )
@@ -88,9 +92,9 @@ def assert_in_sync(model: torch.nn.Module) -> None:
 
 def set_epoch(loader, epoch: int) -> None:
     """A new shuffle per epoch, the same on every rank (no-op for an ordinary loader)."""
-    sampler = getattr(loader, "sampler", None)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)
+    target = loader if hasattr(loader, "set_epoch") else getattr(loader, "sampler", None)
+    if hasattr(target, "set_epoch"):
+        target.set_epoch(epoch)
 
 
 def _worker(rank: int, world_size: int, port: int, cfg_dict: dict, kwargs: dict) -> None:

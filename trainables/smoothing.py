@@ -11,8 +11,11 @@ Guarantees (for a base classifier f that is a fixed function):
 
 This module is pure: no Ray, no I/O; the device is that of the input. Sampling draws batches
 of noise on the device, counts votes with `bincount` there, and never loops over samples in
-Python. Several test points can share one forward batch (`certify_batch`). The base classifier
-is evaluated in eval mode (its modes are restored afterwards).
+Python; the only transfer to the host is the counts. Several test points can share one forward
+batch (`certify_batch`). The base classifier is evaluated in eval mode (its modes are restored
+afterwards). At a reduced `precision` (bf16/fp16, `trainables.runtime`) the noise is drawn and
+added in that dtype and the forward passes run under autocast: the certificate is then one of
+the base classifier as run at that precision.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from scipy.stats import beta, binomtest, norm
+
+from trainables import runtime
 
 ABSTAIN = -1
 
@@ -83,16 +88,23 @@ def predict_from_counts(counts, alpha: float) -> int:
 
 
 class Smooth:
-    """A smoothed classifier around `base_classifier` (a module mapping (B,C,H,W) -> logits)."""
+    """A smoothed classifier around `base_classifier` (a module mapping (B,C,H,W) -> logits),
+    evaluated at `precision` (fp32: no autocast, the inputs' own dtype)."""
 
     ABSTAIN = ABSTAIN
 
-    def __init__(self, base_classifier: torch.nn.Module, num_classes: int, sigma: float):
+    def __init__(
+        self, base_classifier: torch.nn.Module, num_classes: int, sigma: float,
+        precision: str = "fp32",
+    ):  # fmt: skip
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0 (got {sigma})")
+        if precision not in runtime.PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r} (valid: {runtime.PRECISIONS})")
         self.base_classifier = base_classifier
         self.num_classes = num_classes
         self.sigma = float(sigma)
+        self.precision = precision
 
     def certify(self, x, n0, n, alpha, batch_size, generator=None) -> tuple[int, float]:
         """CERTIFY for one input x of shape (C,H,W): (prediction, radius)."""
@@ -139,7 +151,8 @@ class Smooth:
         counts = torch.zeros(P, self.num_classes, dtype=torch.long, device=xs.device)
         group = max(1, min(P, batch_size))
         per_point = max(1, batch_size // group)
-        with _eval_mode(self.base_classifier), torch.inference_mode():
+        autocast = runtime.autocast(self.precision, xs.device)
+        with _eval_mode(self.base_classifier), torch.inference_mode(), autocast:
             for start in range(0, P, group):
                 chunk = xs[start : start + group]
                 scale = None if sigmas is None else sigmas[start : start + group]
@@ -152,10 +165,12 @@ class Smooth:
         """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
 
         The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by
-        σ on the fly) and xs is added by broadcasting, so nothing is repeated or reallocated."""
+        σ on the fly) and xs is added by broadcasting, so nothing is repeated or reallocated.
+        The buffer has the compute dtype: xs's own at fp32, else that of the precision."""
         g, shape, K = xs.shape[0], xs.shape[1:], self.num_classes
         k = min(per_point, num)
-        buffer = torch.empty((g * k, *shape), dtype=xs.dtype, device=xs.device)
+        dtype = xs.dtype if self.precision == "fp32" else runtime.DTYPES[self.precision]
+        buffer = torch.empty((g * k, *shape), dtype=dtype, device=xs.device)
         offsets = torch.arange(g, device=xs.device).unsqueeze(1) * K
         counts = torch.zeros(g * K, dtype=torch.long, device=xs.device)
         remaining = num

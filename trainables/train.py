@@ -38,15 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader
 
-from trainables import attacks, checkpoint, distributed, fileio, pseudo
-from trainables.config import TrialConfig
-from trainables.datasets import INFO, load_dataset
+from trainables import attacks, checkpoint, distributed, fileio, pipeline, pseudo, runtime
+from trainables.config import ConfigError, TrialConfig, pipeline_for
+from trainables.datasets import INFO
 from trainables.ddrs import optimize_sigma
 from trainables.methods import REGISTRY, Method, StepContext
 from trainables.methods.base import epoch_epsilon
 from trainables.models import build_model, transfer_weights
+from trainables.pipeline import split_indices, split_size
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,16 @@ class TrainState:
     pseudo_stream: pseudo.PseudoStream | None = None  # self-training: pseudo-labelled batches
     rank: int = 0  # data-parallel training (`trainables.distributed`): this process's rank
     world_size: int = 1
+    # "device" or "loader"; the device pipeline's crop/flip stream (the DataLoader's: global)
+    pipeline: str = "loader"
+    augment_generator: torch.Generator | None = None
 
     @property
-    def amp(self) -> bool:
-        return self.cfg.amp and self.device.type == "cuda"
+    def precision(self) -> str:
+        """The autocast precision of training steps: fp32 for amp off, and for amp fp16 off
+        CUDA (which has always trained in fp32 there)."""
+        amp = self.cfg.amp
+        return "fp32" if amp == "off" or (amp == "fp16" and self.device.type != "cuda") else amp
 
     def payload(self) -> dict[str, Any]:
         """Everything needed to resume or to certify, as a checkpoint dict."""
@@ -83,6 +90,8 @@ class TrainState:
         }
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.augment_generator is not None:
+            rng["augment"] = self.augment_generator.get_state()
         payload = {
             "config": self.cfg.to_dict(),
             "trial_id": self.cfg.trial_id,
@@ -93,6 +102,7 @@ class TrainState:
             "scaler": self.scaler.state_dict(),
             "rng": rng,
             "history": list(self.history),
+            "data_pipeline": self.pipeline,
         }
         if self.ddrs_sigma is not None:
             payload["ddrs_sigma"] = self.ddrs_sigma.clone()
@@ -101,7 +111,9 @@ class TrainState:
         return payload
 
     def restore(self, payload: dict[str, Any]) -> None:
-        if payload["config"] != self.cfg.to_dict():
+        """Continue from a checkpoint; one without "data_pipeline" (older) used the DataLoader,
+        and under data_pipeline auto goes on with it, exactly as it would have."""
+        if not _same_config(payload["config"], self.cfg):
             log.warning("resuming from a checkpoint written with a different config")
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
@@ -113,6 +125,10 @@ class TrainState:
         self.noise_generator.set_state(rng["noise"].cpu())
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+        if "augment" in rng and self.augment_generator is not None:
+            self.augment_generator.set_state(rng["augment"].cpu())
+        if self.cfg.data_pipeline == "auto":
+            self.pipeline = payload.get("data_pipeline", "loader")
         self.epoch = int(payload["epoch"])
         self.history = list(payload["history"])
         table = payload.get("ddrs_sigma")
@@ -132,6 +148,14 @@ class TrainState:
         return self.ddrs_sigma
 
 
+def _same_config(stored: dict[str, Any], cfg: TrialConfig) -> bool:
+    """Whether a checkpoint's config dict is `cfg` (read as today's code reads it)."""
+    try:
+        return TrialConfig.from_dict(stored) == cfg
+    except ConfigError:
+        return False
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -142,47 +166,37 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     torch.manual_seed(cfg.seed)
     info = INFO[cfg.dataset]
     model = build_model(cfg.arch, info.num_classes, info.mean, info.std).to(device)
+    if cfg.channels_last:
+        runtime.to_channels_last(model)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
-    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and device.type == "cuda")
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
     loader_gen = torch.Generator().manual_seed(cfg.seed)
     noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     state = TrainState(cfg, device, model, optimizer, scheduler, scaler, loader_gen, noise_gen)
     state.pseudo_stream = pseudo.stream(cfg, device)
+    state.pipeline = pipeline_for(cfg)
+    state.augment_generator = torch.Generator(device=device).manual_seed(cfg.seed + 2)
+    check_amp(state)
     return state
 
 
-def make_loaders(state: TrainState) -> tuple[DataLoader, DataLoader]:
-    cfg = state.cfg
-    train = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.download, augment=True)
-    test = load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.download)
-    if cfg.train_subset is not None and cfg.train_subset < len(train):
-        train = Subset(train, range(cfg.train_subset))
-    if cfg.eval_subset is not None and cfg.eval_subset < len(test):
-        test = Subset(test, range(cfg.eval_subset))
+def check_amp(state: TrainState) -> None:
+    """Refuse bf16 without bf16 hardware; say that fp16 off CUDA trains in fp32."""
+    if state.cfg.amp == "fp16" and state.device.type != "cuda":
+        log.warning("amp fp16 needs CUDA: training in fp32 on %s", state.device.type)
+    runtime.check_precision(state.precision, state.device)
+
+
+def make_loaders(state: TrainState):
+    """The training and evaluation batches of `state.pipeline` (`pipeline.loaders`)."""
     if state.pseudo_stream is not None:
         state.pseudo_stream.load()  # read and check the pseudo-labelled data before training
-    pin = state.device.type == "cuda"
-    common = {"num_workers": cfg.num_workers, "pin_memory": pin}
-    return (
-        DataLoader(train, cfg.batch_size, shuffle=True, generator=state.loader_generator, **common),
-        DataLoader(test, max(cfg.batch_size, 256), shuffle=False, **common),
+    return pipeline.loaders(
+        state.cfg, state.device, state.pipeline, state.loader_generator, state.augment_generator
     )
-
-
-def split_indices(dataset: Dataset) -> torch.Tensor:
-    """The positions in the full split of a (possibly Subset-wrapped) data set's inputs: the
-    idx values its loader yields."""
-    if isinstance(dataset, Subset):
-        return split_indices(dataset.dataset)[torch.as_tensor(list(dataset.indices))]
-    return torch.arange(len(dataset))
-
-
-def split_size(dataset: Dataset) -> int:
-    """The number of inputs of the full split under any Subset wrappers."""
-    return split_size(dataset.dataset) if isinstance(dataset, Subset) else len(dataset)
 
 
 def ddrs_active(cfg: TrialConfig, epoch: int) -> bool:
@@ -227,7 +241,7 @@ def _step(
 ) -> tuple[float, int, int]:
     """One optimizer step on a chunk, its loss multiplied by `scale` (self-training's η) for
     the backward pass: (summed unscaled loss, correct, samples)."""
-    with torch.autocast(state.device.type, dtype=torch.float16, enabled=state.amp):
+    with runtime.autocast(state.precision, state.device):
         out = method.loss(state.model, x, y, ctx)
     state.optimizer.zero_grad(set_to_none=True)
     state.scaler.scale(out.loss if scale == 1.0 else out.loss * scale).backward()
@@ -319,6 +333,17 @@ def evaluate(
     return {"test_clean_acc": clean / max(total, 1), "test_noisy_acc": noisy / max(total, 1)}
 
 
+def _ready(state: TrainState, rank: int, world_size: int):
+    """The loaders (this rank's share of the training one) and the model compiled in place
+    if asked (the state dict keeps its keys)."""
+    train_loader, test_loader = make_loaders(state)
+    if world_size > 1:
+        train_loader = distributed.prepare(state, train_loader, rank, world_size)
+    if state.cfg.compile:
+        runtime.compile_module(attacks.unwrap(state.model), state.device)
+    return train_loader, test_loader
+
+
 def fit(
     cfg: TrialConfig,
     checkpoint_path: str | Path | None = None,
@@ -349,9 +374,7 @@ def fit(
     elif init_weights is not None:
         transfer_weights(state.model, init_weights)
         log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
-    train_loader, test_loader = make_loaders(state)
-    if world_size > 1:
-        train_loader = distributed.prepare(state, train_loader, rank, world_size)
+    train_loader, test_loader = _ready(state, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:
         start = time.perf_counter()

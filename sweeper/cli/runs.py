@@ -32,7 +32,8 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.spec import available_spaces, load_space
+from sweeper.run_settings import field_help, precision_problem
+from sweeper.spec import CertifySpec, available_spaces, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from trainables.config import DDRSSettings, ProblemsError
 
@@ -206,6 +207,8 @@ def run_grid(
         dry_run_report(plan, cpu_only, address, gpus)
         return
     resources = effective_resources(plan.spec.resources, cpu_only)
+    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
+        fail([problem])
     if restart_:
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
@@ -292,6 +295,20 @@ def certify(
     ddrs_samples: Annotated[
         int | None, typer.Option("--ddrs-samples", help="Noise draws per OptimizeSigma step (1).")
     ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option("--precision", help=field_help(CertifySpec, "precision") + " [fp32]"),
+    ] = None,
+    channels_last: Annotated[
+        bool | None,
+        typer.Option(
+            "--channels-last/--no-channels-last", help=field_help(CertifySpec, "channels_last")
+        ),
+    ] = None,
+    compile: Annotated[
+        bool | None,
+        typer.Option("--compile/--no-compile", help=field_help(CertifySpec, "compile")),
+    ] = None,
     wait_for_nodes: WaitForNodes = DEFAULT_WAIT_MINUTES,
 ) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
@@ -308,6 +325,9 @@ def certify(
         "max_points": max_points,
         "shard_size": shard_size,
         "batch_size": batch_size,
+        "precision": precision,
+        "channels_last": channels_last,
+        "compile": compile,
     }
     overrides = {k: v for k, v in flags.items() if v is not None}
     ddrs_flags = {"iterations": ddrs_iterations, "lr": ddrs_lr, "samples": ddrs_samples}
@@ -335,6 +355,8 @@ def certify(
             ]
         )
     resources = effective_resources(plan.spec.resources, cpu_only)
+    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
+        fail([problem])
     console.print(
         f"certifying {len(ready)} finished trials ({len(plan.trials) - len(ready)} not finished) with {plan.spec.certify.cert_id}"
     )
