@@ -99,6 +99,23 @@ class PixelArgmax(nn.Module):
         return x.flatten(1)[:, : self.num_classes]
 
 
+class SwitchAfter(nn.Module):
+    """Votes `first` for the first `switch` noisy samples it is shown (counted over every
+    forward call), `then` for every later one: CERTIFY's selection draws (n0 per point) see
+    one class, its estimation draws (n per point) another."""
+
+    def __init__(self, switch: int, first: int, then: int, num_classes: int = 3):
+        super().__init__()
+        self.switch, self.first, self.then, self.num_classes = switch, first, then, num_classes
+        self.seen = 0
+
+    def forward(self, x):
+        order = torch.arange(self.seen, self.seen + x.shape[0])
+        self.seen += x.shape[0]
+        votes = torch.where(order < self.switch, self.first, self.then)
+        return nn.functional.one_hot(votes, self.num_classes).float()
+
+
 def _one_hot_inputs(labels) -> torch.Tensor:
     """One input per label, with pixel number `label` lit (1.0) and the others dark."""
     xs = torch.zeros(len(labels), *SHAPE)
@@ -213,6 +230,61 @@ def test_vote_shares_follow_the_gaussian_in_pixel_space():
     expected = norm.cdf(distances.numpy() / sigma)
     se = np.sqrt(expected * (1 - expected) / num)
     assert np.all(np.abs(counts[:, 1].numpy() / num - expected) < 5 * se)
+
+
+@pytest.mark.parametrize(("points", "batch_size"), [(1, 7), (1, 1000), (5, 13), (5, 4000)])
+def test_certify_selects_the_class_from_the_n0_draws_and_counts_it_in_the_n_fresh_ones(
+    points, batch_size
+):
+    """The selection/estimation split is what makes the bound valid: the class is chosen from
+    the n0 draws only and its votes are counted among n other draws. A classifier that votes
+    class 0 on the n0 draws and class 1 on the n draws must abstain (nA = 0 votes for the
+    selected class 0), although class 1 has every one of the n votes."""
+    n0, n, alpha = 10, 500, 0.001
+    model = SwitchAfter(switch=points * n0, first=0, then=1)
+    certs = Smooth(model, 3, 0.25).certify_batch(
+        torch.rand(points, *SHAPE), n0, n, alpha, batch_size, _gen()
+    )
+    assert model.seen == points * (n0 + n)  # n0 + n draws per point, no more, no fewer
+    for cert in certs:
+        assert (cert.prediction, cert.radius, cert.nA, cert.n) == (ABSTAIN, 0.0, 0, n)
+        assert cert.p_lower == 0.0
+
+
+def test_certify_keeps_the_n0_class_when_the_n_draws_agree():
+    """The same switching classifier certifies when both stages vote alike (the test above
+    abstains because of the split, not because the classifier cannot be certified)."""
+    n0, n, alpha, sigma = 10, 500, 0.001, 0.25
+    model = SwitchAfter(switch=n0, first=2, then=2)
+    cert = Smooth(model, 3, sigma).certificate(torch.rand(SHAPE), n0, n, alpha, 64, _gen())
+    assert (cert.prediction, cert.nA, cert.n) == (2, n, n)
+    assert cert.radius == pytest.approx(max_radius(n, alpha, sigma), rel=1e-12)
+
+
+# (nA, n, α) whose Clopper–Pearson bound is exactly 1/2 in floating point: α^(1/n) = 1/2 when
+# nA = n, and the median of the symmetric Beta(nA, nA) when n = 2·nA − 1 and α = 1/2.
+EXACT_HALF = [(1, 1, 0.5), (2, 2, 0.25), (3, 3, 0.125), (2, 3, 0.5), (3, 5, 0.5), (10, 19, 0.5)]
+
+
+@pytest.mark.parametrize(("nA", "n", "alpha"), EXACT_HALF)
+def test_p_lower_of_exactly_one_half_certifies_radius_zero(nA, n, alpha):
+    """CERTIFY abstains iff p_lower < 1/2 (Cohen et al.'s code: `if pABar < 0.5`): at exactly
+    1/2 it returns the class with radius σ·Φ⁻¹(1/2) = 0; one vote fewer abstains."""
+    assert lower_confidence_bound(nA, n, alpha) == 0.5
+    cert = certificate_from_counts(7, nA, n, alpha, 0.5)
+    assert (cert.prediction, cert.radius, cert.p_lower) == (7, 0.0, 0.5)
+    assert radius_from_counts(nA, n, alpha, 0.5) == (0.5, 0.0)
+    below = certificate_from_counts(7, nA - 1, n, alpha, 0.5)
+    assert below.p_lower < 0.5 and (below.prediction, below.radius) == (ABSTAIN, 0.0)
+
+
+def test_certify_at_p_lower_one_half_counts_as_correct_at_radius_zero():
+    """The boundary through the whole of CERTIFY: n = 2, α = 1/4 and a constant classifier
+    give p_lower = 0.25^(1/2) = 1/2 exactly, so the point is certified (radius 0)."""
+    cert = Smooth(ConstantClassifier(4), 10, 0.5).certificate(
+        torch.rand(SHAPE), 1, 2, 0.25, 8, _gen()
+    )
+    assert (cert.prediction, cert.radius, cert.nA, cert.p_lower) == (4, 0.0, 2, 0.5)
 
 
 def test_certify_batch_matches_one_at_a_time():
