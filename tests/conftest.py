@@ -1,11 +1,16 @@
-"""Shared test set-up: few threads (2-core CI machine), deterministic torch."""
+"""Shared test set-up: few threads (2-core CI machine), deterministic torch and hypothesis."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import settings
 
 torch.set_num_threads(1)
+# Property tests: the same examples on every run (a failure is a reproducible counterexample,
+# never a flake), no example database, and no deadline (a time limit would be a timing assert).
+settings.register_profile("sweeper", derandomize=True, database=None, deadline=None)
+settings.load_profile("sweeper")
 
 
 def pytest_collection_modifyitems(config, items):
