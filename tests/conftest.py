@@ -13,7 +13,15 @@ settings.register_profile("sweeper", derandomize=True, database=None, deadline=N
 settings.load_profile("sweeper")
 
 
+# Seconds an end-to-end test may take, its fixtures' set-up included (a module's first test
+# also runs the sweep its fixture builds): a hung Ray fails that test instead of the run.
+E2E_TIMEOUT = 900
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "e2e" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
