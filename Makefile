@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench lock clean
+.PHONY: install test test-fast test-gpu mutate lint demo bench lock clean
 
 DEMO_STORAGE ?= results
 
@@ -26,6 +26,19 @@ test: $(STAMP)
 # Unit, CLI and config tests only (no Ray): about a minute.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not e2e"
+
+# The `gpu` tests (AMP training, CERTIFY on CUDA, NCCL data-parallel on 2 GPUs): run this on a
+# CUDA machine; without CUDA every one of them is reported as skipped.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu -rs
+
+# Mutation testing (mutmut, config in pyproject.toml) of the smoothing math, the attacks, the
+# envelope and the storage/resume code with the fast tests; incremental (only changed code
+# is re-tested); FRESH=1 starts over. Prints the score; README "Mutation testing" lists it.
+mutate: $(STAMP)
+	$(if $(FRESH),rm -rf mutants,)
+	$(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/python tests/mutation_score.py
 
 # A real sweep on the embedded digits data (34 trials, 2 CPU cores), then its envelope.
 demo: $(STAMP)
@@ -65,4 +78,4 @@ lock: $(STAMP)
 		-o requirements/cluster.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache mutants

@@ -1,14 +1,27 @@
-"""Shared test set-up: few threads (2-core CI machine), deterministic torch."""
+"""Shared test set-up: few threads (2-core CI machine), deterministic torch and hypothesis."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import settings
 
 torch.set_num_threads(1)
+# Property tests: the same examples on every run (a failure is a reproducible counterexample,
+# never a flake), no example database, and no deadline (a time limit would be a timing assert).
+settings.register_profile("sweeper", derandomize=True, database=None, deadline=None)
+settings.load_profile("sweeper")
+
+
+# Seconds an end-to-end test may take, its fixtures' set-up included (a module's first test
+# also runs the sweep its fixture builds): a hung Ray fails that test instead of the run.
+E2E_TIMEOUT = 900
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "e2e" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA")

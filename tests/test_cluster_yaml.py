@@ -274,7 +274,7 @@ def test_fractional_node_resources_fail(config, schema):
     config["available_node_types"][worker]["resources"] = {"CPU": 48, "GPU": 0.5}
     with pytest.raises(jsonschema.ValidationError, match=r"0\.5"):
         jsonschema.validate(config, schema)
-    with pytest.raises(jsonschema.ValidationError):
+    with pytest.raises(jsonschema.ValidationError, match=r"0\.5 is not of type .integer."):
         validate_config(prepare_config(config))
 
 

@@ -348,7 +348,7 @@ def test_new_optional_fields_keep_existing_ids():
 
 def test_frozen_and_hashable():
     cfg = TrialConfig(**PINNED)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"cannot assign to field .sigma."):
         cfg.sigma = 1.0  # type: ignore[misc]
     assert hash(cfg) == hash(TrialConfig(**PINNED))
     assert len({cfg, TrialConfig(**PINNED), cfg.replace(seed=9)}) == 2

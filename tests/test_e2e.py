@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -164,20 +164,43 @@ def test_failed_trial_exits_nonzero_and_resume_continues(ray_session, tmp_path, 
     assert len(frame) == 3 * POINTS and not frame.duplicated(["trial_id", "idx"]).any()
 
 
+PACK = 4  # trials of {cpu: 0.5, gpu: 0.25} the session's Ray (2 CPUs, 1 GPU) holds at once
+
+
+def packed_trial(config: dict, experiment_root: str) -> None:
+    """The real trainable, entered only once all PACK trials are running at the same time:
+    each trial leaves a file beside the storage and waits until PACK files exist. If the
+    launcher asked for whole GPUs (or Tune started fewer trials), they never would all run at
+    once and the trial fails with that message. The wait is on files, not on time."""
+    import time as clock
+
+    from trainables.config import TrialConfig
+    from trainables.tune_trial import run_trial
+
+    barrier = Path(experiment_root).parent.parent / "running"  # beside the storage
+    barrier.mkdir(exist_ok=True)
+    (barrier / TrialConfig.from_dict(config["trial"]).trial_id).touch()
+    deadline = clock.monotonic() + 300  # a hang guard: a failed trial names the problem
+    while len(list(barrier.iterdir())) < PACK:
+        if clock.monotonic() > deadline:
+            raise RuntimeError(f"only {len(list(barrier.iterdir()))} of {PACK} trials ran at once")
+        clock.sleep(0.2)
+    run_trial(config, experiment_root)
+
+
 def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
-    from sweeper.launch import LaunchOptions, run_sweep
+    """0.25 GPU and 0.5 CPU per trial on 1 GPU and 2 CPUs: Ray must run all four at once
+    (the trials wait for each other before training, so this holds however fast they are)."""
+    from ray import cloudpickle
+
+    from sweeper.launch import DataPlane, LaunchOptions, run_sweep
     from sweeper.spec import Resources
 
-    space = write_space(
-        tmp_path,
-        # Long enough (a few seconds each) that all four start before the first one ends.
-        SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]")
-        .replace("epochs: 2", "epochs: 3")
-        .replace("train_subset: 128", "train_subset: 1024"),
-    )
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    space = write_space(tmp_path, SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]"))
     spec = load_space(str(space))
     trials = expand(spec)
-    assert len(trials) == 4
+    assert len(trials) == PACK
     running, peak = set(), [0]
 
     def on_event(event):
@@ -188,13 +211,17 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
             running.discard(event.trial_id)
 
     exp = Experiment(str(tmp_path / "store"), "pack")
-    outcome = run_sweep(
-        exp, trials, [], spec.certify, Resources(cpu=0.5, gpu=0.25), LaunchOptions(), on_event
+    options = LaunchOptions(max_failures=0)
+    outcome = run_sweep(exp, trials, [], spec.certify, Resources(cpu=0.5, gpu=0.25), options,
+                        on_event, plane=DataPlane(trainable=packed_trial))  # fmt: skip
+    assert not outcome.failed and not outcome.interrupted, outcome.failed
+    assert peak[0] == PACK  # every trial started before any finished
+    assert sorted(p.name for p in (tmp_path / "running").iterdir()) == sorted(
+        t.trial_id for t in trials
     )
-    assert not outcome.failed and not outcome.interrupted
-    assert peak[0] == 4
-    status = json.loads(Path(exp.trial_dir(trials[0].trial_id), "trial.json").read_text())
-    assert status["state"] == "finished"
+    for cfg in trials:
+        assert read_status(exp.trial_dir(cfg.trial_id))["state"] == "finished"
+    assert len(load_results(exp).frame) == PACK * POINTS
 
 
 def test_digits_methods_sweep_gives_one_curve_per_method(ray_session, tmp_path):

@@ -120,12 +120,16 @@ def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(point
 
 
 @pytest.mark.parametrize(
-    "bad",
-    [{"estimator": "nope"}, {"epsilon": -1.0}, {"m_test": 0}, {"steps": 0}, {"sigma": 0.0}],
-)
-def test_invalid_arguments_are_rejected(points, bad):
+    ("bad", "message"),
+    [({"estimator": "nope"}, "unknown estimator \x27nope\x27"),
+     ({"epsilon": -1.0}, r"need sigma > 0, epsilon >= 0, steps >= 1, m_test >= 1 \(got 0\.25, -1\.0, 2, 2\)"),
+     ({"m_test": 0}, r"m_test >= 1 \(got 0\.25, 0\.5, 2, 0\)"),
+     ({"steps": 0}, r"steps >= 1, m_test >= 1 \(got 0\.25, 0\.5, 0, 2\)"),
+     ({"sigma": 0.0}, r"need sigma > 0, .* \(got 0\.0, 0\.5, 2, 2\)")],
+)  # fmt: skip
+def test_invalid_arguments_are_rejected(points, bad, message):
     x, y = points
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     args = {"sigma": SIGMA, "epsilon": 0.5, "steps": 2, "m_test": 2, **bad}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         empirical.smoothadv_attack(net, x[:2], y[:2], **args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from trainables import fileio
 
 
@@ -17,6 +19,33 @@ def test_atomic_write_leaves_no_temp_and_a_shareable_mode(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_a_reader_of_the_old_file_keeps_reading_it_whole(tmp_path):
+    """The new bytes arrive under a new inode (rename): a reader that opened the file before
+    the write reads the old content in full, never a truncated or mixed file."""
+    target = tmp_path / "shard.parquet"
+    fileio.write_bytes_atomic(str(target), b"old" * 1000)
+    with open(target, "rb") as reader:
+        fileio.write_bytes_atomic(str(target), b"new")
+        assert reader.read() == b"old" * 1000
+    assert target.read_bytes() == b"new"
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    """A write that dies before it is durable (here fsync fails, as on a full disk) leaves the
+    previous file untouched and cleans up its temp file."""
+    target = tmp_path / "trial.json"
+    fileio.write_bytes_atomic(str(target), b"epoch 3")
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        fileio.write_bytes_atomic(str(target), b"epoch 4")
+    assert target.read_bytes() == b"epoch 3"
+    assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]
 
 
 def test_file_uris_and_listing(tmp_path):

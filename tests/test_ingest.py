@@ -95,8 +95,9 @@ def test_times_in_seconds_or_timedelta(text, seconds):
 
 @pytest.mark.parametrize("text", ["abc", "-1", "nan", "inf", "1:2:3", "0:00:1x", ""])
 def test_bad_times(text):
-    with pytest.raises(ValueError):
-        ingest.parse_time(text)
+    """parse_time refuses it, and a log line with such a time is refused naming the field."""
+    with pytest.raises(ValueError, match=r"^time .* is not seconds or h:mm:ss\.ffffff$"):
+        ingest._row(["3", "1", "1", "0.5", "1", text])
 
 
 @pytest.mark.parametrize("value", [0.0001234, 1.0, 12.5, 0.5234, 1234.5, 1.234e-05, 0.0, 3.8115])

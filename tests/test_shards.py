@@ -21,6 +21,7 @@ from sweeper.stage_reader import read_stage, refresh_cache
 from sweeper.status import stage_shards
 from sweeper.storage import MEMORY, Experiment
 from trainables.config import DDRSSettings, TrialConfig
+from trainables.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)
 CID = SPEC.cert_id
@@ -125,6 +126,56 @@ def test_a_legacy_ddrs_memory_file_is_folded_into_the_compacted_rows(tmp_path):
     for col in ("predict", "radius", "correct", "predict_raw", "radius_raw", "memory_changed"):
         assert new[col].tolist() == old[col].tolist(), col
     assert new["radius_raw"].tolist() == [0.3, 0.5, 0.2] and new["sound"].all()
+
+
+def _digit(index: int) -> np.ndarray:
+    from trainables.datasets import load_dataset
+
+    return load_dataset("digits", "test", None)[index][0].numpy().ravel().astype(np.float64)
+
+
+def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates(tmp_path):
+    """Hand-built DDRS certificates whose balls overlap, on digits test points 0-4 (labels
+    2, 0, 4, 9, 4), compacted without Ray: the memory pass (ascending idx) must shrink point
+    1's ball (an earlier ball of another class overlaps it: radius d(0,1) − r0) and switch
+    point 4 into point 2's class (x4 lies inside ball 2: radius r2 − d(2,4)), keep the
+    Monte-Carlo values as *_raw, and the envelope must read the adjusted ones."""
+    exp = Experiment(str(tmp_path), "exp")
+    dd = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
+    write_status(exp.trial_dir(A.trial_id), A, "finished", 1, {})  # the pass reads the config
+    d01, d24 = (float(np.linalg.norm(_digit(i) - _digit(j))) for i, j in ((0, 1), (2, 4)))
+    raw_predict, raw_radius = [2, 0, 4, -1, 9], [1.2, 1.9, 1.5, 0.0, 0.8]
+    assert 1.2 < d01 < 1.2 + 1.9 and d24 < 1.5  # ball 1 overlaps ball 0; x4 is inside ball 2
+    cols = {"idx": [0, 1, 2, 3, 4], "label": [2, 0, 4, 9, 4], "predict": raw_predict,
+            "count": [990] * 5, "p_lower": [0.99] * 5, "radius": raw_radius,
+            "correct": [True, True, True, False, False], "sigma_cert": [1.0, 1.1, 0.9, 1.0, 1.2],
+            "time_s": [0.1] * 5}  # fmt: skip
+    constants = {"smoothing": "data-dependent", "n0": dd.n0, "n": dd.n, "alpha": dd.alpha}
+    table = shard_table(A, "exp", dd.cert_id, constants, cols, {"config": A.to_dict()})
+    write(exp, A, 0, 2, table.slice(0, 3), dd.cert_id)
+    write(exp, A, 1, 2, table.slice(3), dd.cert_id)
+    assert shards.compact(exp, CERTIFY, A.trial_id, dd, 2) == 5
+
+    compacted = pq.read_table(exp.compacted_path("certify", A.trial_id, dd.cert_id, 2))
+    results = load_results(exp)
+    assert not results.invalid and results.files == [exp.compacted_path(
+        "certify", A.trial_id, dd.cert_id, 2)]  # fmt: skip
+    frame = results.frame.sort_values("idx")
+    expected = {"predict": [2, 0, 4, -1, 4], "correct": [True, True, True, False, True],
+                "predict_raw": raw_predict, "radius_raw": raw_radius,
+                "correct_raw": [True, True, True, False, False],
+                "memory_changed": [False, True, False, False, True]}  # fmt: skip
+    adjusted = [1.2, d01 - 1.2, 1.5, 0.0, 1.5 - d24]
+    for source in (compacted.to_pandas(), frame):
+        for col, values in expected.items():
+            assert source[col].tolist() == values, col
+        assert source["radius"].to_numpy() == pytest.approx(adjusted, abs=1e-12)
+    assert frame["sound"].all()
+    # Certified accuracy from the adjusted rows (4/5 right; radii 1.2, 1.60, 1.5, 0.14): the
+    # raw ones (3/5 right; radii 1.2, 1.9, 1.5) would give 0.6 at r = 0 and 0.2 at r = 1.7.
+    table = envelope(frame, [0.0, 0.5, 1.0, 1.7], None)
+    assert table["certified_accuracy"].tolist() == pytest.approx([0.8, 0.6, 0.6, 0.0])
+    assert table["acr"].iloc[0] == pytest.approx(sum(adjusted) / 5)
 
 
 # ------------------------------------------------------------------------------ validation

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.stats import binom, binomtest, norm
+from scipy.stats import beta, binom, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
@@ -99,6 +99,23 @@ class PixelArgmax(nn.Module):
         return x.flatten(1)[:, : self.num_classes]
 
 
+class SwitchAfter(nn.Module):
+    """Votes `first` for the first `switch` noisy samples it is shown (counted over every
+    forward call), `then` for every later one: CERTIFY's selection draws (n0 per point) see
+    one class, its estimation draws (n per point) another."""
+
+    def __init__(self, switch: int, first: int, then: int, num_classes: int = 3):
+        super().__init__()
+        self.switch, self.first, self.then, self.num_classes = switch, first, then, num_classes
+        self.seen = 0
+
+    def forward(self, x):
+        order = torch.arange(self.seen, self.seen + x.shape[0])
+        self.seen += x.shape[0]
+        votes = torch.where(order < self.switch, self.first, self.then)
+        return nn.functional.one_hot(votes, self.num_classes).float()
+
+
 def _one_hot_inputs(labels) -> torch.Tensor:
     """One input per label, with pixel number `label` lit (1.0) and the others dark."""
     xs = torch.zeros(len(labels), *SHAPE)
@@ -169,22 +186,48 @@ def test_constant_classifier_certifies_the_largest_radius(sigma):
     assert round(cert.radius / sigma, 4) == 3.8115
 
 
-def test_certify_is_sound_on_a_linear_classifier():
-    """Certified radius > true distance, or a wrong class, happens with probability <= α per
-    point; count such failures over 200 points with non-saturated vote shares."""
-    sigma, alpha, points = 0.25, 0.05, 200
+def _failure_probabilities(distances: np.ndarray, sigma, alpha, n0, n) -> np.ndarray:
+    """Per point of the linear classifier, the exact probability that CERTIFY's answer is
+    wrong (a certified wrong class, or a radius beyond the true distance |d|), from the vote
+    share Φ(d/σ) alone (scipy, not the module under test). Selection: class 1 iff it wins
+    more than half of the n0 votes (a tie goes to class 0, as argmax does). Then nA ~
+    Bin(n, share of the selected class); a right class fails iff σ·Φ⁻¹(p_lower) > |d|, i.e.
+    p_lower > Φ(|d|/σ); a wrong class fails iff it is certified (p_lower >= 1/2)."""
+    k = np.arange(n + 1)
+    bound = np.where(k > 0, beta.ppf(alpha, np.maximum(k, 1), n - k + 1), 0.0)
+    share1 = norm.cdf(distances / sigma)
+    select1 = binom.sf(n0 // 2, n0, share1)
+    truth = (distances > 0).astype(int)
+    failure = np.zeros(len(distances))
+    for cls, chosen in ((1, select1), (0, 1 - select1)):
+        share = share1 if cls == 1 else 1 - share1
+        right = (truth == cls)[:, None]
+        fails = np.where(right, bound > norm.cdf(np.abs(distances) / sigma)[:, None], bound >= 0.5)
+        failure += chosen * (binom.pmf(k, n, share[:, None]) * fails).sum(axis=1)
+    return failure
+
+
+def test_certify_fails_as_often_as_the_confidence_level_says_on_a_linear_classifier():
+    """Certified radius > true distance, or a wrong class: each point fails with an exact
+    probability (≤ α) computable for the linear classifier. The count of failures over 1000
+    points must lie within 5 standard deviations of its expectation (~168 at α = 0.2: a large
+    α makes the test sharp): using 2α gives ~328 failures, α/2 ~55, both far outside."""
+    sigma, alpha, n0, n, points = 0.25, 0.2, 64, 500, 1000
     model = LinearBinary(seed=1)
     distances = (torch.rand(points, generator=_gen(2)) * 2 - 1) * 2.5 * sigma
     xs = model.at_distances(distances)
-    certs = Smooth(model, 2, sigma).certify_batch(xs, 64, 500, alpha, 10_000, _gen(3))
+    certs = Smooth(model, 2, sigma).certify_batch(xs, n0, n, alpha, 10_000, _gen(3))
     failures = certified = 0
     for cert, d in zip(certs, distances.tolist(), strict=True):
         if cert.prediction == ABSTAIN:
             continue
         certified += 1
         failures += cert.prediction != int(d > 0) or cert.radius > abs(d)
+    p = _failure_probabilities(distances.double().numpy(), sigma, alpha, n0, n)
+    assert (p <= alpha + 1e-12).all()  # the guarantee, point by point
+    mean, sd = p.sum(), np.sqrt((p * (1 - p)).sum())
     assert certified >= points // 2
-    assert failures <= binom.ppf(1 - 1e-6, points, alpha)
+    assert abs(failures - mean) <= 5 * sd, (failures, mean, sd)
 
 
 def test_certified_radius_is_tight_on_a_linear_classifier():
@@ -213,6 +256,61 @@ def test_vote_shares_follow_the_gaussian_in_pixel_space():
     expected = norm.cdf(distances.numpy() / sigma)
     se = np.sqrt(expected * (1 - expected) / num)
     assert np.all(np.abs(counts[:, 1].numpy() / num - expected) < 5 * se)
+
+
+@pytest.mark.parametrize(("points", "batch_size"), [(1, 7), (1, 1000), (5, 13), (5, 4000)])
+def test_certify_selects_the_class_from_the_n0_draws_and_counts_it_in_the_n_fresh_ones(
+    points, batch_size
+):
+    """The selection/estimation split is what makes the bound valid: the class is chosen from
+    the n0 draws only and its votes are counted among n other draws. A classifier that votes
+    class 0 on the n0 draws and class 1 on the n draws must abstain (nA = 0 votes for the
+    selected class 0), although class 1 has every one of the n votes."""
+    n0, n, alpha = 10, 500, 0.001
+    model = SwitchAfter(switch=points * n0, first=0, then=1)
+    certs = Smooth(model, 3, 0.25).certify_batch(
+        torch.rand(points, *SHAPE), n0, n, alpha, batch_size, _gen()
+    )
+    assert model.seen == points * (n0 + n)  # n0 + n draws per point, no more, no fewer
+    for cert in certs:
+        assert (cert.prediction, cert.radius, cert.nA, cert.n) == (ABSTAIN, 0.0, 0, n)
+        assert cert.p_lower == 0.0
+
+
+def test_certify_keeps_the_n0_class_when_the_n_draws_agree():
+    """The same switching classifier certifies when both stages vote alike (the test above
+    abstains because of the split, not because the classifier cannot be certified)."""
+    n0, n, alpha, sigma = 10, 500, 0.001, 0.25
+    model = SwitchAfter(switch=n0, first=2, then=2)
+    cert = Smooth(model, 3, sigma).certificate(torch.rand(SHAPE), n0, n, alpha, 64, _gen())
+    assert (cert.prediction, cert.nA, cert.n) == (2, n, n)
+    assert cert.radius == pytest.approx(max_radius(n, alpha, sigma), rel=1e-12)
+
+
+# (nA, n, α) whose Clopper–Pearson bound is exactly 1/2 in floating point: α^(1/n) = 1/2 when
+# nA = n, and the median of the symmetric Beta(nA, nA) when n = 2·nA − 1 and α = 1/2.
+EXACT_HALF = [(1, 1, 0.5), (2, 2, 0.25), (3, 3, 0.125), (2, 3, 0.5), (3, 5, 0.5), (10, 19, 0.5)]
+
+
+@pytest.mark.parametrize(("nA", "n", "alpha"), EXACT_HALF)
+def test_p_lower_of_exactly_one_half_certifies_radius_zero(nA, n, alpha):
+    """CERTIFY abstains iff p_lower < 1/2 (Cohen et al.'s code: `if pABar < 0.5`): at exactly
+    1/2 it returns the class with radius σ·Φ⁻¹(1/2) = 0; one vote fewer abstains."""
+    assert lower_confidence_bound(nA, n, alpha) == 0.5
+    cert = certificate_from_counts(7, nA, n, alpha, 0.5)
+    assert (cert.prediction, cert.radius, cert.p_lower) == (7, 0.0, 0.5)
+    assert radius_from_counts(nA, n, alpha, 0.5) == (0.5, 0.0)
+    below = certificate_from_counts(7, nA - 1, n, alpha, 0.5)
+    assert below.p_lower < 0.5 and (below.prediction, below.radius) == (ABSTAIN, 0.0)
+
+
+def test_certify_at_p_lower_one_half_counts_as_correct_at_radius_zero():
+    """The boundary through the whole of CERTIFY: n = 2, α = 1/4 and a constant classifier
+    give p_lower = 0.25^(1/2) = 1/2 exactly, so the point is certified (radius 0)."""
+    cert = Smooth(ConstantClassifier(4), 10, 0.5).certificate(
+        torch.rand(SHAPE), 1, 2, 0.25, 8, _gen()
+    )
+    assert (cert.prediction, cert.radius, cert.nA, cert.p_lower) == (4, 0.0, 2, 0.5)
 
 
 def test_certify_batch_matches_one_at_a_time():
@@ -259,6 +357,69 @@ def test_seeded_runs_reproduce():
     assert not torch.equal(first, smooth.sample_counts(xs, 999, 256, _gen(12)))
     certs = [smooth.certify_batch(xs, 50, 999, 0.01, 256, _gen(13)) for _ in range(2)]
     assert certs[0] == certs[1]
+
+
+def test_certify_and_predict_draw_every_sample_from_the_given_generator():
+    """A seeded generator makes CERTIFY and PREDICT reproducible: their noise comes from it
+    alone (torch's global generator is never touched) and the one-point entry points give
+    what the batched ones give for the same generator state."""
+    model = LinearBinary(seed=7)
+    smooth = Smooth(model, 2, 0.5)
+    xs = model.at_distances([0.05, -0.1, 0.2])
+    torch.manual_seed(0)
+    untouched = torch.get_rng_state()
+    for x in xs:
+        batched = smooth.certify_batch(x[None], 50, 999, 0.01, 256, _gen(21))[0]
+        assert smooth.certificate(x, 50, 999, 0.01, 256, _gen(21)) == batched
+        assert smooth.certify(x, 50, 999, 0.01, 256, _gen(21)) == (batched.prediction, batched.radius)
+        votes = smooth.sample_counts(x[None], 999, 256, _gen(22))[0].numpy()
+        assert smooth.predict(x, 999, 0.01, 256, _gen(22)) == predict_from_counts(votes, 0.01)
+    assert torch.equal(torch.get_rng_state(), untouched)
+
+
+def test_one_point_entry_points_take_a_multichannel_input():
+    """certify, certificate and predict take one (C,H,W) input, here with C = 3 (an RGB
+    image): the channels are one point's, never several points."""
+    labels = [0, 5, 11]
+    xs = torch.zeros(len(labels), 3, 2, 2)
+    xs.view(len(labels), -1)[torch.arange(len(labels)), torch.tensor(labels)] = 1.0
+    smooth = Smooth(PixelArgmax(12), num_classes=12, sigma=0.05)
+    limit = max_radius(500, 0.001, 0.05)
+    for x, label in zip(xs, labels, strict=True):
+        assert smooth.certify(x, 10, 500, 0.001, 64, _gen()) == (label, pytest.approx(limit))
+        cert = smooth.certificate(x, 10, 500, 0.001, 64, _gen())
+        assert (cert.prediction, cert.nA) == (label, 500)
+        assert smooth.predict(x, 500, 0.001, 64, _gen()) == label
+    batched = smooth.certify_batch(xs, 10, 500, 0.001, 64, _gen())
+    assert [c.prediction for c in batched] == labels
+
+
+def test_sampling_keeps_the_inputs_dtype():
+    """float64 inputs are noised and classified in float64 (a float32 buffer would hand a
+    float64 model float32 samples)."""
+    model = LinearBinary(seed=3).double()
+    xs = model.at_distances([0.3, -0.3]).double()
+    counts = Smooth(model, 2, 0.25).sample_counts(xs, 200, 64, _gen())
+    assert counts.dtype == torch.long and counts.sum(dim=1).tolist() == [200, 200]
+
+
+@pytest.mark.parametrize(
+    ("points", "num", "batch_size", "batches"),
+    [(1, 9, 4, [4, 4, 1]), (3, 5, 7, [6, 6, 3]), (10, 2, 4, [4, 4, 4, 4, 2, 2]), (2, 3, 1, [1] * 6)],
+)
+def test_forward_batches_are_exactly_as_documented(points, num, batch_size, batches):
+    """Up to batch_size points share a forward batch, each with batch_size // (those points)
+    draws at a time (at least one), the last draws of a group in a smaller batch."""
+    sizes = []
+
+    class Recorder(PixelArgmax):
+        def forward(self, x):
+            sizes.append(x.shape[0])
+            return super().forward(x)
+
+    counts = Smooth(Recorder(4), 4, 0.1).sample_counts(torch.rand(points, *SHAPE), num, batch_size)
+    assert sizes == batches
+    assert counts.sum(dim=1).tolist() == [num] * points
 
 
 def test_batchnorm_model_runs_in_eval_mode_and_is_restored():
@@ -314,6 +475,16 @@ def test_predict_from_counts_matches_binomtest(alpha):
         assert predict_from_counts(counts, alpha) == expected, counts
         outcomes.add(expected == ABSTAIN)
     assert outcomes == {True, False}
+
+
+@pytest.mark.parametrize(("counts", "alpha"), [([5, 0, 0], 0.0625), ([0, 7, 1], 0.0703125)])
+def test_predict_at_a_p_value_of_exactly_alpha_returns_the_class(counts, alpha):
+    """PREDICT abstains iff the p-value exceeds α (Cohen et al.: `if binom_test(...) > alpha`);
+    at exactly α it predicts. Both p-values are exact in binary: 2·2⁻⁵ and 2·(1+8)/2⁸."""
+    top, second = sorted(counts, reverse=True)[:2]
+    assert binomtest(top, top + second, 0.5).pvalue == alpha
+    assert predict_from_counts(counts, alpha) == int(np.argmax(counts))
+    assert predict_from_counts(counts, alpha * (1 - 1e-9)) == ABSTAIN
 
 
 @pytest.mark.parametrize("sigma", [0.0, -0.25, float("nan")])

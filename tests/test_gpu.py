@@ -1,0 +1,146 @@
+"""What only a CUDA machine can run: AMP training, CERTIFY on the GPU, NCCL data-parallel
+training. Every test is marked `gpu` and skipped without CUDA (conftest.py); `make test-gpu`
+runs them. Small on purpose (digits, a few epochs): they check that the GPU paths are taken
+and agree with the CPU ones, not the GPU's speed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+from torch import nn
+
+from trainables import checkpoint
+from trainables.certification import CertifySettings, certify_points
+from trainables.config import TrialConfig
+from trainables.datasets import load_dataset
+from trainables.smoothing import Smooth, max_radius
+from trainables.train import fit
+
+pytestmark = pytest.mark.gpu
+
+CFG = dict(dataset="digits", method="gaussian", sigma=0.25, epochs=3, batch_size=64, lr=0.05,
+           train_subset=512, eval_subset=100)  # fmt: skip
+CUDA = torch.device("cuda")
+
+
+def _gen(seed: int, device: torch.device = CUDA) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def test_amp_training_runs_the_forward_pass_in_fp16_and_learns(tmp_path):
+    """`amp: true` on CUDA: the network's layers compute in float16 under autocast, the
+    GradScaler is live and checkpointed, losses stay finite and the model learns; resuming
+    continues from the checkpoint."""
+    cfg = TrialConfig(**CFG, amp=True)
+    dtypes: set[torch.dtype] = set()
+
+    def record(module, inputs, output):
+        if module.training:
+            dtypes.add(output.dtype)
+
+    path = str(tmp_path / "checkpoint.pt")
+    seen = []
+
+    def on_epoch(metrics, state):
+        if not seen:  # hooks on the first epoch's end: every later forward pass is recorded
+            for m in state.model.modules():
+                if isinstance(m, nn.Linear | nn.Conv2d):
+                    m.register_forward_hook(record)
+        seen.append(metrics)
+
+    state = fit(cfg, path, CUDA, on_epoch, stop_after=2)
+    assert state.amp and state.device.type == "cuda"
+    assert dtypes == {torch.float16}
+    assert all(math.isfinite(m["train_loss"]) for m in seen)
+    payload = checkpoint.load(path)
+    assert payload["epoch"] == 2 and payload["scaler"]["scale"] > 0
+    resumed = fit(cfg, path, CUDA)
+    assert resumed.epoch == 3 and resumed.history[:2] == payload["history"]
+    assert resumed.history[-1]["test_noisy_acc"] > 0.5  # 10 classes
+
+
+class PixelArgmax(nn.Module):
+    """Votes for the brightest of the first `num_classes` pixels: with a small σ the votes
+    cannot change, so CUDA and CPU must give identical certificates."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.num_classes = num_classes
+
+    def forward(self, x):
+        return x.flatten(1)[:, : self.num_classes]
+
+
+def test_certify_on_cuda_gives_the_certificates_of_the_cpu():
+    labels = [3, 0, 5, 1, 4, 2, 2]
+    xs = torch.zeros(len(labels), 1, 4, 4)
+    xs.view(len(labels), -1)[torch.arange(len(labels)), torch.tensor(labels)] = 1.0
+    n0, n, alpha, sigma = 16, 5000, 0.001, 0.05
+    smooth = Smooth(PixelArgmax(6), 6, sigma)
+    cpu = smooth.certify_batch(xs, n0, n, alpha, 1000, torch.Generator().manual_seed(0))
+    gpu = smooth.certify_batch(xs.to(CUDA), n0, n, alpha, 1000, _gen(0))
+    assert gpu == cpu
+    assert [c.prediction for c in gpu] == labels
+    assert all(c.radius == pytest.approx(max_radius(n, alpha, sigma)) for c in gpu)
+
+
+def test_cuda_votes_follow_the_gaussian_and_seeds_reproduce():
+    """A linear classifier's vote share under CUDA noise is Φ(d/σ) (the noise scale and space
+    are right on the device), and the same CUDA generator seed gives the same counts."""
+    dim, sigma, num = 16, 0.5, 20_000
+    linear = nn.Linear(dim, 2).to(CUDA)
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.weight[1, 0] = 1.0  # class 1 iff pixel 0 > 0
+        linear.bias.zero_()
+    model = nn.Sequential(nn.Flatten(), linear)
+    distances = torch.tensor([-0.6, -0.1, 0.0, 0.3, 0.8])
+    xs = torch.zeros(len(distances), 1, 4, 4)
+    xs[:, 0, 0, 0] = distances
+    smooth = Smooth(model, 2, sigma)
+    counts = smooth.sample_counts(xs.to(CUDA), num, 7_000, _gen(1))
+    assert counts.device.type == "cuda" and counts.sum(dim=1).tolist() == [num] * len(xs)
+    expected = norm.cdf(distances.numpy() / sigma)
+    se = np.sqrt(expected * (1 - expected) / num)
+    assert np.all(np.abs(counts[:, 1].cpu().numpy() / num - expected) < 5 * se + 1e-12)
+    assert torch.equal(counts, smooth.sample_counts(xs.to(CUDA), num, 7_000, _gen(1)))
+
+
+def test_certify_points_of_a_trained_model_on_cuda(tmp_path):
+    """The certification stage's own function on CUDA: rows for every point, radii within
+    the Clopper–Pearson limit, abstentions with radius 0."""
+    cfg = TrialConfig(**{**CFG, "epochs": 1})
+    state = fit(cfg, None, CUDA)
+    dataset = load_dataset("digits", "test", None)
+    settings = CertifySettings(n0=16, n=256, alpha=0.01, sigma=0.25, batch_size=512)
+    cols = certify_points(state.model, dataset, list(range(0, 40, 4)), 10, settings, 7, CUDA)
+    assert cols["idx"] == list(range(0, 40, 4))
+    limit = max_radius(256, 0.01, 0.25)
+    for predict, radius, correct, label in zip(
+        cols["predict"], cols["radius"], cols["correct"], cols["label"], strict=True
+    ):
+        assert 0.0 <= radius <= limit + 1e-9
+        assert (predict == -1) <= (radius == 0.0)
+        assert correct == (predict == label)
+    assert sum(cols["correct"]) >= 5  # a trained model is right on most digits
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL data-parallel needs 2 GPUs")
+def test_two_nccl_ranks_train_in_sync(tmp_path, monkeypatch):
+    from trainables.distributed import TIMEOUT_ENV, backend, fit_data_parallel
+
+    monkeypatch.setenv(TIMEOUT_ENV, "300")  # a broken rank fails the test instead of hanging
+    assert backend() == "nccl"
+    cfg = TrialConfig(**CFG, data_parallel=2)
+    path = str(tmp_path / "checkpoint.pt")
+    reports = []
+    state = fit_data_parallel(cfg, 2, path, lambda m, s: reports.append(m["epoch"]))
+    assert reports == [1, 2, 3]
+    payload = checkpoint.load(path)
+    assert payload["history"][-1]["test_noisy_acc"] > 0.5
+    for name, tensor in state.model.module.state_dict().items():
+        assert torch.equal(tensor.cpu(), payload["model"][name])
