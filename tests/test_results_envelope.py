@@ -310,6 +310,7 @@ def test_parse_radii():
     assert parse_radii("0.5") == [0.5]
     assert parse_radii("0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
     assert parse_radii("0.1:0.3:0.1") == [0.1, 0.2, 0.3]  # float steps keep the stop
+    assert parse_radii("0.5:0.5:0.25") == [0.5]  # start = stop: that one radius
 
 
 @pytest.mark.parametrize(
