@@ -1,0 +1,59 @@
+"""sweeper.storage's small pure parts: which experiments a storage holds, where a trial's
+checkpoint lives, how test points are cut into shards, and what messages show of a URI."""
+
+from __future__ import annotations
+
+import os
+
+from sweeper.storage import Experiment, experiments, index_chunks, redact
+
+
+def _sweep(root, name: str, mtime_ns: int) -> None:
+    (root / name).mkdir()
+    (root / name / "sweep.json").write_text("{}")
+    os.utime(root / name / "sweep.json", ns=(mtime_ns, mtime_ns))
+
+
+def test_experiments_are_the_top_level_folders_with_a_sweep_json_oldest_first(tmp_path):
+    _sweep(tmp_path, "newest", 3_000_000_000_000_000_000)
+    _sweep(tmp_path, "oldest", 1_000_000_000_000_000_000)
+    _sweep(tmp_path, "middle", 2_000_000_000_000_000_000)
+    (tmp_path / "empty").mkdir()  # no sweep.json: not an experiment
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "sweep.json").mkdir()  # a folder named sweep.json is not one
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "outer").mkdir()
+    _sweep(tmp_path / "outer", "nested", 1)  # below the top level: not listed
+    assert experiments(str(tmp_path)) == ["oldest", "middle", "newest"]
+    assert experiments(str(tmp_path / "absent")) == []
+    assert experiments(str(tmp_path / "file.txt")) == []
+
+
+def test_an_experiment_exists_once_its_sweep_json_does_and_names_its_checkpoints(tmp_path):
+    exp = Experiment(str(tmp_path), "run1")
+    os.makedirs(exp.root)
+    assert not exp.exists()
+    (tmp_path / "run1" / "sweep.json").write_text("{}")
+    assert exp.exists()
+    expected = tmp_path.absolute() / "run1" / "trials" / "0123456789ab" / "checkpoint.pt"
+    assert exp.checkpoint("0123456789ab") == str(expected)
+
+
+def test_index_chunks_take_every_skip_th_point_up_to_max_points_in_shards():
+    assert index_chunks(10, 3, None, 2) == [(0, 3), (6, 9)]
+    assert index_chunks(10, 3, None, 3) == [(0, 3, 6), (9,)]
+    assert index_chunks(100, 20, 3, 2) == [(0, 20), (40,)]  # max_points before the shards
+    assert index_chunks(5, 1, None, 100) == [(0, 1, 2, 3, 4)]
+    assert index_chunks(10000, 20, 500, 50)[-1] == tuple(range(9000, 10000, 20))
+    assert len(index_chunks(10000, 20, 500, 50)) == 10  # the paper's 500 points, 10 shards
+    assert index_chunks(0, 1, None, 5) == []
+
+
+def test_redact_hides_credentials_and_queries_of_uris_only():
+    assert redact("s3://AKIA:secret@bucket/prefix") == "s3://***@bucket/prefix"
+    assert redact("s3://user@bucket/prefix") == "s3://***@bucket/prefix"
+    assert redact("s3://bucket/prefix?secret_key=x&region=y") == "s3://***@bucket/prefix?***"
+    assert redact("gs://a:b@bucket/p?token=t") == "gs://***@bucket/p?***"
+    assert redact("s3://bucket/prefix") == "s3://bucket/prefix"
+    assert redact("/local/user@host/path") == "/local/user@host/path"  # a path, not a URI
+    assert redact("file:///tmp/a@b?c") == "file:///tmp/a@b?c"
