@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from sweeper.storage import Experiment, experiments, index_chunks, redact
 
 
@@ -14,19 +16,25 @@ def _sweep(root, name: str, mtime_ns: int) -> None:
     os.utime(root / name / "sweep.json", ns=(mtime_ns, mtime_ns))
 
 
-def test_experiments_are_the_top_level_folders_with_a_sweep_json_oldest_first(tmp_path):
-    _sweep(tmp_path, "newest", 3_000_000_000_000_000_000)
-    _sweep(tmp_path, "oldest", 1_000_000_000_000_000_000)
-    _sweep(tmp_path, "middle", 2_000_000_000_000_000_000)
-    (tmp_path / "empty").mkdir()  # no sweep.json: not an experiment
-    (tmp_path / "loose").mkdir()
-    (tmp_path / "loose" / "sweep.json").mkdir()  # a folder named sweep.json is not one
-    (tmp_path / "file.txt").write_text("x")
-    (tmp_path / "outer").mkdir()
-    _sweep(tmp_path / "outer", "nested", 1)  # below the top level: not listed
-    assert experiments(str(tmp_path)) == ["oldest", "middle", "newest"]
-    assert experiments(str(tmp_path / "absent")) == []
-    assert experiments(str(tmp_path / "file.txt")) == []
+@pytest.mark.parametrize("folder", ["store", "store ", "store X"])
+def test_experiments_are_the_top_level_folders_with_a_sweep_json_oldest_first(tmp_path, folder):
+    """Oldest sweep.json first (one at the epoch itself sorts before one a nanosecond later,
+    whatever their names), in a storage whose name may end in a space or any letter."""
+    storage = tmp_path / folder
+    storage.mkdir()
+    _sweep(storage, "newest", 3_000_000_000_000_000_000)
+    _sweep(storage, "middle", 2_000_000_000_000_000_000)
+    _sweep(storage, "after", 1)
+    _sweep(storage, "epoch", 0)
+    (storage / "empty").mkdir()  # no sweep.json: not an experiment
+    (storage / "loose").mkdir()
+    (storage / "loose" / "sweep.json").mkdir()  # a folder named sweep.json is not one
+    (storage / "file.txt").write_text("x")
+    (storage / "outer").mkdir()
+    _sweep(storage / "outer", "nested", 5)  # below the top level: not listed
+    assert experiments(str(storage)) == ["epoch", "after", "middle", "newest"]
+    assert experiments(str(storage / "absent")) == []
+    assert experiments(str(storage / "file.txt")) == []
 
 
 def test_an_experiment_exists_once_its_sweep_json_does_and_names_its_checkpoints(tmp_path):
