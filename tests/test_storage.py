@@ -3,11 +3,20 @@ checkpoint lives, how test points are cut into shards, and what messages show of
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import pytest
 
-from sweeper.storage import Experiment, experiments, index_chunks, redact
+from sweeper.storage import (
+    Experiment,
+    experiments,
+    index_chunks,
+    read_sweep,
+    redact,
+    write_sweep,
+)
 
 
 def _sweep(root, name: str, mtime_ns: int) -> None:
@@ -65,3 +74,16 @@ def test_redact_hides_credentials_and_queries_of_uris_only():
     assert redact("s3://bucket/prefix") == "s3://bucket/prefix"
     assert redact("/local/user@host/path") == "/local/user@host/path"  # a path, not a URI
     assert redact("file:///tmp/a@b?c") == "file:///tmp/a@b?c"
+
+
+def test_sweep_json_reads_back_as_written_with_the_time_it_was_written(tmp_path):
+    exp = Experiment(str(tmp_path), "run1")
+    assert read_sweep(exp) is None and not exp.exists()
+    doc = {"trials": [{"trial_id": "0123456789ab", "sigma": 0.25}], "space": "grid"}
+    before = time.time()
+    write_sweep(exp, doc)
+    after = time.time()
+    read = read_sweep(exp)
+    assert exp.exists() and set(read) == {"trials", "space", "written"}
+    assert {k: read[k] for k in doc} == doc and before <= read["written"] <= after
+    assert json.loads((tmp_path / "run1" / "sweep.json").read_text()) == read
