@@ -3,6 +3,7 @@ whose smoothed behaviour is known in closed form (constant, linear, coin-flip)."
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -164,6 +165,17 @@ def test_vectorised_counts_equal_scalar_ones():
         for i, (a, m) in enumerate(COUNTS):
             assert bounds[i] == lower_confidence_bound(a, m, alpha)
             assert (p_lower[i], radii[i]) == radius_from_counts(a, m, alpha, sigma)
+
+
+def test_scalar_counts_give_python_floats_and_arrays_give_arrays():
+    """One (nA, n) gives plain floats (they go into JSON and Parquet rows as they are);
+    arrays give arrays of the same shape."""
+    p_lower, radius = radius_from_counts(990, 1000, 0.001, 0.25)
+    bound = lower_confidence_bound(990, 1000, 0.001)
+    assert type(p_lower) is float and type(radius) is float and type(bound) is float
+    assert json.loads(json.dumps([p_lower, radius, bound])) == [p_lower, radius, bound]
+    p_lower, radius = radius_from_counts(np.array([[990], [10]]), 1000, 0.001, 0.25)
+    assert p_lower.shape == radius.shape == (2, 1) and radius[1, 0] == 0.0
 
 
 def test_max_radius_value():
