@@ -11,10 +11,13 @@ import pytest
 
 from sweeper.storage import (
     Experiment,
+    StageFile,
+    StorageError,
     experiments,
     index_chunks,
     read_sweep,
     redact,
+    storage_problem,
     write_sweep,
 )
 
@@ -87,3 +90,74 @@ def test_sweep_json_reads_back_as_written_with_the_time_it_was_written(tmp_path)
     assert exp.exists() and set(read) == {"trials", "space", "written"}
     assert {k: read[k] for k in doc} == doc and before <= read["written"] <= after
     assert json.loads((tmp_path / "run1" / "sweep.json").read_text()) == read
+
+
+CREDENTIALS = (
+    "--storage {shown}: credentials in the URI are refused (they would be stored in trial.json"
+    " and Ray Tune's state): give s3://bucket/prefix and set the credentials the AWS way, in the"
+    " environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile (AWS_PROFILE) or the"
+    " node's instance profile"
+)
+
+
+def test_storage_uris_with_credentials_are_a_problem_and_others_are_not():
+    assert storage_problem("/data/user@host/results") is None  # a path: never a problem
+    assert storage_problem("s3://bucket/prefix?region=us-west-2") is None
+    assert storage_problem("s3://AKIA:secret@bucket/p") == CREDENTIALS.format(
+        shown="s3://***@bucket/p"
+    )
+    # a secret key in the query, in any case and even without a value
+    for uri in ("s3://bucket/p?Secret_Key=", "s3://bucket/p?region=x&TOKEN=t"):
+        assert storage_problem(uri) == CREDENTIALS.format(shown="s3://***@bucket/p?***")
+
+
+def test_experiment_refuses_credentials_names_that_are_not_plain_and_links_out(tmp_path):
+    with pytest.raises(StorageError) as refused:
+        Experiment("s3://AKIA:secret@bucket/p", "x")
+    assert refused.value.problems == [CREDENTIALS.format(shown="s3://***@bucket/p")]
+    for name in ("", "../x", ".hidden", "a/b"):
+        with pytest.raises(StorageError) as refused:
+            Experiment(str(tmp_path), name)
+        assert refused.value.problems == [
+            f"--experiment {name!r}: expected a plain name (letters, digits, '.', '_', '-'; not "
+            "starting with '.'; no '/'; at most 128 characters), e.g. cifar10-run2"
+        ]
+    store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store.mkdir()
+    elsewhere.mkdir()
+    (store / "out").symlink_to(elsewhere)
+    (store / "self").symlink_to(store)
+    for name, real in (("out", elsewhere), ("self", store)):
+        with pytest.raises(StorageError) as refused:
+            Experiment(str(store), name)
+        assert refused.value.problems == [
+            f"--experiment: {store / name} resolves to {real}, outside the storage {store}: "
+            "remove the link or pass another --experiment"
+        ]
+    assert Experiment("s3://bucket/p", "x").root == "s3://bucket/p/x"  # no link check on URIs
+
+
+def test_paths_below_the_experiment_parse_back_to_what_they_are(tmp_path):
+    exp = Experiment(str(tmp_path), "e")
+    trial, setting = "0123456789ab", "cert-1"
+    shard = exp.shard_path(trial, setting, 3, 10)
+    assert exp.parse_stage_file("certify", shard, 77) == StageFile(
+        shard, "certify", trial, setting, "shard", 3, 10, 77
+    )
+    compacted = exp.compacted_path("empirical", trial, setting, 10)
+    assert exp.parse_stage_file("empirical", compacted) == StageFile(
+        compacted, "empirical", trial, setting, "compacted", None, 10, 0
+    )
+    memory = exp.memory_path(trial, setting)
+    assert exp.parse_stage_file("certify", memory, 5) == StageFile(
+        memory, "certify", trial, setting, "memory", size=5
+    )
+    windows = exp.stage_dir("certify") + f"\\{trial}\\{setting}\\shard-00000-of-00001.parquet"
+    assert exp.parse_stage_file("certify", windows).kind == "shard"
+    for foreign in (f"{trial}/{setting}/deeper/shard-00000-of-00001.parquet",
+                    f"not-a-trial/{setting}/shard-00000-of-00001.parquet",
+                    f"{trial}/{setting}/notes.txt"):  # fmt: skip
+        assert exp.parse_stage_file("certify", f"{exp.stage_dir('certify')}/{foreign}") is None
+    assert exp.relative(shard) == f"certify/{trial}/{setting}/shard-00003-of-00010.parquet"
+    assert exp.relative(exp.root + "\\cache\\certify.parquet") == "cache/certify.parquet"
+    assert exp.cache_path("certify") == str(tmp_path.absolute() / "e" / "cache" / "certify.parquet")
