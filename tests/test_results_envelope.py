@@ -234,6 +234,36 @@ def test_envelope_tie_with_equal_clean_accuracy_goes_to_smaller_trial_id():
     assert env["certified_accuracy"].tolist() == HI_CURVE
 
 
+def _two_settings_each(rows_per_model: int = 3) -> pd.DataFrame:
+    """Trials t1, t2, each certified under cert ids c1 and c2 with identical results, the rows
+    in an order that sorts neither by trial_id nor by cert_id."""
+    rows = [
+        {"trial_id": t, "cert_id": c, "idx": i, "correct": i != 1, "radius": 0.5 * i,
+         "predict": 0 if i != 1 else -1, "sigma": 0.25, "method": "gaussian"}
+        for c, t in (("c2", "t2"), ("c1", "t2"), ("c2", "t1"), ("c1", "t1"))
+        for i in range(rows_per_model)
+    ]  # fmt: skip
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+def test_models_are_listed_by_trial_id_then_cert_id_with_their_own_columns_only():
+    frame = _two_settings_each()
+    table = model_table(frame)
+    assert list(zip(table["trial_id"], table["cert_id"], strict=True)) == [
+        ("t1", "c1"), ("t1", "c2"), ("t2", "c1"), ("t2", "c2")
+    ]  # fmt: skip
+    assert list(table.columns[:6]) == ["trial_id", "cert_id", "points", "clean_acc", "acr",
+                                       "abstain_rate"]  # fmt: skip
+    assert set(table.columns) - set(frame.columns) == {"points", "clean_acc", "acr", "abstain_rate"}
+    assert table["points"].tolist() == [3] * 4
+    assert certified_accuracy(frame, [0.0, 1.0]).values.tolist() == [[2 / 3, 1 / 3]] * 4
+
+
+def test_envelope_tie_between_settings_of_one_trial_goes_to_the_smaller_cert_id():
+    env = envelope(_two_settings_each(), [0.0, 0.5, 1.0])
+    assert env["trial_id"].tolist() == ["t1"] * 3 and env["cert_id"].tolist() == ["c1"] * 3
+
+
 def test_envelope_by_group(frame):
     env = envelope(frame, RADII, by="sigma")
     assert len(env) == 2 * len(RADII)
