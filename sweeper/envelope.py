@@ -10,6 +10,8 @@ envelope.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -43,9 +45,35 @@ def parse_radii(text: str) -> list[float]:
         ) from None
 
 
+class _LastFrame:
+    """What was computed from the last frame seen (a report asks for the same frame's models
+    a dozen times; factorizing 10^5-10^6 string keys each time is most of its work). Frames
+    are not modified in place once loaded, so the object and its length identify it."""
+
+    def __init__(self) -> None:
+        self.ref: weakref.ref | None = None
+        self.rows = -1
+        self.values: dict[str, object] = {}
+
+    def get(self, frame: pd.DataFrame, what: str, compute):
+        if self.ref is None or self.ref() is not frame or self.rows != len(frame):
+            self.ref, self.rows, self.values = weakref.ref(frame), len(frame), {}
+        if what not in self.values:
+            self.values[what] = compute(frame)
+        return self.values[what]
+
+
+_LAST = _LastFrame()
+
+
 def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
     """Per row, the number of its model; the models (sorted by trial_id, cert_id); and each
     model's first row. Hash-based factorization: no sort of the rows."""
+    codes, models, first = _LAST.get(frame, "models", _factorize_models)
+    return codes, models.copy(), first
+
+
+def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
     keys = [pd.factorize(frame[k], sort=True) for k in MODEL_KEY]
     (tcodes, _), (ccodes, cuniques) = keys
     combined = tcodes.astype(np.int64) * len(cuniques) + ccodes
@@ -61,8 +89,7 @@ def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
 
 def model_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per model: its identity, points, clean accuracy, ACR and abstention rate."""
-    codes, models, first = _models(frame)
-    return _summarize(frame, codes, models, first)
+    return _LAST.get(frame, "table", lambda f: _summarize(f, *_models(f))).copy()
 
 
 def _summarize(
@@ -74,16 +101,16 @@ def _summarize(
     points = np.bincount(codes, minlength=k)
     correct = frame["correct"].to_numpy(dtype=bool)
     radius = frame["radius"].to_numpy(dtype=np.float64)
-    models["points"] = points
-    models["clean_acc"] = np.bincount(codes, weights=correct, minlength=k) / points
-    models["acr"] = np.bincount(codes, weights=radius * correct, minlength=k) / points
-    models["abstain_rate"] = (
-        np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k) / points
-    )
-    for col in IDENTITY_COLUMNS:
-        if col in frame and col not in models:
-            models[col] = frame[col].take(first).to_numpy()  # not the whole column
-    return models
+    stats = {
+        "points": points,
+        "clean_acc": np.bincount(codes, weights=correct, minlength=k) / points,
+        "acr": np.bincount(codes, weights=radius * correct, minlength=k) / points,
+        "abstain_rate": np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k) / points,
+    }
+    identity = [c for c in IDENTITY_COLUMNS if c in frame and c not in models and c not in stats]
+    # One take of each model's first row, not one column assignment per identity column.
+    firsts = frame.take(first)[identity].reset_index(drop=True)
+    return pd.concat([models, pd.DataFrame(stats), firsts], axis=1)
 
 
 def _accuracy(
@@ -118,8 +145,7 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
         raise EnvelopeError(
             f"--by {by!r} is not a results column (e.g. sigma, method, attack, m_train, epsilon)"
         )
-    codes, models, first = _models(frame)
-    models = _summarize(frame, codes, models, first)
+    codes, models = _models(frame)[0], model_table(frame)
     acc, levels = _accuracy(frame, codes, len(models), radii)
     groups = (
         [(None, models.index)]

@@ -7,6 +7,7 @@ atomically into a directory (a path or a URI), `index.md` last.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -62,11 +63,16 @@ class Report:
 
 
 # ------------------------------------------------------------------------- rendering
-def tex(text: str) -> str:
-    text = str(text).translate(TEX_SPECIAL)
+@functools.lru_cache(maxsize=4096)  # a report escapes the same few labels thousands of times
+def _tex(text: str) -> str:
+    text = text.translate(TEX_SPECIAL)
     for symbol, command in TEX_UNICODE.items():
         text = text.replace(symbol, command)
     return text
+
+
+def tex(text: str) -> str:
+    return _tex(str(text))
 
 
 def _is_score(column: str) -> bool:
@@ -76,16 +82,18 @@ def _is_score(column: str) -> bool:
 def _cells(table: PaperTable, bold, escape=str) -> pd.DataFrame:
     """Cell texts: scores with 3 decimals ("-" where there is none), others as `cell`; bold
     cells wrapped by `bold`; a sections column printed once per section."""
-    out = pd.DataFrame(index=table.data.index)
+    columns = {}
     for c in table.data.columns:
-        values = table.data[c]
+        values = table.data[c].tolist()  # plain Python values: no per-cell Arrow scalars
         if _is_score(c):
             texts = ["-" if pd.isna(v) else f"{float(v):.3f}" for v in values]
         else:
             texts = [cell(v) for v in values]
-        out[c] = [escape(t) for t in texts]
+        texts = [escape(t) for t in texts]
         for i in table.bold.get(c, ()):
-            out.iat[i, out.columns.get_loc(c)] = bold(out.iat[i, out.columns.get_loc(c)])
+            texts[i] = bold(texts[i])
+        columns[c] = texts
+    out = pd.DataFrame(columns, index=table.data.index, dtype=object)
     if table.sections:
         repeated = table.data[table.sections].eq(table.data[table.sections].shift())
         out.loc[repeated, table.sections] = ""
