@@ -80,13 +80,14 @@ def experiment_status(exp: Experiment) -> Status:
     certify = (sweep.get("space") or {}).get("certify") or {}
     for d in sweep["trials"]:
         cfg = TrialConfig.from_dict(d)
-        st = read_status(exp.trial_dir(cfg.trial_id)) or {"state": "pending", "epoch": 0}
+        tid = cfg.trial_id  # a hash of the config: computed once
+        st = read_status(exp.trial_dir(tid)) or {"state": "pending", "epoch": 0}
         if st["state"] == "running" and driver is None:  # its driver ended or died
             st = {**st, "state": "interrupted"}
-        shards = {stage: written[stage].get(cfg.trial_id, Shards()) for stage in STAGES}
+        shards = {stage: written[stage].get(tid, Shards()) for stage in STAGES}
         if shards["certify"].total is None:
             shards["certify"] = Shards(0, planned_shards(certify, cfg))
-        status.trials.append(TrialRow(cfg.trial_id, st["state"], st["epoch"], cfg.epochs,
+        status.trials.append(TrialRow(tid, st["state"], st["epoch"], cfg.epochs,
                                       shards, _summary(cfg), st.get("error", "")))  # fmt: skip
     planned = {t.trial_id for t in status.trials}
     status.extra_models = len(set(written["certify"]) - planned)
