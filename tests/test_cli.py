@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import shard_table, write_shard
-from sweeper.spec import CertifySpec, load_space
-from sweeper.storage import Experiment, write_sweep
+from sweeper.plan.grid import expand
+from sweeper.plan.spec import CertifySpec, load_space
+from sweeper.results.rows import shard_table, write_shard
+from sweeper.results.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
 from trainables.trial_status import write_status
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sweeper import throughput
 from sweeper.cli import app
-from sweeper.cost import (
+from sweeper.plan import throughput
+from sweeper.plan.cost import (
     TEST_SIZE,
     TRAIN_SIZE,
     Devices,
@@ -29,9 +29,9 @@ from sweeper.cost import (
     training_work,
     wall_clock,
 )
-from sweeper.grid import expand
-from sweeper.spec import CertifySpec, Resources, load_space
-from sweeper.storage import index_chunks
+from sweeper.plan.grid import expand
+from sweeper.plan.spec import CertifySpec, Resources, load_space
+from sweeper.results.storage import index_chunks
 from trainables.config import DATASETS, DDRSSettings, TrialConfig
 
 runner = CliRunner()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sweeper.launch import LaunchOptions, run_sweep
-from sweeper.spec import CertifySpec, Resources
-from sweeper.storage import Experiment
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.results.storage import Experiment
+from sweeper.run.launch import LaunchOptions, run_sweep
 from trainables import checkpoint
 from trainables.config import ConfigError, TrialConfig
 from trainables.distributed import TIMEOUT_ENV, fit_data_parallel

@@ -17,14 +17,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sweeper import empirical as emp
-from sweeper import shards
-from sweeper.certify import CERTIFY
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import ResultsError
-from sweeper.spec import ESTIMATORS, CertifySpec, EmpiricalSpec, load_space, parse_spec
-from sweeper.storage import Experiment, write_sweep
+from sweeper.plan.grid import expand
+from sweeper.plan.spec import ESTIMATORS, CertifySpec, EmpiricalSpec, load_space, parse_spec
+from sweeper.results.rows import ResultsError
+from sweeper.results.storage import Experiment, write_sweep
+from sweeper.run import attack_stage as emp
+from sweeper.run import shards
+from sweeper.run.certify_stage import CERTIFY
 from trainables import empirical as trainables_empirical
 from trainables.train import fit
 from trainables.trial_status import write_status

@@ -9,9 +9,9 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.results import shard_table, write_shard
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment, write_sweep
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.rows import shard_table, write_shard
+from sweeper.results.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
 
 CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sweeper import ingest
 from sweeper.cli import app
-from sweeper.plan import sweep_conflict
-from sweeper.results import load_results, shard_table, write_shard
-from sweeper.storage import Experiment, read_sweep, write_sweep
+from sweeper.ingest import importer as ingest
+from sweeper.plan.sweep_plan import sweep_conflict
+from sweeper.results.rows import load_results, shard_table, write_shard
+from sweeper.results.storage import Experiment, read_sweep, write_sweep
 from trainables.config import ARCHS, TrialConfig
 
 runner = CliRunner()

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.envelope import (
+from sweeper.plan.spec import CertifySpec
+from sweeper.report.render import plot_envelope, render, to_markdown
+from sweeper.results.envelope import (
     EnvelopeError,
     certified_accuracy,
     envelope,
@@ -19,10 +21,8 @@ from sweeper.envelope import (
     model_table,
     parse_radii,
 )
-from sweeper.report import plot_envelope, render, to_markdown
-from sweeper.results import SCHEMA, ResultsError, load_results, shard_table, write_shard
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment
+from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table, write_shard
+from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
 CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None)

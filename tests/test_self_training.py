@@ -257,7 +257,7 @@ def test_bad_pseudo_data_raises_one_line_data_error_naming_the_path(tmp_path, ca
 
 
 def test_data_checks_before_ray_starts(tmp_path, pseudo_npz):
-    from sweeper.plan import PlanError, PlanRequest, data_problems, make_plan
+    from sweeper.plan.sweep_plan import PlanError, PlanRequest, data_problems, make_plan
 
     good = small_cfg(pseudo_npz)
     assert pseudo_problems([good, good.replace(pseudo_eta=1.0)]) == []

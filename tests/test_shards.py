@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper import shards
-from sweeper.certify import CERTIFY, max_radius
-from sweeper.envelope import envelope
-from sweeper.results import MEMORY_SCHEMA, SCHEMA, load_results, shard_table
-from sweeper.spec import CertifySpec
-from sweeper.stage_reader import read_stage, refresh_cache
-from sweeper.status import stage_shards
-from sweeper.storage import MEMORY, Experiment
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.envelope import envelope
+from sweeper.results.reader import read_stage, refresh_cache
+from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, shard_table
+from sweeper.results.status import stage_shards
+from sweeper.results.storage import MEMORY, Experiment
+from sweeper.run import shards
+from sweeper.run.certify_stage import CERTIFY, max_radius
 from trainables.config import DDRSSettings, TrialConfig
 from trainables.trial_status import write_status
 
@@ -287,7 +287,7 @@ def test_status_counts_shards_from_names(exp):
 
 
 def test_the_driver_spells_the_fault_hook_as_the_trial_does():
-    from sweeper.launch import FAULT_ENV
+    from sweeper.run.launch import FAULT_ENV
     from trainables.tune_trial import FAULT_ENV as trial_fault
 
     assert trial_fault == FAULT_ENV

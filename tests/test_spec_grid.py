@@ -9,8 +9,8 @@ import textwrap
 import pytest
 import yaml
 
-from sweeper.grid import expand, expansion_problems, parse_only, select
-from sweeper.spec import (
+from sweeper.plan.grid import expand, expansion_problems, parse_only, select
+from sweeper.plan.spec import (
     SPACES_DIR,
     CertifySpec,
     Resources,

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from sweeper.storage import Experiment, check_storage, experiments, plain_name_problem
+from sweeper.results.storage import Experiment, check_storage, experiments, plain_name_problem
 from trainables import fileio
 from trainables.config import ProblemsError
 

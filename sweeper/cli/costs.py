@@ -10,12 +10,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper import throughput
-from sweeper.capacity import effective_resources
 from sweeper.cli.common import app, console, fail
-from sweeper.cost import Devices, SweepCost, groups, price_sweep, wall_clock
-from sweeper.plan import Plan, needed_data
-from sweeper.spec import Resources
+from sweeper.plan import throughput
+from sweeper.plan.cost import Devices, SweepCost, groups, price_sweep, wall_clock
+from sweeper.plan.spec import Resources
+from sweeper.plan.sweep_plan import Plan, needed_data
+from sweeper.run.capacity import effective_resources
 from trainables.config import ARCHS
 
 
@@ -135,7 +135,7 @@ def _devices(kind: str, address: str | None, gpus: int | None) -> Devices | None
 
 def _cluster_devices(address: str, gpus: int | None) -> Devices:
     """The connected cluster's GPUs and CPUs now (the only place the dry run imports Ray)."""
-    from sweeper.launch import LaunchError, ray_cluster
+    from sweeper.run.launch import LaunchError, ray_cluster
 
     try:
         with ray_cluster(address):

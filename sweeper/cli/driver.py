@@ -13,8 +13,8 @@ import typer
 from rich.table import Table
 
 from sweeper.cli.common import console, fail
-from sweeper.spec import Resources
-from sweeper.storage import Experiment
+from sweeper.plan.spec import Resources
+from sweeper.results.storage import Experiment
 from trainables.config import ProblemsError
 
 WaitForNodes = Annotated[
@@ -78,9 +78,9 @@ class WaitDisplay:
 
 
 def check_node_versions() -> None:
-    """Every alive node must run the driver's sweeper, torch and ray (sweeper.versions):
+    """Every alive node must run the driver's sweeper, torch and ray (sweeper.run.versions):
     ProblemsError naming each difference; a node that does not answer is a warning."""
-    from sweeper.versions import CHECK_TIMEOUT_S, version_problems
+    from sweeper.run.versions import CHECK_TIMEOUT_S, version_problems
 
     problems, silent = version_problems()
     for node in silent:
@@ -98,9 +98,9 @@ def driving(
     (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
     yields the `Capacity` request, released on exit. Any problem is one `error:` line and
     exit 2."""
-    from sweeper.capacity import capacity_for
-    from sweeper.launch import ray_cluster
-    from sweeper.lease import Lease
+    from sweeper.results.lease import Lease
+    from sweeper.run.capacity import capacity_for
+    from sweeper.run.launch import ray_cluster
 
     display = WaitDisplay()
     try:

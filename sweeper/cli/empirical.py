@@ -9,8 +9,8 @@ import typer
 
 from sweeper.cli.common import Address, DataDir, ExperimentOpt, Only, Storage, app, console, fail
 from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, finish
-from sweeper.plan import PlanError, PlanRequest, is_finished, make_plan, trial_states
-from sweeper.storage import DEFAULT_STORAGE
+from sweeper.plan.sweep_plan import PlanError, PlanRequest, is_finished, make_plan, trial_states
+from sweeper.results.storage import DEFAULT_STORAGE
 
 
 def _numbers(flag: str, text: str | None, kind: type, problems: list[str]) -> tuple | None:
@@ -106,10 +106,10 @@ def empirical(
 
 
 def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: float) -> None:
-    from sweeper.capacity import effective_resources, per_process
     from sweeper.cli.driver import driving
     from sweeper.cli.runs import Progress
-    from sweeper.empirical import run_empirical, settings
+    from sweeper.run.attack_stage import run_empirical, settings
+    from sweeper.run.capacity import effective_resources, per_process
 
     chosen = settings(spec, plan.spec.certify)
     resources = effective_resources(plan.spec.resources, cpu_only)

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper import envelope as env
 from sweeper.cli.common import (
     DISPLAY,
     ExperimentOpt,
@@ -21,10 +20,11 @@ from sweeper.cli.common import (
     refuse_invalid,
     resolve_experiment,
 )
-from sweeper.grid import parse_only
-from sweeper.report import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
-from sweeper.results import ResultsError, load_results
-from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep
+from sweeper.plan.grid import parse_only
+from sweeper.report.render import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
+from sweeper.results import envelope as env
+from sweeper.results.rows import ResultsError, load_results
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
 
@@ -128,7 +128,7 @@ def table(
 
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper import empirical as emp
+    from sweeper.run import attack_stage as emp
 
     try:
         loaded = emp.load_empirical(exp)
@@ -243,7 +243,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
 @app.command()
 def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
     """Trials by state, certification shards done and missing, storage used."""
-    from sweeper.status import experiment_status
+    from sweeper.results.status import experiment_status
 
     exp = resolve_experiment(storage, experiment)
     try:

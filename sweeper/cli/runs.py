@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper.capacity import effective_resources
 from sweeper.cli.common import (
     Address,
     DataDir,
@@ -22,8 +21,10 @@ from sweeper.cli.common import (
 )
 from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving, finish
-from sweeper.grid import expand
-from sweeper.plan import (
+from sweeper.plan.grid import expand
+from sweeper.plan.run_settings import field_help, precision_problem
+from sweeper.plan.spec import CertifySpec, available_spaces, load_space
+from sweeper.plan.sweep_plan import (
     Plan,
     PlanError,
     PlanRequest,
@@ -32,9 +33,8 @@ from sweeper.plan import (
     move_aside,
     trial_states,
 )
-from sweeper.run_settings import field_help, precision_problem
-from sweeper.spec import CertifySpec, available_spaces, load_space
-from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment, write_sweep
+from sweeper.run.capacity import effective_resources
 from trainables.config import DDRSSettings, ProblemsError
 
 
@@ -47,7 +47,7 @@ def _plan(request: PlanRequest) -> Plan:
 
 def _move_aside(exp: Experiment) -> None:
     """--restart: move the experiment aside, unless another driver is using it."""
-    from sweeper.lease import Lease
+    from sweeper.results.lease import Lease
 
     try:
         with Lease(exp, command_line()):
@@ -213,7 +213,7 @@ def run_grid(
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(plan, resources, states, "sweeper run grid")
-    from sweeper.launch import LaunchOptions
+    from sweeper.run.launch import LaunchOptions
 
     options = LaunchOptions(address, max_concurrent, max_failures, cpu_only, wait_for_nodes)
     outcome = _launch(plan, states, resources, options)
@@ -225,7 +225,7 @@ def run_grid(
 
 def _launch(plan: Plan, states: dict, resources, options) -> object:
     """Hold the experiment, wait for room on the cluster, train what is unfinished and certify."""
-    from sweeper.launch import run_sweep
+    from sweeper.run.launch import run_sweep
 
     finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
     to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
@@ -337,8 +337,8 @@ def certify(
     plan = _plan(
         PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides, address)
     )
-    from sweeper.capacity import per_process
-    from sweeper.launch import certify_trials
+    from sweeper.run.capacity import per_process
+    from sweeper.run.launch import certify_trials
 
     if not plan.exp.exists():
         fail(

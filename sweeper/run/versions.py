@@ -45,8 +45,8 @@ def local_versions() -> dict[str, str]:
     import trainables.config
 
     # sweeper is a namespace package (no __file__; __path__ may list several checkouts): the
-    # source is that of this very module's package, as imported.
-    roots = [Path(__file__).parent, Path(trainables.config.__file__).parent]
+    # source is that of the package holding this very module, as imported.
+    roots = [Path(__file__).parents[1], Path(trainables.config.__file__).parent]
     return {
         "sweeper": f"{_installed('sweeper')}+{source_digest(roots)}",
         "torch": _installed("torch"),

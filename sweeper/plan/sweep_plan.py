@@ -11,9 +11,9 @@ import socket
 import time
 from pathlib import Path
 
-from sweeper.grid import expand, parse_only, select
-from sweeper.spec import SpecError, SweepSpec, load_space
-from sweeper.storage import (
+from sweeper.plan.grid import expand, parse_only, select
+from sweeper.plan.spec import SpecError, SweepSpec, load_space
+from sweeper.results.storage import (
     Experiment,
     StorageError,
     outside_problem,

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sweeper import envelope as env
-from sweeper.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
-from sweeper.results import MODEL_KEY, identity_fields
+from sweeper.results import envelope as env
+from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from sweeper.results.rows import MODEL_KEY, identity_fields
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
 SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]

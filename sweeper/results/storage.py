@@ -2,7 +2,7 @@
 
 <storage>/<experiment>/
   sweep.json                                   the resolved sweep, written before Ray starts
-  lease.json, .lease.lock                      which driver holds the experiment (sweeper.lease)
+  lease.json, .lease.lock                      which driver holds the experiment (sweeper.results.lease)
   tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
   trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
   certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet    a shard of a model's rows

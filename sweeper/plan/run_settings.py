@@ -1,6 +1,6 @@
 """How certification runs the base classifier (precision, channels_last, compile): the values,
 their checks against the resources, and reading them back from a cert_id. Torch-free; the
-settings themselves are `CertifySpec` fields (`sweeper.spec`), run by `trainables.runtime`."""
+settings themselves are `CertifySpec` fields (`sweeper.plan.spec`), run by `trainables.runtime`."""
 
 from __future__ import annotations
 

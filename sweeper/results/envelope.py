@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from sweeper.results import MODEL_KEY, SCHEMA
+from sweeper.results.rows import MODEL_KEY, SCHEMA
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]

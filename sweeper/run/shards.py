@@ -4,7 +4,7 @@ A stage computes rows for a finished model's test points under one setting (a ce
 setting, an attack setting). The engine owns everything around that:
 
 - splitting the model's test points into shards (`plan`: every `skip`-th point, at most
-  `max_points`, `shard_size` per shard) and their files (named by `sweeper.storage`);
+  `max_points`, `shard_size` per shard) and their files (named by `sweeper.results.storage`);
 - resuming: a shard whose file exists, or a model whose rows are compacted, is not computed
   again; a model half-done with another shard size is refused (its rows would count twice);
 - Ray tasks, one per shard (retried, fractional resources; GPU tasks keep their worker);
@@ -15,7 +15,7 @@ setting, an attack setting). The engine owns everything around that:
   or a verified compacted file (or both: readers then take the compacted file, and the next
   compaction deletes the leftover shards).
 
-Reading is `sweeper.stage_rows`. torch and Ray are imported only by the functions that run
+Reading is `sweeper.results.reader`. torch and Ray are imported only by the functions that run
 tasks, so reading stays light.
 """
 
@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.spec import Resources
-from sweeper.storage import Experiment, StageFile, index_chunks
+from sweeper.plan.spec import Resources
+from sweeper.results.storage import Experiment, StageFile, index_chunks
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -233,7 +233,7 @@ def _remote(fn: Callable, gpu: bool):
 
 
 def test_size(dataset: str, data_dir: str | None) -> int:
-    from sweeper.certify import test_size as size  # loads the data set (torch), cached
+    from sweeper.run.certify_stage import test_size as size  # loads the data set (torch), cached
 
     return size(dataset, data_dir)
 
@@ -334,7 +334,7 @@ class StageRunner:
 
     def refresh(self, stage: Stage) -> None:
         """Fold the compacted models into the stage's cache (readers then open one file)."""
-        from sweeper.stage_reader import refresh_cache
+        from sweeper.results.reader import refresh_cache
 
         try:
             self.cached[stage.name] = refresh_cache(self.exp, stage)
@@ -403,7 +403,7 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
     """Compact every model whose shards are all written, in every stage, then refresh the
     caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
     written before compaction existed). The caller holds the experiment's lease."""
-    from sweeper.stage_reader import refresh_cache
+    from sweeper.results.reader import refresh_cache
 
     lines = []
     for stage in stages:

@@ -28,12 +28,12 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
-from sweeper.capacity import Capacity, per_process
-from sweeper.certify import CERTIFY
-from sweeper.plan import is_finished
-from sweeper.shards import Event, Stage, StageRunner, Work, test_size
-from sweeper.spec import CertifySpec, Resources
-from sweeper.storage import Experiment
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.sweep_plan import is_finished
+from sweeper.results.storage import Experiment
+from sweeper.run.capacity import Capacity, per_process
+from sweeper.run.certify_stage import CERTIFY
+from sweeper.run.shards import Event, Stage, StageRunner, Work, test_size
 from trainables.config import ProblemsError, TrialConfig
 from trainables.trial_status import read_status, write_status
 
@@ -284,7 +284,7 @@ def run_sweep(
 ) -> Outcome:
     """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
     `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
-    the autoscaler request (`sweeper.capacity`), shrinks as trials end."""
+    the autoscaler request (`sweeper.run.capacity`), shrinks as trials end."""
     outcome = Outcome()
     resources_task = per_process(resources, [*to_train, *finished])
     certifier = _certifier(exp, certify, resources_task, on_event, plane)

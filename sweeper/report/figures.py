@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sweeper.envelope import certified_accuracy, model_table
-from sweeper.report_tables import method_label
+from sweeper.report.tables import method_label
+from sweeper.results.envelope import certified_accuracy, model_table
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 SMOOTHADV = "smoothadv"

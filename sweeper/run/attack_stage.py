@@ -2,7 +2,7 @@
 
 Each finished model is attacked with SmoothAdv-PGD at every (ε, m_test) of the space's
 `empirical` block, and each attacked input is classified with PREDICT. It is a stage of the
-sharded-stage engine (`sweeper.shards`), like certification: one task per (model, setting,
+sharded-stage engine (`sweeper.run.shards`), like certification: one task per (model, setting,
 shard) loads the checkpoint once and attacks its points; the engine writes
 
     <experiment>/empirical/<trial_id>/<emp_id>/shard-00003-of-00010.parquet
@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sweeper.results import ResultsError, identity_fields
-from sweeper.shards import Outcome, Shard, Stage, StageRunner, Work
-from sweeper.spec import CertifySpec, EmpiricalSpec, Resources
-from sweeper.storage import Experiment
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec, Resources
+from sweeper.results.rows import ResultsError, identity_fields
+from sweeper.results.storage import Experiment
+from sweeper.run.shards import Outcome, Shard, Stage, StageRunner, Work
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -212,7 +212,7 @@ def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting
 
 def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     """Rows no attack could have written (the engine names and drops their file)."""
-    from sweeper.stage_reader import float_column, prediction_checks
+    from sweeper.results.reader import float_column, prediction_checks
 
     eps, norm = float_column(table, "epsilon_attack"), float_column(table, "perturbation_norm")
     return [
@@ -256,7 +256,7 @@ class EmpiricalResults:
 def load_empirical(exp: Experiment) -> EmpiricalResults:
     """Every valid empirical row of an experiment (an empty frame if none was written).
     Raises ResultsError naming the experiment if it does not exist."""
-    from sweeper.stage_reader import read_stage
+    from sweeper.results.reader import read_stage
 
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")

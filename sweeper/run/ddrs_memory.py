@@ -1,7 +1,7 @@
 """The DDRS memory pass: what makes data-dependent certification sound (Alfarra et al. 2022).
 
 The Monte-Carlo part of DDRS certification runs in parallel shards; the memory cannot: it is
-order dependent. It is certification's finishing step (`sweeper.certify.finish`), run once
+order dependent. It is certification's finishing step (`sweeper.run.certify_stage.finish`), run once
 every shard of a model exists, just before its rows are compacted: one pass over all of the
 model's certificates in ascending test index applies `trainables.ddrs.memory_certify` to the
 inputs (read again from the data set by index). The compacted rows hold the adjusted
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from sweeper.results import MEMORY_SCHEMA, read_tables
-from sweeper.storage import Experiment
+from sweeper.results.rows import MEMORY_SCHEMA, read_tables
+from sweeper.results.storage import Experiment
 from trainables import fileio
 
 

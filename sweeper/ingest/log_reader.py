@@ -1,7 +1,7 @@
 """Reading one certification log of the reference code, streamed, within limits.
 
 A log is read line by line (never whole into memory), and each row is checked as it is read:
-its fields (see sweeper.ingest), idx unique and inside the data set's test split, label and
+its fields (see sweeper.ingest.importer), idx unique and inside the data set's test split, label and
 prediction classes of the data set, the radius no larger than CERTIFY can certify with the
 log's n, α and σ (`max_printed_radius`), at most `max_rows` rows and `MAX_LINE` characters a
 line.
@@ -33,8 +33,10 @@ def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
     votes for the top class: σ·Φ⁻¹(α^(1/n)), 3.8σ for n = 100,000 and α = 0.001) as the
     reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
     to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
-    the stage reader accepts for imported rows (sweeper.certify.check)."""
-    from sweeper.certify import max_radius  # here: scipy is imported only when a log is read
+    the stage reader accepts for imported rows (sweeper.run.certify_stage.check)."""
+    from sweeper.run.certify_stage import (
+        max_radius,  # here: scipy is imported only when a log is read
+    )
 
     bound = max(float(max_radius(sigma, n, alpha)), 0.0)
     return bound + max(5e-3 * bound, 5e-5)

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from sweeper.envelope import certified_accuracy, envelope_curve, model_table
-from sweeper.report_tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
+from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
     SETTING_COLUMNS,
     distinguishing_columns,
 )
+from sweeper.results.envelope import certified_accuracy, envelope_curve, model_table
 from trainables import fileio
 
 FORMATS = ("table", "csv", "json", "markdown")

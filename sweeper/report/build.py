@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeper.report import cell, to_markdown
-from sweeper.report_figures import figure_plan, render_figure
-from sweeper.report_tables import (
+from sweeper.plan.run_settings import run_settings
+from sweeper.report.figures import figure_plan, render_figure
+from sweeper.report.render import cell, to_markdown
+from sweeper.report.tables import (
     LINF_RADII_255,
     PaperTable,
     acr_table,
@@ -26,7 +27,6 @@ from sweeper.report_tables import (
     wide_table,
     winners_table,
 )
-from sweeper.run_settings import run_settings
 from trainables import fileio
 
 FRACTION_COLUMNS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate"}

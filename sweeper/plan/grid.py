@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sweeper.spec import TRIAL_KEYS, Grid, SweepSpec
+from sweeper.plan.spec import TRIAL_KEYS, Grid, SweepSpec
 from trainables.config import ConfigError, TrialConfig
 
 

@@ -1,10 +1,10 @@
-"""Certification as a stage of the sharded-stage engine (`sweeper.shards`).
+"""Certification as a stage of the sharded-stage engine (`sweeper.run.shards`).
 
 Per shard: load the model's checkpoint once, run CERTIFY on the shard's test points, return
-the rows (`sweeper.results.SCHEMA`). The setting is a `CertifySpec`; its `cert_id` names the
+the rows (`sweeper.results.rows.SCHEMA`). The setting is a `CertifySpec`; its `cert_id` names the
 files, so other settings (n, α, σ_cert, DDRS) add files beside the old ones. For data-dependent
 smoothing (DDRS) the finishing step, once all of a model's shards exist, is the memory pass
-that makes its certificates sound (`sweeper.memory`): the compacted file holds the adjusted
+that makes its certificates sound (`sweeper.run.ddrs_memory`): the compacted file holds the adjusted
 predict/radius/correct and the Monte-Carlo ones as *_raw.
 """
 
@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sweeper.results import SCHEMA, shard_table
-from sweeper.shards import Shard, Stage
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.rows import SCHEMA, shard_table
+from sweeper.results.storage import Experiment
+from sweeper.run.shards import Shard, Stage
 from trainables.config import NUM_CLASSES
 
 
@@ -70,7 +70,7 @@ def finish(exp: Experiment, trial_id: str, setting, table: pa.Table) -> pa.Table
     made sound by the memory pass, fixed-σ rows as they are."""
     if not pc.any(pc.equal(table.column("smoothing"), "data-dependent")).as_py():
         return table
-    from sweeper.memory import sound_rows
+    from sweeper.run.ddrs_memory import sound_rows
 
     return sound_rows(exp, trial_id, setting.setting_id, table)
 
@@ -85,7 +85,7 @@ def max_radius(sigma, n, alpha):
 
 def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     """Rows no CERTIFY could have written (the engine names and drops their file)."""
-    from sweeper.stage_reader import float_column, int_column, prediction_checks
+    from sweeper.results.reader import float_column, int_column, prediction_checks
 
     predict, radius = int_column(table, "predict"), float_column(table, "radius")
     largest = max_radius(*(float_column(table, c) for c in ("sigma_cert", "n", "alpha")))

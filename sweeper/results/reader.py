@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.shards import Stage, by_model, write_table
-from sweeper.storage import Experiment, StageFile
+from sweeper.results.storage import Experiment, StageFile
+from sweeper.run.shards import Stage, by_model, write_table
 from trainables import fileio
 from trainables.config import NUM_CLASSES
 

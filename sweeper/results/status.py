@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sweeper.lease import Holder, read_holder
-from sweeper.storage import STAGES, Experiment, StageFile, index_chunks, read_sweep
+from sweeper.results.lease import Holder, read_holder
+from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks, read_sweep
 from trainables import fileio
 from trainables.config import STANDARD_TEST_SIZE, TrialConfig
 from trainables.trial_status import read_status

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sweeper.storage import Experiment
+from sweeper.results.storage import Experiment
 from trainables import fileio
 from trainables.config import ProblemsError
 

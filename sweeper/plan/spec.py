@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from sweeper.run_settings import PRECISIONS, precision_problem
+from sweeper.plan.run_settings import PRECISIONS, precision_problem
 from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
@@ -323,7 +323,7 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
         name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify,
         empirical=empirical,
     )  # fmt: skip
-    from sweeper.grid import expansion_problems
+    from sweeper.plan.grid import expansion_problems
 
     # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural
     # ones above: unknown keys were dropped, so what is left can still be checked.

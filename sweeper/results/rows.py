@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.storage import Experiment
+from sweeper.results.storage import Experiment
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -165,8 +165,8 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     """Every valid certification row of an experiment (only `columns`, if given, plus what
     validation and the DDRS columns need), with the shards still missing and the files left
     out as invalid."""
-    from sweeper.certify import CERTIFY
-    from sweeper.stage_reader import read_stage
+    from sweeper.results.reader import read_stage
+    from sweeper.run.certify_stage import CERTIFY
 
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")

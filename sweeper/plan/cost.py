@@ -1,5 +1,5 @@
 """What a sweep will cost: device-hours of training and of certification, per trial, per group
-of alike trials and in total, from throughput figures (`sweeper.throughput`), before anything
+of alike trials and in total, from throughput figures (`sweeper.plan.throughput`), before anything
 runs. Pure Python: no torch, no Ray, no data (data set sizes are known constants).
 
 Work is counted in samples through the base classifier, as the training methods
@@ -21,8 +21,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from sweeper.spec import CertifySpec, Resources
-from sweeper.throughput import Figure
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.throughput import Figure
 from trainables.config import DATASETS, TrialConfig
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and

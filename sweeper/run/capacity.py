@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sweeper.spec import Resources
+from sweeper.plan.spec import Resources
 from trainables.config import ProblemsError, TrialConfig
 
 log = logging.getLogger(__name__)

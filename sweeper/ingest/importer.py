@@ -14,7 +14,7 @@ jh-jeong/smoothmix) writes, one file per model and certification σ, one row per
 - time: seconds (13.7) or str(datetime.timedelta) (0:00:13.736080, 0:00:14, 1 day, 0:00:01);
 - LF, CRLF or CR line ends, a UTF-8 BOM; blank lines are ignored.
 
-Every row must be one CERTIFY can write (sweeper.ingest_log): idx unique and
+Every row must be one CERTIFY can write (sweeper.ingest.log_reader): idx unique and
 inside the data set's test split, label and predict classes of the data set, the radius at most
 what n, α and the certification σ allow (σ·Φ⁻¹(α^(1/n)), 3.8σ for the papers' n and α, plus
 the printing's rounding), at most --max-rows rows (default 100,000). Logs are streamed and
@@ -78,7 +78,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from sweeper.ingest_log import (  # noqa: F401  (parse_time, read_log: part of this API)
+from sweeper.ingest.log_reader import (  # noqa: F401  (parse_time, read_log: part of this API)
     DEFAULT_MAX_ROWS,
     HEADER,
     LogLimits,
@@ -86,8 +86,8 @@ from sweeper.ingest_log import (  # noqa: F401  (parse_time, read_log: part of t
     parse_time,
     read_log,
 )
-from sweeper.results import shard_table, write_shard
-from sweeper.storage import Experiment, write_sweep
+from sweeper.results.rows import shard_table, write_shard
+from sweeper.results.storage import Experiment, write_sweep
 from trainables import fileio
 from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
 

@@ -1,0 +1,8 @@
+"""Running a plan on Ray: training trials with Ray Tune and the sharded stages after them.
+
+Owns the launcher (`launch`), what the cluster can host (`capacity`), the sharded-stage engine
+(`shards`) and its two stages, certification (`certify_stage`, finished for DDRS by
+`ddrs_memory`) and the empirical attack (`attack_stage`), and the nodes' version check
+(`versions`). May import `sweeper.plan`, `sweeper.results` and `trainables`; never report,
+ingest or cli.
+"""
