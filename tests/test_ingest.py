@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.ingest import importer as ingest
+from sweeper.ingest.log_reader import parse_row
 from sweeper.plan.sweep_plan import sweep_conflict
 from sweeper.results.rows import load_results, shard_table, write_shard
 from sweeper.results.storage import Experiment, read_sweep, write_sweep
@@ -97,7 +98,7 @@ def test_times_in_seconds_or_timedelta(text, seconds):
 def test_bad_times(text):
     """parse_time refuses it, and a log line with such a time is refused naming the field."""
     with pytest.raises(ValueError, match=r"^time .* is not seconds or h:mm:ss\.ffffff$"):
-        ingest._row(["3", "1", "1", "0.5", "1", text])
+        parse_row(["3", "1", "1", "0.5", "1", text])
 
 
 @pytest.mark.parametrize("value", [0.0001234, 1.0, 12.5, 0.5234, 1234.5, 1.234e-05, 0.0, 3.8115])
