@@ -242,7 +242,9 @@ def _cached_rows(exp, stage, entry, covered: list[StageFile], cols: list[str]):
         return None, [problem]
     table = _scan([entry.path], stage.schema, cols)
     frag = _model_index(table, stage.setting_column, covered)
-    table = table.append_column("__fragment_index", pa.array(frag)).filter(pa.array(frag >= 0))
+    table = table.append_column("__fragment_index", pa.array(frag))
+    if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
+        table = table.filter(pa.array(frag >= 0))
     problems = row_problems(exp, stage, table, covered, identified=True)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
