@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sweeper.spec import Resources
-from trainables.config import ProblemsError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 

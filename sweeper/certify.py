@@ -21,7 +21,7 @@ from sweeper.results import SCHEMA, shard_table
 from sweeper.shards import Shard, Stage
 from sweeper.spec import CertifySpec
 from sweeper.storage import Experiment
-from trainables.config import NUM_CLASSES
+from trainables.catalog import NUM_CLASSES
 
 
 @lru_cache(maxsize=8)

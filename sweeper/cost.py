@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from sweeper.spec import CertifySpec, Resources
 from sweeper.throughput import Figure
-from trainables.config import DATASETS, TrialConfig
+from trainables.catalog import DATASETS
+from trainables.config import TrialConfig
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
 # ImageNet32) 1,281,167 train and the 50,000 validation images; MNIST 60,000/10,000; digits:

@@ -166,8 +166,8 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
+    from trainables.catalog import NUM_CLASSES
     from trainables.certification import seed_for
-    from trainables.config import NUM_CLASSES
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))

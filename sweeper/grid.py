@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from sweeper.spec import TRIAL_KEYS, Grid, SweepSpec
-from trainables.config import ConfigError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError
 
 
 def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:

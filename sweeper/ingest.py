@@ -89,7 +89,9 @@ from sweeper.ingest_log import (  # noqa: F401  (parse_time, read_log: part of t
 from sweeper.results import shard_table, write_shard
 from sweeper.storage import Experiment, write_sweep
 from trainables import fileio
-from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
+from trainables.catalog import ARCHS, DATASETS
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError, ProblemsError
 
 PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
 CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainables.config import NUM_CLASSES, STANDARD_TEST_SIZE
+from trainables.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 COLUMNS = ("idx", "label", "predict", "radius", "correct", "time_s")

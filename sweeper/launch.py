@@ -34,7 +34,8 @@ from sweeper.plan import is_finished
 from sweeper.shards import Event, Stage, StageRunner, Work, test_size
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
-from trainables.config import ProblemsError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
 from trainables.trial_status import read_status, write_status
 
 log = logging.getLogger(__name__)

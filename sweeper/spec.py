@@ -20,7 +20,10 @@ from typing import Any
 import yaml
 
 from sweeper.run_settings import PRECISIONS, precision_problem
-from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
+from trainables.errors import ProblemsError
+from trainables.field_types import type_problems
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")

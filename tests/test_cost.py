@@ -32,7 +32,9 @@ from sweeper.cost import (
 from sweeper.grid import expand
 from sweeper.spec import CertifySpec, Resources, load_space
 from sweeper.storage import index_chunks
-from trainables.config import DATASETS, DDRSSettings, TrialConfig
+from trainables.catalog import DATASETS
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 
 runner = CliRunner()
 FIG = throughput.Figure(forward=1000.0, train=100.0, source="test figures")

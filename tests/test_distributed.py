@@ -9,8 +9,9 @@ from sweeper.launch import LaunchOptions, run_sweep
 from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables import checkpoint
-from trainables.config import ConfigError, TrialConfig
+from trainables.config import TrialConfig
 from trainables.distributed import TIMEOUT_ENV, fit_data_parallel
+from trainables.errors import ConfigError
 from trainables.trial_status import read_status
 
 

@@ -18,8 +18,8 @@ from sweeper.certify import max_radius
 from sweeper.cli import app
 from sweeper.ingest_log import LogLimits, LogSkip, max_printed_radius, read_log
 from sweeper.storage import Experiment
-from trainables.config import NUM_CLASSES
-from trainables.config import STANDARD_TEST_SIZE as TEST_SIZE
+from trainables.catalog import NUM_CLASSES
+from trainables.catalog import STANDARD_TEST_SIZE as TEST_SIZE
 from trainables.smoothing import radius_from_counts
 
 runner = CliRunner()

@@ -17,7 +17,8 @@ from sweeper.cli import app
 from sweeper.plan import sweep_conflict
 from sweeper.results import load_results, shard_table, write_shard
 from sweeper.storage import Experiment, read_sweep, write_sweep
-from trainables.config import ARCHS, TrialConfig
+from trainables.catalog import ARCHS
+from trainables.config import TrialConfig
 
 runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"

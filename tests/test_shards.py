@@ -20,7 +20,8 @@ from sweeper.spec import CertifySpec
 from sweeper.stage_reader import read_stage, refresh_cache
 from sweeper.status import stage_shards
 from sweeper.storage import MEMORY, Experiment
-from trainables.config import DDRSSettings, TrialConfig
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)

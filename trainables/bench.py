@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.config import ARCHS, TrialConfig
+from trainables.catalog import ARCHS
+from trainables.config import TrialConfig
 from trainables.datasets import INFO
 from trainables.smoothing import Smooth
 from trainables.train import build_state, train_epoch

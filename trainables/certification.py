@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from trainables import runtime
-from trainables.config import DDRSSettings
+from trainables.config_parts import DDRSSettings
 from trainables.ddrs import optimize_sigma
 from trainables.smoothing import ABSTAIN, Smooth
 

@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from trainables.config import ARCHS
+from trainables.catalog import ARCHS
 
 
 class NormalizeLayer(nn.Module):
@@ -131,7 +131,7 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "lenet": LeNet,
     "digits_cnn": DigitsCNN,
 }
-assert tuple(_BUILDERS) == ARCHS, "model registry and config.ARCHS disagree"
+assert tuple(_BUILDERS) == ARCHS, "model registry and catalog.ARCHS disagree"
 
 
 def build_model(

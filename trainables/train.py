@@ -41,11 +41,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from trainables import attacks, checkpoint, distributed, fileio, pipeline, pseudo, runtime
-from trainables.config import ConfigError, TrialConfig, pipeline_for
+from trainables.config import TrialConfig, pipeline_for
 from trainables.datasets import INFO
 from trainables.ddrs import optimize_sigma
-from trainables.methods import REGISTRY, Method, StepContext
-from trainables.methods.base import epoch_epsilon
+from trainables.errors import ConfigError
+from trainables.methods import REGISTRY, Method
+from trainables.methods.base import StepContext, epoch_epsilon
 from trainables.models import build_model, transfer_weights
 from trainables.pipeline import split_indices, split_size
 

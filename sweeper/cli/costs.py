@@ -16,7 +16,7 @@ from sweeper.cli.common import app, console, fail
 from sweeper.cost import Devices, SweepCost, groups, price_sweep, wall_clock
 from sweeper.plan import Plan, needed_data
 from sweeper.spec import Resources
-from trainables.config import ARCHS
+from trainables.catalog import ARCHS
 
 
 def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | None) -> None:

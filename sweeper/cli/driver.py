@@ -15,7 +15,7 @@ from rich.table import Table
 from sweeper.cli.common import console, fail
 from sweeper.spec import Resources
 from sweeper.storage import Experiment
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 WaitForNodes = Annotated[
     float,

@@ -35,7 +35,8 @@ from sweeper.plan import (
 from sweeper.run_settings import field_help, precision_problem
 from sweeper.spec import CertifySpec, available_spaces, load_space
 from sweeper.storage import DEFAULT_STORAGE, Experiment, write_sweep
-from trainables.config import DDRSSettings, ProblemsError
+from trainables.config_parts import DDRSSettings
+from trainables.errors import ProblemsError
 
 
 def _plan(request: PlanRequest) -> Plan:
