@@ -36,7 +36,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     import torch
 
     from trainables import checkpoint
-    from trainables.certification import CertifySettings, certify_points, run_mode, seed_for
+    from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))

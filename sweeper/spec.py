@@ -136,7 +136,7 @@ class CertifySpec:
         return [fixed] if self.ddrs is None else [fixed, self]
 
 
-ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
+ESTIMATORS = ("plugin", "stein")  # = trainables.empirical_robustness.ESTIMATORS (spec stays torch-free)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from torch import nn
 
 from trainables import checkpoint
-from trainables.certification import CertifySettings, certify_points
+from trainables.certify_points import CertifySettings, certify_points
 from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
 from trainables.smoothing import Smooth, max_radius

@@ -25,7 +25,7 @@ from sweeper.run_settings import run_settings
 from sweeper.spec import CertifySpec
 from sweeper.storage import Experiment
 from trainables import attacks, runtime
-from trainables.certification import CertifySettings, certify_points, run_mode
+from trainables.certify_points import CertifySettings, certify_points, run_mode
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.models import build_model

@@ -1,4 +1,5 @@
-"""Randomized smoothing: CERTIFY and PREDICT of Cohen, Rosenfeld & Kolter (2019).
+"""Randomized smoothing: CERTIFY and PREDICT of Cohen, Rosenfeld & Kolter (2019), the math
+of the smoothed classifier (running it over a model's test points: `trainables.certify_points`).
 
 The smoothed classifier is g(x) = argmax_c P(f(x + ε) = c), ε ~ N(0, σ² I), with noise added
 in [0, 1] pixel space (the base classifier standardizes its input in its first layer), so
