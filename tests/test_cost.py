@@ -208,7 +208,8 @@ def test_step_passes_count_what_the_method_runs(fields):
 
 
 def _count_passes(cfg: TrialConfig, first_attacked: bool) -> None:
-    from trainables.train import build_state, train_epoch
+    from trainables.train import train_epoch
+    from trainables.train_state import build_state
 
     state = build_state(cfg, torch.device("cpu"))
     seen = []

@@ -17,7 +17,8 @@ from trainables.ddrs import optimize_sigma
 from trainables.errors import ConfigError
 from trainables.methods import METHODS, REGISTRY, gaussian, macer
 from trainables.methods.base import StepContext, draw_noise
-from trainables.train import build_state, fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, train_epoch
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 SUBSET = 64  # training inputs used of the 1347 of the digits training split

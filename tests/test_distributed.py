@@ -10,7 +10,8 @@ from sweeper.spec import CertifySpec, Resources
 from sweeper.storage import Experiment
 from trainables import checkpoint
 from trainables.config import TrialConfig
-from trainables.distributed import TIMEOUT_ENV, fit_data_parallel
+from trainables.distributed import TIMEOUT_ENV
+from trainables.distributed_fit import fit_data_parallel
 from trainables.errors import ConfigError
 from trainables.trial_status import read_status
 

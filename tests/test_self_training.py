@@ -16,7 +16,8 @@ from trainables.datasets import DataError, load_dataset
 from trainables.errors import ConfigError
 from trainables.methods import REGISTRY
 from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, main, pseudo_problems
-from trainables.train import build_state, fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, train_epoch
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 N_PSEUDO = 50  # fewer than one epoch's 192 pseudo-labelled inputs: the stream cycles

@@ -28,7 +28,8 @@ from trainables.catalog import ARCHS
 from trainables.config import TrialConfig
 from trainables.datasets import INFO
 from trainables.smoothing import Smooth
-from trainables.train import build_state, train_epoch
+from trainables.train import train_epoch
+from trainables.train_state import build_state
 
 
 @dataclass(frozen=True)

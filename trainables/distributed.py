@@ -1,8 +1,10 @@
-"""Synchronous data-parallel SGD inside one trial: k processes, one per GPU (or, without CUDA,
-k CPU processes on the gloo backend), gradients averaged by DistributedDataParallel.
+"""Synchronous data-parallel SGD inside one trial, as one rank sees it: k processes, one per
+GPU (or, without CUDA, k CPU processes on the gloo backend), gradients averaged by
+DistributedDataParallel. This module joins the process group, wraps the model and shards the
+loader; `trainables.distributed_fit` starts the k processes, each running `train.fit`.
 
 The trial's own process is rank 0: it talks to Ray Tune (reports, checkpoints) while ranks
-1..k−1 run in child processes started here. Ray gives the trial its k GPUs (resources
+1..k−1 run in child processes. Ray gives the trial its k GPUs (resources
 `gpu: k` in the space) and sets CUDA_VISIBLE_DEVICES, so rank r uses cuda:r. Each rank trains
 on its 1/k share of every epoch (DistributedSampler, batch_size/k inputs per step), so the
 global batch is `batch_size`, as in the SmoothAdv ImageNet protocol (4 GPUs, batch 400).
@@ -14,14 +16,9 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-
-from trainables.config import TrialConfig
 
 # Seconds a rank waits for the others in a collective before failing (a crashed rank would
 # otherwise leave the trial hanging).
@@ -95,62 +92,3 @@ def set_epoch(loader, epoch: int) -> None:
     target = loader if hasattr(loader, "set_epoch") else getattr(loader, "sampler", None)
     if hasattr(target, "set_epoch"):
         target.set_epoch(epoch)
-
-
-def _worker(rank: int, world_size: int, port: int, cfg_dict: dict, kwargs: dict) -> None:
-    """Ranks 1..k−1: train alongside rank 0, writing nothing."""
-    from trainables.train import fit
-
-    torch.set_num_threads(max(1, kwargs.pop("threads", 1)))
-    init(rank, world_size, port)
-    try:
-        fit(
-            TrialConfig.from_dict(cfg_dict),
-            device=device_for(rank),
-            rank=rank,
-            world_size=world_size,
-            **kwargs,
-        )
-    finally:
-        dist.destroy_process_group()
-
-
-def fit_data_parallel(
-    cfg: TrialConfig,
-    world_size: int,
-    checkpoint_path: str | None = None,
-    on_epoch: Callable | None = None,
-    resume_from: dict[str, Any] | None = None,
-    init_weights: dict[str, torch.Tensor] | None = None,
-    stop_after: int | None = None,
-):
-    """`train.fit` on `world_size` processes; returns rank 0's TrainState. Only rank 0
-    evaluates, writes `checkpoint_path` and calls `on_epoch`."""
-    from trainables.train import fit
-
-    port = free_port()
-    # Every rank reads the same checkpoint on start (only rank 0 ever writes it).
-    shared = {"checkpoint_path": checkpoint_path, "resume_from": resume_from,
-              "init_weights": init_weights, "stop_after": stop_after,
-              "threads": torch.get_num_threads()}  # fmt: skip
-    ctx = mp.get_context("spawn")
-    workers = [
-        ctx.Process(
-            target=_worker, args=(r, world_size, port, cfg.to_dict(), dict(shared)), daemon=True
-        )
-        for r in range(1, world_size)
-    ]
-    for w in workers:
-        w.start()
-    init(0, world_size, port)
-    try:
-        state = fit(cfg, checkpoint_path, device_for(0), on_epoch, stop_after, resume_from,
-                    init_weights, rank=0, world_size=world_size)  # fmt: skip
-    finally:
-        dist.destroy_process_group()
-        for w in workers:
-            w.join(timeout=60)
-    failed = [w.exitcode for w in workers if w.exitcode != 0]
-    if failed:
-        raise RuntimeError(f"data-parallel workers exited with codes {failed}")
-    return state
