@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from trainables.catalog import DEFAULT_ARCH
 from trainables.config_parts import (
@@ -147,6 +147,18 @@ class TrialConfig(
 
     def replace(self, **changes: Any) -> TrialConfig:
         return dataclasses.replace(self, **changes)
+
+
+T = TypeVar("T")
+
+
+def setting(value: T | None, name: str) -> T:
+    """A setting this trial uses, so resolution and validation have made sure it is set: a
+    method's (named by its row in `trainables.methods.REGISTRY`), DDRS training's or
+    self-training's when on, `arch` (resolved from the data set)."""
+    if value is None:
+        raise ConfigError([f"{name} is unset but the trial uses it"])
+    return value
 
 
 # The fields marked as environment in config_parts: no part of the trial_id.

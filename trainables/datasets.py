@@ -108,7 +108,7 @@ def load_dataset(
     data_dir: str | None = None,
     download: bool = False,
     augment: bool = False,
-) -> Dataset:
+) -> ImageTensors | IndexedFolder:
     """The `split` ("train" or "test") of data set `name`; `augment` turns on the training
     augmentation (CIFAR-10: random crop with 4-pixel padding + horizontal flip; ImageNet:
     RandomResizedCrop 224 + flip)."""

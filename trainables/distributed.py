@@ -16,9 +16,15 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from trainables.pipeline import Batches, DeviceLoader
+from trainables.train_state import TrainState
 
 # Seconds a rank waits for the others in a collective before failing (a crashed rank would
 # otherwise leave the trial hanging).
@@ -49,13 +55,10 @@ def init(rank: int, world_size: int, port: int) -> None:
     )  # fmt: skip
 
 
-def prepare(state, train_loader, rank: int, world_size: int):
+def prepare(state: TrainState, train_loader: Batches, rank: int, world_size: int) -> Batches:
     """Make `state` one rank of data-parallel training: DistributedDataParallel around the
     model, this rank's own noise stream, and a loader over its 1/k share of every epoch (the
     per-rank batch is batch_size / k, so the global batch stays batch_size)."""
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, DistributedSampler
-
     cfg = state.cfg
     state.rank, state.world_size = rank, world_size
     ids = [state.device.index] if state.device.type == "cuda" else None
@@ -64,9 +67,9 @@ def prepare(state, train_loader, rank: int, world_size: int):
         state.noise_generator.manual_seed(cfg.seed + 1 + 7919 * rank + 104729 * state.epoch)
         if state.augment_generator is not None:
             state.augment_generator.manual_seed(cfg.seed + 2 + 7919 * rank + 104729 * state.epoch)
-    if hasattr(train_loader, "shard"):  # the on-device pipeline: DistributedSampler's order
+    if isinstance(train_loader, DeviceLoader):  # DistributedSampler's order, on the device
         return train_loader.shard(rank, world_size, cfg.seed, cfg.batch_size // world_size)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         train_loader.dataset, world_size, rank, shuffle=True, seed=cfg.seed
     )
     return DataLoader(
@@ -87,8 +90,9 @@ def assert_in_sync(model: torch.nn.Module) -> None:
         )
 
 
-def set_epoch(loader, epoch: int) -> None:
+def set_epoch(loader: Batches, epoch: int) -> None:
     """A new shuffle per epoch, the same on every rank (no-op for an ordinary loader)."""
-    target = loader if hasattr(loader, "set_epoch") else getattr(loader, "sampler", None)
-    if hasattr(target, "set_epoch"):
-        target.set_epoch(epoch)
+    if isinstance(loader, DeviceLoader):
+        loader.set_epoch(epoch)
+    elif isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+        loader.sampler.set_epoch(epoch)

@@ -8,17 +8,19 @@ must hash to the same trial_id). Pure Python.
 
 from __future__ import annotations
 
-import functools
 import types
 import typing
 from dataclasses import fields
 from typing import Any
 
+_HINTS: dict[type, dict[str, Any]] = {}
 
-@functools.cache
-def _hints(cls: Any) -> dict[str, Any]:
+
+def _hints(cls: type) -> dict[str, Any]:
     """Resolved field annotations (cached: a 644-trial grid builds thousands of configs)."""
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def type_problems(obj: Any) -> list[str]:
@@ -34,7 +36,7 @@ def type_problems(obj: Any) -> list[str]:
 def float_fields(obj: Any) -> dict[str, float]:
     """The fields annotated float (or float | None) that hold an int, as floats."""
     hints = _hints(type(obj))
-    changes = {}
+    changes: dict[str, float] = {}
     for f in fields(obj):
         value, hint = getattr(obj, f.name), hints[f.name]
         if isinstance(value, int) and float in (*typing.get_args(hint), hint):

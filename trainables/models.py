@@ -17,6 +17,9 @@ class NormalizeLayer(nn.Module):
 
     The statistics are buffers, so they travel with the checkpoint."""
 
+    means: torch.Tensor
+    sds: torch.Tensor
+
     def __init__(self, means: Sequence[float], sds: Sequence[float]):
         super().__init__()
         self.register_buffer("means", torch.tensor(means, dtype=torch.float32).view(1, -1, 1, 1))

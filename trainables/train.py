@@ -38,23 +38,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
 from trainables import attacks, checkpoint, distributed, fileio, pipeline, pseudo, runtime
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, setting
 from trainables.ddrs import optimize_sigma
 from trainables.methods import REGISTRY, Method
 from trainables.methods.base import StepContext, epoch_epsilon
 from trainables.models import transfer_weights
-from trainables.pipeline import split_indices, split_size
+from trainables.pipeline import Batches, split_indices, split_size
 from trainables.train_state import TrainState, build_state
 
 log = logging.getLogger(__name__)
 
 EpochCallback = Callable[[dict[str, Any], TrainState], None]
+PseudoSums = tuple[float, int, int, int]  # self-training: summed loss, correct, samples, inputs
 
 
-def make_loaders(state: TrainState):
+def make_loaders(state: TrainState) -> tuple[Batches, Batches]:
     """The training and evaluation batches of `state.pipeline` (`pipeline.loaders`)."""
     if state.pseudo_stream is not None:
         state.pseudo_stream.load()  # read and check the pseudo-labelled data before training
@@ -75,22 +75,23 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
     that certification deploys, does not depend on the other inputs of the chunk, and only
     the training passes update the batch-norm statistics."""
     cfg, table = state.cfg, state.ddrs_sigma
+    assert table is not None, "TrainState.sigma_table creates the table before the first chunk"
     start = table[idx].to(device=x.device, dtype=x.dtype)
     with attacks.frozen_eval(state.model) as model:
         sigma = optimize_sigma(
             model,
             x,
             start,
-            iterations=cfg.ddrs_iterations,
-            lr=cfg.ddrs_lr,
-            samples=cfg.ddrs_samples,
+            iterations=setting(cfg.ddrs_iterations, "ddrs_iterations"),
+            lr=setting(cfg.ddrs_lr, "ddrs_lr"),
+            samples=setting(cfg.ddrs_samples, "ddrs_samples"),
             generator=state.noise_generator,
         )
     table[idx] = sigma.to(device=table.device, dtype=table.dtype)
     return sigma
 
 
-def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
+def ddrs_metrics(state: TrainState, loader: Batches) -> dict[str, float]:
     """Mean, min and max of σ_x over the inputs the loader trains on."""
     sigma = state.sigma_table(split_size(loader.dataset))[split_indices(loader.dataset)]
     return {
@@ -101,7 +102,12 @@ def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
 
 
 def _step(
-    state: TrainState, method: Method, x, y, ctx: StepContext, scale: float = 1.0
+    state: TrainState,
+    method: Method,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ctx: StepContext,
+    scale: float = 1.0,
 ) -> tuple[float, int, int]:
     """One optimizer step on a chunk, its loss multiplied by `scale` (self-training's η) for
     the backward pass: (summed unscaled loss, correct, samples)."""
@@ -111,11 +117,11 @@ def _step(
     state.scaler.scale(out.loss if scale == 1.0 else out.loss * scale).backward()
     state.scaler.step(state.optimizer)
     state.scaler.update()
-    correct = (out.logits.argmax(1) == out.targets).sum().item()
+    correct = int((out.logits.argmax(1) == out.targets).sum().item())
     return out.loss.item() * len(out.targets), correct, len(out.targets)
 
 
-def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
+def train_epoch(state: TrainState, loader: Batches) -> dict[str, float]:
     """One epoch of the configured method; returns mean loss and accuracy on what it trained on
     (and the σ table's statistics when DDRS training is configured)."""
     cfg, device = state.cfg, state.device
@@ -127,18 +133,20 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
         state.sigma_table(split_size(loader.dataset))
     state.model.train()
     total_loss, correct, seen = 0.0, 0, 0
-    pseudo_sums = (0.0, 0, 0, 0)  # self-training: loss, correct, samples, inputs
+    pseudo_sums: PseudoSums = (0.0, 0, 0, 0)  # self-training: loss, correct, samples, inputs
     for x, y, idx in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         for xc, yc, ic in zip(*(t.tensor_split(chunks) for t in (x, y, idx)), strict=True):
             if len(xc) == 0:
                 continue
             if ddrs:
-                ctx = dataclasses.replace(ctx, sigma=ddrs_chunk_sigma(state, xc, ic))
+                ctx = dataclasses.replace(ctx, sigma_x=ddrs_chunk_sigma(state, xc, ic))
             loss, right, n = _step(state, method, xc, yc, ctx)
             total_loss, correct, seen = total_loss + loss, correct + right, seen + n
         if state.pseudo_stream is not None:
-            pseudo_sums = pseudo_steps(state, method, ctx, chunks, len(x), pseudo_sums)
+            pseudo_sums = pseudo_steps(
+                state, state.pseudo_stream, method, ctx, chunks, len(x), pseudo_sums
+            )
     metrics = {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
     if cfg.ddrs_start_epoch is not None:
         metrics.update(ddrs_metrics(state, loader))
@@ -148,29 +156,36 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
 
 
 def pseudo_steps(
-    state: TrainState, method: Method, ctx: StepContext, chunks: int, size: int, sums: tuple
-) -> tuple[float, int, int, int]:
+    state: TrainState,
+    stream: pseudo.PseudoStream,
+    method: Method,
+    ctx: StepContext,
+    chunks: int,
+    size: int,
+    sums: PseudoSums,
+) -> PseudoSums:
     """Self-training after a labelled batch of `size` inputs: cfg.pseudo_ratio pseudo-labelled
     batches of that size, each split into `chunks` steps like a labelled batch, loss scaled by
     η ("for a pseudo-labelled minibatch, we scale the CE loss by a factor of η and we follow
     the rest of Pseudocode 1"), noise from the stream's generator. Returns `sums` (summed
     unscaled loss, correct, samples, inputs) plus this call's."""
-    cfg, stream = state.cfg, state.pseudo_stream
-    ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma=cfg.sigma)
+    cfg = state.cfg
+    ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma_x=None)
+    eta = setting(cfg.pseudo_eta, "pseudo_eta")
     loss_sum, correct, seen, inputs = sums
-    for _ in range(cfg.pseudo_ratio):
+    for _ in range(setting(cfg.pseudo_ratio, "pseudo_ratio")):
         x, y, _ = stream.next_batch(size)
         x, y = x.to(state.device), y.to(state.device)
         for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
             if len(xc) == 0:
                 continue
-            loss, right, n = _step(state, method, xc, yc, ctx, scale=cfg.pseudo_eta)
+            loss, right, n = _step(state, method, xc, yc, ctx, scale=eta)
             loss_sum, correct, seen = loss_sum + loss, correct + right, seen + n
         inputs += size
     return loss_sum, correct, seen, inputs
 
 
-def pseudo_metrics(stream: pseudo.PseudoStream, sums: tuple) -> dict[str, float]:
+def pseudo_metrics(stream: pseudo.PseudoStream, sums: PseudoSums) -> dict[str, float]:
     loss_sum, correct, seen, inputs = sums
     return {
         "pseudo_loss": loss_sum / max(seen, 1),
@@ -181,7 +196,7 @@ def pseudo_metrics(stream: pseudo.PseudoStream, sums: tuple) -> dict[str, float]
 
 
 def evaluate(
-    model, loader: DataLoader, sigma: float, device: torch.device, seed: int
+    model: torch.nn.Module, loader: Batches, sigma: float, device: torch.device, seed: int
 ) -> dict[str, float]:
     """Clean accuracy and accuracy under one draw of N(0, σ²) noise per test input."""
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -197,7 +212,7 @@ def evaluate(
     return {"test_clean_acc": clean / max(total, 1), "test_noisy_acc": noisy / max(total, 1)}
 
 
-def _ready(state: TrainState, rank: int, world_size: int):
+def _ready(state: TrainState, rank: int, world_size: int) -> tuple[Batches, Batches]:
     """The loaders (this rank's share of the training one) and the model compiled in place
     if asked (the state dict keeps its keys)."""
     train_loader, test_loader = make_loaders(state)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from trainables import attacks, pseudo, runtime
-from trainables.config import TrialConfig, pipeline_for
+from trainables.config import TrialConfig, pipeline_for, setting
 from trainables.datasets import INFO
 from trainables.errors import ConfigError
 from trainables.models import build_model
@@ -133,7 +133,7 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     device = device or default_device()
     torch.manual_seed(cfg.seed)
     info = INFO[cfg.dataset]
-    model = build_model(cfg.arch, info.num_classes, info.mean, info.std).to(device)
+    model = build_model(setting(cfg.arch, "arch"), info.num_classes, info.mean, info.std).to(device)
     if cfg.channels_last:
         runtime.to_channels_last(model)
     optimizer = torch.optim.SGD(
