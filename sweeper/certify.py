@@ -57,7 +57,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     norm = model[0]
     metadata = {
         "certify_backend": f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}",
-        "normalization": f"{type(norm).__name__}(means={norm.means.flatten().tolist()}, sds={norm.sds.flatten().tolist()})",
+        "normalization": f"{type(norm).__name__}(means={norm.get_buffer('means').flatten().tolist()}, sds={norm.get_buffer('sds').flatten().tolist()})",
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
         **run_mode(settings, device),  # precision, channels_last, compile: how f was run

@@ -36,7 +36,7 @@ def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple
     """(grid name, config dict) of every trial; a stage's trials follow its parent grid's."""
     built: dict[str, list[TrialConfig]] = {}
     for grid in spec.grids:
-        parents: list[TrialConfig | None] = built.get(grid.parent, []) if grid.parent else [None]
+        parents: list[TrialConfig | None] = list(built.get(grid.parent, [])) if grid.parent else [None]
         configs: dict[str, TrialConfig] = {}
         for d in _grid_dicts(spec, grid, parents):
             d = {**d, **overrides}

@@ -246,7 +246,7 @@ def _run_trial() -> Callable:
 
 def _tuner(
     exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions,
-    callback, trainable: Callable,
+    callback, trainable: Callable | None,
 ):  # fmt: skip
     # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.

@@ -84,8 +84,10 @@ def _cells(table: PaperTable, bold, escape=str) -> pd.DataFrame:
         else:
             texts = [cell(v) for v in values]
         out[c] = [escape(t) for t in texts]
+        col = out.columns.get_loc(c)
+        assert isinstance(col, int), "the columns are unique"
         for i in table.bold.get(c, ()):
-            out.iat[i, out.columns.get_loc(c)] = bold(out.iat[i, out.columns.get_loc(c)])
+            out.iat[i, col] = bold(out.iat[i, col])
     if table.sections:
         repeated = table.data[table.sections].eq(table.data[table.sections].shift())
         out.loc[repeated, table.sections] = ""

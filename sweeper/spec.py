@@ -285,7 +285,7 @@ def load_space(space: str) -> SweepSpec:
     except OSError as e:
         raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
     spec, problems = parse_spec(path.stem, raw)
-    if problems:
+    if problems or spec is None:  # parse_spec returns a spec exactly when it finds no problem
         raise SpecError([f"{path.name}: {p}" for p in problems])
     return spec
 
@@ -368,7 +368,9 @@ def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
     return tuple(grids)
 
 
-def _stage(g: dict, where: str, earlier: list[str], problems: list[str]):
+def _stage(
+    g: dict[str, Any], where: str, earlier: list[str], problems: list[str]
+) -> tuple[str | None, tuple[str, ...]]:
     """(parent, inherit) of a fine-tuning stage, checked against the grids before it."""
     parent, inherit = g.get("parent"), g.get("inherit", [])
     if parent is not None and parent not in earlier:
@@ -414,7 +416,7 @@ def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple
     return tuple(axes)
 
 
-def _dataclass(cls, value: Any, where: str, problems: list[str]):
+def _dataclass(cls: Any, value: Any, where: str, problems: list[str]) -> Any:
     """Build settings dataclass `cls` from a mapping, collecting its problems."""
     if value is None:
         value = {}
