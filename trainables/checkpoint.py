@@ -49,7 +49,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[torch.nn.Module, TrialConfig]:
+) -> tuple[torch.nn.Sequential, TrialConfig]:
     """The trained model (eval mode, on `device`) and the config that produced it."""
     payload = load(path, map_location=device)
     cfg = TrialConfig.from_dict(payload["config"])
