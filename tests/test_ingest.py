@@ -18,7 +18,8 @@ from sweeper.ingest.log_reader import parse_row
 from sweeper.plan.sweep_plan import sweep_conflict
 from sweeper.results.rows import load_results, shard_table, write_shard
 from sweeper.results.storage import Experiment, read_sweep, write_sweep
-from trainables.config import ARCHS, TrialConfig
+from trainables.catalog import ARCHS
+from trainables.config import TrialConfig
 
 runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"

@@ -25,12 +25,13 @@ from sweeper.results.storage import Experiment
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from trainables import attacks, runtime
-from trainables.certification import CertifySettings, certify_points, run_mode
+from trainables.certify_points import CertifySettings, certify_points, run_mode
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.models import build_model
 from trainables.smoothing import Smooth
-from trainables.train import build_state, fit
+from trainables.train import fit
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 NO_BF16 = not runtime.cpu_has_bf16()

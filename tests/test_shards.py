@@ -20,7 +20,8 @@ from sweeper.results.status import stage_shards
 from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY, max_radius
-from trainables.config import DDRSSettings, TrialConfig
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)

@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from sweeper.results.storage import Experiment, check_storage, experiments, plain_name_problem
 from trainables import fileio
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 
 class GuardedGroup(TyperGroup):

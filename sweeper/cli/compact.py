@@ -6,7 +6,7 @@ import typer
 
 from sweeper.cli.common import ExperimentOpt, Storage, app, fail, resolve_experiment
 from sweeper.results.storage import DEFAULT_STORAGE
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 
 @app.command()

@@ -16,14 +16,15 @@ from sweeper.plan.cost import Devices, SweepCost, groups, price_sweep, wall_cloc
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, needed_data
 from sweeper.run.capacity import effective_resources
-from trainables.config import ARCHS
+from trainables.catalog import ARCHS
+from trainables.config import setting
 
 
 def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | None) -> None:
     """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
     data, pseudo = needed_data(plan.all_trials)
     if data or pseudo:
-        what = " and ".join(filter(None, [", ".join(data), pseudo and "the pseudo-labelled data"]))
+        what = " and ".join(filter(None, [", ".join(data), "the pseudo-labelled data" if pseudo else None]))
         console.print(
             f"data: not read on a dry run; a real run needs {what}"
             + (" (--data-dir DIR, or --download)" if data else "")
@@ -32,7 +33,7 @@ def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | 
         return
     resources = effective_resources(plan.spec.resources, cpu_only)
     kind = "gpu" if resources.gpu > 0 else "cpu"
-    figures = _figures(kind, sorted({t.arch for t in plan.trials}))
+    figures = _figures(kind, sorted({setting(t.arch, "arch") for t in plan.trials}))
     sweep = price_sweep(plan.trials, plan.spec.certify, {a: f for a, (f, _) in figures.items()})
     device = "GPU" if kind == "gpu" else "core"
     _print_groups(sweep, device)

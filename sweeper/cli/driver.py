@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -15,7 +15,12 @@ from rich.table import Table
 from sweeper.cli.common import console, fail
 from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
+
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from sweeper.run.capacity import Capacity
 
 WaitForNodes = Annotated[
     float,
@@ -53,7 +58,7 @@ class WaitDisplay:
     line on a terminal, a plain line per change (or per minute) in a log file."""
 
     def __init__(self) -> None:
-        self.status = None
+        self.status: Status | None = None
         self.last = ("", 0.0)
 
     def __call__(self, waiting) -> None:
@@ -93,7 +98,7 @@ def check_node_versions() -> None:
 @contextmanager
 def driving(
     exp: Experiment, address: str | None, resources: Resources, count: int, wait_minutes: float
-) -> Iterator[object]:
+) -> Iterator[Capacity]:
     """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
     (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
     yields the `Capacity` request, released on exit. Any problem is one `error:` line and

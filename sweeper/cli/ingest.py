@@ -80,7 +80,7 @@ def _print_report(report: ImportReport) -> None:
 
 def _summary(m: Model) -> str:
     cfg = m.cfg
-    parts = [cfg.dataset, cfg.arch, cfg.method, f"σ={cfg.sigma:g}"]
+    parts = [cfg.dataset, str(cfg.arch), cfg.method, f"σ={cfg.sigma:g}"]
     if cfg.attack:
         parts += [cfg.attack, f"ε={cfg.epsilon:.10g}", f"T={cfg.steps}"]
     if cfg.m_train is not None:

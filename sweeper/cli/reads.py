@@ -111,7 +111,7 @@ def table(
         for i, row in rows.iterrows():
             out.add_row(
                 *(
-                    f"[bold]{cell(v)}*[/]" if i in best.get(c, ()) else cell(v)
+                    f"[bold]{cell(v)}*[/]" if i in best.get(str(c), set()) else cell(v)
                     for c, v in row.items()
                 )
             )
@@ -267,9 +267,9 @@ def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None)
         table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", *cells, t.error[:60])
     console.print(table)
     for stage in ("certify", "empirical"):
-        counts = [t.shards[stage] for t in st.trials]
-        done = sum(c.done for c in counts)
-        planned = sum(c.total or 0 for c in counts)
+        shards = [t.shards[stage] for t in st.trials]
+        done = sum(c.done for c in shards)
+        planned = sum(c.total or 0 for c in shards)
         if planned or done:
             console.print(f"{stage} shards: {done} of {planned} planned")
     console.print(f"storage used: {st.size_bytes / 1e6:.1f} MB")

@@ -40,7 +40,7 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
 
 def dataset_dims(datasets) -> dict[str, int]:
     """Input dimension d (C·H·W) per known data set."""
-    from trainables.config import INPUT_DIM
+    from trainables.catalog import INPUT_DIM
 
     return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -35,7 +35,8 @@ from sweeper.plan.sweep_plan import (
 )
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, write_sweep
 from sweeper.run.capacity import effective_resources
-from trainables.config import DDRSSettings, ProblemsError
+from trainables.config_parts import DDRSSettings
+from trainables.errors import ProblemsError
 
 
 def _plan(request: PlanRequest) -> Plan:
@@ -329,8 +330,8 @@ def certify(
         "channels_last": channels_last,
         "compile": compile,
     }
-    overrides = {k: v for k, v in flags.items() if v is not None}
-    ddrs_flags = {"iterations": ddrs_iterations, "lr": ddrs_lr, "samples": ddrs_samples}
+    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    ddrs_flags: dict[str, Any] = {"iterations": ddrs_iterations, "lr": ddrs_lr, "samples": ddrs_samples}
     ddrs_flags = {k: v for k, v in ddrs_flags.items() if v is not None}
     if ddrs or ddrs_flags:
         overrides["ddrs"] = DDRSSettings(**ddrs_flags)

@@ -89,7 +89,9 @@ from sweeper.ingest.log_reader import (  # noqa: F401  (parse_time, read_log: pa
 from sweeper.results.rows import shard_table, write_shard
 from sweeper.results.storage import Experiment, write_sweep
 from trainables import fileio
-from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
+from trainables.catalog import ARCHS, DATASETS
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError, ProblemsError
 
 PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
 CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")
@@ -159,7 +161,9 @@ class ImportReport:
 def parse_sets(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`--set key=value` items -> (TrialConfig values, certification values); one problem per
     bad item. Values are YAML scalars; a word that reads as a number (1e-3) is that number."""
-    trial, cert, problems = {}, {}, []
+    trial: dict[str, Any] = {}
+    cert: dict[str, Any] = {}
+    problems: list[str] = []
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
         value = _scalar(text) if sep else None

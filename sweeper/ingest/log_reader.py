@@ -14,12 +14,12 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainables.config import NUM_CLASSES, STANDARD_TEST_SIZE
+from trainables.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 COLUMNS = ("idx", "label", "predict", "radius", "correct", "time_s")
@@ -99,7 +99,7 @@ _WHAT = {
     "idx": "an integer", "label": "an integer", "predict": "an integer", "radius": "a number",
     "correct": "0 or 1", "time": "seconds or h:mm:ss.ffffff",
 }  # fmt: skip
-_PARSE = (int, int, int, float, _flag, parse_time)
+_PARSE: tuple[Callable[[str], Any], ...] = (int, int, int, float, _flag, parse_time)
 
 
 def parse_row(fields: list[str]) -> tuple[int, int, int, float, bool, float]:

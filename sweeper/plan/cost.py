@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.throughput import Figure
-from trainables.config import DATASETS, TrialConfig
+from trainables.catalog import DATASETS
+from trainables.config import TrialConfig, setting
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
 # ImageNet32) 1,281,167 train and the 50,000 validation images; MNIST 60,000/10,000; digits:
@@ -75,7 +76,8 @@ def training_work(cfg: TrialConfig) -> tuple[float, float]:
         cfg, False
     )
     if cfg.ddrs_start_epoch is not None:  # OptimizeSigma before every chunk's step
-        per_input += (cfg.epochs - cfg.ddrs_start_epoch) * cfg.ddrs_iterations * cfg.ddrs_samples
+        steps = setting(cfg.ddrs_iterations, "ddrs_iterations") * setting(cfg.ddrs_samples, "ddrs_samples")
+        per_input += (cfg.epochs - cfg.ddrs_start_epoch) * steps
     passes = per_input * train_inputs(cfg) * (1 + (cfg.pseudo_ratio or 0))
     test = TEST_SIZE[cfg.dataset]
     evaluated = test if cfg.eval_subset is None else min(test, cfg.eval_subset)
@@ -127,7 +129,7 @@ def price(cfg: TrialConfig, spec: CertifySpec, figure: Figure) -> TrialCost:
 def group_label(cfg: TrialConfig) -> str:
     """The fields that set a trial's cost (PGD and DDN cost the same); a group's trials may
     still differ a little (ε = 0, warm-up, eval_subset), so its per-trial cost is a mean."""
-    parts = [cfg.dataset, cfg.arch, cfg.method]
+    parts = [cfg.dataset, setting(cfg.arch, "arch"), cfg.method]
     parts += [f"T={cfg.steps}"] if cfg.steps is not None else []
     parts += [f"m={cfg.m_train}"] if cfg.m_train is not None else []
     parts += [f"{cfg.epochs} ep"]
@@ -189,7 +191,7 @@ def price_sweep(
     trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
 ) -> SweepCost:
     """Every trial priced with its architecture's figure."""
-    return SweepCost([price(t, spec, figures[t.arch]) for t in trials])
+    return SweepCost([price(t, spec, figures[setting(t.arch, "arch")]) for t in trials])
 
 
 @dataclass(frozen=True)

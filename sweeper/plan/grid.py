@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from sweeper.plan.spec import TRIAL_KEYS, Grid, SweepSpec
-from trainables.config import ConfigError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError
 
 
 def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:
@@ -35,7 +36,7 @@ def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple
     """(grid name, config dict) of every trial; a stage's trials follow its parent grid's."""
     built: dict[str, list[TrialConfig]] = {}
     for grid in spec.grids:
-        parents: list[TrialConfig | None] = built.get(grid.parent, []) if grid.parent else [None]
+        parents: list[TrialConfig | None] = list(built.get(grid.parent, [])) if grid.parent else [None]
         configs: dict[str, TrialConfig] = {}
         for d in _grid_dicts(spec, grid, parents):
             d = {**d, **overrides}

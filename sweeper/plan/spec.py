@@ -20,7 +20,10 @@ from typing import Any
 import yaml
 
 from sweeper.plan.run_settings import PRECISIONS, precision_problem
-from trainables.config import DDRSSettings, ProblemsError, TrialConfig, type_problems
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
+from trainables.errors import ProblemsError
+from trainables.field_types import type_problems
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
@@ -133,7 +136,7 @@ class CertifySpec:
         return [fixed] if self.ddrs is None else [fixed, self]
 
 
-ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
+ESTIMATORS = ("plugin", "stein")  # = trainables.empirical_robustness.ESTIMATORS (spec stays torch-free)
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,7 @@ def load_space(space: str) -> SweepSpec:
     except OSError as e:
         raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
     spec, problems = parse_spec(path.stem, raw)
-    if problems:
+    if problems or spec is None:  # parse_spec returns a spec exactly when it finds no problem
         raise SpecError([f"{path.name}: {p}" for p in problems])
     return spec
 
@@ -365,7 +368,9 @@ def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
     return tuple(grids)
 
 
-def _stage(g: dict, where: str, earlier: list[str], problems: list[str]):
+def _stage(
+    g: dict[str, Any], where: str, earlier: list[str], problems: list[str]
+) -> tuple[str | None, tuple[str, ...]]:
     """(parent, inherit) of a fine-tuning stage, checked against the grids before it."""
     parent, inherit = g.get("parent"), g.get("inherit", [])
     if parent is not None and parent not in earlier:
@@ -411,7 +416,7 @@ def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple
     return tuple(axes)
 
 
-def _dataclass(cls, value: Any, where: str, problems: list[str]):
+def _dataclass(cls: Any, value: Any, where: str, problems: list[str]) -> Any:
     """Build settings dataclass `cls` from a mapping, collecting its problems."""
     if value is None:
         value = {}

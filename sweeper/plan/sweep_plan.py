@@ -21,7 +21,8 @@ from sweeper.results.storage import (
     read_sweep,
 )
 from trainables import fileio
-from trainables.config import ConfigError, ProblemsError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError, ProblemsError
 from trainables.trial_status import read_status
 
 

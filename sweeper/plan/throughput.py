@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables import fileio
-from trainables.config import ARCHS
+from trainables.catalog import ARCHS
 
 KINDS = ("gpu", "cpu")
 FILE_VERSION = 1

@@ -217,7 +217,7 @@ def wide_table(
             rows.append({"models": _group_label(group), "quantity": label, **values.to_dict()})
     data = pd.DataFrame(rows, columns=["models", "quantity", *columns])
     marks: dict[str, set[int]] = {}
-    first = data.index[data["quantity"] == quantities[0][1]]
+    first = list(data.index[data["quantity"] == quantities[0][1]])
     first = [i for i in first if data.at[i, "models"] != _group_label(ALL)]
     if bold and len(first) > 1:
         best = best_positions(data.loc[first].reset_index(drop=True), columns)
@@ -230,10 +230,10 @@ def winners_table(summary: pd.DataFrame) -> PaperTable:
     rate and configuration (blank where nobody certifies anything)."""
     part = summary[summary["group"] == ALL].reset_index(drop=True)
     part = part.assign(
-        method=[
+        method=pd.Series([
             method_label(m, a) if isinstance(m, str) else None
             for m, a in zip(part["method"], part["attack"], strict=True)
-        ]
+        ], index=part.index)
     )
     scores = ["certified_accuracy", "clean_acc", "acr", "abstain_rate"]
     ids = [c for c in SUMMARY_COLUMNS if c != "attack" and part[c].notna().any()]

@@ -19,6 +19,7 @@ from sweeper.results.rows import MODEL_KEY, SCHEMA
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
+Pick = tuple[object, float, int, int]  # (group value, radius, best model's row, group size)
 
 
 class EnvelopeError(ValueError):
@@ -155,7 +156,7 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
     # Best model per (group, radius): highest accuracy, then clean accuracy, then the first
     # in model order (sorted by trial_id, cert_id).
     clean = models["clean_acc"].to_numpy()
-    picks = []
+    picks: list[Pick] = []
     for value, index in groups:
         members = np.sort(np.asarray(index))
         for r in radii:
@@ -166,10 +167,10 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
 
 
 def _envelope_rows(
-    models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list, by: str | None
+    models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list[Pick], by: str | None
 ) -> pd.DataFrame:
-    values, radii, best, sizes = (list(p) for p in zip(*picks, strict=True))
-    best = np.asarray(best)
+    values, radii, picked, sizes = (list(p) for p in zip(*picks, strict=True))
+    best = np.asarray(picked)
     columns = {by: values} if by is not None else {}
     columns["radius"] = radii
     columns["certified_accuracy"] = acc[best, np.searchsorted(levels, radii)]

@@ -34,7 +34,7 @@ from typing import Any
 
 from sweeper.results.storage import Experiment
 from trainables import fileio
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 

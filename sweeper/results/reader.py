@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from sweeper.results.storage import Experiment, StageFile
 from sweeper.run.shards import Stage, by_model, write_table
 from trainables import fileio
-from trainables.config import NUM_CLASSES
+from trainables.catalog import NUM_CLASSES
 
 COVERS = b"sweeper.covers"  # cache metadata: {path relative to the experiment: size}
 LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",

@@ -100,7 +100,7 @@ def shard_table(
 ) -> pa.Table:
     """A shard's rows: the trial's identity and the certification constants repeated per row."""
     rows = len(columns["idx"])
-    data = {
+    data: dict[str, list[typing.Any]] = {
         "trial_id": [cfg.trial_id] * rows,
         "experiment": [experiment] * rows,
         "cert_id": [cert_id] * rows,

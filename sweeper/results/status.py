@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from sweeper.results.lease import Holder, read_holder
 from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks, read_sweep
 from trainables import fileio
-from trainables.config import STANDARD_TEST_SIZE, TrialConfig
+from trainables.catalog import STANDARD_TEST_SIZE
+from trainables.config import TrialConfig
 from trainables.trial_status import read_status
 
 

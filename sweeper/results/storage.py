@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from trainables import fileio
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")

@@ -125,7 +125,7 @@ def attack_points(model, dataset, indices: Sequence[int], setting: EmpiricalSett
     forward pass of the attack holds at most `batch_size` noisy samples."""
     import torch
 
-    from trainables.empirical import attack_and_predict
+    from trainables.empirical_robustness import attack_and_predict
 
     m = setting.m_test or 1
     group = max(1, setting.batch_size // m)
@@ -166,8 +166,8 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
-    from trainables.certification import seed_for
-    from trainables.config import NUM_CLASSES
+    from trainables.catalog import NUM_CLASSES
+    from trainables.certify_points import seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))

@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sweeper.plan.spec import Resources
-from trainables.config import ProblemsError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,8 @@ class Capacity:
 
     def wait(self, limit_s: float, on_wait: Callable[[Waiting], None], poll_s: float = 1.0) -> None:
         """Return once a node can host one trial; raise CapacityError if none ever will."""
-        start, updates, grew = time.monotonic(), set(), False
+        updates: set[float] = set()
+        start, grew = time.monotonic(), False
         first = read_view()
         while True:
             view = read_view()

@@ -21,7 +21,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import SCHEMA, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.shards import Shard, Stage
-from trainables.config import NUM_CLASSES
+from trainables.catalog import NUM_CLASSES
 
 
 @lru_cache(maxsize=8)
@@ -36,7 +36,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     import torch
 
     from trainables import checkpoint
-    from trainables.certification import CertifySettings, certify_points, run_mode, seed_for
+    from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))
@@ -57,7 +57,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     norm = model[0]
     metadata = {
         "certify_backend": f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}",
-        "normalization": f"{type(norm).__name__}(means={norm.means.flatten().tolist()}, sds={norm.sds.flatten().tolist()})",
+        "normalization": f"{type(norm).__name__}(means={norm.get_buffer('means').flatten().tolist()}, sds={norm.get_buffer('sds').flatten().tolist()})",
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
         **run_mode(settings, device),  # precision, channels_last, compile: how f was run

@@ -45,7 +45,10 @@ def _memory_pass(exp: Experiment, trial_id: str, table: pa.Table):
     from trainables.ddrs import memory_certify
     from trainables.trial_status import read_status
 
-    cfg = TrialConfig.from_dict(read_status(exp.trial_dir(trial_id))["config"])
+    status = read_status(exp.trial_dir(trial_id))
+    if status is None:
+        raise FileNotFoundError(f"no trial.json of {trial_id} in {exp.root}")
+    cfg = TrialConfig.from_dict(status["config"])
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     idx = table.column("idx").to_numpy()
     points = np.stack([dataset[int(i)][0].numpy().ravel() for i in idx])

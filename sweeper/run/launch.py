@@ -34,7 +34,8 @@ from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.shards import Event, Stage, StageRunner, Work, test_size
-from trainables.config import ProblemsError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
 from trainables.trial_status import read_status, write_status
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,7 @@ def _run_trial() -> Callable:
 
 def _tuner(
     exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions,
-    callback, trainable: Callable,
+    callback, trainable: Callable | None,
 ):  # fmt: skip
     # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.

@@ -40,15 +40,22 @@ from trainables.config import TrialConfig
 log = logging.getLogger(__name__)
 
 
-class Setting(Protocol):
-    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
+class SettingId(Protocol):
+    """What compaction needs of a setting: its id."""
 
     @property
     def setting_id(self) -> str: ...  # names it in paths; new settings give new files
 
-    skip: int
-    max_points: int | None
-    shard_size: int
+
+class Setting(SettingId, Protocol):
+    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
+
+    @property
+    def skip(self) -> int: ...
+    @property
+    def max_points(self) -> int | None: ...
+    @property
+    def shard_size(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -115,8 +122,8 @@ def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count:
     shards = [f for f in files if f.kind == "shard"]
     return Progress(
         any(f.kind == "compacted" for f in files),
-        frozenset(f.index for f in shards if f.count == count),
-        frozenset(f.count for f in shards if f.count != count),
+        frozenset(f.index for f in shards if f.count == count and f.index is not None),
+        frozenset(f.count for f in shards if f.count != count and f.count is not None),
     )
 
 
@@ -141,7 +148,7 @@ def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpu
     return table.num_rows
 
 
-def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Setting, count: int) -> int:
+def compact(exp: Experiment, stage: Stage, trial_id: str, setting: SettingId, count: int) -> int:
     """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
     the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
     sid = setting.setting_id
@@ -229,7 +236,8 @@ def _remote(fn: Callable, gpu: bool):
     import ray
 
     # Ray gives every GPU task a fresh worker by default: keep it (and its CUDA context).
-    return ray.remote(max_retries=2, **({"max_calls": 0} if gpu else {}))(fn)
+    options: dict[str, Any] = {"max_retries": 2, **({"max_calls": 0} if gpu else {})}
+    return ray.remote(**options)(fn)
 
 
 def test_size(dataset: str, data_dir: str | None) -> int:
@@ -308,14 +316,14 @@ class StageRunner:
             return
         ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
         for ref in ready:
-            kind, what = self.pending.pop(ref)
+            _, what = self.pending.pop(ref)
             try:
                 ray.get(ref)
             except Exception as e:  # reported in the outcome, grouped per model and stage
-                trial_id, stage = (what.trial_id, what.stage) if kind == "shard" else (what[0], what[1].stage.name)
+                trial_id, stage = (what.trial_id, what.stage) if isinstance(what, Shard) else (what[0], what[1].stage.name)
                 self._fail(trial_id, stage, _first_line(e))
                 continue
-            self._shard_done(what) if kind == "shard" else self._compacted(*what)
+            self._shard_done(what) if isinstance(what, Shard) else self._compacted(*what)
 
     def _shard_done(self, shard: Shard) -> None:
         self.done += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainables import empirical
+from trainables import empirical_robustness
 from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
 from trainables.smoothing import ABSTAIN, Smooth
@@ -37,7 +37,7 @@ def points():
 
 def run(model, points, epsilon, estimator="plugin", m_test=8, steps=10, seed=0):
     x, y = points
-    return empirical.attack_and_predict(
+    return empirical_robustness.attack_and_predict(
         model, x, y, SIGMA, epsilon, steps, m_test, N, ALPHA, BATCH,
         estimator=estimator, generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
@@ -62,7 +62,7 @@ def test_epsilon_zero_is_clean_predict_with_the_same_generator(model, points, cl
     assert [r.label for r in clean] == y.tolist()
     assert all(r.perturbation_norm == 0.0 for r in clean)
     assert all(r.correct == (r.prediction == r.label) for r in clean)
-    assert empirical.accuracy(clean) > 0.6  # the model is a useful smoothed classifier
+    assert empirical_robustness.accuracy(clean) > 0.6  # the model is a useful smoothed classifier
 
 
 def test_epsilon_zero_draws_no_attack_noise(model, points):
@@ -74,7 +74,7 @@ def test_epsilon_zero_draws_no_attack_noise(model, points):
         return [Smooth(model, 10, 1.0).predict(xi, 10, 0.3, BATCH, generator=g) for xi in x]
 
     assert clean_predict(0) != clean_predict(1)  # the check below is sensitive
-    results = empirical.attack_and_predict(
+    results = empirical_robustness.attack_and_predict(
         model, x, y, 1.0, 0.0, 10, 8, 10, 0.3, BATCH, generator=torch.Generator().manual_seed(0)
     )
     assert [r.prediction for r in results] == clean_predict(0)
@@ -82,7 +82,7 @@ def test_epsilon_zero_draws_no_attack_noise(model, points):
 
 def test_one_result_per_input_within_the_ball(attacked):
     assert len(attacked) == POINTS
-    assert all(isinstance(r, empirical.EmpiricalResult) for r in attacked)
+    assert all(isinstance(r, empirical_robustness.EmpiricalResult) for r in attacked)
     assert all(0 < r.perturbation_norm <= 1.0 + 1e-5 for r in attacked)
     assert all(r.correct == (r.prediction == r.label) for r in attacked)
     assert all(not r.correct for r in attacked if r.abstained)
@@ -90,8 +90,8 @@ def test_one_result_per_input_within_the_ball(attacked):
 
 
 def test_attack_lowers_accuracy_below_clean_smoothed_accuracy(clean, attacked):
-    assert empirical.accuracy(attacked) <= empirical.accuracy(clean)
-    assert empirical.accuracy(attacked) < empirical.accuracy(clean) - 0.2
+    assert empirical_robustness.accuracy(attacked) <= empirical_robustness.accuracy(clean)
+    assert empirical_robustness.accuracy(attacked) < empirical_robustness.accuracy(clean) - 0.2
 
 
 def test_stein_estimator_runs_and_is_weaker_than_the_plugin_attack(model, points, attacked):
@@ -99,7 +99,7 @@ def test_stein_estimator_runs_and_is_weaker_than_the_plugin_attack(model, points
     assert len(stein) == POINTS
     assert all(r.perturbation_norm <= 1.0 + 1e-5 for r in stein)
     assert all(p.grad is None for p in model.parameters())
-    assert empirical.accuracy(attacked) <= empirical.accuracy(stein)  # paper, appendix C.6
+    assert empirical_robustness.accuracy(attacked) <= empirical_robustness.accuracy(stein)  # paper, appendix C.6
 
 
 def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(points):
@@ -108,12 +108,12 @@ def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(point
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).train()
     net.register_forward_pre_hook(lambda mod, args: calls.append((mod.training, len(args[0]))))
     with torch.no_grad():
-        x_adv = empirical.smoothadv_attack(net, x[:5], y[:5], SIGMA, 0.5, steps=3, m_test=4)
+        x_adv = empirical_robustness.smoothadv_attack(net, x[:5], y[:5], SIGMA, 0.5, steps=3, m_test=4)
     assert calls == [(False, 5 * 4)] * 3  # one forward per step for all inputs and noises
     assert x_adv.shape == (5, 1, 8, 8)
     assert (x_adv - x[:5]).flatten(1).norm(dim=1).min() > 0.4  # it did move
     calls.clear()
-    results = empirical.attack_and_predict(net, x[:5], y[:5], SIGMA, 0.5, 3, 4, 8, 0.5, 100)
+    results = empirical_robustness.attack_and_predict(net, x[:5], y[:5], SIGMA, 0.5, 3, 4, 8, 0.5, 100)
     assert len(results) == 5 and calls[:3] == [(False, 5 * 4)] * 3
     assert len(calls) > 3 and not any(training for training, _ in calls)  # PREDICT too
     assert net.training and all(p.requires_grad for p in net.parameters())
@@ -132,4 +132,4 @@ def test_invalid_arguments_are_rejected(points, bad, message):
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     args = {"sigma": SIGMA, "epsilon": 0.5, "steps": 2, "m_test": 2, **bad}
     with pytest.raises(ValueError, match=message):
-        empirical.smoothadv_attack(net, x[:2], y[:2], **args)
+        empirical_robustness.smoothadv_attack(net, x[:2], y[:2], **args)

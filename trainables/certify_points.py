@@ -1,4 +1,6 @@
-"""CERTIFY over a list of test points of one model: rows for the results table.
+"""CERTIFY over a list of test points of one model: rows for the results table. The math
+(CERTIFY, PREDICT, the confidence bounds) is `trainables.smoothing`; this module loads the
+points, batches them and runs it (with DDRS's per-point σ when asked).
 
 Pure apart from reading the data set: no Ray, no file writing. Several points share each
 forward batch (`points_per_batch`), each still getting its own n0 and n samples. The model is
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from trainables import runtime
-from trainables.config import DDRSSettings
+from trainables.config_parts import DDRSSettings
 from trainables.ddrs import optimize_sigma
 from trainables.smoothing import ABSTAIN, Smooth
 
