@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import load_space
+from sweeper.plan.spaces import load_space
 from sweeper.results import envelope as env
 from sweeper.results.rows import SCHEMA, load_results
 from sweeper.results.storage import Experiment

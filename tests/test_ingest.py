@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.ingest import importer as ingest
 from sweeper.plan.sweep_plan import sweep_conflict
-from sweeper.results.rows import load_results, shard_table, write_shard
+from sweeper.results.rows import load_results, shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, read_sweep, write_sweep
 from trainables.config import ARCHS, TrialConfig
 
@@ -335,7 +336,7 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
             "p_lower": [0.98, 0.89], "radius": [0.25, 0.15], "correct": [True, True], "time_s": [1.0, 1.0],
             "sigma_cert": [0.12, 0.12]}  # fmt: skip
     constants = {"n0": 100, "n": 100_000, "alpha": 0.001}
-    write_shard(
+    write_table(
         shard_table(COHEN, "cifar10", "ours", constants, cols, {}),
         exp.shard_path(COHEN.trial_id, "ours", 0, 1),
     )

@@ -15,11 +15,11 @@ import pytest
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.envelope import envelope
 from sweeper.results.reader import read_stage, refresh_cache
-from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, shard_table
+from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, max_radius, shard_table
 from sweeper.results.status import stage_shards
 from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import shards
-from sweeper.run.certify_stage import CERTIFY, max_radius
+from sweeper.run.certify_stage import CERTIFY
 from trainables.config import DDRSSettings, TrialConfig
 from trainables.trial_status import write_status
 

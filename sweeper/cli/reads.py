@@ -128,7 +128,7 @@ def table(
 
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper.run import attack_stage as emp
+    from sweeper.results import attack_rows as emp
 
     try:
         loaded = emp.load_empirical(exp)

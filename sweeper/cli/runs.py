@@ -23,7 +23,8 @@ from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DEFAULT_WAIT_MINUTES, WaitForNodes, command_line, driving, finish
 from sweeper.plan.grid import expand
 from sweeper.plan.run_settings import field_help, precision_problem
-from sweeper.plan.spec import CertifySpec, available_spaces, load_space
+from sweeper.plan.spaces import available_spaces, load_space
+from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import (
     Plan,
     PlanError,

@@ -86,7 +86,8 @@ from sweeper.ingest.log_reader import (  # noqa: F401  (parse_time, read_log: pa
     parse_time,
     read_log,
 )
-from sweeper.results.rows import shard_table, write_shard
+from sweeper.results.rows import shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables import fileio
 from trainables.config import ARCHS, DATASETS, ConfigError, ProblemsError, TrialConfig
@@ -476,7 +477,7 @@ def write_import(report: ImportReport) -> ImportReport:
             "import_digest": m.digest,
         }
         columns = m.columns()
-        write_shard(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+        write_table(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
     if (report.imported or report.already) and not fileio.exists(exp.sweep_json):
         write_sweep(exp, {"space": None, "trials": [], "imported": True})
         report.wrote_sweep = True

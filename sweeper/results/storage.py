@@ -30,6 +30,7 @@ import json
 import os
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -112,6 +113,14 @@ class StageFile:
     @property
     def model(self) -> tuple[str, str]:
         return (self.trial_id, self.setting_id)
+
+
+def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
+    """A stage's files grouped by model: (trial_id, setting_id) -> its files."""
+    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
+    for f in files:
+        groups[f.model].append(f)
+    return groups
 
 
 def shard_name(index: int, count: int) -> str:

@@ -22,18 +22,19 @@ tasks, so reading stays light.
 from __future__ import annotations
 
 import functools
-import io
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweeper.plan.spec import Resources
-from sweeper.results.storage import Experiment, StageFile, index_chunks
+from sweeper.results.reader import refresh_cache
+from sweeper.results.stage_table import StageTable, write_table
+from sweeper.results.storage import Experiment, StageFile, by_model, index_chunks
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -61,23 +62,23 @@ class Shard:
     indices: tuple[int, ...]  # positions in the test split
 
 
-@dataclass(frozen=True)
-class Stage:
-    """A sharded stage. `compute(exp, shard, setting, cpus)` runs on a worker and returns the
-    shard's rows with exactly `schema`; `finish(exp, trial_id, setting, table)` (optional)
-    turns a model's complete rows (sorted by idx) into what is compacted, on a worker too.
-    `setting_column` names the setting in the rows (cert_id, emp_id). Every function must be
-    a module-level one (Ray pickles the stage by reference)."""
+@dataclass(frozen=True, kw_only=True)
+class Stage(StageTable):
+    """A sharded stage: the rows it writes (a `StageTable`: name, schema, checks) and how.
+    `compute(exp, shard, setting, cpus)` runs on a worker and returns the shard's rows with
+    exactly `schema`; `finish(exp, trial_id, setting, table)` (optional) turns a model's
+    complete rows (sorted by idx) into what is compacted, on a worker too. Every function must
+    be a module-level one (Ray pickles the stage by reference)."""
 
-    name: str  # its directory under the experiment
-    setting_column: str
-    schema: pa.Schema
     compute: Callable[..., pa.Table]
     finish: Callable[..., pa.Table] | None = None
-    # check(rows) -> [(bad-row mask, what is wrong)]: rows the stage could not have written,
-    # applied when reading (the file of any such row is left out); it reads `checked_columns`.
-    check: Callable[[pa.Table], list] = lambda table: []
-    checked_columns: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, table: StageTable, compute: Callable[..., pa.Table],
+           finish: Callable[..., pa.Table] | None = None) -> Stage:  # fmt: skip
+        """The stage writing `table`'s rows with `compute` (and `finish`)."""
+        parts = {f.name: getattr(table, f.name) for f in fields(StageTable)}
+        return cls(**parts, compute=compute, finish=finish)
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,6 @@ def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count:
 
 
 # ------------------------------------------------------------------------------ the tasks
-def write_table(table: pa.Table, location: str) -> None:
-    """One Parquet file, atomically (temp + rename on a path, one PUT on an object store)."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    fileio.write_bytes_atomic(location, buffer.getvalue())
-
-
 def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpus: float) -> int:
     """Compute one shard and write its file; returns the rows written (0: it existed)."""
     out = exp.shard_path(shard.trial_id, shard.setting_id, shard.index, shard.count, stage.name)
@@ -232,10 +226,12 @@ def _remote(fn: Callable, gpu: bool):
     return ray.remote(max_retries=2, **({"max_calls": 0} if gpu else {}))(fn)
 
 
+@functools.lru_cache(maxsize=8)
 def test_size(dataset: str, data_dir: str | None) -> int:
-    from sweeper.run.certify_stage import test_size as size  # loads the data set (torch), cached
+    """How many test points the data set has (loads it: torch; cached)."""
+    from trainables.datasets import load_dataset
 
-    return size(dataset, data_dir)
+    return len(load_dataset(dataset, "test", data_dir))
 
 
 class StageRunner:
@@ -334,8 +330,6 @@ class StageRunner:
 
     def refresh(self, stage: Stage) -> None:
         """Fold the compacted models into the stage's cache (readers then open one file)."""
-        from sweeper.results.reader import refresh_cache
-
         try:
             self.cached[stage.name] = refresh_cache(self.exp, stage)
         except OSError as e:  # a cache is an optimization: readers fall back to the files
@@ -385,13 +379,6 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[-1] if text else type(error).__name__
 
 
-def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
-    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
-    for f in files:
-        groups[f.model].append(f)
-    return groups
-
-
 @dataclass(frozen=True)
 class Named:
     """A setting known only by its id (enough to compact its models)."""
@@ -403,8 +390,6 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
     """Compact every model whose shards are all written, in every stage, then refresh the
     caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
     written before compaction existed). The caller holds the experiment's lease."""
-    from sweeper.results.reader import refresh_cache
-
     lines = []
     for stage in stages:
         folded = waiting = 0
