@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from sweeper.results.rows import CERTIFIED, SCHEMA, max_radius, shard_table
 from sweeper.results.storage import Experiment
-from sweeper.run.shards import Stage
+from sweeper.run.stage import Stage
 from trainables import fileio
 from trainables.config import TrialConfig
 

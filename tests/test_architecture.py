@@ -159,14 +159,13 @@ def test_stage_packages_import_only_what_their_rule_allows(package):
 
 
 # ------------------------------------------------------------------------------ sizes
-@pytest.mark.xfail(strict=True, reason="ingest/importer.py and run/shards.py: split next")
 def test_modules_are_at_most_400_lines():
     long = [f"module {p.relative_to(ROOT)}" for p in modules().values()
             if len(p.read_text().splitlines()) > MAX_MODULE_LINES]  # fmt: skip
     assert pending(long) == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli: run_grid, certify, envelope: split next")
+@pytest.mark.xfail(strict=True, reason="cli/runs.py: run_grid, certify (next commit)")
 def test_functions_are_at_most_50_lines():
     long = [f"function {p.relative_to(ROOT)}:{name}"
             for p in modules().values()

@@ -1,6 +1,6 @@
 """What a sharded stage's rows are on storage, and writing a table of them.
 
-A `StageTable` is the contract between the stage that writes rows (`sweeper.run.shards.Stage`
+A `StageTable` is the contract between the stage that writes rows (`sweeper.run.stage.Stage`
 adds how they are computed) and the reader that validates them (`sweeper.results.reader`):
 the stage's directory, the column naming its setting, the exact schema, and the checks every
 row must pass. The tables of the two stages are `rows.CERTIFIED` and `attack_rows.ATTACKED`.

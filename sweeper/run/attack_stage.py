@@ -24,7 +24,8 @@ import pyarrow as pa
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec, Resources
 from sweeper.results.attack_rows import ATTACKED, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
-from sweeper.run.shards import Outcome, Shard, Stage, StageRunner, Work
+from sweeper.run.shards import Outcome, StageRunner, Work
+from sweeper.run.stage import Shard, Stage
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import CERTIFIED, shard_table
 from sweeper.results.storage import Experiment
-from sweeper.run.shards import Shard, Stage
+from sweeper.run.stage import Shard, Stage
 from trainables.config import NUM_CLASSES
 
 

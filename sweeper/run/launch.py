@@ -33,7 +33,8 @@ from sweeper.plan.sweep_plan import is_finished
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
-from sweeper.run.shards import Event, Stage, StageRunner, Work, test_size
+from sweeper.run.shards import Event, StageRunner, Work, test_size
+from sweeper.run.stage import Stage
 from trainables.config import ProblemsError, TrialConfig
 from trainables.trial_status import read_status, write_status
 
