@@ -136,7 +136,8 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
     from sweeper.plan.sweep_plan import is_finished, trial_states
     from sweeper.results.lease import Lease
     from sweeper.results.storage import write_sweep
-    from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
+    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch_options import LaunchOptions
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(address="local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False,

@@ -165,7 +165,6 @@ def test_modules_are_at_most_400_lines():
     assert pending(long) == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli/runs.py: run_grid, certify (next commit)")
 def test_functions_are_at_most_50_lines():
     long = [f"function {p.relative_to(ROOT)}:{name}"
             for p in modules().values()

@@ -16,9 +16,29 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sweeper.plan.run_settings import PRECISIONS
+from sweeper.plan.setting_fields import (
+    AtLeast,
+    Between,
+    ListOf,
+    OneOf,
+    Positive,
+    Settings,
+    bound_problems,
+    setting,
+)
 from trainables.config import DDRSSettings, TrialConfig, type_problems
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
+
+
+ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
+# The DDRS settings (trainables.config.DDRSSettings) as `sweeper certify --ddrs-<part>` says them.
+DDRS_PARTS = {
+    "iterations": "OptimizeSigma ascent steps K.",
+    "lr": "OptimizeSigma step size.",
+    "samples": "Noise draws per OptimizeSigma step.",
+    "min_sigma": "The smallest σ_x OptimizeSigma may reach.",
+}
 
 
 @dataclass(frozen=True)
@@ -39,52 +59,44 @@ class Resources:
 
 @dataclass(frozen=True)
 class CertifySpec:
-    """CERTIFY settings. The paper's: n0=100, n=100,000, α=0.001 on every 20th test image."""
+    """CERTIFY settings. The paper's: n0=100, n=100,000, α=0.001 on every 20th test image.
+    Each is declared once, here (`setting`): YAML, the `sweeper certify` options and their
+    --help are read from these lines."""
 
-    n0: int = 100
-    n: int = 100_000
-    alpha: float = 0.001
-    skip: int = 20  # certify test points 0, skip, 2·skip, ...
-    max_points: int | None = 500  # at most this many points (None: the whole subset)
-    sigma: float | None = None  # σ_cert; None: each model's training σ
-    batch_size: int = 1000  # noisy samples per forward pass (lower it if a GPU runs out)
-    points_per_batch: int | None = None  # None: enough points to fill a batch at n0 samples each
-    shard_size: int = 50  # test points per certification task (and Parquet file)
-    # Data-dependent smoothing (DDRS): in a space, certify every model a second time with σ_x
-    # per point ({} or true: the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
-    ddrs: DDRSSettings | None = None
-    # How the base classifier is run (trainables.runtime). Each is declared with its type,
-    # default, allowed values and help (the CLI reads the help from here); all three can change
-    # the votes, so any non-default value is part of cert_id (see there).
-    precision: str = field(default="fp32", metadata={
-        "choices": PRECISIONS,
-        "help": "Numeric precision of the base classifier's forward passes: fp32, bf16 or fp16 "
-                "(autocast; fp16 needs CUDA, bf16 a GPU or CPU with bf16 support). The "
-                "certificate is of the classifier as run: deploy it (PREDICT) at the same one.",
-    })  # fmt: skip
-    channels_last: bool = field(default=False, metadata={
-        "help": "Run the base classifier in channels-last (NHWC) memory layout.",
-    })  # fmt: skip
-    compile: bool = field(default=False, metadata={
-        "help": "torch.compile the base classifier (runs eagerly, with a warning, where it "
-                "cannot compile).",
-    })  # fmt: skip
+    n0: int = setting(100, "Samples that select the class.", AtLeast(1))
+    n: int = setting(100_000, "Monte-Carlo samples for the bound.", AtLeast(1))
+    alpha: float = setting(0.001, "Failure probability.", Between(0, 0.5))
+    skip: int = setting(20, "Certify every SKIP-th test point (0, skip, 2·skip, ...).", AtLeast(1))
+    max_points: int | None = setting(
+        500, "At most this many test points (null: the whole subset).", AtLeast(1, all_ok=True))
+    sigma: float | None = setting(
+        None, "Smoothing σ for certification (null: each model's training σ).", Positive(),
+        flag="--sigma-cert")
+    batch_size: int = setting(
+        1000, "Noisy samples per forward pass (lower it if a GPU runs out).", AtLeast(1))
+    points_per_batch: int | None = setting(
+        None, "Test points per forward pass (null: enough to fill a batch at n0 samples each).",
+        AtLeast(1))
+    shard_size: int = setting(50, "Test points per task (and Parquet file).", AtLeast(1))
+    # In a space, `ddrs: {}` or true certifies every model a second time with σ_x per point
+    # (the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
+    ddrs: DDRSSettings | None = setting(
+        None, "Also certify with data-dependent σ per point (DDRS), then the memory pass.",
+        Settings(DDRS_PARTS))
+    # How the base classifier is run (trainables.runtime). All three can change the votes, so
+    # any non-default value is part of cert_id (see there).
+    precision: str = setting(
+        "fp32", "Numeric precision of the base classifier's forward passes (autocast; fp16 "
+        "needs CUDA, bf16 a GPU or CPU with bf16 support). The certificate is of the classifier "
+        "as run: deploy it (PREDICT) at the same one.", OneOf(PRECISIONS))
+    channels_last: bool = setting(
+        False, "Run the base classifier in channels-last (NHWC) memory layout.")
+    compile: bool = setting(
+        False, "torch.compile the base classifier (runs eagerly, with a warning, where it "
+        "cannot compile).")
 
     def problems(self) -> list[str]:
-        p = type_problems(self)
-        if p:
-            return p
-        p += stage_problems(self)
-        for name in ("n0", "points_per_batch"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                p.append(f"{name} must be an integer >= 1 (got {getattr(self, name)})")
-        if self.sigma is not None and not self.sigma > 0:
-            p.append(f"sigma must be > 0 (got {self.sigma})")
-        if self.ddrs is not None:
-            p += [f"ddrs.{q}" for q in self.ddrs.problems()]
-        if self.precision not in PRECISIONS:
-            p.append(f"unknown precision {self.precision!r} (valid: {', '.join(PRECISIONS)})")
-        return p
+        return type_problems(self) or bound_problems(self)
 
     @property
     def cert_id(self) -> str:
@@ -120,9 +132,6 @@ class CertifySpec:
         return [fixed] if self.ddrs is None else [fixed, self]
 
 
-ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
-
-
 @dataclass(frozen=True)
 class EmpiricalSpec:
     """Empirical robustness (`sweeper empirical`, SmoothAdv section 4.2): SmoothAdv-PGD with
@@ -136,16 +145,21 @@ class EmpiricalSpec:
     empirical and certified accuracies use the same points, n and α (paper: 1e5, 0.001);
     max_points "all" attacks the whole subset."""
 
-    epsilons: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
-    m_test: tuple[int, ...] = (128,)
-    steps: int = 20
-    estimator: str = "plugin"
-    n: int | None = None
-    alpha: float | None = None
-    skip: int | None = None
-    max_points: int | str | None = None
-    shard_size: int | None = None
-    batch_size: int | None = None  # noisy samples per forward pass, attack and PREDICT
+    epsilons: tuple[float, ...] = setting(
+        (0.0, 0.25, 0.5, 1.0, 2.0), "ℓ2 attack radii (0: clean).", ListOf(float, 0))
+    m_test: tuple[int, ...] = setting((128,), "Noise draws of the attack.", ListOf(int, 1))
+    steps: int = setting(20, "Attack steps (the paper: 20).", AtLeast(1))
+    estimator: str = setting(
+        "plugin", "The attack's gradient: plugin (6) or stein (7, gradient-free).",
+        OneOf(ESTIMATORS))
+    n: int | None = setting(None, "PREDICT's Monte-Carlo samples.", AtLeast(1))
+    alpha: float | None = setting(None, "PREDICT's level.", Between(0, 0.5))
+    skip: int | None = setting(None, "Attack every SKIP-th test point.", AtLeast(1))
+    max_points: int | str | None = setting(
+        None, "At most this many test points (all: the whole subset).", AtLeast(1, all_ok=True))
+    shard_size: int | None = setting(None, "Test points per task.", AtLeast(1))
+    batch_size: int | None = setting(
+        None, "Noisy samples per forward pass, attack and PREDICT.", AtLeast(1))
 
     def __post_init__(self) -> None:  # YAML and the CLI give lists (or one number)
         for name in ("epsilons", "m_test"):
@@ -156,45 +170,7 @@ class EmpiricalSpec:
                 object.__setattr__(self, name, (value,))
 
     def problems(self) -> list[str]:
-        p = _values_problems("epsilons", self.epsilons, float, 0, "a number >= 0")
-        p += _values_problems("m_test", self.m_test, int, 1, "an integer >= 1")
-        if not _int_at_least(self.steps, 1):
-            p.append(f"steps must be an integer >= 1 (got {self.steps!r})")
-        p += stage_problems(self)  # null: inherited from certify, checked there
-        if self.estimator not in ESTIMATORS:
-            p.append(f"unknown estimator {self.estimator!r} (valid: {', '.join(ESTIMATORS)})")
-        return p
-
-
-def stage_problems(settings: Any) -> list[str]:
-    """The settings every sharded stage has (certification, the empirical attack), checked by
-    one rule each: n, skip, shard_size, batch_size integers >= 1; max_points an integer >= 1
-    (or "all"/null); alpha in (0, 0.5), a failure probability. A null value is not checked
-    (the empirical block inherits it from certify)."""
-    p = []
-    for name in ("n", "skip", "shard_size", "batch_size"):
-        value = getattr(settings, name)
-        if value is not None and not _int_at_least(value, 1):
-            p.append(f"{name} must be an integer >= 1 (got {value!r})")
-    mp = settings.max_points
-    if not (mp is None or mp == "all" or _int_at_least(mp, 1)):
-        p.append(f"max_points must be an integer >= 1, all or null (got {mp!r})")
-    a = settings.alpha
-    if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < 0.5):
-        p.append(f"alpha must be a number in (0, 0.5) (got {a!r})")
-    return p
-
-
-def _int_at_least(value: Any, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _values_problems(name: str, values: Any, kind: type, low: float, what: str) -> list[str]:
-    if not isinstance(values, tuple) or not values:
-        return [f"{name} must be a non-empty list (got {values!r})"]
-    kinds = (int, float) if kind is float else (int,)
-    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kinds) or not v >= low]
-    return [f"{name}: every value must be {what} (got {v!r})" for v in bad]
+        return bound_problems(self)  # null: inherited from certify, checked there
 
 
 @dataclass(frozen=True)
