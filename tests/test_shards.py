@@ -237,7 +237,7 @@ def test_planted_files_change_no_envelope(exp, tmp_path):
 
 
 def test_max_radius_is_the_clopper_pearson_limit():
-    # n = 10^5, α = 0.001: the largest radius is 3.8115 σ (DESIGN.md)
+    # n = 10^5, α = 0.001: the largest radius is σ·Φ⁻¹(α^(1/n)) = 3.8115 σ
     assert max_radius(1.0, 100_000, 0.001) == pytest.approx(3.8115, abs=1e-4)
 
 

@@ -105,7 +105,7 @@ class StageFile:
     stage: str
     trial_id: str
     setting_id: str
-    kind: str  # "shard" | "compacted" | "memory"
+    kind: str  # "shard" | "compacted" | "memory"; the reader names a stage's cache "cache"
     index: int | None = None  # shard k of `count`
     count: int | None = None  # shards of the model (a compacted file: how many it folded)
     size: int = 0  # bytes

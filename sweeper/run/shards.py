@@ -39,9 +39,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Event:
-    """A progress event of a sweep (trial_started/_epoch/_finished/_failed, shards_planned,
-    shard_done/_failed, compacted/compact_failed); `shards` is (done, total, failed) of the
-    stages' shards after the event."""
+    """A progress event of a sweep: trial_started/_epoch/_finished/_failed (the launcher);
+    shards_planned, shard_done, compacted, and <stage>_failed (certify_failed,
+    empirical_failed: one of the stage's shard or compaction tasks failed) from the engine,
+    whose events carry `shards`: (done, total, failed) of the stages' shards after it."""
 
     kind: str
     trial_id: str
