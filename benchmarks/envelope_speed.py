@@ -16,7 +16,7 @@ Run from the repository root (a benchmark, not a test):
    a groupby-mean of the boolean `correct & (radius >= r)` per model and a sort for the
    winner (accuracy, then clean accuracy, then trial_id). Both must give the same winners
    and accuracies, or the script exits with status 1.
-2. `load_results` of an experiment of real Parquet shard files (`shard_table` + `write_shard`
+2. `load_results` of an experiment of real Parquet shard files (`shard_table` + `write_table`
    of digits `TrialConfig`s with varied sigma/epsilon), 644 models x 10 shards of 50 points
    by default (writing the 6,440 files takes ~25-40 s), then the envelope of what it read.
 
@@ -41,7 +41,8 @@ import pyarrow as pa
 from scipy.special import ndtri
 
 from sweeper.results.envelope import envelope, parse_radii
-from sweeper.results.rows import MODEL_KEY, SCHEMA, load_results, shard_table, write_shard
+from sweeper.results.rows import MODEL_KEY, SCHEMA, load_results, shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
@@ -227,7 +228,7 @@ def write_experiment(root: str, models: int, shards: int, points: int) -> Experi
             constants = {"sigma_cert": cfg.sigma, "n0": N0, "n": N, "alpha": ALPHA}
             cols = {k: v.tolist() for k, v in cols.items() if k not in constants}
             table = shard_table(cfg, exp.name, CERT_ID, constants, cols, metadata)
-            write_shard(table, exp.shard_path(cfg.trial_id, CERT_ID, s, shards))
+            write_table(table, exp.shard_path(cfg.trial_id, CERT_ID, s, shards))
     return exp
 
 

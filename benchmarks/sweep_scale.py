@@ -50,10 +50,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sweeper.results.rows import SCHEMA, shard_table
+from sweeper.results.rows import CERTIFIED, SCHEMA, max_radius, shard_table
 from sweeper.results.storage import Experiment
-from sweeper.run.certify_stage import CHECKED, check, max_radius
-from sweeper.run.shards import Stage
+from sweeper.run.stage import Stage
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -103,7 +102,7 @@ def _ndtri(p):
     return ndtri(p)
 
 
-STANDIN = Stage("certify", "cert_id", SCHEMA, standin_certify, None, check, CHECKED)
+STANDIN = Stage.of(CERTIFIED, standin_certify)
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -133,11 +132,12 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
     import ray
 
     from sweeper.plan.grid import expand
-    from sweeper.plan.spec import load_space
+    from sweeper.plan.spaces import load_space
     from sweeper.plan.sweep_plan import is_finished, trial_states
     from sweeper.results.lease import Lease
     from sweeper.results.storage import write_sweep
-    from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
+    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch_options import LaunchOptions
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(address="local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False,
@@ -242,7 +242,7 @@ def replicate(exp: Experiment, copies: int) -> None:
     import pyarrow.parquet as pq
 
     from sweeper.results.reader import refresh_cache
-    from sweeper.run.shards import write_table
+    from sweeper.results.stage_table import write_table
 
     for f in [f for f in exp.stage_files("certify") if f.kind == "compacted"]:
         table = pq.read_table(f.path)

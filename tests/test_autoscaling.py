@@ -30,7 +30,8 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import Resources, load_space
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import Resources
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import ClusterView, parse_report

@@ -27,7 +27,7 @@ import ray
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from sweeper.plan.spec import load_space
+from sweeper.plan.spaces import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = Path(ray.__file__).parent / "autoscaler" / "ray-schema.json"

@@ -380,7 +380,7 @@ SHIPPED_IDS = [
 @pytest.mark.parametrize(("space", "method", "off_id", "fp16_id"), SHIPPED_IDS)
 def test_shipped_trial_ids_survive_the_amp_and_run_settings(space, method, off_id, fp16_id):
     from sweeper.plan.grid import expand
-    from sweeper.plan.spec import load_space
+    from sweeper.plan.spaces import load_space
 
     cfg = next(t for t in expand(load_space(space)) if t.method == method)
     assert cfg.amp == "off" and cfg.trial_id == off_id

@@ -30,7 +30,8 @@ from sweeper.plan.cost import (
     wall_clock,
 )
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import CertifySpec, Resources, load_space
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import index_chunks
 from trainables.catalog import DATASETS
 from trainables.config import TrialConfig

@@ -7,7 +7,8 @@ import torch
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import Experiment
-from sweeper.run.launch import LaunchOptions, run_sweep
+from sweeper.run.launch import run_sweep
+from sweeper.run.launch_options import LaunchOptions
 from trainables import checkpoint
 from trainables.config import TrialConfig
 from trainables.distributed import TIMEOUT_ENV

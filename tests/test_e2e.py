@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import load_space
+from sweeper.plan.spaces import load_space
 from sweeper.results import envelope as env
 from sweeper.results.rows import SCHEMA, load_results
 from sweeper.results.storage import Experiment
@@ -194,7 +194,8 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
     from ray import cloudpickle
 
     from sweeper.plan.spec import Resources
-    from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
+    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch_options import LaunchOptions
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
     space = write_space(tmp_path, SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]"))

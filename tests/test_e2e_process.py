@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import load_space
+from sweeper.plan.spaces import load_space
 from sweeper.results.storage import Experiment
 from trainables import checkpoint
 from trainables.trial_status import read_status
@@ -30,7 +30,8 @@ import ray
 from ray.cluster_utils import Cluster
 from sweeper.plan.grid import expand
 from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
-from sweeper.plan.spec import Resources, load_space
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
 from trainables.trial_status import read_status
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.ingest import importer as ingest
 from sweeper.ingest.log_reader import LogLimits, LogSkip, max_printed_radius, read_log
+from sweeper.results.rows import max_radius
 from sweeper.results.storage import Experiment
-from sweeper.run.certify_stage import max_radius
 from trainables.catalog import NUM_CLASSES
 from trainables.catalog import STANDARD_TEST_SIZE as TEST_SIZE
 from trainables.smoothing import radius_from_counts

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import load_space
+from sweeper.plan.spaces import load_space
 from sweeper.results import lease as lease_module
 from sweeper.results.lease import Holder, Lease, LeaseHeld, read_holder
 from sweeper.results.rows import load_results

@@ -17,7 +17,7 @@ from scipy.stats import binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import parse_spec
+from sweeper.plan.spaces import parse_spec
 from sweeper.results.envelope import certified_accuracy, envelope, envelope_curve, model_table
 from trainables.smoothing import (
     ABSTAIN,

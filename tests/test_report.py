@@ -31,7 +31,8 @@ from sweeper.report.tables import (
     winners_table,
 )
 from sweeper.results.envelope import model_table
-from sweeper.results.rows import load_results, shard_table, write_shard
+from sweeper.results.rows import load_results, shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
@@ -86,7 +87,7 @@ def write_model(exp: Experiment, c: TrialConfig) -> None:
     constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": c.to_dict()}
     table = shard_table(c, exp.name, CID, constants, columns, meta)
-    write_shard(table, exp.shard_path(c.trial_id, CID, 0, 1))
+    write_table(table, exp.shard_path(c.trial_id, CID, 0, 1))
 
 
 def make_experiment(storage, name: str = "exp", models=tuple(POINTS)) -> Experiment:

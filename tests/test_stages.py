@@ -12,10 +12,12 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spec import Resources, SpecError, load_space
+from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.spec import Resources
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
-from sweeper.run.launch import LaunchOptions, StageSearcher, run_sweep
+from sweeper.run.launch import StageSearcher, run_sweep
+from sweeper.run.launch_options import LaunchOptions
 from trainables.datasets import DataError, load_dataset
 from trainables.models import build_model, transfer_weights
 from trainables.trial_status import read_status

@@ -223,6 +223,20 @@ def _ready(state: TrainState, rank: int, world_size: int) -> tuple[Batches, Batc
     return train_loader, test_loader
 
 
+def _start(state: TrainState, checkpoint_path, resume_from, init_weights) -> TrainState:
+    """`state` resumed (from the payload, else the checkpoint file) or, fresh, fine-tuning."""
+    cfg = state.cfg
+    if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
+        resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
+    if resume_from is not None:
+        state.restore(resume_from)
+        log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
+    elif init_weights is not None:
+        transfer_weights(state.model, init_weights)
+        log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
+    return state
+
+
 def fit(
     cfg: TrialConfig,
     checkpoint_path: str | Path | None = None,
@@ -244,15 +258,7 @@ def fit(
     this is one rank of data-parallel training (its process group already initialized, see
     `trainables.distributed`): only rank 0 evaluates, checkpoints and calls `on_epoch`.
     """
-    state = build_state(cfg, device)
-    if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
-        resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
-    if resume_from is not None:
-        state.restore(resume_from)
-        log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
-    elif init_weights is not None:
-        transfer_weights(state.model, init_weights)
-        log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
+    state = _start(build_state(cfg, device), checkpoint_path, resume_from, init_weights)
     train_loader, test_loader = _ready(state, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:

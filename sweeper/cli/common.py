@@ -88,12 +88,6 @@ Storage = Annotated[
 ExperimentOpt = Annotated[
     str | None, typer.Option("--experiment", help="Experiment name (default: the space's name).")
 ]
-Address = Annotated[
-    str | None,
-    typer.Option(
-        "--address", help="Ray cluster: auto, host:port or ray://host:port (default: a local Ray)."
-    ),
-]
 DataDir = Annotated[
     str | None,
     typer.Option("--data-dir", help="Directory holding the data set (cifar10, mnist, imagenet)."),

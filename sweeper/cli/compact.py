@@ -19,7 +19,7 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None
     from sweeper.results.lease import Lease
     from sweeper.run.attack_stage import EMPIRICAL
     from sweeper.run.certify_stage import CERTIFY
-    from sweeper.run.shards import compact_all
+    from sweeper.run.compaction import compact_all
 
     exp = resolve_experiment(storage, experiment)
     try:

@@ -7,7 +7,8 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -15,6 +16,7 @@ from rich.table import Table
 from sweeper.cli.common import console, fail
 from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
+from sweeper.run.launch_options import LaunchOptions
 from trainables.errors import ProblemsError
 
 if TYPE_CHECKING:
@@ -22,15 +24,13 @@ if TYPE_CHECKING:
 
     from sweeper.run.capacity import Capacity
 
-WaitForNodes = Annotated[
-    float,
-    typer.Option(
-        "--wait-for-nodes",
-        min=0,
-        help="Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
-    ),
-]
-DEFAULT_WAIT_MINUTES = 30.0
+# The launch settings of every command that drives work on Ray (`run grid` takes them all).
+DRIVER = ("address", "cpu_only", "wait_for_nodes")
+
+
+def launch_options(options: dict[str, Any]) -> LaunchOptions:
+    """The launch settings among a command's options (those it does not take: their defaults)."""
+    return LaunchOptions(**{f.name: options[f.name] for f in fields(LaunchOptions) if f.name in options})
 
 
 def command_line() -> str:

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from sweeper.cli.common import ExperimentOpt, Storage, app, fail
-from sweeper.ingest.importer import DEFAULT_MAX_ROWS, ImportReport, IngestError, Model, import_logs
+from sweeper.ingest.importer import DEFAULT_MAX_ROWS, ImportReport, Model, import_logs
+from sweeper.ingest.sets import IngestError
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
 

@@ -57,14 +57,7 @@ def envelope(
     skip_invalid: SkipInvalid = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
-    problems = _format_problems(fmt)
-    if radius is not None and radii is not None:
-        problems.append("pass --radius or --radii, not both")
-    if radius is not None and radius < 0:
-        problems.append(f"--radius must be >= 0 (got {radius})")
-    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
-        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
-    grid = [radius] if radius is not None else radii_option(radii, problems)
+    grid, problems = _envelope_options(fmt, radius, radii, plot)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
@@ -126,9 +119,22 @@ def table(
     print_coverage(exp, results, frame)
 
 
+def _envelope_options(fmt: str, radius: float | None, radii: str | None,
+                      plot: str | None) -> tuple[list[float], list[str]]:  # fmt: skip
+    """(the radii `sweeper envelope` was asked for, every problem with its options)."""
+    problems = _format_problems(fmt)
+    if radius is not None and radii is not None:
+        problems.append("pass --radius or --radii, not both")
+    if radius is not None and radius < 0:
+        problems.append(f"--radius must be >= 0 (got {radius})")
+    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
+        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
+    return ([radius] if radius is not None else radii_option(radii, problems)), problems
+
+
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper.run import attack_stage as emp
+    from sweeper.results import attack_rows as emp
 
     try:
         loaded = emp.load_empirical(exp)

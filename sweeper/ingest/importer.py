@@ -26,32 +26,13 @@ impossible line (its number is given), logs certified on the training split (a `
 directory), and files named `sigma_*` without the header. Other files (checkpoints,
 stdout.txt, ...) are counted and ignored.
 
-Hyperparameters come from the directory and file names below DIR, and from the names above DIR
-up to the first that is none of these patterns (the innermost match wins; case-insensitive):
-
-    noise_<σ>[_<anything>]            training σ (a log file named so: certification σ = σ)
-    sigma_<σ>[.<ext>]                 certification σ (the log file of the Cohen layout)
-    PGD_<T>steps, DDN_<T>steps        method smoothadv, attack, steps T; optional suffixes
-      [_<E>epochs][_multiNoiseSamples|_multinoise]   epochs E
-    pgd_<k>_<T>[_<W>], ddn_<k>_<T>_<W>_<i>_<γ>   jh-jeong: ε = k/256, T, warm-up W, γ (the
-                                      named DDN ε0 = i/256 is not used: train_salman.py resets
-                                      it to the warmed-up ε every epoch, our default)
-    eps_<k>                           ε = k/256 (the reference code's unit: eps_255 is 0.99609375)
-    <m>-multitrain, num_<m>, num_noise_vec_<m>, m<m>, m_train_<m>     m_train
-    lbd_<λ>, eta_<η>, gamma_<γ>, beta_<β>      λ, η, MACER γ and β (kept where the method uses them)
-    cifar10, imagenet, mnist          dataset
-    resnet110, cifar_resnet20, resnet50, lenet, densenet40, ...   arch (resnet20/56/110 -> cifar_*)
-    cohen, gaussian | salman, smoothadv | macer | consistency | stab, stability | smoothmix   method
-    test, train                       the split certified
-    self_training_PGD_<T>steps, weight_<η>; finetune_*    SmoothAdv's self-training (η) and
-                                      pre-training: skipped unless --set gives what the path
-                                      cannot (pseudo_data, pseudo_fingerprint; init_from)
-
+Hyperparameters come from the directory and file names (`path_names`: one module per layout
+of the reference code in `layouts/`, e.g. noise_0.25/, PGD_10steps/, eps_255/, 4-multitrain/).
 The method is smoothadv when an attack part is present, else the one method a keyword names
 (cohen/gaussian only if no other), else gaussian; a path naming two (consistency/salman/pgd_...)
-is an error unless --set method=... says which. `--set key=value` (values parsed as YAML scalars; 1e-3 is read as a number) overrides
-or adds any TrialConfig field and the certification settings n0, n, alpha (default: the papers'
-100, 100000, 0.001) and sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv
+is an error unless --set method=... says which. `--set key=value` (`sets`: values parsed as
+YAML scalars; 1e-3 is read as a number) overrides or adds any TrialConfig field and the
+certification settings n0, n, alpha (default: the papers' 100, 100000, 0.001) and sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv
 CIFAR-10 protocol: 150 epochs, batch 256, ...). The trial_id is the hash of that config, so an
 imported model with the same resolved config as one of ours gets the same trial_id; its rows
 keep a cert_id of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
@@ -67,47 +48,26 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
-from sweeper.ingest.log_reader import (  # noqa: F401  (parse_time, read_log: part of this API)
-    DEFAULT_MAX_ROWS,
-    HEADER,
-    LogLimits,
-    LogSkip,
-    parse_time,
-    read_log,
-)
-from sweeper.results.rows import shard_table, write_shard
+from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS, HEADER, LogLimits, LogSkip, read_log
+from sweeper.ingest.path_names import NEEDS, path_values
+from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_sets
+from sweeper.results.rows import shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables import fileio
-from trainables.catalog import ARCHS, DATASETS
 from trainables.config import TrialConfig
-from trainables.errors import ConfigError, ProblemsError
+from trainables.errors import ConfigError
 
-PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
-CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")
-TRIAL_KEYS = tuple(sorted(f.name for f in fields(TrialConfig)))
-METHOD_WORDS = {
-    "cohen": "gaussian", "gaussian": "gaussian", "salman": "smoothadv", "smoothadv": "smoothadv",
-    "macer": "macer", "consistency": "consistency", "stab": "stability", "stability": "stability",
-    "smoothmix": "smoothmix",
-}  # fmt: skip
-_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
 _SNIFF_BYTES = 4096
 _LOG_NAME = re.compile(r"(sigma|noise)_.*|.*\.(tsv|log)", re.IGNORECASE)  # reported if empty
-
-
-class IngestError(ProblemsError):
-    """Bad input to an import; `problems` has one line each. Nothing was written."""
 
 
 @dataclass
@@ -155,161 +115,6 @@ class ImportReport:
     @property
     def rows(self) -> int:
         return sum(m.rows for m in self.imported)
-
-
-# ---------------------------------------------------------------------------- --set
-def parse_sets(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`--set key=value` items -> (TrialConfig values, certification values); one problem per
-    bad item. Values are YAML scalars; a word that reads as a number (1e-3) is that number."""
-    trial: dict[str, Any] = {}
-    cert: dict[str, Any] = {}
-    problems: list[str] = []
-    for item in items:
-        key, sep, text = (s.strip() for s in item.partition("="))
-        value = _scalar(text) if sep else None
-        if not sep or not key:
-            problems.append(f"--set {item!r}: expected key=value")
-        elif key not in TRIAL_KEYS and key not in CERT_KEYS:
-            problems.append(
-                f"--set {key}: unknown key (valid: {', '.join(TRIAL_KEYS + CERT_KEYS)})"
-            )
-        elif value is _BAD:
-            problems.append(
-                f"--set {key}: expected one number, word, true/false or null, got {text!r}"
-            )
-        elif key in trial or key in cert:
-            problems.append(f"--set {key}: given twice")
-        else:
-            (cert if key in CERT_KEYS else trial)[key] = value
-    problems += _cert_problems({**PAPER_CERTIFY, **cert})
-    if problems:
-        raise IngestError(problems)
-    return trial, cert
-
-
-_BAD = object()  # not a scalar
-
-
-def _scalar(text: str) -> Any:
-    try:
-        value = yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
-        return _BAD
-    if isinstance(value, str):
-        try:
-            return float(value) if math.isfinite(float(value)) else value
-        except ValueError:
-            return value
-    return value if value is None or isinstance(value, (bool, int, float)) else _BAD
-
-
-def _cert_problems(cert: dict[str, Any]) -> list[str]:
-    p = []
-    for key in ("n0", "n"):
-        if not (type(cert[key]) is int and cert[key] >= 1):
-            p.append(f"--set {key}: must be an integer >= 1 (got {cert[key]!r})")
-    alpha = cert["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        p.append(f"--set alpha: must be a number in (0, 1) (got {alpha!r})")
-    s = cert.get("sigma_cert")
-    if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
-        p.append(f"--set sigma_cert: must be a number > 0 (got {s!r})")
-    return p
-
-
-# ---------------------------------------------------------------------------- directory names
-def _arch(m: re.Match) -> dict:
-    name = m.group(0).lower()
-    return {"arch": f"cifar_{name}" if f"cifar_{name}" in ARCHS else name}
-
-
-def _attack(m: re.Match) -> dict:
-    prefix, attack, steps, epochs = m.groups()
-    values = {"attack": attack.lower(), "steps": int(steps), "_method": "smoothadv"}
-    values |= {"epochs": int(epochs)} if epochs else {}
-    self_training = prefix is not None and "self_training" in prefix.lower()
-    return values | (_needs("self-training", m) if self_training else {})
-
-
-# Training the logs' layouts name that a config needs more than the path to describe: the log
-# is skipped unless --set gives the key (e.g. init_from: the trial_id of the pre-trained model).
-NEEDS = {
-    "self-training": ("pseudo_fingerprint", "pseudo_data, pseudo_fingerprint and pseudo_eta"),
-    "pre-training then fine-tuning": ("init_from", "init_from (the pre-trained model's trial_id)"),
-}
-
-
-def _needs(what: str, m: re.Match) -> dict:
-    return {"_needs": (what, m.group(0))}
-
-
-def _jeong_attack(m: re.Match) -> dict:
-    attack, eps, steps, warmup, _init, gamma = m.groups()
-    values = {"attack": attack.lower(), "epsilon": float(eps) / 256, "steps": int(steps)}
-    values |= {"warmup_epochs": int(warmup)} if warmup else {}
-    # the named initial norm never took effect (reset to the epoch's ε): ddn_init_norm stays None
-    values |= {"ddn_gamma": float(gamma)} if gamma else {}
-    return values | {"_method": "smoothadv"}
-
-
-def _first_int(key: str) -> Callable[[re.Match], dict]:
-    return lambda m: {key: int(next(g for g in m.groups() if g is not None))}
-
-
-def _number(key: str, scale: float = 1.0) -> Callable[[re.Match], dict]:
-    return lambda m: {key: float(m.group(1)) / scale}
-
-
-PATTERNS: list[tuple[re.Pattern, Callable[[re.Match], dict]]] = [
-    (re.compile(p, re.IGNORECASE), handler)
-    for p, handler in [
-        (
-            r"(?:(.*)_)?(pgd|ddn)_(\d+)steps(?:_(\d+)epochs)?(?:_multi(?:NoiseSamples|noise))?",
-            _attack,
-        ),
-        (r"finetune_.*", lambda m: _needs("pre-training then fine-tuning", m)),
-        (rf"weight_{_NUM}", lambda m: {"pseudo_eta": float(m.group(1))}),
-        (rf"(pgd|ddn)_{_NUM}_(\d+)(?:_(\d+))?(?:_{_NUM}_{_NUM})?", _jeong_attack),
-        (rf"eps_{_NUM}", _number("epsilon", 256)),
-        (r"(\d+)-multitrain|num_(?:noise_vec_)?(\d+)|m(?:_train_)?(\d+)", _first_int("m_train")),
-        (rf"noise_{_NUM}(?:_.*)?", _number("sigma")),
-        (rf"sigma_{_NUM}(?:\..*)?", _number("sigma_cert")),
-        (rf"lbd_{_NUM}", _number("lam")),
-        (rf"eta_{_NUM}", _number("eta")),
-        (rf"gamma_{_NUM}", _number("macer_gamma")),
-        (rf"beta_{_NUM}", _number("macer_beta")),
-        (r"train|test", lambda m: {"_split": m.group(0).lower()}),
-        ("|".join(DATASETS), lambda m: {"dataset": m.group(0).lower()}),
-        (r"(?:cifar_)?(?:resnet\d+|densenet\d+|wrn[\w-]*|vgg\d+|lenet|digits_cnn)", _arch),
-        ("|".join(METHOD_WORDS), lambda m: {"_word": METHOD_WORDS[m.group(0).lower()]}),
-    ]
-]
-
-
-def _match(part: str) -> dict | None:
-    for pattern, handler in PATTERNS:
-        m = pattern.fullmatch(part)
-        if m:
-            return handler(m)
-    return None
-
-
-def path_values(log: Path, root: Path) -> tuple[dict[str, Any], set[str]]:
-    """(hyperparameters named by the path, methods it names): the names below `root`, and the
-    names above it up to the first that is not a hyperparameter; inner names win."""
-    above: list[str] = []
-    for part in reversed(root.parts):
-        if _match(part) is None:
-            break
-        above.insert(0, part)
-    values: dict[str, Any] = {"_needs": []}
-    methods: set[str] = set()
-    for part in [*above, *log.relative_to(root).parts]:
-        found = _match(part) or {}
-        methods |= {found.pop(k) for k in ("_method", "_word") if k in found}
-        values["_needs"] += [found.pop("_needs")] if "_needs" in found else []
-        values |= found
-    return values, methods
 
 
 # ---------------------------------------------------------------------------- finding logs
@@ -480,7 +285,7 @@ def write_import(report: ImportReport) -> ImportReport:
             "import_digest": m.digest,
         }
         columns = m.columns()
-        write_shard(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+        write_table(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
     if (report.imported or report.already) and not fileio.exists(exp.sweep_json):
         write_sweep(exp, {"space": None, "trials": [], "imported": True})
         report.wrote_sweep = True

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from sweeper.results.rows import max_radius
 from trainables.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
@@ -33,11 +34,7 @@ def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
     votes for the top class: σ·Φ⁻¹(α^(1/n)), 3.8σ for n = 100,000 and α = 0.001) as the
     reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
     to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
-    the stage reader accepts for imported rows (sweeper.run.certify_stage.check)."""
-    from sweeper.run.certify_stage import (
-        max_radius,  # here: scipy is imported only when a log is read
-    )
-
+    the stage reader accepts for imported rows (sweeper.results.rows.check)."""
     bound = max(float(max_radius(sigma, n, alpha)), 0.0)
     return bound + max(5e-3 * bound, 5e-5)
 

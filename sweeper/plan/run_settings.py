@@ -4,7 +4,6 @@ settings themselves are `CertifySpec` fields (`sweeper.plan.spec`), run by `trai
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 # = trainables.runtime.PRECISIONS (the control plane stays torch-free; a test checks they agree)
@@ -28,8 +27,3 @@ def run_settings(cert_id: str) -> str:
     parts = cert_id.split("_")
     precision = next((p[5:] for p in parts if p.startswith("prec-")), "fp32")
     return ", ".join([precision] + [_TAG_NAMES[p] for p in parts if p in _TAG_NAMES])
-
-
-def field_help(cls: type, name: str) -> str:
-    """The help string declared with a settings field (for the CLI)."""
-    return next(f.metadata["help"] for f in fields(cls) if f.name == name)

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from sweeper.plan.grid import expand, parse_only, select
-from sweeper.plan.spec import SpecError, SweepSpec, load_space
+from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.spec import SweepSpec
 from sweeper.results.storage import (
     Experiment,
     StorageError,

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.results.storage import Experiment, StageFile
-from sweeper.run.shards import Stage, by_model, write_table
+from sweeper.results.stage_table import StageTable, write_table
+from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
 
@@ -47,7 +47,7 @@ class StageRows:
     memory: list[StageFile] = field(default_factory=list)  # legacy DDRS memory files to apply
 
 
-def read_stage(exp: Experiment, stage: Stage, columns: list[str] | None = None) -> StageRows:
+def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = None) -> StageRows:
     """Every valid row of `stage` (only `columns`, if given, plus what validation needs)."""
     models = by_model(exp.stage_files(stage.name))
     compacted = [f for fs in models.values() for f in fs if f.kind == "compacted"]
@@ -66,7 +66,7 @@ def read_stage(exp: Experiment, stage: Stage, columns: list[str] | None = None) 
     return StageRows(table, used, _missing(valid_shards), invalid, memory)
 
 
-def _columns(stage: Stage, columns: list[str] | None) -> list[str]:
+def _columns(stage: StageTable, columns: list[str] | None) -> list[str]:
     base = ["experiment", "trial_id", stage.setting_column, "idx", *stage.checked_columns]
     wanted = [f.name for f in stage.schema] if columns is None else columns
     return list(dict.fromkeys([*wanted, *base]))
@@ -83,7 +83,7 @@ def _missing(shards: list[StageFile]) -> dict[tuple[str, str], list[int]]:
 
 
 # ------------------------------------------------------------------------------ validating
-def read_valid(exp: Experiment, stage: Stage, files: list[StageFile], cols: list[str]):
+def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols: list[str]):
     """(the rows of the files that validate, ["path: problem" of those that do not])."""
     if not files:
         return stage.schema.empty_table().select(cols), []
@@ -139,7 +139,7 @@ def _legacy_values(table: pa.Table) -> pa.Table:
     return table.set_column(table.column_names.index("amp"), "amp", meant)
 
 
-def row_problems(exp: Experiment, stage: Stage, table: pa.Table, files: list[StageFile],
+def row_problems(exp: Experiment, stage: StageTable, table: pa.Table, files: list[StageFile],
                  identified: bool = False) -> dict[int, str]:  # fmt: skip
     """fragment (file) index -> the first thing wrong with its rows. `identified`: each row's
     fragment was found from its own trial_id and setting (cache rows), so they match."""
@@ -214,7 +214,7 @@ def float_column(table: pa.Table, name: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ the cache
-def _from_cache(exp: Experiment, stage: Stage, compacted: list[StageFile], cols: list[str]):
+def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], cols: list[str]):
     """(the cached rows of compacted files still present and unchanged, their paths,
     problems). A cache that cannot be trusted is named and ignored: the files are read."""
     path = exp.cache_path(stage.name)
@@ -264,7 +264,7 @@ def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) 
     return lookup[codes[0], codes[1]] if len(codes[0]) else np.zeros(0, dtype=np.int64)
 
 
-def refresh_cache(exp: Experiment, stage: Stage) -> int:
+def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     """Fold every valid compacted file into the stage's cache (atomically); returns how many
     models the cache holds. Only the driver holding the experiment's lease calls this."""
     compacted = [f for f in exp.stage_files(stage.name) if f.kind == "compacted"]
@@ -284,7 +284,7 @@ def refresh_cache(exp: Experiment, stage: Stage) -> int:
     return len(held)
 
 
-def uncovered(exp: Experiment, stage: Stage, files: Iterable[StageFile]) -> int:
+def uncovered(exp: Experiment, stage: StageTable, files: Iterable[StageFile]) -> int:
     """How many compacted files the cache does not hold (the driver refreshes it when many)."""
     path = exp.cache_path(stage.name)
     try:

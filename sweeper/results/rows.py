@@ -1,6 +1,6 @@
 """The results table: its Parquet schema, shard writing, and reading an experiment's results.
 
-One row per test point per model per certification setting (DESIGN.md section 4). Identity
+One row per test point per model per certification setting. Identity
 columns are every resolved hyperparameter of the trial (null where a method does not use
 it); certification columns keep the counts (`count`, `n`) so radii can be recomputed for
 another α without a GPU. File metadata records the certify backend and the normalization.
@@ -8,16 +8,19 @@ another α without a GPU. File metadata records the certify backend and the norm
 
 from __future__ import annotations
 
-import io
 import json
 import typing
 from dataclasses import dataclass, field, fields
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from sweeper.results.reader import float_column, int_column, prediction_checks, read_stage
+from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
@@ -116,11 +119,31 @@ def shard_table(
     return table.replace_schema_metadata(meta)
 
 
-def write_shard(table: pa.Table, location: str) -> None:
-    """Write one shard file atomically."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    fileio.write_bytes_atomic(location, buffer.getvalue())
+def max_radius(sigma, n, alpha):
+    """The largest radius CERTIFY can give: nA = n, p̲A = α^(1/n), radius σ·Φ⁻¹(p̲A)."""
+    from scipy.special import ndtri  # here: scipy is imported only when rows are checked
+
+    return sigma * ndtri(np.power(alpha, 1.0 / n))
+
+
+def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
+    """Rows no CERTIFY could have written (the reader names and drops their file)."""
+    predict, radius = int_column(table, "predict"), float_column(table, "radius")
+    settings = np.stack([float_column(table, c) for c in ("sigma_cert", "n", "alpha")])
+    combos, which = np.unique(settings, axis=1, return_inverse=True)  # a few per experiment
+    largest = max_radius(*combos)[which.ravel()]
+    imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
+    slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
+    return [
+        *prediction_checks(table),
+        (~np.isfinite(radius) | (radius < 0), "a radius that is negative, NaN or infinite"),
+        (radius > largest + slack, "a radius larger than n and alpha allow for its sigma"),
+        ((predict == -1) & (radius != 0), "an abstention with a radius"),
+    ]
+
+
+CHECKED = ("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id")
+CERTIFIED = StageTable("certify", "cert_id", SCHEMA, check, CHECKED)
 
 
 @dataclass
@@ -165,13 +188,10 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     """Every valid certification row of an experiment (only `columns`, if given, plus what
     validation and the DDRS columns need), with the shards still missing and the files left
     out as invalid."""
-    from sweeper.results.reader import read_stage
-    from sweeper.run.certify_stage import CERTIFY
-
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
     wanted = None if columns is None else [*columns, "smoothing", *RAW]
-    rows = read_stage(exp, CERTIFY, wanted)
+    rows = read_stage(exp, CERTIFIED, wanted)
     frame = rows.table.to_pandas()
     frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS
     memory = read_tables([f.path for f in rows.memory], MEMORY_SCHEMA)

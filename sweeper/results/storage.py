@@ -30,6 +30,7 @@ import json
 import os
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -104,7 +105,7 @@ class StageFile:
     stage: str
     trial_id: str
     setting_id: str
-    kind: str  # "shard" | "compacted" | "memory"
+    kind: str  # "shard" | "compacted" | "memory"; the reader names a stage's cache "cache"
     index: int | None = None  # shard k of `count`
     count: int | None = None  # shards of the model (a compacted file: how many it folded)
     size: int = 0  # bytes
@@ -112,6 +113,14 @@ class StageFile:
     @property
     def model(self) -> tuple[str, str]:
         return (self.trial_id, self.setting_id)
+
+
+def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
+    """A stage's files grouped by model: (trial_id, setting_id) -> its files."""
+    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
+    for f in files:
+        groups[f.model].append(f)
+    return groups
 
 
 def shard_name(index: int, count: int) -> str:

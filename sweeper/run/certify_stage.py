@@ -11,24 +11,15 @@ predict/radius/correct and the Monte-Carlo ones as *_raw.
 from __future__ import annotations
 
 import platform
-from functools import lru_cache
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.rows import SCHEMA, shard_table
+from sweeper.results.rows import CERTIFIED, shard_table
 from sweeper.results.storage import Experiment
-from sweeper.run.shards import Shard, Stage
+from sweeper.run.stage import Shard, Stage
 from trainables.catalog import NUM_CLASSES
-
-
-@lru_cache(maxsize=8)
-def test_size(dataset: str, data_dir: str | None) -> int:
-    from trainables.datasets import load_dataset
-
-    return len(load_dataset(dataset, "test", data_dir))
 
 
 def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float) -> pa.Table:
@@ -75,31 +66,4 @@ def finish(exp: Experiment, trial_id: str, setting, table: pa.Table) -> pa.Table
     return sound_rows(exp, trial_id, setting.setting_id, table)
 
 
-# ------------------------------------------------------------------------------ checks
-def max_radius(sigma, n, alpha):
-    """The largest radius CERTIFY can give: nA = n, p̲A = α^(1/n), radius σ·Φ⁻¹(p̲A)."""
-    from scipy.special import ndtri
-
-    return sigma * ndtri(np.power(alpha, 1.0 / n))
-
-
-def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
-    """Rows no CERTIFY could have written (the engine names and drops their file)."""
-    from sweeper.results.reader import float_column, int_column, prediction_checks
-
-    predict, radius = int_column(table, "predict"), float_column(table, "radius")
-    settings = np.stack([float_column(table, c) for c in ("sigma_cert", "n", "alpha")])
-    combos, which = np.unique(settings, axis=1, return_inverse=True)  # a few per experiment
-    largest = max_radius(*combos)[which.ravel()]
-    imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
-    slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
-    return [
-        *prediction_checks(table),
-        (~np.isfinite(radius) | (radius < 0), "a radius that is negative, NaN or infinite"),
-        (radius > largest + slack, "a radius larger than n and alpha allow for its sigma"),
-        ((predict == -1) & (radius != 0), "an abstention with a radius"),
-    ]
-
-
-CHECKED = ("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id")
-CERTIFY = Stage("certify", "cert_id", SCHEMA, certify_shard, finish, check, CHECKED)
+CERTIFY = Stage.of(CERTIFIED, certify_shard, finish)

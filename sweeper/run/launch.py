@@ -33,7 +33,9 @@ from sweeper.plan.sweep_plan import is_finished
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
-from sweeper.run.shards import Event, Stage, StageRunner, Work, test_size
+from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.shards import Event, StageRunner, Work, test_size
+from sweeper.run.stage import Stage
 from trainables.config import TrialConfig
 from trainables.errors import ProblemsError
 from trainables.trial_status import read_status, write_status
@@ -57,15 +59,6 @@ class DataPlane:
     trainable: Callable | None = None  # None: trainables.tune_trial.run_trial (imports torch)
     certify: Stage = CERTIFY
     sizer: Callable[[str, str | None], int] = test_size
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    address: str | None = None  # None: start a local Ray in-process
-    max_concurrent: int | None = None
-    max_failures: int = 2  # Tune retries per trial (each resumes from its checkpoint)
-    cpu_only: bool = False
-    wait_for_nodes: float = 30.0  # minutes an autoscaling cluster may take to host a trial
 
 
 @dataclass

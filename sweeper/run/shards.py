@@ -9,11 +9,8 @@ setting, an attack setting). The engine owns everything around that:
   again; a model half-done with another shard size is refused (its rows would count twice);
 - Ray tasks, one per shard (retried, fractional resources; GPU tasks keep their worker);
 - progress events, and failures grouped per model and stage;
-- compaction: once every shard of a model and setting is written, one task runs the stage's
-  finishing step (DDRS's memory pass), writes `compacted-of-K.parquet`, reads it back to
-  verify it, and only then deletes the shards. A crash at any point leaves either the shards
-  or a verified compacted file (or both: readers then take the compacted file, and the next
-  compaction deletes the leftover shards).
+- compacting each model once its shards are written (`sweeper.run.compaction`: one task
+  folds them into one verified file), and refreshing the stage's cache of compacted rows.
 
 Reading is `sweeper.results.reader`. torch and Ray are imported only by the functions that run
 tasks, so reading stays light.
@@ -22,76 +19,30 @@ tasks, so reading stays light.
 from __future__ import annotations
 
 import functools
-import io
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 from sweeper.plan.spec import Resources
-from sweeper.results.storage import Experiment, StageFile, index_chunks
+from sweeper.results.reader import refresh_cache
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, index_chunks
+from sweeper.run.compaction import compact
+from sweeper.run.stage import Setting, Shard, Stage
 from trainables import fileio
 from trainables.config import TrialConfig
 
 log = logging.getLogger(__name__)
 
 
-class SettingId(Protocol):
-    """What compaction needs of a setting: its id."""
-
-    @property
-    def setting_id(self) -> str: ...  # names it in paths; new settings give new files
-
-
-class Setting(SettingId, Protocol):
-    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
-
-    @property
-    def skip(self) -> int: ...
-    @property
-    def max_points(self) -> int | None: ...
-    @property
-    def shard_size(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Shard:
-    stage: str
-    trial_id: str
-    setting_id: str
-    index: int
-    count: int
-    indices: tuple[int, ...]  # positions in the test split
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A sharded stage. `compute(exp, shard, setting, cpus)` runs on a worker and returns the
-    shard's rows with exactly `schema`; `finish(exp, trial_id, setting, table)` (optional)
-    turns a model's complete rows (sorted by idx) into what is compacted, on a worker too.
-    `setting_column` names the setting in the rows (cert_id, emp_id). Every function must be
-    a module-level one (Ray pickles the stage by reference)."""
-
-    name: str  # its directory under the experiment
-    setting_column: str
-    schema: pa.Schema
-    compute: Callable[..., pa.Table]
-    finish: Callable[..., pa.Table] | None = None
-    # check(rows) -> [(bad-row mask, what is wrong)]: rows the stage could not have written,
-    # applied when reading (the file of any such row is left out); it reads `checked_columns`.
-    check: Callable[[pa.Table], list] = lambda table: []
-    checked_columns: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class Event:
-    """A progress event of a sweep (trial_started/_epoch/_finished/_failed, shards_planned,
-    shard_done/_failed, compacted/compact_failed); `shards` is (done, total, failed) of the
-    stages' shards after the event."""
+    """A progress event of a sweep: trial_started/_epoch/_finished/_failed (the launcher);
+    shards_planned, shard_done, compacted, and <stage>_failed (certify_failed,
+    empirical_failed: one of the stage's shard or compaction tasks failed) from the engine,
+    whose events carry `shards`: (done, total, failed) of the stages' shards after it."""
 
     kind: str
     trial_id: str
@@ -128,13 +79,6 @@ def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count:
 
 
 # ------------------------------------------------------------------------------ the tasks
-def write_table(table: pa.Table, location: str) -> None:
-    """One Parquet file, atomically (temp + rename on a path, one PUT on an object store)."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    fileio.write_bytes_atomic(location, buffer.getvalue())
-
-
 def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpus: float) -> int:
     """Compute one shard and write its file; returns the rows written (0: it existed)."""
     out = exp.shard_path(shard.trial_id, shard.setting_id, shard.index, shard.count, stage.name)
@@ -146,72 +90,6 @@ def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpu
         raise TypeError(f"stage {stage.name} computed rows of another schema: {table.schema}")
     write_table(table, out)
     return table.num_rows
-
-
-def compact(exp: Experiment, stage: Stage, trial_id: str, setting: SettingId, count: int) -> int:
-    """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
-    the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
-    sid = setting.setting_id
-    target = exp.compacted_path(stage.name, trial_id, sid, count)
-    files = exp.stage_files(stage.name, within=exp.setting_dir(stage.name, trial_id, sid))
-    shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
-    if not fileio.exists(target):
-        missing = sorted(set(range(count)) - {f.index for f in shards})
-        if missing:
-            raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
-        table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
-        if stage.finish is not None:
-            table = stage.finish(exp, trial_id, setting, table)
-        _check_unique(table, target)
-        write_table(table.replace_schema_metadata(_metadata(shards[0].path)), target)
-        rows = table.num_rows
-    else:
-        rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
-    _verify(target, rows, stage.schema)
-    for f in files:
-        if f.kind in ("shard", "memory"):
-            fileio.delete(f.path)
-    return rows
-
-
-def _index(f: StageFile) -> int:
-    return f.index or 0
-
-
-def _fs_path(location: str):
-    return fileio.filesystem(location)
-
-
-def _metadata(shard_path: str) -> dict:
-    """The first shard's file metadata (backend, normalization, config) for the compacted file."""
-    fs, path = _fs_path(shard_path)
-    meta = pq.read_schema(path, filesystem=fs).metadata or {}
-    return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
-
-
-def _check_unique(table: pa.Table, target: str) -> None:
-    idx = table.column("idx").to_pylist()
-    if len(set(idx)) != len(idx):
-        dup = sorted(i for i, c in Counter(idx).items() if c > 1)[:5]
-        raise RuntimeError(f"cannot compact {target}: test points {dup} appear twice")
-
-
-def _verify(target: str, rows: int, schema: pa.Schema) -> None:
-    """The compacted file reads back whole, with the stage's schema and `rows` rows."""
-    table = read_exact([target], schema)
-    if table.num_rows != rows:
-        raise RuntimeError(f"{target} reads back {table.num_rows} rows, not {rows}: shards kept")
-
-
-def read_exact(paths: list[str], schema: pa.Schema) -> pa.Table:
-    """Files of one stage as one table with `schema` (columns a legacy file lacks are null)."""
-    if not paths:
-        return schema.empty_table()
-    fs, _ = _fs_path(paths[0])
-    import pyarrow.dataset as pads
-
-    local = [_fs_path(p)[1] for p in paths]
-    return pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table()
 
 
 # ------------------------------------------------------------------------------ on Ray
@@ -240,10 +118,12 @@ def _remote(fn: Callable, gpu: bool):
     return ray.remote(**options)(fn)
 
 
+@functools.lru_cache(maxsize=8)
 def test_size(dataset: str, data_dir: str | None) -> int:
-    from sweeper.run.certify_stage import test_size as size  # loads the data set (torch), cached
+    """How many test points the data set has (loads it: torch; cached)."""
+    from trainables.datasets import load_dataset
 
-    return size(dataset, data_dir)
+    return len(load_dataset(dataset, "test", data_dir))
 
 
 class StageRunner:
@@ -342,8 +222,6 @@ class StageRunner:
 
     def refresh(self, stage: Stage) -> None:
         """Fold the compacted models into the stage's cache (readers then open one file)."""
-        from sweeper.results.reader import refresh_cache
-
         try:
             self.cached[stage.name] = refresh_cache(self.exp, stage)
         except OSError as e:  # a cache is an optimization: readers fall back to the files
@@ -391,45 +269,6 @@ def _first_line(error: Exception) -> str:
     """The last line of a task's error (its exception), which is what says what went wrong."""
     text = str(error).strip()
     return text.splitlines()[-1] if text else type(error).__name__
-
-
-def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
-    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
-    for f in files:
-        groups[f.model].append(f)
-    return groups
-
-
-@dataclass(frozen=True)
-class Named:
-    """A setting known only by its id (enough to compact its models)."""
-
-    setting_id: str
-
-
-def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
-    """Compact every model whose shards are all written, in every stage, then refresh the
-    caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
-    written before compaction existed). The caller holds the experiment's lease."""
-    from sweeper.results.reader import refresh_cache
-
-    lines = []
-    for stage in stages:
-        folded = waiting = 0
-        for (trial_id, sid), files in by_model(exp.stage_files(stage.name)).items():
-            counts = {f.count for f in files if f.kind == "shard"}
-            if any(f.kind == "compacted" for f in files) or len(counts) != 1:
-                continue
-            count = counts.pop() or 0
-            if {f.index for f in files if f.kind == "shard"} != set(range(count)):
-                waiting += 1
-                continue
-            compact(exp, stage, trial_id, Named(sid), count)
-            folded += 1
-        cached = refresh_cache(exp, stage)
-        lines.append(f"{stage.name}: compacted {folded} models, {waiting} not complete; "
-                     f"the cache holds {cached} models")  # fmt: skip
-    return lines
 
 
 @dataclass

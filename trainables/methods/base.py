@@ -10,10 +10,12 @@ The model is in train mode when a method is called; attacks switch to eval thems
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from trainables.config import TrialConfig
+if TYPE_CHECKING:  # annotations only: the config imports the method table (this package)
+    from trainables.config import TrialConfig
 
 
 @dataclass(frozen=True)
