@@ -52,7 +52,7 @@ def _option(name: str, decls: list[str], kind: Any, help_text: str, default: Any
             ranges: dict[str, float]) -> inspect.Parameter:  # fmt: skip
     """One keyword parameter of a command: `name` in **options, flags `decls`."""
     annotation = bool | None if kind is bool else (kind or str) | None
-    option = typer.Option(*decls, help=help_text, **ranges)
+    option = typer.Option(*decls, help=help_text, **ranges)  # type: ignore[arg-type]  # min/max
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[annotation, option])  # fmt: skip
 

@@ -28,7 +28,9 @@ class IngestError(ProblemsError):
 def parse_sets(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`--set key=value` items -> (TrialConfig values, certification values); one problem per
     bad item. Values are YAML scalars; a word that reads as a number (1e-3) is that number."""
-    trial, cert, problems = {}, {}, []
+    trial: dict[str, Any] = {}
+    cert: dict[str, Any] = {}
+    problems: list[str] = []
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
         value = _scalar(text) if sep else None

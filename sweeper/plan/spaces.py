@@ -62,7 +62,7 @@ def load_space(space: str) -> SweepSpec:
     except OSError as e:
         raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
     spec, problems = parse_spec(path.stem, raw)
-    if problems:
+    if problems or spec is None:
         raise SpecError([f"{path.name}: {p}" for p in problems])
     return spec
 

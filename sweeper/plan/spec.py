@@ -26,8 +26,9 @@ from sweeper.plan.setting_fields import (
     bound_problems,
     setting,
 )
-from trainables.config import TrialConfig, type_problems
+from trainables.config import TrialConfig
 from trainables.config_parts import DDRSSettings
+from trainables.field_types import type_problems
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 

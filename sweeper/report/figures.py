@@ -162,7 +162,7 @@ def render_figure(figure: FigureData, fmt: str) -> bytes:
     ax.legend(fontsize=7)
     ax.set_title(figure.caption, fontsize=8)
     buffer = io.BytesIO()
-    fast = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}  # zlib's level 6 costs most of a save
-    fig.savefig(buffer, format=fmt, bbox_inches="tight", dpi=150, **fast)
+    fast = {"compress_level": 1} if fmt == "png" else None  # zlib's level 6 costs most of a save
+    fig.savefig(buffer, format=fmt, bbox_inches="tight", dpi=150, pil_kwargs=fast)
     plt.close(fig)
     return buffer.getvalue()

@@ -11,6 +11,8 @@ envelope.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,11 +54,11 @@ class _LastFrame:
     are not modified in place once loaded, so the object and its length identify it."""
 
     def __init__(self) -> None:
-        self.ref: weakref.ref | None = None
+        self.ref: weakref.ref[pd.DataFrame] | None = None
         self.rows = -1
         self.values: dict[str, object] = {}
 
-    def get(self, frame: pd.DataFrame, what: str, compute):
+    def get(self, frame: pd.DataFrame, what: str, compute: Callable[[pd.DataFrame], Any]) -> Any:
         if self.ref is None or self.ref() is not frame or self.rows != len(frame):
             self.ref, self.rows, self.values = weakref.ref(frame), len(frame), {}
         if what not in self.values:
@@ -90,7 +92,8 @@ def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np
 
 def model_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per model: its identity, points, clean accuracy, ACR and abstention rate."""
-    return _LAST.get(frame, "table", lambda f: _summarize(f, *_models(f))).copy()
+    table: pd.DataFrame = _LAST.get(frame, "table", lambda f: _summarize(f, *_models(f)))
+    return table.copy()
 
 
 def _summarize(

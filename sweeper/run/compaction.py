@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
-from sweeper.run.stage import Setting, Stage
+from sweeper.run.stage import Identified, Stage
 from trainables import fileio
 
 
-def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Setting, count: int) -> int:
+def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:
     """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
     the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
     sid = setting.setting_id

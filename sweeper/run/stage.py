@@ -13,15 +13,24 @@ import pyarrow as pa
 from sweeper.results.stage_table import StageTable
 
 
-class Setting(Protocol):
-    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
+class Identified(Protocol):
+    """A setting as far as compaction needs it: its id."""
 
     @property
     def setting_id(self) -> str: ...  # names it in paths; new settings give new files
 
-    skip: int
-    max_points: int | None
-    shard_size: int
+
+class Setting(Identified, Protocol):
+    """What the engine needs of a stage's setting (CertifySpec, EmpiricalSetting)."""
+
+    @property
+    def skip(self) -> int: ...
+
+    @property
+    def max_points(self) -> int | None: ...
+
+    @property
+    def shard_size(self) -> int: ...
 
 
 @dataclass(frozen=True)
