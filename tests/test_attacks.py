@@ -449,3 +449,97 @@ def _conv_net() -> nn.Module:
     with torch.no_grad():
         model[-1].weight.mul_(4.0)
     return model.eval()
+
+
+# ---------------------------------------------------------------------------- exact steps
+def test_smoothed_probs_is_the_mean_softmax_over_the_noisy_copies_of_each_input():
+    """On 3-channel inputs (each point and channel its own): mean_i softmax(F(x + δ_i))."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 5))
+    x = torch.rand(2, 3, 4, 4)
+    noise = torch.randn(2, 4, 3, 4, 4) * 0.5
+    with torch.no_grad():
+        got = attacks.smoothed_probs(model, x, noise)
+        for b in range(2):
+            probs = [torch.softmax(model((x[b] + noise[b, i])[None]), dim=1) for i in range(4)]
+            torch.testing.assert_close(got[b], torch.cat(probs).mean(dim=0))
+
+
+@pytest.mark.parametrize(("epsilon", "steps"), [(0.3, 1), (0.3, 2), (0.3, 4), (1.0, 3)])
+def test_stein_pgd_first_step_is_2eps_over_T_against_the_estimated_gradient(epsilon, steps):
+    """Mirrored noise (+a, −a) along v makes the Stein estimate point exactly along −v (the
+    class-0 probability falls along +v), so from x = 0.5 the first step is min(2ε/T, ε)·v/‖v‖;
+    3-channel inputs, as CIFAR's."""
+    shape = (3, 4, 4)
+    v = torch.where(torch.arange(48) % 2 == 0, 1.0, -1.0).view(1, *shape)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.zero_()
+        model[1].weight[1] = v.flatten()
+    rec = Recorder(model)
+    x = torch.full((2, *shape), 0.5)
+    noise = torch.stack([0.1 * v[0], -0.1 * v[0]]).expand(2, 2, *shape).contiguous()
+    y = torch.zeros(2, dtype=torch.long)
+    x_adv = attacks.stein_pgd(rec, x, y, noise, epsilon, steps, sigma=0.1)
+    first = rec.calls[1].x.view(2, 2, *shape)[:, 0] - noise[:, 0] if steps > 1 else x_adv
+    expected = (min(2 * epsilon / steps, epsilon) * v / v.norm()).expand(2, *shape)
+    torch.testing.assert_close(first - x, expected, atol=1e-6, rtol=0)
+    assert len(rec.calls) == steps
+
+
+def _ddn_norm_after_one_step(y: int, init_norm: float | None, x_value: float = 0.5) -> float:
+    """‖δ‖ of DDN's second iterate (levels=None, no noise): the sphere's radius after one
+    update, the first iterate x being adversarial iff y = 0 (the model says class 1 at x)."""
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
+    rec = Recorder(two_class_model(0.01 * v))  # small logits: a gradient along ±v, not 0
+    x = torch.full((1, *SHAPE), x_value)
+    attacks.ddn(rec, x, torch.tensor([y]), torch.zeros(1, 1, *SHAPE), epsilon=0.5, steps=2,
+                init_norm=init_norm, gamma=0.1, levels=None)  # fmt: skip
+    return float((rec.calls[1].x - x).norm())
+
+
+def test_ddn_sphere_shrinks_by_1_minus_gamma_after_an_adversarial_iterate_else_grows():
+    assert _ddn_norm_after_one_step(y=0, init_norm=None) == pytest.approx(0.5 * 0.9, rel=1e-6)
+    assert _ddn_norm_after_one_step(y=1, init_norm=None) == pytest.approx(0.5 * 1.1, rel=1e-6)
+    assert _ddn_norm_after_one_step(y=1, init_norm=0.2) == pytest.approx(0.2 * 1.1, rel=1e-6)
+
+
+def test_ddn_sphere_never_exceeds_the_distance_to_the_farthest_corner():
+    """From x = 0.75 the farthest corner (0) is 0.75·√D away; a radius of 10 is cut to it, and
+    the step (against v, whose entries are unequal) clamped into the box: a larger radius
+    would clamp more pixels to 0."""
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
+    expected = (0.75 - 0.75 * math.sqrt(D) * v / v.norm()).clamp(0, 1) - 0.75
+    assert 0 < int((expected > -0.75).sum()) < D  # some pixels clamped, some not
+    got = _ddn_norm_after_one_step(y=1, init_norm=10.0, x_value=0.75)
+    assert got == pytest.approx(float(expected.norm()), rel=1e-6)
+
+
+def test_ddn_returns_its_smallest_adversarial_iterate():
+    """Of the iterates DDN evaluates (levels=None, a large ε so that nothing is renormed), it
+    keeps the first of the smallest whose majority vote is wrong; x itself if none is."""
+    model = linear_model(scale=3.0)
+    rec = Recorder(model)
+    x = inputs(16)
+    y = model(x).argmax(1).detach()
+    noise = noise_for(x, 3)
+    x_adv = attacks.ddn(rec, x, y, noise, epsilon=50.0, steps=8, levels=None)
+    best = x.clone()
+    best_l2 = torch.full((16,), float("inf"))
+    with torch.no_grad():
+        for call in rec.calls:
+            iterate = call.x.view(16, 3, *SHAPE)[:, 0] - noise[:, 0]
+            adversarial = attacks.majority(model(call.x), 3) != y
+            l2 = norms(iterate - x)
+            better = adversarial & (l2 < best_l2 - 1e-6)
+            best[better], best_l2[better] = iterate[better], l2[better]
+    assert bool(torch.isfinite(best_l2).any())
+    torch.testing.assert_close(x_adv, best, atol=1e-5, rtol=0)
+
+
+def test_quantize_rounds_to_the_nearest_of_the_levels():
+    v = torch.tensor([0.0, 0.3, 0.5, 0.999, 1.0])
+    torch.testing.assert_close(attacks.quantize(v, 256), torch.round(v * 255) / 255)
+    assert attacks.quantize(v, 3).tolist() == [0.0, 0.5, 0.5, 1.0, 1.0]
+    assert attacks.quantize(v, None) is v

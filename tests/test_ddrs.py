@@ -481,3 +481,14 @@ def test_mixed_sigmas_in_one_batch_match_each_point_alone_on_a_deterministic_cla
         assert cert == alone
         assert cert.prediction == int(d > 0)
         assert cert.radius == pytest.approx(max_radius(300, 0.01, s), rel=1e-6)
+
+
+def test_a_sigma_table_longer_than_the_points_is_refused():
+    """`sigmas` holds one σ per input: a longer table (the σs of another split, say) is an
+    error, not silently cut to the points' number (each point would still get a σ, maybe
+    not its own)."""
+    xs = torch.rand(2, *SHAPE, generator=_gen())
+    with pytest.raises(ValueError, match="longer than"):
+        Smooth(Constant(1), 3, 0.25).certify_batch(
+            xs, 5, 20, 0.01, 8, _gen(), torch.tensor([0.25, 0.5, 1.0])
+        )

@@ -60,3 +60,38 @@ def test_file_uris_and_listing(tmp_path):
     assert [f.rsplit("/", 1)[-1] for f in listed] == ["1.parquet", "2.parquet"]
     assert fileio.list_files(fileio.join(uri, "missing")) == []
     assert fileio.total_size(str(tmp_path / "x")) == 1 + 2 + len(b"partial")
+
+
+def test_listing_names_every_visible_file_below_as_a_full_location(tmp_path):
+    """list_files / list_sizes give full locations in the caller's spelling (file:// URI or
+    path, with or without a trailing slash), recursively and sorted, without hidden files or
+    directories; total_size counts every byte (hidden files too, an empty file as 0)."""
+    for name, data in [("a.parquet", b"1"), ("notes.txt", b"333"), ("y/b.parquet", b"22"),
+                       ("y/empty.parquet", b""), (".c.parquet", b"4444"), ("y/.d.tmp", b"5")]:
+        fileio.write_bytes_atomic(str(tmp_path / name), data)  # fmt: skip
+    (tmp_path / "dir.parquet").mkdir()  # a directory, not a file
+    uri = f"file://{tmp_path}"
+    expected = [f"{uri}/a.parquet", f"{uri}/y/b.parquet", f"{uri}/y/empty.parquet"]
+    assert fileio.list_files(uri, ".parquet") == expected
+    assert fileio.list_files(uri + "/", ".parquet") == expected
+    assert fileio.list_files(uri) == [*expected[:1], f"{uri}/notes.txt", *expected[1:]]
+    assert fileio.list_files(str(tmp_path), ".txt") == [str(tmp_path / "notes.txt")]
+    sizes = {f"{uri}/a.parquet": 1, f"{uri}/y/b.parquet": 2, f"{uri}/y/empty.parquet": 0}
+    assert fileio.list_sizes(uri + "/", ".parquet") == sizes
+    assert fileio.total_size(uri) == 1 + 3 + 2 + 0 + 4 + 1
+    assert fileio.total_size(str(tmp_path / "missing")) == 0
+    assert fileio.list_sizes(str(tmp_path / "missing")) == {}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002, 0o000])
+def test_the_file_mode_is_the_one_open_gives_under_the_umask(tmp_path, umask):
+    """Atomic writes chmod their temp file to what a plain open() would have created."""
+    saved = os.umask(umask)
+    try:
+        mode = fileio._file_mode()
+        with open(tmp_path / "plain", "w"):
+            pass
+        assert os.umask(umask) == umask  # _file_mode put the umask back
+    finally:
+        os.umask(saved)
+    assert mode == stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o666 & ~umask

@@ -311,6 +311,10 @@ def test_parse_radii():
     assert parse_radii("0.5") == [0.5]
     assert parse_radii("0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
     assert parse_radii("0.1:0.3:0.1") == [0.1, 0.2, 0.3]  # float steps keep the stop
+    assert parse_radii("0.5:0.5:0.25") == [0.5]  # start = stop: that one radius
+    # A range's radii are rounded to 10 decimals (far below any radius that matters; the
+    # float steps' noise, 0.1 + 2 * 0.1 = 0.30000000000000004, goes)
+    assert parse_radii("0.12345678904:0.2:1") == [0.123456789]
 
 
 @pytest.mark.parametrize(

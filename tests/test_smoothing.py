@@ -336,6 +336,19 @@ def test_sample_counts_rows_sum_to_num(points, num, batch_size):
     assert counts.argmax(dim=1).tolist() == labels
 
 
+def test_vote_counts_stay_exact_past_two_to_the_24_draws():
+    """Counts are integers all the way: 2^24 + 1 votes (four batches of 2^22, then one draw)
+    are counted as such, where a float32 tally would stop at 2^24 (its spacing there is 2)."""
+
+    class Zero(nn.Module):
+        def forward(self, x):
+            return x.new_zeros(x.shape[0], 2)
+
+    num = 2**24 + 1
+    counts = Smooth(Zero(), 2, 0.25).sample_counts(torch.zeros(1, 1), num, 2**22, _gen())
+    assert counts.tolist() == [[num, 0]]
+
+
 def test_sample_counts_respects_batch_size():
     sizes = []
 

@@ -1,0 +1,89 @@
+"""sweeper.storage's small pure parts: which experiments a storage holds, where a trial's
+checkpoint lives, how test points are cut into shards, and what messages show of a URI."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from sweeper.storage import (
+    Experiment,
+    experiments,
+    index_chunks,
+    read_sweep,
+    redact,
+    write_sweep,
+)
+
+
+def _sweep(root, name: str, mtime_ns: int) -> None:
+    (root / name).mkdir()
+    (root / name / "sweep.json").write_text("{}")
+    os.utime(root / name / "sweep.json", ns=(mtime_ns, mtime_ns))
+
+
+@pytest.mark.parametrize("folder", ["store", "store ", "store X"])
+def test_experiments_are_the_top_level_folders_with_a_sweep_json_oldest_first(tmp_path, folder):
+    """Oldest sweep.json first (one at the epoch itself sorts before one a nanosecond later,
+    whatever their names), in a storage whose name may end in a space or any letter."""
+    storage = tmp_path / folder
+    storage.mkdir()
+    _sweep(storage, "newest", 3_000_000_000_000_000_000)
+    _sweep(storage, "middle", 2_000_000_000_000_000_000)
+    _sweep(storage, "after", 1)
+    _sweep(storage, "epoch", 0)
+    (storage / "empty").mkdir()  # no sweep.json: not an experiment
+    (storage / "loose").mkdir()
+    (storage / "loose" / "sweep.json").mkdir()  # a folder named sweep.json is not one
+    (storage / "file.txt").write_text("x")
+    (storage / "outer").mkdir()
+    _sweep(storage / "outer", "nested", 5)  # below the top level: not listed
+    assert experiments(str(storage)) == ["epoch", "after", "middle", "newest"]
+    assert experiments(str(storage / "absent")) == []
+    assert experiments(str(storage / "file.txt")) == []
+
+
+def test_an_experiment_exists_once_its_sweep_json_does_and_names_its_checkpoints(tmp_path):
+    exp = Experiment(str(tmp_path), "run1")
+    os.makedirs(exp.root)
+    assert not exp.exists()
+    (tmp_path / "run1" / "sweep.json").write_text("{}")
+    assert exp.exists()
+    expected = tmp_path.absolute() / "run1" / "trials" / "0123456789ab" / "checkpoint.pt"
+    assert exp.checkpoint("0123456789ab") == str(expected)
+
+
+def test_index_chunks_take_every_skip_th_point_up_to_max_points_in_shards():
+    assert index_chunks(10, 3, None, 2) == [(0, 3), (6, 9)]
+    assert index_chunks(10, 3, None, 3) == [(0, 3, 6), (9,)]
+    assert index_chunks(100, 20, 3, 2) == [(0, 20), (40,)]  # max_points before the shards
+    assert index_chunks(5, 1, None, 100) == [(0, 1, 2, 3, 4)]
+    assert index_chunks(10000, 20, 500, 50)[-1] == tuple(range(9000, 10000, 20))
+    assert len(index_chunks(10000, 20, 500, 50)) == 10  # the paper's 500 points, 10 shards
+    assert index_chunks(0, 1, None, 5) == []
+
+
+def test_redact_hides_credentials_and_queries_of_uris_only():
+    assert redact("s3://AKIA:secret@bucket/prefix") == "s3://***@bucket/prefix"
+    assert redact("s3://user@bucket/prefix") == "s3://***@bucket/prefix"
+    assert redact("s3://bucket/prefix?secret_key=x&region=y") == "s3://***@bucket/prefix?***"
+    assert redact("gs://a:b@bucket/p?token=t") == "gs://***@bucket/p?***"
+    assert redact("s3://bucket/prefix") == "s3://bucket/prefix"
+    assert redact("/local/user@host/path") == "/local/user@host/path"  # a path, not a URI
+    assert redact("file:///tmp/a@b?c") == "file:///tmp/a@b?c"
+
+
+def test_sweep_json_reads_back_as_written_with_the_time_it_was_written(tmp_path):
+    exp = Experiment(str(tmp_path), "run1")
+    assert read_sweep(exp) is None and not exp.exists()
+    doc = {"trials": [{"trial_id": "0123456789ab", "sigma": 0.25}], "space": "grid"}
+    before = time.time()
+    write_sweep(exp, doc)
+    after = time.time()
+    read = read_sweep(exp)
+    assert exp.exists() and set(read) == {"trials", "space", "written"}
+    assert {k: read[k] for k in doc} == doc and before <= read["written"] <= after
+    assert json.loads((tmp_path / "run1" / "sweep.json").read_text()) == read
