@@ -70,7 +70,7 @@ class CertifySpec:
     alpha: float = setting(0.001, "Failure probability.", Between(0, 0.5))
     skip: int = setting(20, "Certify every SKIP-th test point (0, skip, 2·skip, ...).", AtLeast(1))
     max_points: int | None = setting(
-        500, "At most this many test points (null: the whole subset).", AtLeast(1, all_ok=True))
+        500, "At most this many test points (null: the whole subset).", AtLeast(1))
     sigma: float | None = setting(
         None, "Smoothing σ for certification (null: each model's training σ).", Positive(),
         flag="--sigma-cert")
