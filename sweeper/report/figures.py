@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -162,7 +163,8 @@ def render_figure(figure: FigureData, fmt: str) -> bytes:
     ax.legend(fontsize=7)
     ax.set_title(figure.caption, fontsize=8)
     buffer = io.BytesIO()
-    fast = {"compress_level": 1} if fmt == "png" else None  # zlib's level 6 costs most of a save
-    fig.savefig(buffer, format=fmt, bbox_inches="tight", dpi=150, pil_kwargs=fast)
+    # zlib's level 6 costs most of a PNG save; pdf and svg take no pil_kwargs
+    fast: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+    fig.savefig(buffer, format=fmt, bbox_inches="tight", dpi=150, **fast)
     plt.close(fig)
     return buffer.getvalue()
