@@ -95,3 +95,14 @@ def test_the_file_mode_is_the_one_open_gives_under_the_umask(tmp_path, umask):
     finally:
         os.umask(saved)
     assert mode == stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o666 & ~umask
+
+
+def test_delete_removes_one_file_and_a_missing_one_is_no_error(tmp_path):
+    keep, gone = tmp_path / "keep.parquet", tmp_path / "gone.parquet"
+    for path in (keep, gone):
+        fileio.write_bytes_atomic(str(path), b"x")
+    fileio.delete(f"file://{gone}")
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.parquet"]
+    fileio.delete(str(gone))  # already gone: nothing happens
+    fileio.delete(str(tmp_path / "never-was"))
+    assert keep.read_bytes() == b"x"
