@@ -1,4 +1,4 @@
-"""Speed of `sweeper.envelope.envelope` on results tables of a real sweep's size and larger.
+"""Speed of `sweeper.results.envelope.envelope` on results tables of a real sweep's size and larger.
 
 Run from the repository root (a benchmark, not a test):
 
@@ -9,14 +9,14 @@ Run from the repository root (a benchmark, not a test):
 1. Synthetic results tables of M models x P test points: 644x500 is the CIFAR-10 paper
    sweep (640 SmoothAdv trials + 4 Gaussian baselines, 500 certified points each), 20000x500
    is 10M rows. Columns and dtypes are what `load_results` returns: an Arrow table with the
-   `sweeper.results.SCHEMA` types (identity columns of the cifar10 grid, CERTIFY columns
+   `sweeper.results.rows.SCHEMA` types (identity columns of the cifar10 grid, CERTIFY columns
    simulated from vote counts) converted with `to_pandas()`, without writing Parquet.
    `envelope(frame, radii)` for radii 0:2.25:0.25, without and with `--by sigma`, is timed
    against a naive pandas implementation in the same process on the same frame: per radius,
    a groupby-mean of the boolean `correct & (radius >= r)` per model and a sort for the
    winner (accuracy, then clean accuracy, then trial_id). Both must give the same winners
    and accuracies, or the script exits with status 1.
-2. `load_results` of an experiment of real Parquet shard files (`shard_table` + `write_shard`
+2. `load_results` of an experiment of real Parquet shard files (`shard_table` + `write_table`
    of digits `TrialConfig`s with varied sigma/epsilon), 644 models x 10 shards of 50 points
    by default (writing the 6,440 files takes ~25-40 s), then the envelope of what it read.
 
@@ -40,9 +40,10 @@ import pandas as pd
 import pyarrow as pa
 from scipy.special import ndtri
 
-from sweeper.envelope import envelope, parse_radii
-from sweeper.results import MODEL_KEY, SCHEMA, load_results, shard_table, write_shard
-from sweeper.storage import Experiment
+from sweeper.results.envelope import envelope, parse_radii
+from sweeper.results.rows import MODEL_KEY, SCHEMA, load_results, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
 RADII = "0:2.25:0.25"
@@ -227,7 +228,7 @@ def write_experiment(root: str, models: int, shards: int, points: int) -> Experi
             constants = {"sigma_cert": cfg.sigma, "n0": N0, "n": N, "alpha": ALPHA}
             cols = {k: v.tolist() for k, v in cols.items() if k not in constants}
             table = shard_table(cfg, exp.name, CERT_ID, constants, cols, metadata)
-            write_shard(table, exp.shard_path(cfg.trial_id, CERT_ID, s, shards))
+            write_table(table, exp.shard_path(cfg.trial_id, CERT_ID, s, shards))
     return exp
 
 

@@ -11,7 +11,7 @@ exits 0):
 [1] Base-classifier samples/s of `Smooth.sample_counts` (CERTIFY's sampling: noise drawn on
     the GPU, votes counted there) on one CIFAR-shaped input, for every precision x
     channels_last x compile x forward batch size, with the share of the GPU's peak FLOP/s
-    that is: 2 x multiply-accumulates per sample (`sweeper.throughput.MACS`) x samples/s,
+    that is: 2 x multiply-accumulates per sample (`sweeper.plan.throughput.MACS`) x samples/s,
     against the peak of a large matmul measured here in the same precision (fp32: with TF32
     where cuDNN's convolutions use it, PyTorch's default on Ampere and newer) and, for GPUs
     in the table below, the datasheet's dense peak (TF32 likewise).
@@ -134,7 +134,7 @@ def datasheet_peak(precision: str) -> float | None:
 
 def settings_table(args) -> tuple[tuple, int, float]:
     """Table [1]; returns the fastest (mode, batch) and its samples/s."""
-    from sweeper.throughput import MACS
+    from sweeper.plan.throughput import MACS
     from trainables import runtime
 
     flops = 2 * MACS[args.arch]

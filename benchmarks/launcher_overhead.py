@@ -13,7 +13,7 @@ N trivial trials (a Tune function trainable that only calls `tune.report({"x": 1
 CPU each, so two run at once on `ray.init(num_cpus=2)`) are run as one grid with
 `TuneConfig(reuse_actors=False)` and with `reuse_actors=True`. Everything but the trial's
 body is overhead: actor start-up (or reuse), scheduling, result processing, experiment
-state. sweeper's launcher uses `reuse_actors=True` (sweeper/launch.py).
+state. sweeper's launcher uses `reuse_actors=True` (sweeper/run/launch.py).
 
 One warm-up fit of 4 trials runs first (first worker processes, imports, file caches); the
 two modes are then run alternately `--repeats` times and the best wall time of each is

@@ -41,7 +41,8 @@ import torch
 from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
 from trainables.methods import REGISTRY
-from trainables.train import build_state, train_epoch
+from trainables.train import train_epoch
+from trainables.train_state import build_state
 
 SIGMA, EPSILON = 0.25, 0.5
 EPOCH = 20  # past every warm-up (10 epochs by default)

@@ -5,7 +5,7 @@ Run from the repository root (a benchmark, not a test):
     .venv/bin/python benchmarks/sweep_scale.py            # the full cifar10 plan, ~15-30 min
     .venv/bin/python benchmarks/sweep_scale.py --smoke    # 32 trials, no 10x step, ~3 min
 
-What runs is the real launcher (`sweeper.launch.run_sweep`: Ray Tune, the stage searcher, the
+What runs is the real launcher (`sweeper.run.launch.run_sweep`: Ray Tune, the stage searcher, the
 callbacks, the sharded-stage engine with compaction and the results cache, the storage layout,
 the experiment's lease) over the real `cifar10` plan: its 644 trial configs and trial ids, its
 certification setting (10 shards of 50 points per model) and row schema. Only the data plane is
@@ -50,10 +50,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sweeper.certify import CHECKED, check, max_radius
-from sweeper.results import SCHEMA, shard_table
-from sweeper.shards import Stage
-from sweeper.storage import Experiment
+from sweeper.results.rows import CERTIFIED, SCHEMA, max_radius, shard_table
+from sweeper.results.storage import Experiment
+from sweeper.run.stage import Stage
 from trainables import fileio
 from trainables.config import TrialConfig
 
@@ -103,7 +102,7 @@ def _ndtri(p):
     return ndtri(p)
 
 
-STANDIN = Stage("certify", "cert_id", SCHEMA, standin_certify, None, check, CHECKED)
+STANDIN = Stage.of(CERTIFIED, standin_certify)
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -132,12 +131,13 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
     """One driver: (bare Tune), then the sweep through the real launcher; writes JSON."""
     import ray
 
-    from sweeper.grid import expand
-    from sweeper.launch import DataPlane, LaunchOptions, run_sweep
-    from sweeper.lease import Lease
-    from sweeper.plan import is_finished, trial_states
-    from sweeper.spec import load_space
-    from sweeper.storage import write_sweep
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.plan.sweep_plan import is_finished, trial_states
+    from sweeper.results.lease import Lease
+    from sweeper.results.storage import write_sweep
+    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch_options import LaunchOptions
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(address="local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False,
@@ -172,10 +172,10 @@ def _driver(storage: str, name: str, trials: int, bare: bool, out: str) -> list[
 def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
     """Seconds of work of envelope, status and report (imports done before timing)."""
     from sweeper.cli.reports import dataset_dims
-    from sweeper.envelope import envelope
-    from sweeper.report_build import build_report, write_report
-    from sweeper.results import load_results
-    from sweeper.status import experiment_status
+    from sweeper.report.build import build_report, write_report
+    from sweeper.results.envelope import envelope
+    from sweeper.results.rows import load_results
+    from sweeper.results.status import experiment_status
 
     out = {}
     start = time.perf_counter()
@@ -241,8 +241,8 @@ def replicate(exp: Experiment, copies: int) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from sweeper.shards import write_table
-    from sweeper.stage_reader import refresh_cache
+    from sweeper.results.reader import refresh_cache
+    from sweeper.results.stage_table import write_table
 
     for f in [f for f in exp.stage_files("certify") if f.kind == "compacted"]:
         table = pq.read_table(f.path)
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(trials: int, tenfold: bool) -> int:
-    from sweeper.envelope import parse_radii
+    from sweeper.results.envelope import parse_radii
 
     radii = parse_radii("0:2.25:0.25")
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as storage:

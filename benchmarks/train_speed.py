@@ -37,7 +37,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainables import attacks, runtime
 from trainables.config import TrialConfig
-from trainables.train import build_state, train_epoch
+from trainables.train import train_epoch
+from trainables.train_state import build_state
 
 SIGMA, EPSILON, M, STEPS, EPOCH = 0.25, 0.5, 2, 2, 20
 MODES = [  # (label, amp, channels_last, compile)

@@ -27,7 +27,7 @@ from mutmut.stats import status_by_exit_code
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tests" / "mutation-equivalents.md"
-STRICT = ("trainables/smoothing.py", "sweeper/envelope.py")
+STRICT = ("trainables/smoothing.py", "sweeper/results/envelope.py")
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 # "- `mutant.name` `mutated line`: why" (the reason may go on over indented lines)
 ENTRY = re.compile(r"^- `(?P<name>[^`]+)` `(?P<line>[^`]+)`:\s*(?P<why>.*)$")

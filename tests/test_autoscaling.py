@@ -28,12 +28,13 @@ import ray
 import yaml
 from typer.testing import CliRunner
 
-from sweeper.capacity import ClusterView, parse_report
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import load_results
-from sweeper.spec import Resources, load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import Resources
+from sweeper.results.rows import load_results
+from sweeper.results.storage import Experiment
+from sweeper.run.capacity import ClusterView, parse_report
 from trainables.trial_status import read_status
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +139,7 @@ def _wait_for_autoscaler(env: dict, head: subprocess.Popen, log: Path) -> None:
     """Until the autoscaler has written its first report (it reads the config first)."""
     code = textwrap.dedent("""
         import json, time, ray
-        from sweeper.capacity import read_autoscaler
+        from sweeper.run.capacity import read_autoscaler
         ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
         deadline = time.monotonic() + 60
         while read_autoscaler() is None and time.monotonic() < deadline:

@@ -13,10 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import shard_table, write_shard
-from sweeper.spec import CertifySpec, load_space
-from sweeper.storage import Experiment, write_sweep
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.rows import shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
 from trainables.trial_status import write_status
 
@@ -59,7 +61,7 @@ def _shard(exp: Experiment, cfg: TrialConfig, rows: slice, shard: int, of: int) 
     constants = {"sigma_cert": 2.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
     table = shard_table(cfg, exp.name, CID, constants, cols, meta)
-    write_shard(table, exp.shard_path(cfg.trial_id, CID, shard, of))
+    write_table(table, exp.shard_path(cfg.trial_id, CID, shard, of))
 
 
 def make_experiment(storage: Path, name: str = "exp") -> Experiment:

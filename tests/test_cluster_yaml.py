@@ -27,7 +27,7 @@ import ray
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from sweeper.spec import load_space
+from sweeper.plan.spaces import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = Path(ray.__file__).parent / "autoscaler" / "ray-schema.json"
@@ -194,7 +194,7 @@ def test_nodes_have_their_own_profiles_security_group_and_imdsv2(config):
 SECRETS = [".env", ".env.production", "deploy.pem", "tls/server.key", "credentials",
            "aws/credentials", "gcp-credentials.json", "id_rsa", "id_ed25519.pub", ".aws/config",
            ".ssh/known_hosts", ".netrc", "sub/dir/.env"]  # fmt: skip
-KEPT = ["sweeper/storage.py", "README.md", "search_spaces/cifar10.yaml", "requirements/cluster.txt",
+KEPT = ["sweeper/results/storage.py", "README.md", "search_spaces/cifar10.yaml", "requirements/cluster.txt",
         "cluster/iam/head-policy.json", "keys.py", "environment.yml"]  # fmt: skip
 
 

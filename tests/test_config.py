@@ -6,17 +6,12 @@ import dataclasses
 
 import pytest
 
-from trainables.config import (
-    ARCHS,
-    DATASETS,
-    DEFAULT_ARCH,
-    ENVIRONMENT_FIELDS,
-    METHOD_FIELDS,
-    METHODS,
-    OPTIONAL_FIELDS,
-    ConfigError,
-    TrialConfig,
-)
+from trainables.catalog import ARCHS, DATASETS, DEFAULT_ARCH
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.errors import ConfigError
+from trainables.methods import ATTACKS, DDRS_METHODS, METHOD_SETTINGS, METHODS, REGISTRY
+
+METHOD_FIELDS = {name: method.settings for name, method in REGISTRY.items()}
 
 # A fully explicit config (no defaults involved) and its id, computed once. If this changes,
 # every stored trial id changes: only update it on purpose. (Updated once, on purpose, when
@@ -84,12 +79,22 @@ def test_explicit_arch_is_kept():
 def test_name_tuples_are_consistent():
     assert set(DEFAULT_ARCH) == set(DATASETS)
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
-    assert tuple(METHOD_FIELDS) == METHODS
-    assert OPTIONAL_FIELDS <= ALL_FIELDS
+    assert METHOD_SETTINGS <= ALL_FIELDS
     assert {
         "data_dir", "download", "num_workers", "pseudo_data", "channels_last", "compile",
         "data_pipeline",
     } == ENVIRONMENT_FIELDS  # fmt: skip
+
+
+def test_method_table_rows_name_real_fields_attacks_and_losses():
+    assert tuple(REGISTRY) == METHODS
+    for name, row in REGISTRY.items():
+        assert row.name == name and set(row.settings) <= ALL_FIELDS, name
+        assert set(row.defaults) <= set(row.settings), name
+        assert set(row.attacks) <= set(ATTACKS), name
+        assert bool(row.attacks) == ("attack" in row.settings), name
+        assert callable(row.loss), name
+    assert DDRS_METHODS == ("gaussian", "smoothadv", "macer")
 
 
 # ---------------------------------------------------------------------------- validation
@@ -225,7 +230,7 @@ def test_vanilla_pgd_has_no_noise_draws():
 def test_method_fields_resolve_to_none_exactly_when_unused():
     for method, used in METHOD_FIELDS.items():
         cfg = TrialConfig(method=method, attack="ddn" if method == "smoothadv" else "pgd")
-        for name in OPTIONAL_FIELDS - {"mix_maxnorm", "ddn_init_norm"}:  # optional where used
+        for name in METHOD_SETTINGS - {"mix_maxnorm", "ddn_init_norm"}:  # optional where used
             assert (getattr(cfg, name) is not None) == (name in used), (method, name)
 
 
@@ -374,8 +379,8 @@ SHIPPED_IDS = [
 
 @pytest.mark.parametrize(("space", "method", "off_id", "fp16_id"), SHIPPED_IDS)
 def test_shipped_trial_ids_survive_the_amp_and_run_settings(space, method, off_id, fp16_id):
-    from sweeper.grid import expand
-    from sweeper.spec import load_space
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
 
     cfg = next(t for t in expand(load_space(space)) if t.method == method)
     assert cfg.amp == "off" and cfg.trial_id == off_id

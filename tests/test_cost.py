@@ -12,9 +12,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sweeper import throughput
 from sweeper.cli import app
-from sweeper.cost import (
+from sweeper.plan import throughput
+from sweeper.plan.cost import (
     TEST_SIZE,
     TRAIN_SIZE,
     Devices,
@@ -29,10 +29,13 @@ from sweeper.cost import (
     training_work,
     wall_clock,
 )
-from sweeper.grid import expand
-from sweeper.spec import CertifySpec, Resources, load_space
-from sweeper.storage import index_chunks
-from trainables.config import DATASETS, DDRSSettings, TrialConfig
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.results.storage import index_chunks
+from trainables.catalog import DATASETS
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 
 runner = CliRunner()
 FIG = throughput.Figure(forward=1000.0, train=100.0, source="test figures")
@@ -206,7 +209,8 @@ def test_step_passes_count_what_the_method_runs(fields):
 
 
 def _count_passes(cfg: TrialConfig, first_attacked: bool) -> None:
-    from trainables.train import build_state, train_epoch
+    from trainables.train import train_epoch
+    from trainables.train_state import build_state
 
     state = build_state(cfg, torch.device("cpu"))
     seen = []

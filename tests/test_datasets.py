@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.config import DATASETS
+from trainables.catalog import DATASETS
 from trainables.datasets import (
     CIFAR_FILES,
     INFO,

@@ -11,11 +11,14 @@ import pytest
 import torch
 
 from trainables import checkpoint, train
-from trainables.config import DDRS_FIELDS, METHODS, ConfigError, TrialConfig
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRS_FIELDS
 from trainables.ddrs import optimize_sigma
-from trainables.methods import REGISTRY, Method, macer
+from trainables.errors import ConfigError
+from trainables.methods import METHODS, REGISTRY, gaussian, macer
 from trainables.methods.base import StepContext, draw_noise
-from trainables.train import build_state, fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, train_epoch
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 SUBSET = 64  # training inputs used of the 1347 of the digits training split
@@ -234,7 +237,7 @@ def test_sigma_is_fixed_before_the_start_epoch_then_per_input(monkeypatch):
     state.model.register_forward_pre_hook(
         lambda mod, args: None if mod.training else evals.append(len(args[0]))
     )
-    monkeypatch.setitem(train.REGISTRY, "gaussian", Method(spy, splits_batch=True))
+    monkeypatch.setattr(gaussian, "loss", spy)
     metrics = train_epoch(state, loader)
     assert evals == [] and all(s == 0.25 and isinstance(s, float) for _, s in seen)
     assert torch.equal(state.ddrs_sigma, torch.full((DIGITS_TRAIN,), 0.25))

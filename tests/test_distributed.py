@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sweeper.launch import LaunchOptions, run_sweep
-from sweeper.spec import CertifySpec, Resources
-from sweeper.storage import Experiment
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.results.storage import Experiment
+from sweeper.run.launch import run_sweep
+from sweeper.run.launch_options import LaunchOptions
 from trainables import checkpoint
-from trainables.config import ConfigError, TrialConfig
-from trainables.distributed import TIMEOUT_ENV, fit_data_parallel
+from trainables.config import TrialConfig
+from trainables.distributed import TIMEOUT_ENV
+from trainables.distributed_fit import fit_data_parallel
+from trainables.errors import ConfigError
 from trainables.trial_status import read_status
 
 

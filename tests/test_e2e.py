@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sweeper import envelope as env
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import SCHEMA, load_results
-from sweeper.spec import load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.results import envelope as env
+from sweeper.results.rows import SCHEMA, load_results
+from sweeper.results.storage import Experiment
 from trainables import checkpoint
 from trainables.trial_status import read_status
 from trainables.tune_trial import FAULT_ENV
@@ -193,8 +193,9 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
     (the trials wait for each other before training, so this holds however fast they are)."""
     from ray import cloudpickle
 
-    from sweeper.launch import DataPlane, LaunchOptions, run_sweep
-    from sweeper.spec import Resources
+    from sweeper.plan.spec import Resources
+    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch_options import LaunchOptions
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
     space = write_space(tmp_path, SPACE.replace("sigma: [0.25, 0.5]", "sigma: [0.25, 0.5, 1.0]"))

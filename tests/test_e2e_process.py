@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.grid import expand
-from sweeper.spec import load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.results.storage import Experiment
 from trainables import checkpoint
 from trainables.trial_status import read_status
 
@@ -28,10 +28,11 @@ import json, sys, time
 from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
-from sweeper.grid import expand
-from sweeper.launch import DataPlane, LaunchOptions, run_sweep
-from sweeper.spec import Resources, load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import Resources
+from sweeper.results.storage import Experiment
 from trainables.trial_status import read_status
 
 def together(config, experiment_root):
@@ -89,7 +90,7 @@ certify: {n0: 8, n: 16, alpha: 0.01, skip: 90, batch_size: 64, shard_size: 5}
 # after each epoch's checkpoint, waits instead of raising. Everything else is the real CLI.
 HELD_RUN = """
 import sys, threading
-from sweeper import launch
+from sweeper.run import launch
 from sweeper.cli import app
 
 def held_trial(config, experiment_root):

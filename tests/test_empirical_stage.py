@@ -17,15 +17,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sweeper import empirical as emp
-from sweeper import shards
-from sweeper.certify import CERTIFY
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.results import ResultsError
-from sweeper.spec import ESTIMATORS, CertifySpec, EmpiricalSpec, load_space, parse_spec
-from sweeper.storage import Experiment, write_sweep
-from trainables import empirical as trainables_empirical
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space, parse_spec
+from sweeper.plan.spec import ESTIMATORS, CertifySpec, EmpiricalSpec
+from sweeper.results import attack_rows
+from sweeper.results.rows import ResultsError
+from sweeper.results.storage import Experiment, write_sweep
+from sweeper.run import attack_stage as emp
+from sweeper.run import shards
+from sweeper.run.certify_stage import CERTIFY
+from trainables import empirical_robustness
 from trainables.train import fit
 from trainables.trial_status import write_status
 
@@ -71,7 +73,7 @@ def attacked(setup):
         for s in chosen
         for shard in shards.plan(cfg, "empirical", s, 450)
     }
-    return chosen, written, emp.load_empirical(exp)
+    return chosen, written, attack_rows.load_empirical(exp)
 
 
 # ------------------------------------------------------------------------------ the spec
@@ -103,7 +105,7 @@ def test_defaults_are_the_papers_attack_on_the_certified_points():
     assert {(s.n, s.alpha, s.skip, s.max_points) for s in chosen} == {(1000, 0.001, 5, None)}
     smoke = emp.settings(spec.smoked().empirical, spec.smoked().certify)
     assert {(s.n, s.max_points, s.shard_size) for s in smoke} == {(200, 20, 10)}
-    assert ESTIMATORS == trainables_empirical.ESTIMATORS
+    assert ESTIMATORS == empirical_robustness.ESTIMATORS
 
 
 def test_block_values_lists_scalars_and_all():
@@ -147,7 +149,7 @@ def test_rows_per_point_per_setting(attacked, setup):
     assert len(results.files) == len(chosen) * SHARDS and not results.missing_shards
     frame = results.frame
     assert len(frame) == len(chosen) * POINTS
-    assert pq.read_schema(results.files[0]).remove_metadata() == emp.EMPIRICAL_SCHEMA
+    assert pq.read_schema(results.files[0]).remove_metadata() == attack_rows.EMPIRICAL_SCHEMA
     for s in chosen:
         rows = frame[frame["emp_id"] == s.emp_id]
         assert sorted(rows["idx"]) == list(range(0, 450, 15))
@@ -195,11 +197,11 @@ def test_corrupt_file_is_named_and_left_out(tmp_path):
     bad = Path(exp.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"\x00garbage" * 50)
-    loaded = emp.load_empirical(exp)
+    loaded = attack_rows.load_empirical(exp)
     assert loaded.frame.empty and loaded.files == []
     assert len(loaded.invalid) == 1 and loaded.invalid[0].startswith(f"{bad}: not a readable Parquet")
     with pytest.raises(ResultsError, match="no experiment at"):
-        emp.load_empirical(Experiment(str(tmp_path), "absent"))
+        attack_rows.load_empirical(Experiment(str(tmp_path), "absent"))
 
 
 # ------------------------------------------------------------------------------ the envelope
@@ -215,17 +217,17 @@ def test_empirical_envelope_takes_each_models_strongest_attack():
                          "m_test": m, "steps_attack": 20, "estimator": "plugin", "idx": i,
                          "correct": bool(c), "sigma": 0.25 if tid == "a" else 0.5})  # fmt: skip
     frame = pd.DataFrame(rows)
-    curve = emp.empirical_envelope(frame)
+    curve = attack_rows.empirical_envelope(frame)
     assert curve[["radius", "empirical_accuracy", "empirical_winner"]].values.tolist() == [
         [0.0, 1.0, "a"], [0.5, 0.5, "b"],
     ]  # fmt: skip
     assert curve["empirical_m_test"].iloc[1] in (1, 128)
-    by_sigma = emp.empirical_envelope(frame, "sigma")
+    by_sigma = attack_rows.empirical_envelope(frame, "sigma")
     assert by_sigma[["sigma", "radius", "empirical_accuracy"]].values.tolist() == [
         [0.25, 0.0, 1.0], [0.25, 0.5, 0.25], [0.5, 0.0, 0.75], [0.5, 0.5, 0.5],
     ]  # fmt: skip
     table = pd.DataFrame({"radius": [0.0, 0.25, 0.5], "certified_accuracy": [0.9, 0.6, 0.4]})
-    out = emp.overlay(table, frame, None)
+    out = attack_rows.overlay(table, frame, None)
     assert out["empirical_accuracy"].tolist()[::2] == [1.0, 0.5]
     assert np.isnan(out["empirical_accuracy"].iloc[1])
 
@@ -310,7 +312,7 @@ def test_sweeper_empirical_on_a_local_ray(ray_session, setup, attacked):
             "--cpu-only", "--epsilons", "0,1", "--m-test", "4", "--estimator", "stein"]  # fmt: skip
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    frame = emp.load_empirical(exp).frame
+    frame = attack_rows.load_empirical(exp).frame
     stein = frame[frame["estimator"] == "stein"]
     assert len(stein) == POINTS and set(stein["m_test"]) == {4}  # ε = 0 existed: skipped
     plugin = frame[(frame["estimator"] == "plugin") & (frame["epsilon_attack"] == 1.0)]

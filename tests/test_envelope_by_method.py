@@ -9,9 +9,10 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.results import shard_table, write_shard
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment, write_sweep
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.rows import shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
 
 CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
@@ -48,7 +49,7 @@ def _experiment(storage) -> Experiment:
         constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
         meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
         table = shard_table(cfg, exp.name, CERT.cert_id, constants, cols, meta)
-        write_shard(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))
+        write_table(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))
     return exp
 
 

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from torch import nn
 
 from trainables import checkpoint
-from trainables.certification import CertifySettings, certify_points
+from trainables.certify_points import CertifySettings, certify_points
 from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
 from trainables.smoothing import Smooth, max_radius
@@ -131,7 +131,8 @@ def test_certify_points_of_a_trained_model_on_cuda(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL data-parallel needs 2 GPUs")
 def test_two_nccl_ranks_train_in_sync(tmp_path, monkeypatch):
-    from trainables.distributed import TIMEOUT_ENV, backend, fit_data_parallel
+    from trainables.distributed import TIMEOUT_ENV, backend
+    from trainables.distributed_fit import fit_data_parallel
 
     monkeypatch.setenv(TIMEOUT_ENV, "300")  # a broken rank fails the test instead of hanging
     assert backend() == "nccl"

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.cli.common import os_error_line
 from sweeper.cli.reports import report_dir
-from sweeper.plan import PlanError, move_aside
-from sweeper.storage import Experiment, StorageError, redact, storage_problem
+from sweeper.plan.sweep_plan import PlanError, move_aside
+from sweeper.results.storage import Experiment, StorageError, redact, storage_problem
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,13 +13,13 @@ import pytest
 from scipy.stats import norm
 from typer.testing import CliRunner
 
-from sweeper import ingest
-from sweeper.certify import max_radius
 from sweeper.cli import app
-from sweeper.ingest_log import LogLimits, LogSkip, max_printed_radius, read_log
-from sweeper.storage import Experiment
-from trainables.config import NUM_CLASSES
-from trainables.config import STANDARD_TEST_SIZE as TEST_SIZE
+from sweeper.ingest import importer as ingest
+from sweeper.ingest.log_reader import LogLimits, LogSkip, max_printed_radius, read_log
+from sweeper.results.rows import max_radius
+from sweeper.results.storage import Experiment
+from trainables.catalog import NUM_CLASSES
+from trainables.catalog import STANDARD_TEST_SIZE as TEST_SIZE
 from trainables.smoothing import radius_from_counts
 
 runner = CliRunner()

@@ -12,12 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sweeper import ingest
 from sweeper.cli import app
-from sweeper.plan import sweep_conflict
-from sweeper.results import load_results, shard_table, write_shard
-from sweeper.storage import Experiment, read_sweep, write_sweep
-from trainables.config import ARCHS, TrialConfig
+from sweeper.ingest import importer as ingest
+from sweeper.ingest import log_reader
+from sweeper.ingest.log_reader import parse_row
+from sweeper.plan.sweep_plan import sweep_conflict
+from sweeper.results.rows import load_results, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, read_sweep, write_sweep
+from trainables.catalog import ARCHS
+from trainables.config import TrialConfig
 
 runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"
@@ -90,27 +94,27 @@ def rows_of(exp: Experiment, cfg: TrialConfig, cert_id: str) -> pd.DataFrame:
     ],
 )  # fmt: skip
 def test_times_in_seconds_or_timedelta(text, seconds):
-    assert ingest.parse_time(text) == seconds
+    assert log_reader.parse_time(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["abc", "-1", "nan", "inf", "1:2:3", "0:00:1x", ""])
 def test_bad_times(text):
     """parse_time refuses it, and a log line with such a time is refused naming the field."""
     with pytest.raises(ValueError, match=r"^time .* is not seconds or h:mm:ss\.ffffff$"):
-        ingest._row(["3", "1", "1", "0.5", "1", text])
+        parse_row(["3", "1", "1", "0.5", "1", text])
 
 
 @pytest.mark.parametrize("value", [0.0001234, 1.0, 12.5, 0.5234, 1234.5, 1.234e-05, 0.0, 3.8115])
 def test_radii_as_printed_by_the_reference_code(value):
     for text in (f"{value:.3}", f"{value:.4f}"):  # '0.000123', '1.0', '12.5', '1.23e+03', ...
-        cols = ingest.read_log(f"{HEADER}\n0\t1\t1\t{text}\t1\t0:00:01\n")
+        cols = log_reader.read_log(f"{HEADER}\n0\t1\t1\t{text}\t1\t0:00:01\n")
         assert cols["radius"] == [float(text)]
     assert f"{1234.5:.3}" == "1.23e+03" and f"{0.0001234:.3}" == "0.000123"
 
 
 def test_read_log_rows_crlf_bom_blank_lines():
     text = "\ufeff" + HEADER + "\r\n" + "\r\n".join(COHEN_ROWS) + "\r\n\r\n"
-    assert ingest.read_log(text) == {
+    assert log_reader.read_log(text) == {
         "idx": [0, 20, 40],
         "label": [3, 7, 4],
         "predict": [3, 7, -1],
@@ -147,13 +151,13 @@ def test_read_log_rows_crlf_bom_blank_lines():
     ],
 )
 def test_unreadable_logs_say_why(body, reason):
-    with pytest.raises(ingest.LogSkip) as e:
-        ingest.read_log(body)
+    with pytest.raises(log_reader.LogSkip) as e:
+        log_reader.read_log(body)
     assert str(e.value).startswith(reason)
 
 
 def test_abstentions_have_radius_zero():
-    cols = ingest.read_log(f"{HEADER}\n0\t3\t-1\t0.0\t0\t1\n1\t3\t-1\t0.25\t0\t1\n")
+    cols = log_reader.read_log(f"{HEADER}\n0\t3\t-1\t0.0\t0\t1\n1\t3\t-1\t0.25\t0\t1\n")
     assert cols["predict"] == [-1, -1] and cols["radius"] == [0.0, 0.0]
 
 
@@ -335,7 +339,7 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
             "p_lower": [0.98, 0.89], "radius": [0.25, 0.15], "correct": [True, True], "time_s": [1.0, 1.0],
             "sigma_cert": [0.12, 0.12]}  # fmt: skip
     constants = {"n0": 100, "n": 100_000, "alpha": 0.001}
-    write_shard(
+    write_table(
         shard_table(COHEN, "cifar10", "ours", constants, cols, {}),
         exp.shard_path(COHEN.trial_id, "ours", 0, 1),
     )

@@ -14,13 +14,13 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from sweeper import lease as lease_module
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.lease import Holder, Lease, LeaseHeld, read_holder
-from sweeper.results import load_results
-from sweeper.spec import load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.results import lease as lease_module
+from sweeper.results.lease import Holder, Lease, LeaseHeld, read_holder
+from sweeper.results.rows import load_results
+from sweeper.results.storage import Experiment
 from trainables import fileio
 
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]

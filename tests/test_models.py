@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from trainables import methods, models
-from trainables.config import ARCHS, DATASETS, DEFAULT_ARCH, METHODS
+from trainables.catalog import ARCHS, DATASETS, DEFAULT_ARCH
 from trainables.datasets import INFO
+from trainables.methods import METHODS
 from trainables.models import BasicBlock, CifarResNet, NormalizeLayer, build_model
 
 # the data set whose input shape each architecture takes

@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from trainables import checkpoint, pipeline
 from trainables.config import TrialConfig
 from trainables.datasets import _cifar_augment, load_dataset
-from trainables.train import build_state, fit, make_loaders
+from trainables.train import fit, make_loaders
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 DRAWS = 162 * 100  # 100 expected per outcome: 9 x 9 crop offsets, flipped or not

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 
-from sweeper.envelope import certified_accuracy, envelope, envelope_curve, model_table
-from sweeper.grid import expand
-from sweeper.spec import parse_spec
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import parse_spec
+from sweeper.results.envelope import certified_accuracy, envelope, envelope_curve, model_table
 from trainables.smoothing import (
     ABSTAIN,
     certificate_from_counts,

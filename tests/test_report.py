@@ -12,16 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.envelope import model_table
-from sweeper.report_build import (
+from sweeper.plan.spec import CertifySpec
+from sweeper.report.build import (
     build_report,
     run_summary,
     table_latex,
     table_markdown,
     write_report,
 )
-from sweeper.report_figures import figure_plan, radius_grid, representatives
-from sweeper.report_tables import (
+from sweeper.report.figures import figure_plan, radius_grid, representatives
+from sweeper.report.tables import (
     ALL,
     acr_table,
     envelope_summary,
@@ -30,9 +30,10 @@ from sweeper.report_tables import (
     wide_table,
     winners_table,
 )
-from sweeper.results import load_results, shard_table, write_shard
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment
+from sweeper.results.envelope import model_table
+from sweeper.results.rows import load_results, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
 runner = CliRunner()
@@ -86,7 +87,7 @@ def write_model(exp: Experiment, c: TrialConfig) -> None:
     constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": c.to_dict()}
     table = shard_table(c, exp.name, CID, constants, columns, meta)
-    write_shard(table, exp.shard_path(c.trial_id, CID, 0, 1))
+    write_table(table, exp.shard_path(c.trial_id, CID, 0, 1))
 
 
 def make_experiment(storage, name: str = "exp", models=tuple(POINTS)) -> Experiment:
@@ -238,7 +239,7 @@ def test_markdown_and_latex_mark_the_best_cells(frame):
 
 def test_tex_escapes_names():
     frame = pd.DataFrame({"section": ["a_b & 50%"], "r=0": [0.5]})
-    from sweeper.report_tables import PaperTable
+    from sweeper.report.tables import PaperTable
 
     tex = table_latex(PaperTable("σ_x in ℓ2", frame, {"r=0": {0}}, sections="section"))
     assert r"a\_b \& 50\%" in tex and r"\caption{$\sigma$\_x in $\ell_2$}" in tex

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.envelope import (
+from sweeper.plan.spec import CertifySpec
+from sweeper.report.render import plot_envelope, render, to_markdown
+from sweeper.results.envelope import (
     EnvelopeError,
     certified_accuracy,
     envelope,
@@ -19,10 +21,9 @@ from sweeper.envelope import (
     model_table,
     parse_radii,
 )
-from sweeper.report import plot_envelope, render, to_markdown
-from sweeper.results import SCHEMA, ResultsError, load_results, shard_table, write_shard
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment
+from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
 CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None)
@@ -90,10 +91,10 @@ def _part(points: dict, sl: slice) -> dict:
 def write_experiment(storage, name: str = "exp") -> Experiment:
     """HI: complete, 2 shards of 2 points; LO: shards 0 and 2 of 3 (shard 1 missing)."""
     exp = Experiment(str(storage), name)
-    write_shard(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(HI.trial_id, CID, 0, 2))  # fmt: skip
-    write_shard(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
-    write_shard(table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(LO.trial_id, CID, 0, 3))  # fmt: skip
-    write_shard(table(LO, _part(LO_POINTS, slice(2, 4)), [4, 5], name), exp.shard_path(LO.trial_id, CID, 2, 3))  # fmt: skip
+    write_table(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(HI.trial_id, CID, 0, 2))  # fmt: skip
+    write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
+    write_table(table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(LO.trial_id, CID, 0, 3))  # fmt: skip
+    write_table(table(LO, _part(LO_POINTS, slice(2, 4)), [4, 5], name), exp.shard_path(LO.trial_id, CID, 2, 3))  # fmt: skip
     return exp
 
 
@@ -399,10 +400,10 @@ def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
     exp = Experiment(str(tmp_path), "exp")
     old = legacy_amp(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1]), False)
     assert old.schema.field("amp").type == pa.bool_()
-    write_shard(old, exp.shard_path(HI.trial_id, CID, 0, 2))
-    write_shard(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
+    write_table(old, exp.shard_path(HI.trial_id, CID, 0, 2))
+    write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
     fp16 = LO.replace(amp="fp16")
-    write_shard(legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True), exp.shard_path(fp16.trial_id, CID, 0, 1))  # fmt: skip
+    write_table(legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True), exp.shard_path(fp16.trial_id, CID, 0, 1))  # fmt: skip
     results = load_results(exp)
     assert len(results.frame) == 8 and results.models == 2
     amp = results.frame.groupby("trial_id")["amp"].unique().to_dict()

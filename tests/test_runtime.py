@@ -16,21 +16,22 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
-from sweeper import run_settings as run_settings_module
-from sweeper import shards
-from sweeper import spec as spec_module
-from sweeper.certify import CERTIFY
 from sweeper.cli import app
-from sweeper.run_settings import run_settings
-from sweeper.spec import CertifySpec
-from sweeper.storage import Experiment
+from sweeper.plan import run_settings as run_settings_module
+from sweeper.plan import spec as spec_module
+from sweeper.plan.run_settings import run_settings
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.storage import Experiment
+from sweeper.run import shards
+from sweeper.run.certify_stage import CERTIFY
 from trainables import attacks, runtime
-from trainables.certification import CertifySettings, certify_points, run_mode
+from trainables.certify_points import CertifySettings, certify_points, run_mode
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.models import build_model
 from trainables.smoothing import Smooth
-from trainables.train import build_state, fit
+from trainables.train import fit
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 NO_BF16 = not runtime.cpu_has_bf16()
@@ -250,9 +251,9 @@ def test_smoothadv_attack_computes_input_gradients_only():
 
 
 def test_fp16_certification_without_a_gpu_is_bad_input(tmp_path):
-    from sweeper.grid import expand
-    from sweeper.spec import load_space, parse_spec
-    from sweeper.storage import write_sweep
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space, parse_spec
+    from sweeper.results.storage import write_sweep
     from trainables.trial_status import write_status
 
     raw = {"fixed": {"dataset": "digits", "method": "gaussian"}, "grids": [{"name": "g"}],

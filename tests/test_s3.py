@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.results import load_results
-from sweeper.storage import Experiment
+from sweeper.results.rows import load_results
+from sweeper.results.storage import Experiment
 
 pytestmark = pytest.mark.e2e
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]

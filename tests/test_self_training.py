@@ -3,6 +3,7 @@ the interleaving with labelled batches, η scaling, cycling and exact resume."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +11,13 @@ import pytest
 import torch
 import yaml
 
-from trainables.config import ENVIRONMENT_FIELDS, ConfigError, TrialConfig
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.datasets import DataError, load_dataset
-from trainables.methods import REGISTRY, Method
+from trainables.errors import ConfigError
+from trainables.methods import REGISTRY
 from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, main, pseudo_problems
-from trainables.train import build_state, fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, train_epoch
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 N_PSEUDO = 50  # fewer than one epoch's 192 pseudo-labelled inputs: the stream cycles
@@ -66,10 +69,11 @@ def record_steps(monkeypatch, state, method: str) -> list[dict]:
     """Instrument every optimizer step: the chunk the method saw, its noise generator, its
     loss, the loss back-propagated (GradScaler.scale's argument) and the gradients."""
     steps: list[dict] = []
-    real = REGISTRY[method]
+    row = REGISTRY[method]
+    real_loss = row.loss
 
     def loss(model, x, y, ctx):
-        out = real.loss(model, x, y, ctx)
+        out = real_loss(model, x, y, ctx)
         steps.append({"x": x.clone(), "y": y.clone(), "gen": ctx.generator, "loss": out.loss})
         return out
 
@@ -83,7 +87,9 @@ def record_steps(monkeypatch, state, method: str) -> list[dict]:
         steps[-1]["grads"] = [p.grad.clone() for p in state.model.parameters()]
         return step(*args, **kwargs)
 
-    monkeypatch.setitem(REGISTRY, method, Method(loss, real.splits_batch))
+    monkeypatch.setattr(
+        importlib.import_module(f"trainables.methods.{row.module}"), row.function, loss
+    )
     monkeypatch.setattr(state.scaler, "scale", scale)
     monkeypatch.setattr(state.optimizer, "step", recorded_step)
     return steps
@@ -257,7 +263,7 @@ def test_bad_pseudo_data_raises_one_line_data_error_naming_the_path(tmp_path, ca
 
 
 def test_data_checks_before_ray_starts(tmp_path, pseudo_npz):
-    from sweeper.plan import PlanError, PlanRequest, data_problems, make_plan
+    from sweeper.plan.sweep_plan import PlanError, PlanRequest, data_problems, make_plan
 
     good = small_cfg(pseudo_npz)
     assert pseudo_problems([good, good.replace(pseudo_eta=1.0)]) == []

@@ -12,15 +12,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper import shards
-from sweeper.certify import CERTIFY, max_radius
-from sweeper.envelope import envelope
-from sweeper.results import MEMORY_SCHEMA, SCHEMA, load_results, shard_table
-from sweeper.spec import CertifySpec
-from sweeper.stage_reader import read_stage, refresh_cache
-from sweeper.status import stage_shards
-from sweeper.storage import MEMORY, Experiment
-from trainables.config import DDRSSettings, TrialConfig
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.envelope import envelope
+from sweeper.results.reader import read_stage, refresh_cache
+from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, max_radius, shard_table
+from sweeper.results.status import stage_shards
+from sweeper.results.storage import MEMORY, Experiment
+from sweeper.run import compaction, shards
+from sweeper.run.certify_stage import CERTIFY
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)
@@ -67,7 +68,7 @@ def certified(exp: Experiment) -> dict:
 # ------------------------------------------------------------------------------ compaction
 def test_compaction_folds_verifies_then_deletes_the_shards(exp):
     before = certified(exp)
-    assert shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4
+    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4
     folder = Path(exp.setting_dir("certify", A.trial_id, CID))
     assert sorted(p.name for p in folder.iterdir()) == ["compacted-of-00002.parquet"]
     table = pq.read_table(folder / "compacted-of-00002.parquet")
@@ -75,7 +76,7 @@ def test_compaction_folds_verifies_then_deletes_the_shards(exp):
     assert table.schema.remove_metadata().equals(SCHEMA)
     assert json.loads(table.schema.metadata[b"sweeper.config"]) == A.to_dict()
     assert certified(exp) == before  # the same rows, now from one file
-    assert shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4  # idempotent
+    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4  # idempotent
 
 
 def test_a_crash_between_writing_and_deleting_is_recovered(exp):
@@ -83,23 +84,23 @@ def test_a_crash_between_writing_and_deleting_is_recovered(exp):
     ignored by readers and deleted by the next compaction; resume skips the model."""
     leftover = Path(exp.shard_path(A.trial_id, CID, 1, 2))
     saved = leftover.read_bytes()
-    shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+    compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
     leftover.write_bytes(saved)
     frame = load_results(exp).frame
     assert len(frame) == 6 and not frame.duplicated(["trial_id", "cert_id", "idx"]).any()
     state = shards.progress(exp, "certify", A.trial_id, CID, 2)
     assert state.compacted  # the runner submits nothing for this model
-    shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+    compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
     assert not leftover.exists()
 
 
 def test_compaction_refuses_missing_or_repeated_points(exp):
     Path(exp.shard_path(A.trial_id, CID, 1, 2)).unlink()
     with pytest.raises(RuntimeError, match=r"shards \[1\] of 2 missing"):
-        shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+        compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
     write(exp, A, 1, 2, rows(A, [1, 3], [0.6, 0.1]))  # point 1 again
     with pytest.raises(RuntimeError, match=r"test points \[1\] appear twice"):
-        shards.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+        compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
     assert len(list(Path(exp.setting_dir("certify", A.trial_id, CID)).iterdir())) == 2  # kept
 
 
@@ -120,7 +121,7 @@ def test_a_legacy_ddrs_memory_file_is_folded_into_the_compacted_rows(tmp_path):
     pq.write_table(memory, folder / MEMORY)
     old = load_results(exp).frame  # read as experiments certified before compaction were
     assert old["sound"].all() and old["radius"].tolist() == [0.3, 0.25, 0.0]
-    shards.compact(exp, CERTIFY, A.trial_id, dd, 1)
+    compaction.compact(exp, CERTIFY, A.trial_id, dd, 1)
     assert sorted(p.name for p in folder.iterdir()) == ["compacted-of-00001.parquet"]
     new = load_results(exp).frame
     for col in ("predict", "radius", "correct", "predict_raw", "radius_raw", "memory_changed"):
@@ -154,7 +155,7 @@ def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates
     table = shard_table(A, "exp", dd.cert_id, constants, cols, {"config": A.to_dict()})
     write(exp, A, 0, 2, table.slice(0, 3), dd.cert_id)
     write(exp, A, 1, 2, table.slice(3), dd.cert_id)
-    assert shards.compact(exp, CERTIFY, A.trial_id, dd, 2) == 5
+    assert compaction.compact(exp, CERTIFY, A.trial_id, dd, 2) == 5
 
     compacted = pq.read_table(exp.compacted_path("certify", A.trial_id, dd.cert_id, 2))
     results = load_results(exp)
@@ -237,7 +238,7 @@ def test_planted_files_change_no_envelope(exp, tmp_path):
 
 
 def test_max_radius_is_the_clopper_pearson_limit():
-    # n = 10^5, α = 0.001: the largest radius is 3.8115 σ (DESIGN.md)
+    # n = 10^5, α = 0.001: the largest radius is σ·Φ⁻¹(α^(1/n)) = 3.8115 σ
     assert max_radius(1.0, 100_000, 0.001) == pytest.approx(3.8115, abs=1e-4)
 
 
@@ -245,7 +246,7 @@ def test_max_radius_is_the_clopper_pearson_limit():
 def test_the_cache_serves_compacted_models_from_one_file(exp):
     clean = certified(exp)
     for cfg, count in ((A, 2), (B, 1)):
-        shards.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
+        compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
     assert refresh_cache(exp, CERTIFY) == 2
     compacted = Path(exp.compacted_path("certify", A.trial_id, CID, 2))
     garbage = b"\0" * compacted.stat().st_size  # same size: covered, so never opened
@@ -263,7 +264,7 @@ def test_the_cache_serves_compacted_models_from_one_file(exp):
 def test_a_forged_cache_is_ignored(exp):
     clean = certified(exp)
     for cfg, count in ((A, 2), (B, 1)):
-        shards.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
+        compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
     refresh_cache(exp, CERTIFY)
     path = Path(exp.cache_path("certify"))
     table = pq.read_table(path)
@@ -279,7 +280,7 @@ def test_a_forged_cache_is_ignored(exp):
 
 # ------------------------------------------------------------------------------ status
 def test_status_counts_shards_from_names(exp):
-    shards.compact(exp, CERTIFY, B.trial_id, SPEC, 1)
+    compaction.compact(exp, CERTIFY, B.trial_id, SPEC, 1)
     Path(exp.shard_path(A.trial_id, CID, 1, 2)).unlink()
     counts = stage_shards(exp.stage_files("certify"))
     assert (counts[A.trial_id].done, counts[A.trial_id].total) == (1, 2)
@@ -287,7 +288,7 @@ def test_status_counts_shards_from_names(exp):
 
 
 def test_the_driver_spells_the_fault_hook_as_the_trial_does():
-    from sweeper.launch import FAULT_ENV
+    from sweeper.run.launch import FAULT_ENV
     from trainables.tune_trial import FAULT_ENV as trial_fault
 
     assert trial_fault == FAULT_ENV

@@ -9,17 +9,9 @@ import textwrap
 import pytest
 import yaml
 
-from sweeper.grid import expand, expansion_problems, parse_only, select
-from sweeper.spec import (
-    SPACES_DIR,
-    CertifySpec,
-    Resources,
-    SpecError,
-    SweepSpec,
-    available_spaces,
-    load_space,
-    parse_spec,
-)
+from sweeper.plan.grid import expand, expansion_problems, parse_only, select
+from sweeper.plan.spaces import SPACES_DIR, SpecError, available_spaces, load_space, parse_spec
+from sweeper.plan.spec import CertifySpec, Resources, SweepSpec
 from trainables.config import TrialConfig
 
 # The first cifar10 trial (sigma 0.12, eps 0.25, T 2, m 1, pgd), computed once and pinned:

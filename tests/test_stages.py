@@ -11,11 +11,13 @@ from ray.tune.search import Searcher
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.grid import expand
-from sweeper.launch import LaunchOptions, StageSearcher, run_sweep
-from sweeper.results import load_results
-from sweeper.spec import Resources, SpecError, load_space
-from sweeper.storage import Experiment
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.spec import Resources
+from sweeper.results.rows import load_results
+from sweeper.results.storage import Experiment
+from sweeper.run.launch import StageSearcher, run_sweep
+from sweeper.run.launch_options import LaunchOptions
 from trainables.datasets import DataError, load_dataset
 from trainables.models import build_model, transfer_weights
 from trainables.trial_status import read_status

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sweeper.storage import (
+from sweeper.results.storage import (
     Experiment,
     StageFile,
     StorageError,

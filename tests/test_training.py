@@ -11,7 +11,8 @@ import torch
 from trainables import checkpoint
 from trainables.config import TrialConfig
 from trainables.methods import REGISTRY
-from trainables.train import build_state, fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, train_epoch
+from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
 HISTORY_KEYS = (

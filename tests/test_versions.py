@@ -6,7 +6,7 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from sweeper.versions import cluster_versions, differences, local_versions, source_digest
+from sweeper.run.versions import cluster_versions, differences, local_versions, source_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = {"sweeper": "0.1.0+0123456789ab", "torch": "2.14.1", "ray": "2.60.0"}

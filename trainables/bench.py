@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.utils.data import TensorDataset
 
-from trainables.config import ARCHS, TrialConfig
+from trainables.catalog import ARCHS
+from trainables.config import TrialConfig
 from trainables.datasets import INFO
+from trainables.pipeline import Batch
 from trainables.smoothing import Smooth
-from trainables.train import build_state, train_epoch
+from trainables.train import train_epoch
+from trainables.train_state import build_state
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def cpu_model() -> str:
     return names[0] if names else platform.processor() or platform.machine()
 
 
-def best_rate(run: Callable[[], None], samples: int, repeats: int, device: torch.device) -> float:
+def best_rate(run: Callable[[], object], samples: int, repeats: int, device: torch.device) -> float:
     """Samples per second of the fastest of `repeats` timed runs, after one untimed run. On a
     CPU with one thread the clock is this process's CPU time (other load on the machine
     barely disturbs it; on an idle machine it is the wall time), else the wall time."""
@@ -123,8 +127,19 @@ def train_rate(arch: str, batch: int, repeats: int, device: torch.device) -> flo
     )
     state = build_state(cfg, device)
     x, y = _inputs(spec.dataset, batch, device)
-    loader = [(x, y, torch.arange(batch))]
+    loader = OneBatch((x, y, torch.arange(batch)))
     return best_rate(lambda: train_epoch(state, loader), batch, repeats, device)
+
+
+class OneBatch:
+    """A loader of one fixed batch (`dataset`: as many inputs, for the `Batches` protocol)."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+        self.dataset = TensorDataset(batch[2])
+
+    def __iter__(self) -> Iterator[Batch]:
+        yield self.batch
 
 
 def measure(arch: str, device: torch.device, smoke: bool = False, repeats: int = 3) -> Measurement:

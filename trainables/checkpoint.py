@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainables import fileio
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, setting
 from trainables.datasets import INFO
 from trainables.models import build_model
 
@@ -49,11 +49,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[torch.nn.Module, TrialConfig]:
+) -> tuple[torch.nn.Sequential, TrialConfig]:
     """The trained model (eval mode, on `device`) and the config that produced it."""
     payload = load(path, map_location=device)
     cfg = TrialConfig.from_dict(payload["config"])
     info = INFO[cfg.dataset]
-    model = build_model(cfg.arch, info.num_classes, info.mean, info.std)
+    model = build_model(setting(cfg.arch, "arch"), info.num_classes, info.mean, info.std)
     model.load_state_dict(payload["model"])
     return model.to(device).eval(), cfg

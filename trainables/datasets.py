@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainables.config import DATASETS, INPUT_DIM, NUM_CLASSES
+from trainables.catalog import DATASETS, INPUT_DIM, NUM_CLASSES
 from trainables.safe_pickle import load_plain, official_md5_problem
 
 
@@ -49,9 +49,9 @@ INFO = {
     # Downsampled ImageNet (Chrabaszcz et al. 2017), 32x32: ImageNet's channel statistics.
     "imagenet32": DatasetInfo("imagenet32", 1000, (3, 32, 32), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }  # fmt: skip
-assert tuple(INFO) == DATASETS, "data registry and config.DATASETS disagree"
-assert {k: v.num_classes for k, v in INFO.items()} == NUM_CLASSES, "config.NUM_CLASSES disagrees"
-assert {k: v.dim for k, v in INFO.items()} == INPUT_DIM, "config.INPUT_DIM disagrees"
+assert tuple(INFO) == DATASETS, "data registry and catalog.DATASETS disagree"
+assert {k: v.num_classes for k, v in INFO.items()} == NUM_CLASSES, "catalog.NUM_CLASSES disagrees"
+assert {k: v.dim for k, v in INFO.items()} == INPUT_DIM, "catalog.INPUT_DIM disagrees"
 
 # Data sets trained with RandomCrop(32, padding=4) + RandomHorizontalFlip (`_cifar_augment`);
 # the on-device pipeline (`trainables.pipeline`) does the same to these and nothing to others.
@@ -108,7 +108,7 @@ def load_dataset(
     data_dir: str | None = None,
     download: bool = False,
     augment: bool = False,
-) -> Dataset:
+) -> ImageTensors | IndexedFolder:
     """The `split` ("train" or "test") of data set `name`; `augment` turns on the training
     augmentation (CIFAR-10: random crop with 4-pixel padding + horizontal flip; ImageNet:
     RandomResizedCrop 224 + flip)."""

@@ -1,8 +1,10 @@
-"""Synchronous data-parallel SGD inside one trial: k processes, one per GPU (or, without CUDA,
-k CPU processes on the gloo backend), gradients averaged by DistributedDataParallel.
+"""Synchronous data-parallel SGD inside one trial, as one rank sees it: k processes, one per
+GPU (or, without CUDA, k CPU processes on the gloo backend), gradients averaged by
+DistributedDataParallel. This module joins the process group, wraps the model and shards the
+loader; `trainables.distributed_fit` starts the k processes, each running `train.fit`.
 
 The trial's own process is rank 0: it talks to Ray Tune (reports, checkpoints) while ranks
-1..k−1 run in child processes started here. Ray gives the trial its k GPUs (resources
+1..k−1 run in child processes. Ray gives the trial its k GPUs (resources
 `gpu: k` in the space) and sets CUDA_VISIBLE_DEVICES, so rank r uses cuda:r. Each rank trains
 on its 1/k share of every epoch (DistributedSampler, batch_size/k inputs per step), so the
 global batch is `batch_size`, as in the SmoothAdv ImageNet protocol (4 GPUs, batch 400).
@@ -14,14 +16,15 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
 
-from trainables.config import TrialConfig
+from trainables.pipeline import Batches, DeviceLoader
+from trainables.train_state import TrainState
 
 # Seconds a rank waits for the others in a collective before failing (a crashed rank would
 # otherwise leave the trial hanging).
@@ -52,13 +55,10 @@ def init(rank: int, world_size: int, port: int) -> None:
     )  # fmt: skip
 
 
-def prepare(state, train_loader, rank: int, world_size: int):
+def prepare(state: TrainState, train_loader: Batches, rank: int, world_size: int) -> Batches:
     """Make `state` one rank of data-parallel training: DistributedDataParallel around the
     model, this rank's own noise stream, and a loader over its 1/k share of every epoch (the
     per-rank batch is batch_size / k, so the global batch stays batch_size)."""
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, DistributedSampler
-
     cfg = state.cfg
     state.rank, state.world_size = rank, world_size
     ids = [state.device.index] if state.device.type == "cuda" else None
@@ -67,9 +67,9 @@ def prepare(state, train_loader, rank: int, world_size: int):
         state.noise_generator.manual_seed(cfg.seed + 1 + 7919 * rank + 104729 * state.epoch)
         if state.augment_generator is not None:
             state.augment_generator.manual_seed(cfg.seed + 2 + 7919 * rank + 104729 * state.epoch)
-    if hasattr(train_loader, "shard"):  # the on-device pipeline: DistributedSampler's order
+    if isinstance(train_loader, DeviceLoader):  # DistributedSampler's order, on the device
         return train_loader.shard(rank, world_size, cfg.seed, cfg.batch_size // world_size)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         train_loader.dataset, world_size, rank, shuffle=True, seed=cfg.seed
     )
     return DataLoader(
@@ -90,67 +90,9 @@ def assert_in_sync(model: torch.nn.Module) -> None:
         )
 
 
-def set_epoch(loader, epoch: int) -> None:
+def set_epoch(loader: Batches, epoch: int) -> None:
     """A new shuffle per epoch, the same on every rank (no-op for an ordinary loader)."""
-    target = loader if hasattr(loader, "set_epoch") else getattr(loader, "sampler", None)
-    if hasattr(target, "set_epoch"):
-        target.set_epoch(epoch)
-
-
-def _worker(rank: int, world_size: int, port: int, cfg_dict: dict, kwargs: dict) -> None:
-    """Ranks 1..k−1: train alongside rank 0, writing nothing."""
-    from trainables.train import fit
-
-    torch.set_num_threads(max(1, kwargs.pop("threads", 1)))
-    init(rank, world_size, port)
-    try:
-        fit(
-            TrialConfig.from_dict(cfg_dict),
-            device=device_for(rank),
-            rank=rank,
-            world_size=world_size,
-            **kwargs,
-        )
-    finally:
-        dist.destroy_process_group()
-
-
-def fit_data_parallel(
-    cfg: TrialConfig,
-    world_size: int,
-    checkpoint_path: str | None = None,
-    on_epoch: Callable | None = None,
-    resume_from: dict[str, Any] | None = None,
-    init_weights: dict[str, torch.Tensor] | None = None,
-    stop_after: int | None = None,
-):
-    """`train.fit` on `world_size` processes; returns rank 0's TrainState. Only rank 0
-    evaluates, writes `checkpoint_path` and calls `on_epoch`."""
-    from trainables.train import fit
-
-    port = free_port()
-    # Every rank reads the same checkpoint on start (only rank 0 ever writes it).
-    shared = {"checkpoint_path": checkpoint_path, "resume_from": resume_from,
-              "init_weights": init_weights, "stop_after": stop_after,
-              "threads": torch.get_num_threads()}  # fmt: skip
-    ctx = mp.get_context("spawn")
-    workers = [
-        ctx.Process(
-            target=_worker, args=(r, world_size, port, cfg.to_dict(), dict(shared)), daemon=True
-        )
-        for r in range(1, world_size)
-    ]
-    for w in workers:
-        w.start()
-    init(0, world_size, port)
-    try:
-        state = fit(cfg, checkpoint_path, device_for(0), on_epoch, stop_after, resume_from,
-                    init_weights, rank=0, world_size=world_size)  # fmt: skip
-    finally:
-        dist.destroy_process_group()
-        for w in workers:
-            w.join(timeout=60)
-    failed = [w.exitcode for w in workers if w.exitcode != 0]
-    if failed:
-        raise RuntimeError(f"data-parallel workers exited with codes {failed}")
-    return state
+    if isinstance(loader, DeviceLoader):
+        loader.set_epoch(epoch)
+    elif isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+        loader.sampler.set_epoch(epoch)

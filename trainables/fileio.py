@@ -80,16 +80,16 @@ def _write_atomic(location: str, data: bytes) -> None:
         with fs.open_output_stream(path) as f:
             f.write(data)
         return
-    path = local_path(location)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    local = local_path(location)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 files; results are shared (EFS, colleagues)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, local)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -9,13 +9,16 @@ import torch
 import torchvision
 from torch import nn
 
-from trainables.config import ARCHS
+from trainables.catalog import ARCHS
 
 
 class NormalizeLayer(nn.Module):
     """Per-channel standardization (x − μ_c) / s_c, the model's first layer.
 
     The statistics are buffers, so they travel with the checkpoint."""
+
+    means: torch.Tensor
+    sds: torch.Tensor
 
     def __init__(self, means: Sequence[float], sds: Sequence[float]):
         super().__init__()
@@ -131,7 +134,7 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "lenet": LeNet,
     "digits_cnn": DigitsCNN,
 }
-assert tuple(_BUILDERS) == ARCHS, "model registry and config.ARCHS disagree"
+assert tuple(_BUILDERS) == ARCHS, "model registry and catalog.ARCHS disagree"
 
 
 def build_model(

@@ -25,17 +25,31 @@ Batches are (x, y, idx) with x and y on the device and idx (positions in the ful
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sized
+from typing import Any, Protocol
+
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainables.config import TrialConfig
-from trainables.datasets import CROP_FLIP_DATASETS, ImageTensors, load_dataset
+from trainables.datasets import CROP_FLIP_DATASETS, ImageTensors, IndexedFolder, load_dataset
 
 PAD = 4  # RandomCrop's padding for 32x32 CIFAR-style images
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, idx
 
 
-def in_memory(dataset: Dataset) -> tuple[ImageTensors, torch.Tensor]:
+class Batches(Protocol):
+    """What training and evaluation iterate: a DataLoader or a DeviceLoader, yielding
+    (x, y, idx) batches, with the data set they come from."""
+
+    @property
+    def dataset(self) -> Dataset[Any]: ...
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+
+def in_memory(dataset: Dataset[Any]) -> tuple[ImageTensors, torch.Tensor]:
     """The ImageTensors under (possibly nested) Subsets and the split positions they select;
     TypeError for a data set that is not in memory (ImageNet's image folders)."""
     base = dataset
@@ -76,7 +90,7 @@ class DeviceLoader:
     (DistributedSampler's order: a permutation seeded with seed + epoch, padded to a multiple
     of world_size, every world_size-th position from `rank`)."""
 
-    def __init__(self, dataset: Dataset, batch_size: int, device: torch.device, *,
+    def __init__(self, dataset: Dataset[Any], batch_size: int, device: torch.device, *,
                  shuffle: bool = False, generator: torch.Generator | None = None,
                  augment: bool = False, augment_generator: torch.Generator | None = None):  # fmt: skip
         base, positions = in_memory(dataset)
@@ -87,7 +101,8 @@ class DeviceLoader:
         self.batch_size, self.device = batch_size, device
         self.shuffle, self.generator = shuffle, generator
         self.augment, self.augment_generator = augment, augment_generator
-        self.epoch, self.rank, self.world_size, self.seed = 0, 0, 1, None
+        self.epoch, self.rank, self.world_size = 0, 0, 1
+        self.seed: int | None = None
 
     def shard(self, rank: int, world_size: int, seed: int, batch_size: int) -> DeviceLoader:
         self.rank, self.world_size, self.seed, self.batch_size = rank, world_size, seed, batch_size
@@ -117,7 +132,7 @@ class DeviceLoader:
         rows = n if self.seed is None else -(-n // self.world_size)
         return -(-rows // self.batch_size)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         order = self.order()
         on_device = order.to(self.device, non_blocking=True)  # one copy per epoch
         for start in range(0, len(order), self.batch_size):
@@ -131,17 +146,14 @@ class DeviceLoader:
 def loaders(
     cfg: TrialConfig, device: torch.device, which: str, generator: torch.Generator,
     augment_generator: torch.Generator | None = None,
-) -> tuple:  # fmt: skip
+) -> tuple[Batches, Batches]:  # fmt: skip
     """(training, evaluation) batches of `which` pipeline, "device" or "loader". Training
     batches are shuffled with `generator` (CPU); the evaluation ones come in order, at least
     256 at a time. The loader pipeline's crop/flip is torchvision's in the data set (global
     RNG, `num_workers` processes); the device one draws from `augment_generator`."""
-    train = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.download, augment=True)
-    test = load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.download)
-    if cfg.train_subset is not None and cfg.train_subset < len(train):
-        train = Subset(train, range(cfg.train_subset))
-    if cfg.eval_subset is not None and cfg.eval_subset < len(test):
-        test = Subset(test, range(cfg.eval_subset))
+    split = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.download, augment=True)
+    train = _first(split, cfg.train_subset)
+    test = _first(load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.download), cfg.eval_subset)
     eval_batch = max(cfg.batch_size, 256)
     if which == "device":  # the torchvision transform loaded with the split goes unused
         return (
@@ -150,21 +162,31 @@ def loaders(
                          augment_generator=augment_generator),
             DeviceLoader(test, eval_batch, device),
         )  # fmt: skip
-    common = {"num_workers": cfg.num_workers, "pin_memory": device.type == "cuda"}
+    workers, pin = cfg.num_workers, device.type == "cuda"
     return (
-        DataLoader(train, cfg.batch_size, shuffle=True, generator=generator, **common),
-        DataLoader(test, eval_batch, shuffle=False, **common),
-    )
+        DataLoader(train, cfg.batch_size, shuffle=True, generator=generator,
+                   num_workers=workers, pin_memory=pin),
+        DataLoader(test, eval_batch, shuffle=False, num_workers=workers, pin_memory=pin),
+    )  # fmt: skip
 
 
-def split_indices(dataset: Dataset) -> torch.Tensor:
+def _first(dataset: ImageTensors | IndexedFolder, count: int | None) -> Dataset[Any]:
+    """The first `count` inputs of a split (all of them for None or a larger count)."""
+    return dataset if count is None or count >= len(dataset) else Subset(dataset, range(count))
+
+
+def split_indices(dataset: Dataset[Any]) -> torch.Tensor:
     """The positions in the full split of a (possibly Subset-wrapped) data set's inputs: the
     idx values its loader yields."""
     if isinstance(dataset, Subset):
         return split_indices(dataset.dataset)[torch.as_tensor(list(dataset.indices))]
-    return torch.arange(len(dataset))
+    return torch.arange(split_size(dataset))
 
 
-def split_size(dataset: Dataset) -> int:
+def split_size(dataset: Dataset[Any]) -> int:
     """The number of inputs of the full split under any Subset wrappers."""
-    return split_size(dataset.dataset) if isinstance(dataset, Subset) else len(dataset)
+    if isinstance(dataset, Subset):
+        return split_size(dataset.dataset)
+    if not isinstance(dataset, Sized):
+        raise TypeError(f"{type(dataset).__name__} has no length: not a split")
+    return len(dataset)

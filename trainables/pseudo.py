@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, setting
 from trainables.datasets import INFO, DataError
 
 FINGERPRINT_DIGITS = 16
@@ -151,14 +151,14 @@ def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
     """The content's identity: SHA-256 of the (N, C, H, W) uint8 images and int64 labels."""
     digest = hashlib.sha256(b"sweeper-pseudo-v1")
     digest.update(np.asarray(images.shape, dtype="<i8").tobytes())
-    digest.update(images.contiguous().numpy())
-    digest.update(labels.numpy().astype("<i8", copy=False))
+    digest.update(images.contiguous().numpy().data)
+    digest.update(np.ascontiguousarray(labels.numpy(), dtype="<i8").data)
     return digest.hexdigest()[:FINGERPRINT_DIGITS]
 
 
 def load_checked(cfg: TrialConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """`cfg.pseudo_data`, checked against the data set and `cfg.pseudo_fingerprint`."""
-    images, labels = load_pseudo(cfg.pseudo_data, cfg.dataset)
+    images, labels = load_pseudo(setting(cfg.pseudo_data, "pseudo_data"), cfg.dataset)
     actual = fingerprint(images, labels)
     if actual != cfg.pseudo_fingerprint:
         raise DataError(
@@ -230,15 +230,15 @@ class PseudoStream:
         self.pos = 0  # inputs of the current pass already served
         self.drawn = 0  # inputs served since the start of training
 
-    def load(self) -> None:
-        """Read and check the data (once)."""
-        if self.images is None:
+    def load(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (images, labels), read and checked on the first call."""
+        if self.images is None or self.labels is None:
             self.images, self.labels = load_checked(self.cfg)
-            self._check_perm()
+            self._check_perm(len(self.labels))
+        return self.images, self.labels
 
     def __len__(self) -> int:
-        self.load()
-        return len(self.labels)
+        return len(self.load()[1])
 
     def next_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(x float in [0, 1] (size, C, H, W), y, idx): the next `size` inputs of the stream."""
@@ -251,13 +251,14 @@ class PseudoStream:
             self.pos, need = self.pos + take, need - take
         idx = torch.cat(parts)
         self.drawn += size
-        x = self.images[idx].float().div(255)
+        images, labels = self.load()
+        x = images[idx].float().div(255)
         if self.transform is not None:
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(self.augment_state)
                 x = torch.stack([self.transform(xi) for xi in x])
                 self.augment_state = torch.get_rng_state()
-        return x, self.labels[idx], idx
+        return x, labels[idx], idx
 
     @property
     def passes(self) -> float:
@@ -280,14 +281,14 @@ class PseudoStream:
         self.augment_state = state["augment"].cpu().clone()
         self.perm = None if state["perm"] is None else state["perm"].cpu().clone()
         self.pos, self.drawn = int(state["pos"]), int(state["drawn"])
-        if self.images is not None:
-            self._check_perm()
+        if self.labels is not None:
+            self._check_perm(len(self.labels))
 
-    def _check_perm(self) -> None:
-        if self.perm is not None and len(self.perm) != len(self.labels):
+    def _check_perm(self, count: int) -> None:
+        if self.perm is not None and len(self.perm) != count:
             raise DataError(
                 f"the checkpoint's pseudo-labelled stream covers {len(self.perm)} inputs but "
-                f"{self.cfg.pseudo_data} holds {len(self.labels)}"
+                f"{self.cfg.pseudo_data} holds {count}"
             )
 
 

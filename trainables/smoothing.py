@@ -1,4 +1,5 @@
-"""Randomized smoothing: CERTIFY and PREDICT of Cohen, Rosenfeld & Kolter (2019).
+"""Randomized smoothing: CERTIFY and PREDICT of Cohen, Rosenfeld & Kolter (2019), the math
+of the smoothed classifier (running it over a model's test points: `trainables.certify_points`).
 
 The smoothed classifier is g(x) = argmax_c P(f(x + ε) = c), ε ~ N(0, σ² I), with noise added
 in [0, 1] pixel space (the base classifier standardizes its input in its first layer), so
@@ -21,11 +22,14 @@ the base classifier as run at that precision.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta, binomtest, norm
 
 from trainables import runtime
@@ -44,27 +48,44 @@ class Certificate:
     p_lower: float  # pABar: one-sided (1 − α) Clopper–Pearson lower bound on P(f(x+ε) = ĉ_A)
 
 
-def lower_confidence_bound(nA, n, alpha):
+@overload
+def lower_confidence_bound(nA: float, n: float, alpha: float) -> float: ...
+@overload
+def lower_confidence_bound(
+    nA: ArrayLike, n: ArrayLike, alpha: float
+) -> float | NDArray[np.float64]: ...
+def lower_confidence_bound(
+    nA: ArrayLike, n: ArrayLike, alpha: float
+) -> float | NDArray[np.float64]:
     """One-sided (1 − α) Clopper–Pearson lower bound on a binomial proportion.
 
     Equals statsmodels' `proportion_confint(nA, n, alpha=2*alpha, method="beta")[0]`,
     i.e. `beta.ppf(alpha, nA, n - nA + 1)`, and 0 when nA = 0. Works elementwise on arrays.
     """
-    nA = np.asarray(nA, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    safe = np.where(nA > 0, nA, 1.0)
-    bound = np.where(nA > 0, beta.ppf(alpha, safe, n - nA + 1), 0.0)
+    a = np.asarray(nA, dtype=np.float64)
+    total = np.asarray(n, dtype=np.float64)
+    safe = np.where(a > 0, a, 1.0)
+    bound: NDArray[np.float64] = np.where(a > 0, beta.ppf(alpha, safe, total - a + 1), 0.0)
     return float(bound) if bound.ndim == 0 else bound
 
 
-def radius_from_counts(nA, n, alpha, sigma):
+@overload
+def radius_from_counts(nA: float, n: float, alpha: float, sigma: float) -> tuple[float, float]: ...
+@overload
+def radius_from_counts(
+    nA: ArrayLike, n: ArrayLike, alpha: float, sigma: ArrayLike
+) -> tuple[float | NDArray[np.float64], float | NDArray[np.float64]]: ...
+def radius_from_counts(
+    nA: ArrayLike, n: ArrayLike, alpha: float, sigma: ArrayLike
+) -> tuple[float | NDArray[np.float64], float | NDArray[np.float64]]:
     """(p_lower, radius) of CERTIFY's second stage; radius 0 where p_lower < 1/2 (abstain).
 
     Vectorised, so stored counts can be re-certified for another α or σ without a model.
     """
     p_lower = lower_confidence_bound(nA, n, alpha)
     p = np.asarray(p_lower, dtype=np.float64)
-    radius = np.where(p >= 0.5, np.asarray(sigma, dtype=np.float64) * norm.ppf(p), 0.0)
+    scale = np.asarray(sigma, dtype=np.float64)
+    radius: NDArray[np.float64] = np.where(p >= 0.5, scale * norm.ppf(p), 0.0)
     return p_lower, (float(radius) if radius.ndim == 0 else radius)
 
 
@@ -76,12 +97,12 @@ def certificate_from_counts(cAHat: int, nA: int, n: int, alpha: float, sigma: fl
     return Certificate(int(cAHat), float(radius), int(nA), int(n), float(p_lower))
 
 
-def predict_from_counts(counts, alpha: float) -> int:
+def predict_from_counts(counts: ArrayLike, alpha: float) -> int:
     """PREDICT's decision: the top class unless the two-sided binomial test of the top two
     counts n1, n2 against 1/2 has p-value > α (then ABSTAIN)."""
-    counts = np.asarray(counts)
-    top2 = np.argsort(counts, kind="stable")[::-1][:2]
-    n1, n2 = int(counts[top2[0]]), int(counts[top2[1]])
+    votes = np.asarray(counts)
+    top2 = np.argsort(votes, kind="stable")[::-1][:2]
+    n1, n2 = int(votes[top2[0]]), int(votes[top2[1]])
     if n1 + n2 == 0 or binomtest(n1, n1 + n2, 0.5).pvalue > alpha:
         return ABSTAIN
     return int(top2[0])
@@ -96,7 +117,7 @@ class Smooth:
     def __init__(
         self, base_classifier: torch.nn.Module, num_classes: int, sigma: float,
         precision: str = "fp32",
-    ):  # fmt: skip
+    ) -> None:  # fmt: skip
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0 (got {sigma})")
         if precision not in runtime.PRECISIONS:
@@ -106,18 +127,25 @@ class Smooth:
         self.sigma = float(sigma)
         self.precision = precision
 
-    def certify(self, x, n0, n, alpha, batch_size, generator=None) -> tuple[int, float]:
+    def certify(
+        self, x: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
+        generator: torch.Generator | None = None,
+    ) -> tuple[int, float]:  # fmt: skip
         """CERTIFY for one input x of shape (C,H,W): (prediction, radius)."""
         cert = self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
         return cert.prediction, cert.radius
 
-    def certificate(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
+    def certificate(
+        self, x: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
+        generator: torch.Generator | None = None,
+    ) -> Certificate:  # fmt: skip
         """CERTIFY for one input, with nA, n and p_lower kept."""
         return self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
 
     def certify_batch(
-        self, xs, n0, n, alpha, batch_size, generator=None, sigmas=None
-    ) -> list[Certificate]:
+        self, xs: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
+        generator: torch.Generator | None = None, sigmas: torch.Tensor | None = None,
+    ) -> list[Certificate]:  # fmt: skip
         """CERTIFY for each of the P inputs in `xs` (P,C,H,W), sharing forward batches.
 
         Each input gets its own n0 selection samples and n fresh estimation samples, so the
@@ -128,18 +156,24 @@ class Smooth:
         cAHat = counts0.argmax(dim=1)
         counts = self.sample_counts(xs, n, batch_size, generator, sigmas)
         nA = counts.gather(1, cAHat.unsqueeze(1)).squeeze(1)
-        per_point = [self.sigma] * len(xs) if sigmas is None else sigmas.tolist()
+        per_point: list[float] = [self.sigma] * len(xs) if sigmas is None else sigmas.tolist()
         return [
             certificate_from_counts(c, a, n, alpha, s)
             for c, a, s in zip(cAHat.tolist(), nA.tolist(), per_point, strict=True)
         ]
 
-    def predict(self, x, n, alpha, batch_size, generator=None) -> int:
+    def predict(
+        self, x: torch.Tensor, n: int, alpha: float, batch_size: int,
+        generator: torch.Generator | None = None,
+    ) -> int:  # fmt: skip
         """PREDICT for one input x (C,H,W): the smoothed prediction or ABSTAIN."""
         counts = self.sample_counts(x.unsqueeze(0), n, batch_size, generator)[0]
         return predict_from_counts(counts.cpu().numpy(), alpha)
 
-    def sample_counts(self, xs, num, batch_size, generator=None, sigmas=None) -> torch.Tensor:
+    def sample_counts(
+        self, xs: torch.Tensor, num: int, batch_size: int,
+        generator: torch.Generator | None = None, sigmas: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
         summing to `num`; noise N(0, σ²) with σ = self.sigma or, per point, `sigmas` (P,). Every forward batch holds at most max(batch_size, 1) noisy samples:
         up to `batch_size` points at a time, each with batch_size // (those points) draws.
@@ -161,7 +195,10 @@ class Smooth:
                 )
         return counts
 
-    def _chunk_counts(self, xs, num, per_point, generator, sigmas=None) -> torch.Tensor:
+    def _chunk_counts(
+        self, xs: torch.Tensor, num: int, per_point: int, generator: torch.Generator | None,
+        sigmas: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
 
         The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by
@@ -191,7 +228,7 @@ class Smooth:
 
 
 @contextmanager
-def _eval_mode(module: torch.nn.Module):
+def _eval_mode(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Put every submodule in eval mode; restore each one's own mode afterwards."""
     modes = [(m, m.training) for m in module.modules()]
     module.eval()

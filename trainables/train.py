@@ -1,5 +1,6 @@
 """The training entry point: one shared epoch loop for every method, a checkpoint per epoch,
-and exact resume (on CPU, a resumed run is bitwise identical to an uninterrupted one).
+and exact resume (on CPU, a resumed run is bitwise identical to an uninterrupted one). What a
+trial holds between steps, and its checkpoint payload and restore: `trainables.train_state`.
 
 For the SmoothAdv family (`Method.splits_batch`), each loader batch of B inputs is split into
 m_train chunks of about B/m inputs; every chunk becomes m noisy copies, so each optimizer step
@@ -33,164 +34,27 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
 from trainables import attacks, checkpoint, distributed, fileio, pipeline, pseudo, runtime
-from trainables.config import ConfigError, TrialConfig, pipeline_for
-from trainables.datasets import INFO
+from trainables.config import TrialConfig, setting
 from trainables.ddrs import optimize_sigma
-from trainables.methods import REGISTRY, Method, StepContext
-from trainables.methods.base import epoch_epsilon
-from trainables.models import build_model, transfer_weights
-from trainables.pipeline import split_indices, split_size
+from trainables.methods import REGISTRY, Method
+from trainables.methods.base import StepContext, epoch_epsilon
+from trainables.models import transfer_weights
+from trainables.pipeline import Batches, split_indices, split_size
+from trainables.train_state import TrainState, build_state
 
 log = logging.getLogger(__name__)
 
-EpochCallback = Callable[[dict[str, Any], "TrainState"], None]
+EpochCallback = Callable[[dict[str, Any], TrainState], None]
+PseudoSums = tuple[float, int, int, int]  # self-training: summed loss, correct, samples, inputs
 
 
-@dataclass
-class TrainState:
-    cfg: TrialConfig
-    device: torch.device
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
-    loader_generator: torch.Generator
-    noise_generator: torch.Generator
-    epoch: int = 0  # epochs finished
-    history: list[dict[str, Any]] = field(default_factory=list)
-    ddrs_sigma: torch.Tensor | None = None  # DDRS: σ_x per training input (CPU, float32)
-    pseudo_stream: pseudo.PseudoStream | None = None  # self-training: pseudo-labelled batches
-    rank: int = 0  # data-parallel training (`trainables.distributed`): this process's rank
-    world_size: int = 1
-    # "device" or "loader"; the device pipeline's crop/flip stream (the DataLoader's: global)
-    pipeline: str = "loader"
-    augment_generator: torch.Generator | None = None
-
-    @property
-    def precision(self) -> str:
-        """The autocast precision of training steps: fp32 for amp off, and for amp fp16 off
-        CUDA (which has always trained in fp32 there)."""
-        amp = self.cfg.amp
-        return "fp32" if amp == "off" or (amp == "fp16" and self.device.type != "cuda") else amp
-
-    def payload(self) -> dict[str, Any]:
-        """Everything needed to resume or to certify, as a checkpoint dict."""
-        rng = {
-            "torch": torch.get_rng_state(),
-            "loader": self.loader_generator.get_state(),
-            "noise": self.noise_generator.get_state(),
-        }
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        if self.augment_generator is not None:
-            rng["augment"] = self.augment_generator.get_state()
-        payload = {
-            "config": self.cfg.to_dict(),
-            "trial_id": self.cfg.trial_id,
-            "epoch": self.epoch,
-            "model": attacks.unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng,
-            "history": list(self.history),
-            "data_pipeline": self.pipeline,
-        }
-        if self.ddrs_sigma is not None:
-            payload["ddrs_sigma"] = self.ddrs_sigma.clone()
-        if self.pseudo_stream is not None:
-            payload["pseudo"] = self.pseudo_stream.state_dict()
-        return payload
-
-    def restore(self, payload: dict[str, Any]) -> None:
-        """Continue from a checkpoint; one without "data_pipeline" (older) used the DataLoader,
-        and under data_pipeline auto goes on with it, exactly as it would have."""
-        if not _same_config(payload["config"], self.cfg):
-            log.warning("resuming from a checkpoint written with a different config")
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
-        self.scaler.load_state_dict(payload["scaler"])
-        rng = payload["rng"]
-        torch.set_rng_state(rng["torch"].cpu())
-        self.loader_generator.set_state(rng["loader"].cpu())
-        self.noise_generator.set_state(rng["noise"].cpu())
-        if "cuda" in rng and self.device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
-        if "augment" in rng and self.augment_generator is not None:
-            self.augment_generator.set_state(rng["augment"].cpu())
-        if self.cfg.data_pipeline == "auto":
-            self.pipeline = payload.get("data_pipeline", "loader")
-        self.epoch = int(payload["epoch"])
-        self.history = list(payload["history"])
-        table = payload.get("ddrs_sigma")
-        self.ddrs_sigma = None if table is None else table.detach().to("cpu").clone()
-        if self.pseudo_stream is not None and "pseudo" in payload:
-            self.pseudo_stream.load_state_dict(payload["pseudo"])
-
-    def sigma_table(self, size: int) -> torch.Tensor:
-        """The DDRS σ table for a training split of `size` inputs (created at cfg.sigma)."""
-        if self.ddrs_sigma is None:
-            self.ddrs_sigma = torch.full((size,), self.cfg.sigma, dtype=torch.float32)
-        if len(self.ddrs_sigma) != size:
-            raise ValueError(
-                f"DDRS sigma table has {len(self.ddrs_sigma)} entries for a training split "
-                f"of {size} inputs (checkpoint of another data set?)"
-            )
-        return self.ddrs_sigma
-
-
-def _same_config(stored: dict[str, Any], cfg: TrialConfig) -> bool:
-    """Whether a checkpoint's config dict is `cfg` (read as today's code reads it)."""
-    try:
-        return TrialConfig.from_dict(stored) == cfg
-    except ConfigError:
-        return False
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainState:
-    """A fresh model and optimizer, seeded from cfg.seed."""
-    device = device or default_device()
-    torch.manual_seed(cfg.seed)
-    info = INFO[cfg.dataset]
-    model = build_model(cfg.arch, info.num_classes, info.mean, info.std).to(device)
-    if cfg.channels_last:
-        runtime.to_channels_last(model)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
-    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
-    loader_gen = torch.Generator().manual_seed(cfg.seed)
-    noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    state = TrainState(cfg, device, model, optimizer, scheduler, scaler, loader_gen, noise_gen)
-    state.pseudo_stream = pseudo.stream(cfg, device)
-    state.pipeline = pipeline_for(cfg)
-    state.augment_generator = torch.Generator(device=device).manual_seed(cfg.seed + 2)
-    check_amp(state)
-    return state
-
-
-def check_amp(state: TrainState) -> None:
-    """Refuse bf16 without bf16 hardware; say that fp16 off CUDA trains in fp32."""
-    if state.cfg.amp == "fp16" and state.device.type != "cuda":
-        log.warning("amp fp16 needs CUDA: training in fp32 on %s", state.device.type)
-    runtime.check_precision(state.precision, state.device)
-
-
-def make_loaders(state: TrainState):
+def make_loaders(state: TrainState) -> tuple[Batches, Batches]:
     """The training and evaluation batches of `state.pipeline` (`pipeline.loaders`)."""
     if state.pseudo_stream is not None:
         state.pseudo_stream.load()  # read and check the pseudo-labelled data before training
@@ -211,22 +75,23 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
     that certification deploys, does not depend on the other inputs of the chunk, and only
     the training passes update the batch-norm statistics."""
     cfg, table = state.cfg, state.ddrs_sigma
+    assert table is not None, "TrainState.sigma_table creates the table before the first chunk"
     start = table[idx].to(device=x.device, dtype=x.dtype)
     with attacks.frozen_eval(state.model) as model:
         sigma = optimize_sigma(
             model,
             x,
             start,
-            iterations=cfg.ddrs_iterations,
-            lr=cfg.ddrs_lr,
-            samples=cfg.ddrs_samples,
+            iterations=setting(cfg.ddrs_iterations, "ddrs_iterations"),
+            lr=setting(cfg.ddrs_lr, "ddrs_lr"),
+            samples=setting(cfg.ddrs_samples, "ddrs_samples"),
             generator=state.noise_generator,
         )
     table[idx] = sigma.to(device=table.device, dtype=table.dtype)
     return sigma
 
 
-def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
+def ddrs_metrics(state: TrainState, loader: Batches) -> dict[str, float]:
     """Mean, min and max of σ_x over the inputs the loader trains on."""
     sigma = state.sigma_table(split_size(loader.dataset))[split_indices(loader.dataset)]
     return {
@@ -237,7 +102,12 @@ def ddrs_metrics(state: TrainState, loader: DataLoader) -> dict[str, float]:
 
 
 def _step(
-    state: TrainState, method: Method, x, y, ctx: StepContext, scale: float = 1.0
+    state: TrainState,
+    method: Method,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ctx: StepContext,
+    scale: float = 1.0,
 ) -> tuple[float, int, int]:
     """One optimizer step on a chunk, its loss multiplied by `scale` (self-training's η) for
     the backward pass: (summed unscaled loss, correct, samples)."""
@@ -247,11 +117,11 @@ def _step(
     state.scaler.scale(out.loss if scale == 1.0 else out.loss * scale).backward()
     state.scaler.step(state.optimizer)
     state.scaler.update()
-    correct = (out.logits.argmax(1) == out.targets).sum().item()
+    correct = int((out.logits.argmax(1) == out.targets).sum().item())
     return out.loss.item() * len(out.targets), correct, len(out.targets)
 
 
-def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
+def train_epoch(state: TrainState, loader: Batches) -> dict[str, float]:
     """One epoch of the configured method; returns mean loss and accuracy on what it trained on
     (and the σ table's statistics when DDRS training is configured)."""
     cfg, device = state.cfg, state.device
@@ -263,18 +133,20 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
         state.sigma_table(split_size(loader.dataset))
     state.model.train()
     total_loss, correct, seen = 0.0, 0, 0
-    pseudo_sums = (0.0, 0, 0, 0)  # self-training: loss, correct, samples, inputs
+    pseudo_sums: PseudoSums = (0.0, 0, 0, 0)  # self-training: loss, correct, samples, inputs
     for x, y, idx in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         for xc, yc, ic in zip(*(t.tensor_split(chunks) for t in (x, y, idx)), strict=True):
             if len(xc) == 0:
                 continue
             if ddrs:
-                ctx = dataclasses.replace(ctx, sigma=ddrs_chunk_sigma(state, xc, ic))
+                ctx = dataclasses.replace(ctx, sigma_x=ddrs_chunk_sigma(state, xc, ic))
             loss, right, n = _step(state, method, xc, yc, ctx)
             total_loss, correct, seen = total_loss + loss, correct + right, seen + n
         if state.pseudo_stream is not None:
-            pseudo_sums = pseudo_steps(state, method, ctx, chunks, len(x), pseudo_sums)
+            pseudo_sums = pseudo_steps(
+                state, state.pseudo_stream, method, ctx, chunks, len(x), pseudo_sums
+            )
     metrics = {"train_loss": total_loss / max(seen, 1), "train_acc": correct / max(seen, 1)}
     if cfg.ddrs_start_epoch is not None:
         metrics.update(ddrs_metrics(state, loader))
@@ -284,29 +156,36 @@ def train_epoch(state: TrainState, loader: DataLoader) -> dict[str, float]:
 
 
 def pseudo_steps(
-    state: TrainState, method: Method, ctx: StepContext, chunks: int, size: int, sums: tuple
-) -> tuple[float, int, int, int]:
+    state: TrainState,
+    stream: pseudo.PseudoStream,
+    method: Method,
+    ctx: StepContext,
+    chunks: int,
+    size: int,
+    sums: PseudoSums,
+) -> PseudoSums:
     """Self-training after a labelled batch of `size` inputs: cfg.pseudo_ratio pseudo-labelled
     batches of that size, each split into `chunks` steps like a labelled batch, loss scaled by
     η ("for a pseudo-labelled minibatch, we scale the CE loss by a factor of η and we follow
     the rest of Pseudocode 1"), noise from the stream's generator. Returns `sums` (summed
     unscaled loss, correct, samples, inputs) plus this call's."""
-    cfg, stream = state.cfg, state.pseudo_stream
-    ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma=cfg.sigma)
+    cfg = state.cfg
+    ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma_x=None)
+    eta = setting(cfg.pseudo_eta, "pseudo_eta")
     loss_sum, correct, seen, inputs = sums
-    for _ in range(cfg.pseudo_ratio):
+    for _ in range(setting(cfg.pseudo_ratio, "pseudo_ratio")):
         x, y, _ = stream.next_batch(size)
         x, y = x.to(state.device), y.to(state.device)
         for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
             if len(xc) == 0:
                 continue
-            loss, right, n = _step(state, method, xc, yc, ctx, scale=cfg.pseudo_eta)
+            loss, right, n = _step(state, method, xc, yc, ctx, scale=eta)
             loss_sum, correct, seen = loss_sum + loss, correct + right, seen + n
         inputs += size
     return loss_sum, correct, seen, inputs
 
 
-def pseudo_metrics(stream: pseudo.PseudoStream, sums: tuple) -> dict[str, float]:
+def pseudo_metrics(stream: pseudo.PseudoStream, sums: PseudoSums) -> dict[str, float]:
     loss_sum, correct, seen, inputs = sums
     return {
         "pseudo_loss": loss_sum / max(seen, 1),
@@ -317,7 +196,7 @@ def pseudo_metrics(stream: pseudo.PseudoStream, sums: tuple) -> dict[str, float]
 
 
 def evaluate(
-    model, loader: DataLoader, sigma: float, device: torch.device, seed: int
+    model: torch.nn.Module, loader: Batches, sigma: float, device: torch.device, seed: int
 ) -> dict[str, float]:
     """Clean accuracy and accuracy under one draw of N(0, σ²) noise per test input."""
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -333,7 +212,7 @@ def evaluate(
     return {"test_clean_acc": clean / max(total, 1), "test_noisy_acc": noisy / max(total, 1)}
 
 
-def _ready(state: TrainState, rank: int, world_size: int):
+def _ready(state: TrainState, rank: int, world_size: int) -> tuple[Batches, Batches]:
     """The loaders (this rank's share of the training one) and the model compiled in place
     if asked (the state dict keeps its keys)."""
     train_loader, test_loader = make_loaders(state)
@@ -342,6 +221,20 @@ def _ready(state: TrainState, rank: int, world_size: int):
     if state.cfg.compile:
         runtime.compile_module(attacks.unwrap(state.model), state.device)
     return train_loader, test_loader
+
+
+def _start(state: TrainState, checkpoint_path, resume_from, init_weights) -> TrainState:
+    """`state` resumed (from the payload, else the checkpoint file) or, fresh, fine-tuning."""
+    cfg = state.cfg
+    if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
+        resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
+    if resume_from is not None:
+        state.restore(resume_from)
+        log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
+    elif init_weights is not None:
+        transfer_weights(state.model, init_weights)
+        log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
+    return state
 
 
 def fit(
@@ -365,15 +258,7 @@ def fit(
     this is one rank of data-parallel training (its process group already initialized, see
     `trainables.distributed`): only rank 0 evaluates, checkpoints and calls `on_epoch`.
     """
-    state = build_state(cfg, device)
-    if resume_from is None and checkpoint_path is not None and fileio.exists(str(checkpoint_path)):
-        resume_from = checkpoint.load(checkpoint_path, map_location=state.device)
-    if resume_from is not None:
-        state.restore(resume_from)
-        log.info("resuming %s at epoch %d", cfg.trial_id, state.epoch)
-    elif init_weights is not None:
-        transfer_weights(state.model, init_weights)
-        log.info("fine-tuning %s from %s", cfg.trial_id, cfg.init_from)
+    state = _start(build_state(cfg, device), checkpoint_path, resume_from, init_weights)
     train_loader, test_loader = _ready(state, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
     while state.epoch < last:

@@ -15,8 +15,9 @@ import torch
 
 from trainables import checkpoint, fileio
 from trainables.config import TrialConfig
-from trainables.distributed import fit_data_parallel
-from trainables.train import TrainState, fit
+from trainables.distributed_fit import fit_data_parallel
+from trainables.train import fit
+from trainables.train_state import TrainState
 from trainables.trial_status import trial_dir, write_status
 
 # Test hook: with "<trial_id>:<epoch>" in this variable of the driver's environment, that trial

@@ -11,9 +11,9 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from sweeper.storage import Experiment, check_storage, experiments, plain_name_problem
+from sweeper.results.storage import Experiment, check_storage, experiments, plain_name_problem
 from trainables import fileio
-from trainables.config import ProblemsError
+from trainables.errors import ProblemsError
 
 
 class GuardedGroup(TyperGroup):
@@ -87,12 +87,6 @@ Storage = Annotated[
 ]
 ExperimentOpt = Annotated[
     str | None, typer.Option("--experiment", help="Experiment name (default: the space's name).")
-]
-Address = Annotated[
-    str | None,
-    typer.Option(
-        "--address", help="Ray cluster: auto, host:port or ray://host:port (default: a local Ray)."
-    ),
 ]
 DataDir = Annotated[
     str | None,

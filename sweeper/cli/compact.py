@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from sweeper.cli.common import ExperimentOpt, Storage, app, fail, resolve_experiment
-from sweeper.storage import DEFAULT_STORAGE
-from trainables.config import ProblemsError
+from sweeper.results.storage import DEFAULT_STORAGE
+from trainables.errors import ProblemsError
 
 
 @app.command()
@@ -16,10 +16,10 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None
     Reads then open few files. `run grid`, `certify` and `empirical` do this as they go;
     this is for experiments written before (or interrupted before they could). Holds the
     experiment like a run does."""
-    from sweeper.certify import CERTIFY
-    from sweeper.empirical import EMPIRICAL
-    from sweeper.lease import Lease
-    from sweeper.shards import compact_all
+    from sweeper.results.lease import Lease
+    from sweeper.run.attack_stage import EMPIRICAL
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.compaction import compact_all
 
     exp = resolve_experiment(storage, experiment)
     try:

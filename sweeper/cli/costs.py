@@ -10,20 +10,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper import throughput
-from sweeper.capacity import effective_resources
 from sweeper.cli.common import app, console, fail
-from sweeper.cost import Devices, SweepCost, groups, price_sweep, wall_clock
-from sweeper.plan import Plan, needed_data
-from sweeper.spec import Resources
-from trainables.config import ARCHS
+from sweeper.plan import throughput
+from sweeper.plan.cost import Devices, SweepCost, groups, price_sweep, wall_clock
+from sweeper.plan.spec import Resources
+from sweeper.plan.sweep_plan import Plan, needed_data
+from sweeper.run.capacity import effective_resources
+from trainables.catalog import ARCHS
+from trainables.config import setting
 
 
 def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | None) -> None:
     """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
     data, pseudo = needed_data(plan.all_trials)
     if data or pseudo:
-        what = " and ".join(filter(None, [", ".join(data), pseudo and "the pseudo-labelled data"]))
+        what = " and ".join(filter(None, [", ".join(data), "the pseudo-labelled data" if pseudo else None]))
         console.print(
             f"data: not read on a dry run; a real run needs {what}"
             + (" (--data-dir DIR, or --download)" if data else "")
@@ -32,7 +33,7 @@ def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | 
         return
     resources = effective_resources(plan.spec.resources, cpu_only)
     kind = "gpu" if resources.gpu > 0 else "cpu"
-    figures = _figures(kind, sorted({t.arch for t in plan.trials}))
+    figures = _figures(kind, sorted({setting(t.arch, "arch") for t in plan.trials}))
     sweep = price_sweep(plan.trials, plan.spec.certify, {a: f for a, (f, _) in figures.items()})
     device = "GPU" if kind == "gpu" else "core"
     _print_groups(sweep, device)
@@ -135,7 +136,7 @@ def _devices(kind: str, address: str | None, gpus: int | None) -> Devices | None
 
 def _cluster_devices(address: str, gpus: int | None) -> Devices:
     """The connected cluster's GPUs and CPUs now (the only place the dry run imports Ray)."""
-    from sweeper.launch import LaunchError, ray_cluster
+    from sweeper.run.launch import LaunchError, ray_cluster
 
     try:
         with ray_cluster(address):

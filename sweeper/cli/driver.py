@@ -7,25 +7,30 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from sweeper.cli.common import console, fail
-from sweeper.spec import Resources
-from sweeper.storage import Experiment
-from trainables.config import ProblemsError
+from sweeper.plan.spec import Resources
+from sweeper.results.storage import Experiment
+from sweeper.run.launch_options import LaunchOptions
+from trainables.errors import ProblemsError
 
-WaitForNodes = Annotated[
-    float,
-    typer.Option(
-        "--wait-for-nodes",
-        min=0,
-        help="Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
-    ),
-]
-DEFAULT_WAIT_MINUTES = 30.0
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from sweeper.run.capacity import Capacity
+
+# The launch settings of every command that drives work on Ray (`run grid` takes them all).
+DRIVER = ("address", "cpu_only", "wait_for_nodes")
+
+
+def launch_options(options: dict[str, Any]) -> LaunchOptions:
+    """The launch settings among a command's options (those it does not take: their defaults)."""
+    return LaunchOptions(**{f.name: options[f.name] for f in fields(LaunchOptions) if f.name in options})
 
 
 def command_line() -> str:
@@ -53,7 +58,7 @@ class WaitDisplay:
     line on a terminal, a plain line per change (or per minute) in a log file."""
 
     def __init__(self) -> None:
-        self.status = None
+        self.status: Status | None = None
         self.last = ("", 0.0)
 
     def __call__(self, waiting) -> None:
@@ -78,9 +83,9 @@ class WaitDisplay:
 
 
 def check_node_versions() -> None:
-    """Every alive node must run the driver's sweeper, torch and ray (sweeper.versions):
+    """Every alive node must run the driver's sweeper, torch and ray (sweeper.run.versions):
     ProblemsError naming each difference; a node that does not answer is a warning."""
-    from sweeper.versions import CHECK_TIMEOUT_S, version_problems
+    from sweeper.run.versions import CHECK_TIMEOUT_S, version_problems
 
     problems, silent = version_problems()
     for node in silent:
@@ -93,14 +98,14 @@ def check_node_versions() -> None:
 @contextmanager
 def driving(
     exp: Experiment, address: str | None, resources: Resources, count: int, wait_minutes: float
-) -> Iterator[object]:
+) -> Iterator[Capacity]:
     """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
     (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
     yields the `Capacity` request, released on exit. Any problem is one `error:` line and
     exit 2."""
-    from sweeper.capacity import capacity_for
-    from sweeper.launch import ray_cluster
-    from sweeper.lease import Lease
+    from sweeper.results.lease import Lease
+    from sweeper.run.capacity import capacity_for
+    from sweeper.run.launch import ray_cluster
 
     display = WaitDisplay()
     try:

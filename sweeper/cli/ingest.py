@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from sweeper.cli.common import ExperimentOpt, Storage, app, fail
-from sweeper.ingest import DEFAULT_MAX_ROWS, ImportReport, IngestError, Model, import_logs
-from sweeper.storage import DEFAULT_STORAGE, Experiment
+from sweeper.ingest.importer import DEFAULT_MAX_ROWS, ImportReport, Model, import_logs
+from sweeper.ingest.sets import IngestError
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
 
 @app.command("import")
@@ -80,7 +81,7 @@ def _print_report(report: ImportReport) -> None:
 
 def _summary(m: Model) -> str:
     cfg = m.cfg
-    parts = [cfg.dataset, cfg.arch, cfg.method, f"σ={cfg.sigma:g}"]
+    parts = [cfg.dataset, str(cfg.arch), cfg.method, f"σ={cfg.sigma:g}"]
     if cfg.attack:
         parts += [cfg.attack, f"ε={cfg.epsilon:.10g}", f"T={cfg.steps}"]
     if cfg.m_train is not None:

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper import envelope as env
 from sweeper.cli.common import (
     DISPLAY,
     ExperimentOpt,
@@ -21,10 +20,11 @@ from sweeper.cli.common import (
     refuse_invalid,
     resolve_experiment,
 )
-from sweeper.grid import parse_only
-from sweeper.report import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
-from sweeper.results import ResultsError, load_results
-from sweeper.storage import DEFAULT_STORAGE, Experiment, read_sweep
+from sweeper.plan.grid import parse_only
+from sweeper.report.render import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
+from sweeper.results import envelope as env
+from sweeper.results.rows import ResultsError, load_results
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
 
@@ -57,14 +57,7 @@ def envelope(
     skip_invalid: SkipInvalid = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
-    problems = _format_problems(fmt)
-    if radius is not None and radii is not None:
-        problems.append("pass --radius or --radii, not both")
-    if radius is not None and radius < 0:
-        problems.append(f"--radius must be >= 0 (got {radius})")
-    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
-        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
-    grid = [radius] if radius is not None else radii_option(radii, problems)
+    grid, problems = _envelope_options(fmt, radius, radii, plot)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
@@ -111,7 +104,7 @@ def table(
         for i, row in rows.iterrows():
             out.add_row(
                 *(
-                    f"[bold]{cell(v)}*[/]" if i in best.get(c, ()) else cell(v)
+                    f"[bold]{cell(v)}*[/]" if i in best.get(str(c), set()) else cell(v)
                     for c, v in row.items()
                 )
             )
@@ -126,9 +119,22 @@ def table(
     print_coverage(exp, results, frame)
 
 
+def _envelope_options(fmt: str, radius: float | None, radii: str | None,
+                      plot: str | None) -> tuple[list[float], list[str]]:  # fmt: skip
+    """(the radii `sweeper envelope` was asked for, every problem with its options)."""
+    problems = _format_problems(fmt)
+    if radius is not None and radii is not None:
+        problems.append("pass --radius or --radii, not both")
+    if radius is not None and radius < 0:
+        problems.append(f"--radius must be >= 0 (got {radius})")
+    if plot is not None and plot.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
+        problems.append(f"--plot {plot!r}: the file name must end in .png, .pdf or .svg")
+    return ([radius] if radius is not None else radii_option(radii, problems)), problems
+
+
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper import empirical as emp
+    from sweeper.results import attack_rows as emp
 
     try:
         loaded = emp.load_empirical(exp)
@@ -243,7 +249,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
 @app.command()
 def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
     """Trials by state, certification shards done and missing, storage used."""
-    from sweeper.status import experiment_status
+    from sweeper.results.status import experiment_status
 
     exp = resolve_experiment(storage, experiment)
     try:
@@ -267,9 +273,9 @@ def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None)
         table.add_row(t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", *cells, t.error[:60])
     console.print(table)
     for stage in ("certify", "empirical"):
-        counts = [t.shards[stage] for t in st.trials]
-        done = sum(c.done for c in counts)
-        planned = sum(c.total or 0 for c in counts)
+        shards = [t.shards[stage] for t in st.trials]
+        done = sum(c.done for c in shards)
+        planned = sum(c.total or 0 for c in shards)
         if planned or done:
             console.print(f"{stage} shards: {done} of {planned} planned")
     console.print(f"storage used: {st.size_bytes / 1e6:.1f} MB")

@@ -10,9 +10,9 @@ import typer
 
 from sweeper.cli.common import ExperimentOpt, Only, SkipInvalid, Storage, app, fail
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
-from sweeper.report_figures import FIGURE_FORMATS
-from sweeper.report_tables import LINF_RADII_255
-from sweeper.storage import DEFAULT_STORAGE
+from sweeper.report.figures import FIGURE_FORMATS
+from sweeper.report.tables import LINF_RADII_255
+from sweeper.results.storage import DEFAULT_STORAGE
 from trainables import fileio
 
 
@@ -40,7 +40,7 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
 
 def dataset_dims(datasets) -> dict[str, int]:
     """Input dimension d (C·H·W) per known data set."""
-    from trainables.config import INPUT_DIM
+    from trainables.catalog import INPUT_DIM
 
     return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 
@@ -79,7 +79,7 @@ def report(
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
-    from sweeper.report_build import build_report, write_report
+    from sweeper.report.build import build_report, write_report
 
     problems: list[str] = []
     figure_formats = _formats(formats, problems)

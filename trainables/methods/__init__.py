@@ -1,45 +1,105 @@
-"""Training methods, one small module each, keyed by `TrialConfig.method`.
+"""The training methods: one row each in `REGISTRY`, one small module each for its loss.
 
-`splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
-split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
-copies, one optimizer step per chunk; MACER and stability training take one step per batch
-on all B·k copies.
+A row names, once, everything the rest of the code knows about a method:
+- `settings`: the `TrialConfig` fields it trains with. Every other method setting resolves to
+  None for it, so it is no part of its trial_id (adding a method's setting later keeps every
+  existing trial_id). DDN's two settings count only with attack ddn.
+- `defaults`: values of its settings left unset (null): the papers' CIFAR-10 values.
+- `attacks`: the attacks it accepts (the first is the default where it has one).
+- `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
+  split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
+  copies, one optimizer step per chunk; MACER and stability training take one step per batch
+  on all B·k copies.
+- `ddrs`: whether DDRS training (a σ_x per input) supports it: the paper's three methods.
+- `module`, `function`: its loss, `trainables.methods.<module>.<function>(model, x, y, ctx)`
+  (see `base`). This package's front (this table) is pure Python, so the control plane
+  validates a grid without torch; the loss module (and torch) is imported when a trial trains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from trainables.config import METHODS
-from trainables.methods import (
-    consistency,
-    gaussian,
-    macer,
-    smoothadv,
-    smoothmix,
-    stability,
-    vanilla_pgd,
-)
-from trainables.methods.base import StepContext, StepOutput
+if TYPE_CHECKING:
+    import torch
+
+    from trainables.methods.base import StepContext, StepOutput
+
+    LossFunction = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, StepContext], StepOutput]
+
+
+@dataclass(frozen=True)
+class SigmaTimes:
+    """A default that scales with the training σ (used when σ > 0; else left unset)."""
+
+    factor: float
 
 
 @dataclass(frozen=True)
 class Method:
-    loss: Callable[..., StepOutput]
+    """One training method (see the module docstring for each field)."""
+
+    name: str
+    settings: tuple[str, ...]
+    module: str
+    function: str
     splits_batch: bool
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    attacks: tuple[str, ...] = ()
+    ddrs: bool = False
+
+    @property
+    def loss(self) -> LossFunction:
+        """The method's loss function (imports its module, and torch)."""
+        module = importlib.import_module(f"trainables.methods.{self.module}")
+        return cast("LossFunction", getattr(module, self.function))
 
 
-REGISTRY: dict[str, Method] = {
-    "gaussian": Method(gaussian.loss, splits_batch=True),
-    "smoothadv": Method(smoothadv.loss, splits_batch=True),
-    "vanilla_pgd": Method(vanilla_pgd.loss_vanilla, splits_batch=True),
-    "pgd_noise": Method(vanilla_pgd.loss_with_noise, splits_batch=True),
-    "smoothmix": Method(smoothmix.loss, splits_batch=True),
-    "macer": Method(macer.loss, splits_batch=False),
-    "consistency": Method(consistency.loss, splits_batch=True),
-    "stability": Method(stability.loss, splits_batch=False),
-}
-assert tuple(REGISTRY) == METHODS, "method registry and config.METHODS disagree"
+ATTACKS = ("pgd", "ddn")
+# The attack's settings (`trainables.config_parts.AttackPart`); DDN's count only with ddn.
+ATTACK_SETTINGS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
+DDN_SETTINGS = ("ddn_init_norm", "ddn_gamma")
+_MIX = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
 
-__all__ = ["REGISTRY", "Method", "StepContext", "StepOutput"]
+# fmt: off
+_ROWS = (
+    Method("gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True),
+    Method(
+        "smoothadv", ("m_train", *ATTACK_SETTINGS, *DDN_SETTINGS), "smoothadv", "loss",
+        splits_batch=True, attacks=ATTACKS, ddrs=True,
+    ),
+    Method(
+        "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
+        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",),
+    ),
+    Method(
+        "pgd_noise", ("m_train", *ATTACK_SETTINGS), "vanilla_pgd", "loss_with_noise",
+        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",),
+    ),
+    Method(  # Jeong et al. 2021: η = 5, the ascent step α = 2σ
+        "smoothmix", ("m_train", "steps", "warmup_epochs", *_MIX), "smoothmix", "loss",
+        splits_batch=True,
+        defaults={"eta": 5.0, "mix_step": 0, "mix_detach": False, "mix_alpha": SigmaTimes(2.0)},
+    ),
+    Method(  # Zhai et al. 2020
+        "macer", ("m_train", "lam", "macer_beta", "macer_gamma"), "macer", "loss",
+        splits_batch=False, defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0},
+        ddrs=True,
+    ),
+    Method(  # Jeong & Shin 2020 (λ = 20 at σ = 0.25)
+        "consistency", ("m_train", "lam", "eta"), "consistency", "loss",
+        splits_batch=True, defaults={"lam": 10.0, "eta": 0.5},
+    ),
+    Method(  # Li et al. 2019, as the SmoothMix paper ran it
+        "stability", ("lam",), "stability", "loss", splits_batch=False, defaults={"lam": 2.0}
+    ),
+)
+# fmt: on
+REGISTRY: dict[str, Method] = {row.name: row for row in _ROWS}
+METHODS = tuple(REGISTRY)
+# Every field some method uses: None (and no part of the trial_id) for the others.
+METHOD_SETTINGS = frozenset(name for row in _ROWS for name in row.settings)
+DDRS_METHODS = tuple(row.name for row in _ROWS if row.ddrs)

@@ -10,10 +10,12 @@ The model is in train mode when a method is called; attacks switch to eval thems
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from trainables.config import TrialConfig
+if TYPE_CHECKING:  # annotations only: the config imports the method table (this package)
+    from trainables.config import TrialConfig
 
 
 @dataclass(frozen=True)
@@ -21,18 +23,18 @@ class StepContext:
     """What a method's loss sees besides the model and the chunk.
 
     `sigma` is the noise level to train the chunk with: cfg.sigma (a float, the default), or
-    under DDRS training a (b,) tensor with one σ_x per input of the chunk. Methods read
-    ctx.sigma, never cfg.sigma, and `draw_noise` broadcasts either form."""
+    under DDRS training `sigma_x`, a (b,) tensor with one σ_x per input of the chunk. Methods
+    read ctx.sigma, never cfg.sigma, and `draw_noise` broadcasts either form."""
 
     cfg: TrialConfig
     epoch: int  # 0-based
     epsilon: float  # the attack radius after warm-up for this epoch (0 without an attack)
     generator: torch.Generator  # on the training device; every noise draw comes from it
-    sigma: float | torch.Tensor | None = None  # None -> cfg.sigma
+    sigma_x: torch.Tensor | None = None  # DDRS training: σ_x per input; None: cfg.sigma
 
-    def __post_init__(self) -> None:
-        if self.sigma is None:
-            object.__setattr__(self, "sigma", self.cfg.sigma)
+    @property
+    def sigma(self) -> float | torch.Tensor:
+        return self.cfg.sigma if self.sigma_x is None else self.sigma_x
 
 
 @dataclass(frozen=True)
@@ -87,12 +89,16 @@ def per_input(sigma: float | torch.Tensor, like: torch.Tensor) -> float | torch.
     return sigma.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
 
 
-def noisy_copies(x: torch.Tensor, noise: torch.Tensor, y: torch.Tensor):
+def noisy_copies(
+    x: torch.Tensor, noise: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The m noisy copies x + δ_i of every input, flattened to (b·m, C, H, W), with labels."""
     m = noise.shape[1]
     return (x.unsqueeze(1) + noise).flatten(0, 1), y.repeat_interleave(m)
 
 
-def cross_entropy_on(model, inputs: torch.Tensor, targets: torch.Tensor) -> StepOutput:
+def cross_entropy_on(
+    model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+) -> StepOutput:
     logits = model(inputs)
     return StepOutput(torch.nn.functional.cross_entropy(logits, targets), logits, targets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainables.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 
@@ -22,10 +23,11 @@ def regularizer(logits: torch.Tensor, m: int, lam: float, eta: float) -> torch.T
     return lam * kl + eta * entropy
 
 
-def loss(model, x, y, ctx: StepContext) -> StepOutput:
+def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    noise = draw_noise(x, cfg.m_train, ctx.sigma, ctx.generator)
+    m = setting(cfg.m_train, "m_train")
+    noise = draw_noise(x, m, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
-    reg = regularizer(logits, cfg.m_train, cfg.lam, cfg.eta).mean()
+    reg = regularizer(logits, m, setting(cfg.lam, "lam"), setting(cfg.eta, "eta")).mean()
     return StepOutput(F.cross_entropy(logits, targets) + reg, logits, targets)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainables.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 LOG_FLOOR = 1e-10
@@ -41,13 +42,14 @@ def radius_hinge(
     return sigma / 2 * torch.relu(gamma - gap) * keep
 
 
-def loss(model, x, y, ctx: StepContext) -> StepOutput:
+def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    k = cfg.m_train
+    k = setting(cfg.m_train, "m_train")
+    beta, gamma = setting(cfg.macer_beta, "macer_beta"), setting(cfg.macer_gamma, "macer_gamma")
     noise = draw_noise(x, k, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
     p = F.softmax(logits, dim=1).view(x.shape[0], k, -1).mean(dim=1)
     classification = -torch.log(p.gather(1, y.unsqueeze(1)).squeeze(1) + LOG_FLOOR).mean()
-    robustness = radius_hinge(logits, y, k, ctx.sigma, cfg.macer_beta, cfg.macer_gamma).mean()
-    return StepOutput(classification + cfg.lam * robustness, logits, targets)
+    robustness = radius_hinge(logits, y, k, ctx.sigma, beta, gamma).mean()
+    return StepOutput(classification + setting(cfg.lam, "lam") * robustness, logits, targets)

@@ -9,7 +9,10 @@ The attack's ε is the epoch's warmed-up ε (`ctx.epsilon`); DDN starts from tha
 
 from __future__ import annotations
 
+import torch
+
 from trainables import attacks
+from trainables.config import setting
 from trainables.methods.base import (
     StepContext,
     StepOutput,
@@ -19,14 +22,15 @@ from trainables.methods.base import (
 )
 
 
-def loss(model, x, y, ctx: StepContext) -> StepOutput:
+def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    noise = draw_noise(x, cfg.m_train, ctx.sigma, ctx.generator)
+    noise = draw_noise(x, setting(cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
+    steps = setting(cfg.steps, "steps")
     if cfg.attack == "pgd":
-        x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, cfg.steps, generator=ctx.generator)
+        x_adv = attacks.pgd(model, x, y, noise, ctx.epsilon, steps, generator=ctx.generator)
     else:
         x_adv = attacks.ddn(
-            model, x, y, noise, ctx.epsilon, cfg.steps, cfg.ddn_init_norm, cfg.ddn_gamma,
-            generator=ctx.generator,
+            model, x, y, noise, ctx.epsilon, steps, cfg.ddn_init_norm,
+            setting(cfg.ddn_gamma, "ddn_gamma"), generator=ctx.generator,
         )  # fmt: skip
     return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))

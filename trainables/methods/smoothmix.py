@@ -26,12 +26,16 @@ import torch
 import torch.nn.functional as F
 
 from trainables import attacks
+from trainables.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
 
 
-def adversary(model, x, y, noise, alpha: float, steps: int, mix_step: int, maxnorm: float | None):
+def adversary(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor, alpha: float,
+    steps: int, mix_step: int, maxnorm: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(x_{mix_step}, x_T): the iterate at `mix_step` and the last one, shapes (b, C, H, W).
     As the reference (SmoothMix_PGD.attack), the anchor is taken at the start of step
     `mix_step`, so it stays x when mix_step >= steps (the config refuses mix_step 1, steps 1)."""
@@ -60,16 +64,17 @@ def mixed_kl(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
     return (torch.special.xlogy(target, target) - target * log_probs).sum(dim=-1)
 
 
-def loss(model, x, y, ctx: StepContext) -> StepOutput:
+def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    b, m = x.shape[0], cfg.m_train
-    w = warmup(ctx.epoch, cfg.warmup_epochs)
+    b, m = x.shape[0], setting(cfg.m_train, "m_train")
+    alpha, mix_step = setting(cfg.mix_alpha, "mix_alpha"), setting(cfg.mix_step, "mix_step")
+    w = warmup(ctx.epoch, setting(cfg.warmup_epochs, "warmup_epochs"))
     noise = draw_noise(x, m, ctx.sigma, ctx.generator)
     anchor, x_adv = adversary(
-        model, x, y, noise, cfg.mix_alpha, cfg.steps, cfg.mix_step, cfg.mix_maxnorm
+        model, x, y, noise, alpha, setting(cfg.steps, "steps"), mix_step, cfg.mix_maxnorm
     )
-    if cfg.mix_step == 1:  # the one-step adversary replaces x, within radius α·w
-        x = x + attacks.project_l2(anchor - x, cfg.mix_alpha * w)
+    if mix_step == 1:  # the one-step adversary replaces x, within radius α·w
+        x = x + attacks.project_l2(anchor - x, alpha * w)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
     xent = F.cross_entropy(logits, targets)
@@ -85,4 +90,4 @@ def loss(model, x, y, ctx: StepContext) -> StepOutput:
     log_p_mix = F.log_softmax(model(noisy_copies(x_mix, noise, y)[0]), dim=1).view(b, m, -1)
     gate = (clean_avg.argmax(dim=1) == y).to(x.dtype)
     mix = (gate.view(-1, 1) * mixed_kl(target.unsqueeze(1), log_p_mix)).mean()
-    return StepOutput(xent + cfg.eta * w * mix, logits, targets)
+    return StepOutput(xent + setting(cfg.eta, "eta") * w * mix, logits, targets)

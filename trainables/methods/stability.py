@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainables.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise
 
 
@@ -21,10 +22,10 @@ def stability_kl(clean_logits: torch.Tensor, noisy_logits: torch.Tensor) -> torc
     return (log_p.exp() * (log_p - log_q)).sum(dim=1)
 
 
-def loss(model, x, y, ctx: StepContext) -> StepOutput:
-    cfg = ctx.cfg
+def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     noise = draw_noise(x, 1, ctx.sigma, ctx.generator)[:, 0]
     clean = model(x)
     noisy = model(x + noise)
-    total = F.cross_entropy(clean, y) + cfg.lam * stability_kl(clean, noisy).mean()
+    lam = setting(ctx.cfg.lam, "lam")
+    total = F.cross_entropy(clean, y) + lam * stability_kl(clean, noisy).mean()
     return StepOutput(total, clean, y)

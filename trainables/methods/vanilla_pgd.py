@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from trainables import attacks
+from trainables.config import setting
 from trainables.methods.base import (
     StepContext,
     StepOutput,
@@ -19,16 +20,23 @@ from trainables.methods.base import (
 )
 
 
-def _base_attack(model, x, y, ctx: StepContext) -> torch.Tensor:
+def _base_attack(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext
+) -> torch.Tensor:
     no_noise = torch.zeros((x.shape[0], 1, *x.shape[1:]), device=x.device, dtype=x.dtype)
-    return attacks.pgd(model, x, y, no_noise, ctx.epsilon, ctx.cfg.steps, generator=ctx.generator)
+    steps = setting(ctx.cfg.steps, "steps")
+    return attacks.pgd(model, x, y, no_noise, ctx.epsilon, steps, generator=ctx.generator)
 
 
-def loss_vanilla(model, x, y, ctx: StepContext) -> StepOutput:
+def loss_vanilla(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext
+) -> StepOutput:
     return cross_entropy_on(model, _base_attack(model, x, y, ctx), y)
 
 
-def loss_with_noise(model, x, y, ctx: StepContext) -> StepOutput:
+def loss_with_noise(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext
+) -> StepOutput:
     x_adv = _base_attack(model, x, y, ctx)
-    noise = draw_noise(x, ctx.cfg.m_train, ctx.sigma, ctx.generator)
+    noise = draw_noise(x, setting(ctx.cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
     return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))

@@ -1,0 +1,40 @@
+"""The jh-jeong repositories (smoothing-consistency, smoothmix): `<dataset>/<method>/...`
+with the training settings as directories and the log named `noise_<σ>[_<run>]`, their
+baselines included (e.g. `macer/num_<m>/lbd_<λ>/gamma_<γ>/beta_<β>/<arch>/noise_<σ>`).
+
+    pgd_<k>_<T>[_<W>], ddn_<k>_<T>_<W>_<i>_<γ>   their SmoothAdv runs (method smoothadv):
+                                   ε = k/256, T, warm-up W, DDN γ (the named DDN ε0 = i/256 is
+                                   not used: train_salman.py resets it to the warmed-up ε every
+                                   epoch, our default)
+    lbd_<λ>, eta_<η>               λ and η (kept where the method uses them)
+    gamma_<γ>, beta_<β>            MACER's γ and β
+    consistency | stab, stability | smoothmix | macer   the method
+"""
+
+from __future__ import annotations
+
+import re
+
+from sweeper.ingest.layouts.shared import NUM, Handler, number
+
+
+def _attack(m: re.Match) -> dict:
+    attack, eps, steps, warmup, _init, gamma = m.groups()
+    values = {"attack": attack.lower(), "epsilon": float(eps) / 256, "steps": int(steps)}
+    values |= {"warmup_epochs": int(warmup)} if warmup else {}
+    # the named initial norm never took effect (reset to the epoch's ε): ddn_init_norm stays None
+    values |= {"ddn_gamma": float(gamma)} if gamma else {}
+    return values | {"_method": "smoothadv"}
+
+
+PATTERNS: list[tuple[str, Handler]] = [
+    (rf"(pgd|ddn)_{NUM}_(\d+)(?:_(\d+))?(?:_{NUM}_{NUM})?", _attack),
+    (rf"lbd_{NUM}", number("lam")),
+    (rf"eta_{NUM}", number("eta")),
+    (rf"gamma_{NUM}", number("macer_gamma")),
+    (rf"beta_{NUM}", number("macer_beta")),
+]
+METHOD_WORDS = {
+    "consistency": "consistency", "stab": "stability", "stability": "stability",
+    "smoothmix": "smoothmix", "macer": "macer",
+}  # fmt: skip

@@ -1,0 +1,245 @@
+"""What a sweep will cost: device-hours of training and of certification, per trial, per group
+of alike trials and in total, from throughput figures (`sweeper.plan.throughput`), before anything
+runs. Pure Python: no torch, no Ray, no data (data set sizes are known constants).
+
+Work is counted in samples through the base classifier, as the training methods
+(`trainables.methods`) and CERTIFY do it:
+- a training epoch pushes every training input through `step_passes` forward+backward passes
+  (noisy copies, attack steps, SmoothMix's mixed copies, ...), plus DDRS's σ-ascent steps and
+  self-training's pseudo-labelled batches, and evaluates the test subset clean and noisy (two
+  forwards per input);
+- CERTIFY costs n0 + n forwards per certified point (and, for data-dependent σ, K·samples
+  forward+backward passes of OptimizeSigma).
+Forward+backward passes are priced at the training-step rate (attack steps skip the weight
+gradients and the update, so they are priced a little high), forwards at the forward rate.
+Data loading, checkpointing and Python overheads are not priced.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.throughput import Figure
+from trainables.catalog import DATASETS
+from trainables.config import TrialConfig, setting
+
+# Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
+# ImageNet32) 1,281,167 train and the 50,000 validation images; MNIST 60,000/10,000; digits:
+# scikit-learn's 1,797 split 75/25 stratified (trainables.datasets) into 1,347/450.
+TRAIN_SIZE = {"cifar10": 50_000, "imagenet": 1_281_167, "mnist": 60_000, "digits": 1_347,
+              "imagenet32": 1_281_167}  # fmt: skip
+TEST_SIZE = {"cifar10": 10_000, "imagenet": 50_000, "mnist": 10_000, "digits": 450,
+             "imagenet32": 50_000}  # fmt: skip
+assert set(TRAIN_SIZE) == set(TEST_SIZE) == set(DATASETS), "a data set without its sizes"
+ATTACKED = ("smoothadv", "vanilla_pgd", "pgd_noise")  # attacks that skip epochs with ε = 0
+
+
+def step_passes(cfg: TrialConfig, attacked: bool = True) -> int:
+    """Forward+backward passes per training input in one epoch (`attacked`: ε > 0 that epoch):
+    SmoothAdv attacks m noisy copies T times and trains on them, m·(T+1); vanilla PGD attacks
+    the clean input, T+1; PGD + noise, T+m; SmoothMix attacks m copies T times and trains on
+    m clean and m mixed copies, m·(T+2); Gaussian, MACER, consistency: m; stability: clean
+    and noisy, 2."""
+    m, t = cfg.m_train or 1, cfg.steps or 0
+    t = t if attacked or cfg.method not in ATTACKED else 0
+    return {
+        "smoothadv": m * (t + 1),
+        "vanilla_pgd": t + 1,
+        "pgd_noise": t + m,
+        "smoothmix": m * (t + 2),
+        "stability": 2,
+    }.get(cfg.method, m)
+
+
+def attack_epochs(cfg: TrialConfig) -> int:
+    """Epochs whose ε is > 0: none for ε = 0; every epoch under the reference warm-up (ε/W in
+    the first); all but the first under the paper's (0 in the first epoch; see
+    `trainables.methods.base.warmup_factor`)."""
+    if cfg.method not in ATTACKED or not cfg.epsilon:
+        return 0
+    paper = cfg.warmup_schedule == "paper" and (cfg.warmup_epochs or 0) > 1
+    return cfg.epochs - (1 if paper else 0)
+
+
+def train_inputs(cfg: TrialConfig) -> int:
+    size = TRAIN_SIZE[cfg.dataset]
+    return size if cfg.train_subset is None else min(size, cfg.train_subset)
+
+
+def training_work(cfg: TrialConfig) -> tuple[float, float]:
+    """(forward+backward passes, forwards) of training one trial to cfg.epochs."""
+    attacked = attack_epochs(cfg)
+    per_input = attacked * step_passes(cfg, True) + (cfg.epochs - attacked) * step_passes(
+        cfg, False
+    )
+    if cfg.ddrs_start_epoch is not None:  # OptimizeSigma before every chunk's step
+        steps = setting(cfg.ddrs_iterations, "ddrs_iterations") * setting(cfg.ddrs_samples, "ddrs_samples")
+        per_input += (cfg.epochs - cfg.ddrs_start_epoch) * steps
+    passes = per_input * train_inputs(cfg) * (1 + (cfg.pseudo_ratio or 0))
+    test = TEST_SIZE[cfg.dataset]
+    evaluated = test if cfg.eval_subset is None else min(test, cfg.eval_subset)
+    return float(passes), float(2 * evaluated * cfg.epochs)
+
+
+def certified_points(dataset: str, spec: CertifySpec) -> int:
+    """Every `skip`-th test point, at most `max_points` (`storage.index_chunks`)."""
+    points = math.ceil(TEST_SIZE[dataset] / spec.skip)
+    return points if spec.max_points is None else min(points, spec.max_points)
+
+
+def certify_work(cfg: TrialConfig, spec: CertifySpec) -> tuple[float, float]:
+    """(forward+backward passes, forwards) of certifying one model with every variant of
+    `spec` (fixed σ, and data-dependent σ when spec.ddrs is set)."""
+    passes = forwards = 0.0
+    for variant in spec.variants():
+        points = certified_points(cfg.dataset, variant)
+        forwards += points * (variant.n0 + variant.n)
+        if variant.ddrs is not None:
+            passes += points * variant.ddrs.iterations * variant.ddrs.samples
+    return passes, forwards
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """One trial's device-hours on the figures' device (whole GPU, or one CPU core)."""
+
+    trial: TrialConfig
+    train_hours: float
+    certify_hours: float
+    certify_forwards: float
+
+    @property
+    def hours(self) -> float:
+        return self.train_hours + self.certify_hours
+
+
+def hours(passes: float, forwards: float, figure: Figure) -> float:
+    return (passes / figure.train + forwards / figure.forward) / 3600
+
+
+def price(cfg: TrialConfig, spec: CertifySpec, figure: Figure) -> TrialCost:
+    train = training_work(cfg)
+    cert = certify_work(cfg, spec)
+    return TrialCost(cfg, hours(*train, figure), hours(*cert, figure), cert[1])
+
+
+def group_label(cfg: TrialConfig) -> str:
+    """The fields that set a trial's cost (PGD and DDN cost the same); a group's trials may
+    still differ a little (ε = 0, warm-up, eval_subset), so its per-trial cost is a mean."""
+    parts = [cfg.dataset, setting(cfg.arch, "arch"), cfg.method]
+    parts += [f"T={cfg.steps}"] if cfg.steps is not None else []
+    parts += [f"m={cfg.m_train}"] if cfg.m_train is not None else []
+    parts += [f"{cfg.epochs} ep"]
+    parts += [f"{train_inputs(cfg):,} inputs"] if cfg.train_subset is not None else []
+    parts += ["DDRS"] if cfg.ddrs_start_epoch is not None else []
+    parts += ["self-training"] if cfg.pseudo_ratio else []
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str
+    trials: int
+    passes: int  # forward+backward passes per training input per epoch, after any warm-up
+    train_hours: float  # the group's total
+    certify_hours: float
+
+
+def groups(costs: list[TrialCost]) -> list[Group]:
+    """Alike trials together, in the order the sweep first lists them."""
+    found: dict[str, list[TrialCost]] = {}
+    for c in costs:
+        found.setdefault(group_label(c.trial), []).append(c)
+    return [
+        Group(label, len(cs), step_passes(cs[0].trial),
+              sum(c.train_hours for c in cs), sum(c.certify_hours for c in cs))
+        for label, cs in found.items()
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    costs: list[TrialCost]
+
+    @property
+    def train_hours(self) -> float:
+        return sum(c.train_hours for c in self.costs)
+
+    @property
+    def certify_hours(self) -> float:
+        return sum(c.certify_hours for c in self.costs)
+
+    @property
+    def hours(self) -> float:
+        return self.train_hours + self.certify_hours
+
+    def spread(self) -> tuple[float, float, float]:
+        """(min, median, max) of a trial's device-hours."""
+        per_trial = [c.hours for c in self.costs]
+        return min(per_trial), statistics.median(per_trial), max(per_trial)
+
+    def forwards_per_model(self) -> tuple[float, float]:
+        """(fewest, most) certification forwards of one model."""
+        counts = [c.certify_forwards for c in self.costs]
+        return min(counts), max(counts)
+
+
+def price_sweep(
+    trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
+) -> SweepCost:
+    """Every trial priced with its architecture's figure."""
+    return SweepCost([price(t, spec, figures[setting(t.arch, "arch")]) for t in trials])
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What the sweep runs on: GPUs and CPUs (None: not known, assumed not to limit)."""
+
+    gpus: float
+    cpus: float | None
+    where: str
+
+
+@dataclass(frozen=True)
+class WallClock:
+    hours: float
+    at_once: int  # trials running together
+    devices: float  # GPUs (or CPU cores) kept busy
+
+
+def wall_clock(
+    sweep: SweepCost, per_trial: Resources, kind: str, capacity: Devices
+) -> WallClock | None:
+    """Wall-clock hours on `capacity`, or None when not one trial fits. Trials packed on a GPU
+    share its throughput (Ray fills one GPU's fractions before the next), so the occupied GPUs
+    (or CPU cores, one per trial thread) work off the sweep's device-hours together; the
+    longest chain of trials (a fine-tune trial after its parent) is a lower bound."""
+    at_once = len(sweep.costs)
+    if capacity.cpus is not None and per_trial.cpu > 0:
+        at_once = min(at_once, math.floor(capacity.cpus / per_trial.cpu + 1e-9))
+    if kind == "gpu":
+        at_once = min(at_once, math.floor(capacity.gpus / per_trial.gpu + 1e-9))
+    if at_once < 1:
+        return None
+    if kind == "gpu":
+        width = max(1.0, per_trial.gpu)
+        busy = min(capacity.gpus, math.ceil(at_once * per_trial.gpu - 1e-9))
+    else:
+        width = busy = max(1, int(per_trial.cpu))
+        busy *= at_once
+    return WallClock(max(sweep.hours / busy, longest_chain(sweep) / width), int(at_once), busy)
+
+
+def longest_chain(sweep: SweepCost) -> float:
+    """Device-hours of the longest trial, a fine-tune trial counted with the parents it waits
+    for (two-stage sweeps: `init_from`)."""
+    own = {c.trial.trial_id: c for c in sweep.costs}
+
+    def chain(cost: TrialCost) -> float:
+        parent = own.get(cost.trial.init_from) if cost.trial.init_from else None
+        return cost.hours + (chain(parent) if parent else 0.0)
+
+    return max(chain(c) for c in sweep.costs)

@@ -1,0 +1,121 @@
+"""Grid expansion: a `SweepSpec` becomes the ordered list of `TrialConfig`s it describes.
+
+Order is deterministic (grids in file order, then the product of axes in file order, the last
+axis varying fastest; a fine-tuning stage crosses each of its parent grid's trials, in order,
+with its own axes). Configs that resolve to the same trial (e.g. an ε axis crossed with
+the Gaussian baseline, which has no ε) are kept once. `trial_id` is a hash of the resolved
+config, so it is stable across runs, machines and Ray's own trial names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import yaml
+
+from sweeper.plan.spec import TRIAL_KEYS, Grid, SweepSpec
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError
+
+
+def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:
+    for parent in parents:
+        for combo in itertools.product(*(values for _, values in grid.axes)):
+            d = {**spec.fixed, **grid.fixed}
+            if parent is not None:
+                d.update({k: getattr(parent, k) for k in grid.inherit}, init_from=parent.trial_id)
+            for (axis, _), value in zip(grid.axes, combo, strict=True):
+                d.update(value if isinstance(value, dict) else {axis: value})
+            yield d
+
+
+def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
+    """(grid name, config dict) of every trial; a stage's trials follow its parent grid's."""
+    built: dict[str, list[TrialConfig]] = {}
+    for grid in spec.grids:
+        parents: list[TrialConfig | None] = list(built.get(grid.parent, [])) if grid.parent else [None]
+        configs: dict[str, TrialConfig] = {}
+        for d in _grid_dicts(spec, grid, parents):
+            d = {**d, **overrides}
+            yield grid.name, d
+            try:
+                cfg = TrialConfig.from_dict(d)
+            except ConfigError:
+                continue  # reported by expansion_problems; its children are not built
+            configs.setdefault(cfg.trial_id, cfg)
+        built[grid.name] = list(configs.values())
+
+
+def expand(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> list[TrialConfig]:
+    """Every distinct trial of the sweep, in order. `overrides` (e.g. data_dir) apply to all."""
+    trials: dict[str, TrialConfig] = {}
+    for _, d in _raw_trials(spec, overrides or {}):
+        cfg = TrialConfig.from_dict(d)
+        trials.setdefault(cfg.trial_id, cfg)
+    return list(trials.values())
+
+
+def expansion_problems(spec: SweepSpec, prefix: str = "") -> list[str]:
+    """Every distinct problem of every trial the spec would produce, naming the grid."""
+    problems: dict[str, None] = {}
+    for name, d in _raw_trials(spec, {}):
+        try:
+            TrialConfig.from_dict(d)
+        except ConfigError as e:
+            problems.update({f"{prefix}grid {name!r}: {p}": None for p in e.problems})
+    return list(problems)
+
+
+def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
+    """`--only sigma=0.25,attack=pgd` -> ({"sigma": 0.25, "attack": "pgd"}, problems)."""
+    if not text:
+        return {}, []
+    selection, problems = {}, []
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(f"--only: expected key=value, got {part!r}")
+        elif key not in TRIAL_KEYS:
+            problems.append(f"--only: unknown hyperparameter {key!r}")
+        else:
+            try:
+                parsed = yaml.safe_load(value.strip()) if value.strip() else None
+            except yaml.YAMLError:
+                parsed = []  # reported below
+            if parsed is not None and not isinstance(parsed, (bool, int, float, str)):
+                problems.append(f"--only {key}: expected one number, word or null, got {value!r}")
+            else:
+                selection[key] = parsed
+    return selection, problems
+
+
+def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
+    have = getattr(cfg, key)
+    if key == "amp" and isinstance(wanted, bool):  # --only amp=off (YAML: false), amp=true
+        wanted = "fp16" if wanted else "off"
+    if (
+        isinstance(have, float)
+        and isinstance(wanted, (int, float))
+        and not isinstance(wanted, bool)
+    ):
+        return math.isclose(have, wanted, rel_tol=1e-9)
+    return have == wanted
+
+
+def select(
+    trials: list[TrialConfig], only: Mapping[str, Any]
+) -> tuple[list[TrialConfig], list[str]]:
+    """The trials matching every key=value of `only`; a value no trial has is a problem."""
+    problems = []
+    for key, wanted in only.items():
+        if not any(_matches(t, key, wanted) for t in trials):
+            values = sorted({str(getattr(t, key)) for t in trials})
+            problems.append(
+                f"--only {key}={wanted} matches no trial ({key} values: {', '.join(values)})"
+            )
+    chosen = [t for t in trials if all(_matches(t, k, v) for k, v in only.items())]
+    return chosen, problems

@@ -1,0 +1,29 @@
+"""How certification runs the base classifier (precision, channels_last, compile): the values,
+their checks against the resources, and reading them back from a cert_id. Torch-free; the
+settings themselves are `CertifySpec` fields (`sweeper.plan.spec`), run by `trainables.runtime`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# = trainables.runtime.PRECISIONS (the control plane stays torch-free; a test checks they agree)
+PRECISIONS = ("fp32", "bf16", "fp16")
+_TAG_NAMES = {"cl": "channels_last", "compiled": "compiled"}  # cert_id segment -> setting
+
+
+def precision_problem(certify: Any, resources: Any) -> str | None:
+    """fp16 certification (a CertifySpec) where the tasks get no GPU (Resources): every shard
+    would fail on its worker."""
+    if certify.precision == "fp16" and not resources.gpu:
+        return ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
+                "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
+                "instructions)")  # fmt: skip
+    return None
+
+
+def run_settings(cert_id: str) -> str:
+    """How the base classifier of a certification setting was run, from its cert_id: e.g.
+    "fp32" or "bf16, channels_last, compiled" (the inverse of `CertifySpec.run_tags`)."""
+    parts = cert_id.split("_")
+    precision = next((p[5:] for p in parts if p.startswith("prec-")), "fp32")
+    return ", ".join([precision] + [_TAG_NAMES[p] for p in parts if p in _TAG_NAMES])

@@ -1,0 +1,230 @@
+"""Search spaces on disk: YAML files read and validated into a typed, frozen `SweepSpec`.
+
+A space is a shipped name (`search_spaces/<name>.yaml`) or a path to the user's own file. Every
+problem in a file is reported at once, each with its place in the file, including the problems
+of the trials its grids expand to (with and without the smoke overrides).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweeper.plan.grid import expansion_problems
+from sweeper.plan.run_settings import precision_problem
+from sweeper.plan.spec import TRIAL_KEYS, CertifySpec, EmpiricalSpec, Grid, Resources, SweepSpec
+from trainables.config_parts import DDRSSettings
+from trainables.errors import ProblemsError
+
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
+GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
+
+
+class SpecError(ProblemsError):
+    """Problems with a search space."""
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def resolve_space_path(space: str) -> Path:
+    """A shipped space by name, or a path to the user's own YAML file."""
+    path = Path(space).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise SpecError([f"search space file not found: {path}"])
+        return path
+    shipped = SPACES_DIR / f"{space}.yaml"
+    if not shipped.is_file():
+        names = ", ".join(available_spaces())
+        raise SpecError(
+            [f"unknown space {space!r} (available: {names}; or pass a path to a YAML file)"]
+        )
+    return shipped
+
+
+def load_space(space: str) -> SweepSpec:
+    """Read and validate a search space; raises SpecError listing every problem."""
+    path = resolve_space_path(space)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError([f"{path}: malformed YAML{where}: {problem}"]) from None
+    except OSError as e:
+        raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
+    spec, problems = parse_spec(path.stem, raw)
+    if problems or spec is None:
+        raise SpecError([f"{path.name}: {p}" for p in problems])
+    return spec
+
+
+def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
+    """(spec, []) or (None, every problem)."""
+    if not isinstance(raw, dict):
+        return None, ["a search space must be a mapping with keys: " + ", ".join(TOP_KEYS)]
+    problems = [
+        f"unknown key {k!r} (valid: {', '.join(TOP_KEYS)})" for k in raw if k not in TOP_KEYS
+    ]
+    fixed = _trial_mapping(raw.get("fixed"), "fixed", problems)
+    grids = _grids(raw.get("grids"), problems)
+    resources = _dataclass(Resources, raw.get("resources"), "resources", problems)
+    certify = _dataclass(CertifySpec, raw.get("certify"), "certify", problems)
+    empirical = _dataclass(EmpiricalSpec, raw.get("empirical"), "empirical", problems)
+    smoke = raw.get("smoke") or {}
+    if not isinstance(smoke, dict) or set(smoke) - {"fixed", "certify"}:
+        problems.append("smoke must be a mapping with keys fixed, certify")
+        smoke = {}
+    smoke_fixed = _trial_mapping(smoke.get("fixed"), "smoke.fixed", problems)
+    smoke_certify = smoke.get("certify") or {}
+    if isinstance(smoke_certify, dict):
+        merged: list[str] = []  # the certify block's own problems are reported once
+        _dataclass(
+            CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", merged
+        )
+        problems += [p for p in merged if p.replace("smoke.", "", 1) not in problems]
+        names = {f.name for f in fields(CertifySpec)}
+        smoke_certify = {k: v for k, v in smoke_certify.items() if k in names}
+        if "ddrs" in smoke_certify:
+            smoke_certify["ddrs"] = _ddrs(smoke_certify["ddrs"], "smoke.certify.ddrs", [])
+    else:
+        problems.append("smoke.certify must be a mapping")
+        smoke_certify = {}
+    description = str(raw.get("description", ""))
+    spec = SweepSpec(
+        name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify,
+        empirical=empirical,
+    )  # fmt: skip
+    # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural
+    # ones above: unknown keys were dropped, so what is left can still be checked.
+    prefix = "with smoke overrides: "
+    base = expansion_problems(spec)
+    smoked = [p for p in expansion_problems(spec.smoked(), prefix) if p[len(prefix) :] not in base]
+    problems = list(dict.fromkeys(problems + base + smoked))
+    if (problem := precision_problem(certify, resources)) is not None:
+        problems.append(problem)
+    return (None, problems) if problems else (spec, [])
+
+
+def _trial_mapping(value: Any, where: str, problems: list[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be a mapping of hyperparameters")
+        return {}
+    for key in value:
+        if key not in TRIAL_KEYS:
+            problems.append(f"{where}: unknown hyperparameter {key!r}")
+    return {k: v for k, v in value.items() if k in TRIAL_KEYS}
+
+
+def _grids(value: Any, problems: list[str]) -> tuple[Grid, ...]:
+    if not isinstance(value, list) or not value:
+        problems.append("grids must be a non-empty list of {name, fixed, axes}")
+        return ()
+    grids: list[Grid] = []
+    for i, g in enumerate(value):
+        where = f"grids[{i}]"
+        if not isinstance(g, dict) or set(g) - GRID_KEYS:
+            problems.append(f"{where} must be a mapping with keys {', '.join(sorted(GRID_KEYS))}")
+            continue
+        fixed = _trial_mapping(g.get("fixed", {}), f"{where}.fixed", problems)
+        axes = _axes(g.get("axes", {}) or {}, where, problems)
+        parent, inherit = _stage(g, where, [grid.name for grid in grids], problems)
+        grids.append(Grid(str(g.get("name", f"grid{i}")), fixed, axes, parent, inherit))
+    return tuple(grids)
+
+
+def _stage(g: dict, where: str, earlier: list[str], problems: list[str]):
+    """(parent, inherit) of a fine-tuning stage, checked against the grids before it."""
+    parent, inherit = g.get("parent"), g.get("inherit", [])
+    if parent is not None and parent not in earlier:
+        problems.append(
+            f"{where}.parent {parent!r} must name an earlier grid ({', '.join(earlier) or 'none'})"
+        )
+    if not isinstance(inherit, list) or any(k not in TRIAL_KEYS for k in inherit):
+        problems.append(f"{where}.inherit must be a list of hyperparameters (got {inherit!r})")
+        inherit = []
+    if inherit and parent is None:
+        problems.append(f"{where}.inherit needs a parent grid")
+    if "init_from" in g.get("fixed", {}) or "init_from" in inherit:
+        problems.append(f"{where}: init_from is set by `parent`, not by hand")
+    return (str(parent) if parent is not None else None), tuple(inherit)
+
+
+def _axes(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if not isinstance(value, dict):
+        problems.append(f"{where}.axes must be a mapping of axis name -> list of values")
+        return ()
+    axes = []
+    for name, values in value.items():
+        if not isinstance(values, list):
+            problems.append(f"{where}.axes.{name} must be a list (got {values!r})")
+        elif not values:
+            problems.append(f"{where}.axes.{name} is empty")
+        else:
+            for v in values:
+                keys = v.keys() if isinstance(v, dict) else [name]
+                problems.extend(
+                    f"{where}.axes.{name}: unknown hyperparameter {k!r}"
+                    for k in keys
+                    if k not in TRIAL_KEYS
+                )
+            # Keep what is known, so the values' own problems can be reported too.
+            values = [
+                {k: x for k, x in v.items() if k in TRIAL_KEYS} if isinstance(v, dict) else v
+                for v in values
+                if isinstance(v, dict) or name in TRIAL_KEYS
+            ]
+            if values:
+                axes.append((str(name), tuple(values)))
+    return tuple(axes)
+
+
+def _dataclass(cls, value: Any, where: str, problems: list[str]):
+    """Build settings dataclass `cls` from a mapping, collecting its problems."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be a mapping")
+        return cls()
+    names = {f.name for f in fields(cls)}
+    problems.extend(
+        f"{where}: unknown key {k!r} (valid: {', '.join(sorted(names))})"
+        for k in value
+        if k not in names
+    )
+    kwargs = {k: v for k, v in value.items() if k in names}
+    if cls is CertifySpec and "ddrs" in kwargs:
+        kwargs["ddrs"] = _ddrs(kwargs["ddrs"], f"{where}.ddrs", problems)
+    obj = cls(**kwargs)
+    problems.extend(f"{where}.{p}" for p in obj.problems())
+    return obj
+
+
+def _ddrs(value: Any, where: str, problems: list[str]) -> DDRSSettings | None:
+    """`ddrs:` in a certify block: null/false (off), true or {} (defaults), or settings."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DDRSSettings()
+    if isinstance(value, DDRSSettings):
+        return value
+    if not isinstance(value, dict):
+        problems.append(f"{where} must be true, false or a mapping of settings")
+        return None
+    names = {f.name for f in fields(DDRSSettings)}
+    problems.extend(
+        f"{where}: unknown key {k!r} (valid: {', '.join(sorted(names))})"
+        for k in value
+        if k not in names
+    )
+    return DDRSSettings(**{k: v for k, v in value.items() if k in names})

@@ -1,0 +1,206 @@
+"""Planning a run before Ray starts: load and validate the space, expand and slice the grid,
+check the data, the address and the experiment, and read how far each trial got.
+
+Every problem found is collected and raised together as one `PlanError`; nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from pathlib import Path
+
+from sweeper.plan.grid import expand, parse_only, select
+from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.spec import SweepSpec
+from sweeper.results.storage import (
+    Experiment,
+    StorageError,
+    outside_problem,
+    plain_name_problem,
+    read_sweep,
+)
+from trainables import fileio
+from trainables.config import TrialConfig
+from trainables.errors import ConfigError, ProblemsError
+from trainables.trial_status import read_status
+
+
+class PlanError(ProblemsError):
+    """Everything wrong with a command's input."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    spec: SweepSpec
+    exp: Experiment
+    trials: list[TrialConfig]  # the selected slice
+    all_trials: list[TrialConfig]  # the whole sweep
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """What the user asked for on the command line."""
+
+    space: str
+    storage: str
+    experiment: str | None = None
+    smoke: bool = False
+    only: str | None = None
+    data_dir: str | None = None
+    download: bool = False
+    certify_overrides: dict | None = None
+    address: str | None = None
+    restarting: bool = False
+    dry_run: bool = False  # nothing is read from the data sets (no --data-dir needed)
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    """Validate everything that can be checked without Ray; raise PlanError with every problem."""
+    problems = address_problems(req.address)
+    try:
+        spec = load_space(req.space)
+    except SpecError as e:
+        raise PlanError(e.problems + problems) from None
+    spec = spec.smoked() if req.smoke else spec
+    if req.certify_overrides:
+        certify = dataclasses.replace(spec.certify, **req.certify_overrides)
+        problems += [f"certify option: {p}" for p in certify.problems()]
+        spec = dataclasses.replace(spec, certify=certify)
+    data_dir = str(Path(req.data_dir).expanduser().absolute()) if req.data_dir else None
+    try:
+        all_trials = expand(spec, {"data_dir": data_dir, "download": req.download})
+    except ConfigError as e:
+        raise PlanError(e.problems + problems) from None
+    selection, only_problems = parse_only(req.only)
+    trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
+    problems += only_problems + select_problems
+    problems += [] if req.dry_run else data_problems(all_trials, data_dir, req.download)
+    try:
+        exp = experiment_of(req, spec)
+    except StorageError as e:  # nothing past this point may touch a path outside the storage
+        raise PlanError(problems + e.problems) from None
+    problems += [] if req.restarting else sweep_conflict(exp, all_trials)
+    problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
+    if problems:
+        raise PlanError(problems)
+    return Plan(spec, exp, trials, all_trials)
+
+
+def experiment_of(req: PlanRequest, spec: SweepSpec) -> Experiment:
+    """The experiment the request names (by default the space's name); StorageError if that
+    name would not stay one plain directory inside the storage."""
+    if req.experiment is None:
+        problem = plain_name_problem(spec.name, "the space name (the default --experiment)")
+        if problem:
+            raise StorageError([f"{problem}: pass --experiment NAME"])
+    return Experiment(req.storage, spec.name if req.experiment is None else req.experiment)
+
+
+def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
+    """A data-parallel trial runs one process per GPU: it must ask for that many GPUs."""
+    k = max((t.data_parallel or 1 for t in trials), default=1)
+    if k > 1 and 0 < spec.resources.gpu < k:
+        return [
+            f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"
+        ]
+    return []
+
+
+def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
+    """A selected fine-tune trial needs its parent selected too, or finished already."""
+    selected = {t.trial_id for t in trials}
+    orphans = sorted(
+        {t.init_from for t in trials if t.init_from and t.init_from not in selected}
+        - {
+            p
+            for p in {t.init_from for t in trials}
+            if p and is_finished(read_status(exp.trial_dir(p)), None)
+        }
+    )
+    return [
+        f"--only selects fine-tune trials of {p}, which is neither selected nor finished: widen --only to include it"
+        for p in orphans
+    ]
+
+
+def needed_data(trials: list[TrialConfig]) -> tuple[list[str], list[TrialConfig]]:
+    """(data sets to read from a data directory, trials with pseudo-labelled data files)."""
+    datasets = sorted({t.dataset for t in trials} - {"digits"})  # digits ships with scikit-learn
+    return datasets, [t for t in trials if t.pseudo_data is not None]
+
+
+def data_problems(trials: list[TrialConfig], data_dir: str | None, download: bool) -> list[str]:
+    datasets, pseudo = needed_data(trials)
+    if not datasets and not pseudo:
+        return []
+    from trainables.datasets import data_problem  # imports torch: only when a data dir matters
+    from trainables.pseudo import pseudo_problems
+
+    problems = [p for d in datasets if (p := data_problem(d, data_dir, download))]
+    return problems + pseudo_problems(pseudo)
+
+
+def address_problems(address: str | None) -> list[str]:
+    """Reachability of a `host:port` or `ray://host:port` address (checked before ray.init)."""
+    if address in (None, "auto", "local"):
+        return []
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return [f"--address {address!r} is not host:port, ray://host:port or auto"]
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:
+        return [
+            f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}): "
+            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
+        ]
+    return []
+
+
+def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
+    """An existing experiment of the same name must hold the same sweep."""
+    try:
+        existing = read_sweep(exp)
+        old = None if existing is None else {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        return [
+            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
+        ]
+    if not old or old == {t.trial_id for t in trials}:  # none yet, or only imported results
+        return []
+    return [
+        f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "
+        "for a new one, or --restart to start this one over (the old one is kept aside)"
+    ]
+
+
+def move_aside(exp: Experiment) -> Path | None:
+    """Move an experiment out of the way (never delete it): <name>.old-<time>."""
+    if not fileio.exists(exp.root):
+        return None
+    if fileio.is_uri(exp.root):
+        raise PlanError(
+            [f"--restart cannot move {exp.root} on remote storage: pass a new --experiment instead"]
+        )
+    src = fileio.local_path(exp.root)
+    outside = outside_problem(exp.base, exp.root)  # never the storage root, nor past it
+    if outside:
+        raise PlanError([f"--restart moved nothing: {outside}"])
+    dst = src.with_name(f"{src.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    src.rename(dst)
+    return dst
+
+
+def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict | None]:
+    """trial_id -> the trial's `trial.json` (None if it never started)."""
+    return {t.trial_id: read_status(exp.trial_dir(t.trial_id)) for t in trials}
+
+
+def is_finished(status: dict | None, cfg: TrialConfig | None) -> bool:
+    """Finished training (all of cfg's epochs, when cfg is given)."""
+    if not status or status["state"] != "finished":
+        return False
+    return cfg is None or status["epoch"] >= cfg.epochs

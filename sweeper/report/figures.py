@@ -1,0 +1,170 @@
+"""The paper's figures: the curves (pure) and their rendering with matplotlib (to bytes).
+
+SmoothAdv (Salman et al. 2019) Figure 1: the upper envelope over all models (left), the
+envelope per σ (middle) and one representative model per σ (right; here the model with the
+best ACR of that σ, ties to the higher clean accuracy, then the smaller trial_id); appendix C:
+the envelope per method (Fig. 4: SmoothAdv vs vanilla PGD vs PGD + noise vs Gaussian), per
+m_train (Fig. 5) and per ε (Fig. 6). A figure is made only when the column it compares takes
+at least two values in the data; otherwise `figure_plan` says why it was skipped.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sweeper.report.tables import method_label
+from sweeper.results.envelope import certified_accuracy, model_table
+
+FIGURE_FORMATS = ("png", "pdf", "svg")
+SMOOTHADV = "smoothadv"
+SYMBOLS = {"sigma": "σ", "epsilon": "ε", "m_train": "m_train", "steps": "T"}
+# (file stem, column compared, restrict to SmoothAdv models when there are some, what it shows)
+GROUPED = [
+    ("envelope_by_sigma", "sigma", False, "Upper envelope per training σ (Fig. 1, middle)"),
+    ("envelope_by_method", "method", False, "Upper envelope per method (Fig. 4: SmoothAdv vs vanilla PGD, PGD + noise, Gaussian)"),
+    ("envelope_by_attack", "attack", True, "Upper envelope per SmoothAdv attack (PGD vs DDN)"),
+    ("envelope_by_m_train", "m_train", True, "Upper envelope per m_train, the noise draws per input (Fig. 5)"),
+    ("envelope_by_epsilon", "epsilon", True, "Upper envelope per attack radius ε (Fig. 6)"),
+    ("envelope_by_smoothing", "smoothing", False, "Upper envelope with fixed vs data-dependent σ"),
+]  # fmt: skip
+
+
+@dataclass
+class Curve:
+    label: str
+    accuracy: np.ndarray
+    envelope: bool = False  # the "upper envelope" line, drawn thick and grey underneath
+
+
+@dataclass
+class FigureData:
+    name: str  # file stem
+    caption: str
+    radii: np.ndarray
+    curves: list[Curve]
+
+
+def radius_grid(frame: pd.DataFrame, points: int = 400) -> np.ndarray:
+    top = float(frame["radius"].max()) if len(frame) else 1.0
+    return np.linspace(0.0, max(top, 1e-6) * 1.02, points)
+
+
+def value_label(column: str, value) -> str:
+    if column == "method":
+        return method_label(value)
+    if column == "attack":
+        return method_label(SMOOTHADV, value)
+    if isinstance(value, (float, np.floating)):
+        value = f"{value:g}"
+    return f"{SYMBOLS[column]} = {value}" if column in SYMBOLS else str(value)
+
+
+def describe(model: pd.Series) -> str:
+    """A model in a legend: method and its attack hyperparameters."""
+    parts = [method_label(model["method"], model.get("attack"))]
+    for column in ("epsilon", "steps", "m_train"):
+        value = model.get(column)
+        if value is not None and pd.notna(value):
+            parts.append(value_label(column, value))
+    return ", ".join(parts)
+
+
+def figure_plan(frame: pd.DataFrame) -> tuple[list[FigureData], list[str]]:
+    """The figures the data supports, and a note for each one skipped. Every curve is the
+    maximum of some models' curves, computed once (models × radii)."""
+    grid = radius_grid(frame)
+    models = model_table(frame)
+    accuracy = certified_accuracy(frame, list(grid)).to_numpy()
+    whole = Curve("upper envelope", accuracy.max(axis=0), envelope=True)
+    caption = f"Upper envelope over all {len(models)} models (Fig. 1, left)"
+    figures, notes = [FigureData("envelope", caption, grid, [whole])], []
+    for name, column, smoothadv, caption in GROUPED:
+        made = [grouped_figure(models, accuracy, grid, name, column, smoothadv, caption)]
+        if name == "envelope_by_sigma":
+            made.append(representative_figure(models, accuracy, grid))
+        figures += [f for f, _ in made if f is not None]
+        notes += [n for _, n in made if n is not None]
+    return figures, notes
+
+
+def grouped_figure(
+    models: pd.DataFrame,
+    accuracy: np.ndarray,
+    grid: np.ndarray,
+    name: str,
+    column: str,
+    smoothadv: bool,
+    caption: str,
+) -> tuple[FigureData | None, str | None]:
+    """One envelope per value of `column` (over SmoothAdv's models if `smoothadv` and there
+    are some), plus the envelope of them all. `accuracy`: one curve per row of `models`."""
+    member, who = np.ones(len(models), dtype=bool), "all models"
+    if smoothadv and (models["method"] == SMOOTHADV).any():
+        member, who = (models["method"] == SMOOTHADV).to_numpy(), "the SmoothAdv models"
+    member = member & models[column].notna().to_numpy()
+    values = sorted(models.loc[member, column].unique().tolist())
+    if len(values) < 2:
+        shown = ", ".join(value_label(column, v) for v in values) or "no value"
+        return None, f"{name}: skipped, {column} does not vary among {who} ({shown})"
+    curves = [
+        Curve(value_label(column, v), accuracy[member & (models[column] == v).to_numpy()].max(0))
+        for v in values
+    ]
+    curves.append(Curve("upper envelope", accuracy[member].max(axis=0), envelope=True))
+    return FigureData(name, f"{caption}, over {who}", grid, curves), None
+
+
+def representatives(models: pd.DataFrame) -> pd.DataFrame:
+    """Per training σ, the model (a row of `model_table`) with the best ACR (ties: higher
+    clean accuracy, then the smaller trial_id, cert_id); its position is the column `row`."""
+    ranked = models.reset_index(names="row").sort_values(
+        ["sigma", "acr", "clean_acc", "trial_id", "cert_id"],
+        ascending=[True, False, False, True, True],
+    )
+    return ranked.groupby("sigma", sort=True).head(1).reset_index(drop=True)
+
+
+def representative_figure(
+    models: pd.DataFrame, accuracy: np.ndarray, grid: np.ndarray
+) -> tuple[FigureData | None, str | None]:
+    picks = representatives(models)
+    if len(picks) < 2:
+        return None, "representative_per_sigma: skipped, σ does not vary"
+    curves = [
+        Curve(f"σ = {m['sigma']:g}: {describe(m)} (ACR {m['acr']:.3f})", accuracy[int(m["row"])])
+        for _, m in picks.iterrows()
+    ]
+    caption = "One representative model per σ, the one with the best ACR (Fig. 1, right)"
+    return FigureData("representative_per_sigma", caption, grid, curves), None
+
+
+def render_figure(figure: FigureData, fmt: str) -> bytes:
+    """The figure as a .png, .pdf or .svg file's bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    # The envelope first, thick and grey, so that the group it coincides with stays visible.
+    for c in sorted(figure.curves, key=lambda c: not c.envelope):
+        style = {"color": "0.6", "linewidth": 3.5} if c.envelope else {"linewidth": 1.3}
+        ax.plot(figure.radii, c.accuracy, label=c.label, **style)
+    ax.set_xlabel("ℓ2 radius")
+    ax.set_ylabel("certified accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_xlim(0, figure.radii[-1])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(figure.caption, fontsize=8)
+    buffer = io.BytesIO()
+    # zlib's level 6 costs most of a PNG save; pdf and svg take no pil_kwargs
+    fast: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+    fig.savefig(buffer, format=fmt, bbox_inches="tight", dpi=150, **fast)
+    plt.close(fig)
+    return buffer.getvalue()

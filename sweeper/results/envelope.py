@@ -1,0 +1,191 @@
+"""Certified-accuracy curves and their upper envelope over a sweep.
+
+A *model* is one (trial_id, cert_id) pair: a trained classifier under one certification
+setting. Its approximate certified accuracy at radius r is the share of its test points with
+`correct and radius >= r` (abstentions count as wrong). The upper envelope at r is the best
+model's accuracy; ties go to the higher clean accuracy (r = 0), then the smaller trial_id, as
+the SmoothAdv analysis picked its winners. Every curve is non-increasing in r, so is the
+envelope.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sweeper.results.rows import MODEL_KEY, SCHEMA
+
+IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
+SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
+Pick = tuple[object, float, int, int]  # (group value, radius, best model's row, group size)
+
+
+class EnvelopeError(ValueError):
+    pass
+
+
+def parse_radii(text: str) -> list[float]:
+    """`0:2.25:0.25` (start:stop:step, stop included) or `0,0.5,1`."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(p) for p in text.split(":"))
+            if not (np.isfinite([start, stop, step]).all() and step > 0 and start <= stop):
+                raise ValueError
+            count = int(np.floor((stop - start) / step + 1e-9)) + 1
+            radii = [round(start + k * step, 10) for k in range(count)]
+        else:
+            radii = [float(p) for p in text.split(",") if p.strip()]
+        if not radii or not all(np.isfinite(r) and r >= 0 for r in radii):
+            raise ValueError
+        return radii
+    except ValueError:
+        raise EnvelopeError(
+            f"--radii {text!r}: expected start:stop:step (e.g. 0:2.25:0.25) or a list 0,0.5,1"
+        ) from None
+
+
+class _LastFrame:
+    """What was computed from the last frame seen (a report asks for the same frame's models
+    a dozen times; factorizing 10^5-10^6 string keys each time is most of its work). Frames
+    are not modified in place once loaded, so the object and its length identify it."""
+
+    def __init__(self) -> None:
+        self.ref: weakref.ref[pd.DataFrame] | None = None
+        self.rows = -1
+        self.values: dict[str, object] = {}
+
+    def get(self, frame: pd.DataFrame, what: str, compute: Callable[[pd.DataFrame], Any]) -> Any:
+        if self.ref is None or self.ref() is not frame or self.rows != len(frame):
+            self.ref, self.rows, self.values = weakref.ref(frame), len(frame), {}
+        if what not in self.values:
+            self.values[what] = compute(frame)
+        return self.values[what]
+
+
+_LAST = _LastFrame()
+
+
+def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """Per row, the number of its model; the models (sorted by trial_id, cert_id); and each
+    model's first row. Hash-based factorization: no sort of the rows."""
+    codes, models, first = _LAST.get(frame, "models", _factorize_models)
+    return codes, models.copy(), first
+
+
+def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    keys = [pd.factorize(frame[k], sort=True) for k in MODEL_KEY]
+    (tcodes, _), (ccodes, cuniques) = keys
+    combined = tcodes.astype(np.int64) * len(cuniques) + ccodes
+    seen, uniques = pd.factorize(combined)  # numbered in order of first appearance
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(seen), prepend=-1))
+    order = np.argsort(uniques)
+    rank = np.empty(len(uniques), dtype=np.int64)
+    rank[order] = np.arange(len(uniques))
+    first = first[order]
+    models = frame[MODEL_KEY].iloc[first].reset_index(drop=True)
+    return rank[seen], models, first
+
+
+def model_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per model: its identity, points, clean accuracy, ACR and abstention rate."""
+    table: pd.DataFrame = _LAST.get(frame, "table", lambda f: _summarize(f, *_models(f)))
+    return table.copy()
+
+
+def _summarize(
+    frame: pd.DataFrame, codes: np.ndarray, models: pd.DataFrame, first: np.ndarray
+) -> pd.DataFrame:
+    """`models` plus points, clean accuracy, ACR, abstention rate and the identity columns
+    (from each model's first row)."""
+    k = len(models)
+    points = np.bincount(codes, minlength=k)
+    correct = frame["correct"].to_numpy(dtype=bool)
+    radius = frame["radius"].to_numpy(dtype=np.float64)
+    stats = {
+        "points": points,
+        "clean_acc": np.bincount(codes, weights=correct, minlength=k) / points,
+        "acr": np.bincount(codes, weights=radius * correct, minlength=k) / points,
+        "abstain_rate": np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k) / points,
+    }
+    identity = [c for c in IDENTITY_COLUMNS if c in frame and c not in models and c not in stats]
+    # One take of each model's first row, not one column assignment per identity column.
+    firsts = frame.take(first)[identity].reset_index(drop=True)
+    return pd.concat([models, pd.DataFrame(stats), firsts], axis=1)
+
+
+def _accuracy(
+    frame: pd.DataFrame, codes: np.ndarray, k: int, radii: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(models × unique sorted radii) certified accuracy, counting each row once: a row is
+    certified at every radius up to its own (if correct)."""
+    levels = np.unique(np.asarray(radii, dtype=np.float64))
+    correct = frame["correct"].to_numpy(dtype=bool)
+    radius = frame["radius"].to_numpy(dtype=np.float64)
+    reach = np.where(correct & ~np.isnan(radius), radius, -np.inf)
+    bins = np.searchsorted(levels, reach, side="right")  # radii <= the row's radius
+    counts = np.bincount(codes * (len(levels) + 1) + bins, minlength=k * (len(levels) + 1))
+    counts = counts.reshape(k, len(levels) + 1)[:, ::-1].cumsum(axis=1)[:, ::-1]
+    return counts[:, 1:] / np.bincount(codes, minlength=k)[:, None], levels
+
+
+def certified_accuracy(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
+    """(models × radii) certified accuracy; rows in `model_table` order."""
+    codes, models, _ = _models(frame)
+    acc, levels = _accuracy(frame, codes, len(models), radii)
+    return pd.DataFrame({r: acc[:, np.searchsorted(levels, r)] for r in radii})
+
+
+def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> pd.DataFrame:
+    """Per radius (and per value of column `by`): the best certified accuracy and its model."""
+    if frame.empty:
+        raise EnvelopeError(
+            "no certification results yet: run `sweeper run grid <space>` or `sweeper certify <space>`"
+        )
+    if by is not None and by not in frame.columns:
+        raise EnvelopeError(
+            f"--by {by!r} is not a results column (e.g. sigma, method, attack, m_train, epsilon)"
+        )
+    codes, models = _models(frame)[0], model_table(frame)
+    acc, levels = _accuracy(frame, codes, len(models), radii)
+    groups = (
+        [(None, models.index)]
+        if by is None
+        else list(models.groupby(by, dropna=False).groups.items())
+    )
+    # Best model per (group, radius): highest accuracy, then clean accuracy, then the first
+    # in model order (sorted by trial_id, cert_id).
+    clean = models["clean_acc"].to_numpy()
+    picks: list[Pick] = []
+    for value, index in groups:
+        members = np.sort(np.asarray(index))
+        for r in radii:
+            col = acc[members, np.searchsorted(levels, r)]
+            best = members[np.lexsort((members, -clean[members], -col))[0]]
+            picks.append((value, r, best, len(members)))
+    return _envelope_rows(models, acc, levels, picks, by)
+
+
+def _envelope_rows(
+    models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list[Pick], by: str | None
+) -> pd.DataFrame:
+    values, radii, picked, sizes = (list(p) for p in zip(*picks, strict=True))
+    best = np.asarray(picked)
+    columns = {by: values} if by is not None else {}
+    columns["radius"] = radii
+    columns["certified_accuracy"] = acc[best, np.searchsorted(levels, radii)]
+    # Lists of scalars, not arrays: dtypes are inferred from the picked values (an
+    # all-null `attack` column is float64), as for a frame built row by row.
+    for col in ["trial_id", "cert_id", "clean_acc", "acr", "points", *SUMMARY_COLUMNS]:
+        if col in models:
+            columns[col] = list(models[col].to_numpy()[best])
+    columns["models"] = sizes
+    return pd.DataFrame(columns)
+
+
+def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:
+    """The envelope's accuracy at many radii (for plots)."""
+    return certified_accuracy(frame, list(radii)).max(axis=0).to_numpy()

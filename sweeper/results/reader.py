@@ -1,0 +1,295 @@
+"""Reading a stage's rows: nothing trusted as read, and few files opened.
+
+A finished model's rows are one compacted file; the experiment's cache (`cache/<stage>.parquet`)
+holds the rows of many compacted files in one, so a 644-model sweep is read from one file
+instead of 644 (or 6,440 shards). The reader lists the stage once, takes from the cache the
+models whose compacted file it covers (same path and size), and opens only the rest: compacted
+files it does not cover, and the shards of unfinished models.
+
+Every file is validated before its rows are used: its schema exactly the stage's (a legacy file
+may lack the columns added since), its `experiment`, trial_id and setting equal to what its
+path says, its rows passing the stage's own checks (certified radii in [0, the largest radius
+n and α allow], labels within the class count, ...), no test point twice for a model. A file
+that fails is named with what is wrong and left out, never merged (`StageRows.invalid`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from sweeper.results.stage_table import StageTable, write_table
+from sweeper.results.storage import Experiment, StageFile, by_model
+from trainables import fileio
+from trainables.catalog import NUM_CLASSES
+
+COVERS = b"sweeper.covers"  # cache metadata: {path relative to the experiment: size}
+LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",
+                             "memory_changed"})  # fmt: skip  (columns older files lack)
+# Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
+# the off/fp16 it meant (`_legacy_values`).
+LEGACY_TYPES = {"amp": pa.bool_()}
+
+
+@dataclass
+class StageRows:
+    table: pa.Table
+    files: list[str]  # the compacted and shard files whose rows are in `table`
+    missing: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # unfinished models
+    invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
+    memory: list[StageFile] = field(default_factory=list)  # legacy DDRS memory files to apply
+
+
+def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = None) -> StageRows:
+    """Every valid row of `stage` (only `columns`, if given, plus what validation needs)."""
+    models = by_model(exp.stage_files(stage.name))
+    compacted = [f for fs in models.values() for f in fs if f.kind == "compacted"]
+    done = {f.model for f in compacted}
+    shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
+    memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
+    cols = _columns(stage, columns)
+    cached, covered, invalid = _from_cache(exp, stage, compacted, cols)
+    rest = [f for f in compacted if f.path not in covered] + shards
+    table, rest_invalid = read_valid(exp, stage, rest, cols)
+    invalid += rest_invalid
+    bad = {p.split(": ", 1)[0] for p in invalid}
+    table = pa.concat_tables([cached, table]) if cached.num_rows else table
+    used = [f.path for f in compacted if f.path in covered] + [f.path for f in rest if f.path not in bad]
+    valid_shards = [f for f in shards if f.path not in bad]
+    return StageRows(table, used, _missing(valid_shards), invalid, memory)
+
+
+def _columns(stage: StageTable, columns: list[str] | None) -> list[str]:
+    base = ["experiment", "trial_id", stage.setting_column, "idx", *stage.checked_columns]
+    wanted = [f.name for f in stage.schema] if columns is None else columns
+    return list(dict.fromkeys([*wanted, *base]))
+
+
+def _missing(shards: list[StageFile]) -> dict[tuple[str, str], list[int]]:
+    """Per unfinished model, the shard numbers absent from its `shard-k-of-K` sequence."""
+    seen: dict[tuple[str, str], set[int]] = {}
+    count: dict[tuple[str, str], int] = {}
+    for f in shards:
+        seen.setdefault(f.model, set()).add(f.index or 0)
+        count[f.model] = f.count or 0
+    return {m: sorted(set(range(count[m])) - s) for m, s in seen.items() if len(s) < count[m]}
+
+
+# ------------------------------------------------------------------------------ validating
+def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols: list[str]):
+    """(the rows of the files that validate, ["path: problem" of those that do not])."""
+    if not files:
+        return stage.schema.empty_table().select(cols), []
+    invalid = {f.path: p for f in files if (p := _schema_problem(f.path, stage.schema))}
+    good = [f for f in files if f.path not in invalid]
+    table = _scan([f.path for f in good], stage.schema, [*cols, "__fragment_index"])
+    problems = row_problems(exp, stage, table, good)
+    invalid.update({good[i].path: p for i, p in problems.items()})
+    keep = np.isin(table.column("__fragment_index").to_numpy(), list(problems), invert=True)
+    table = table.filter(pa.array(keep)).drop_columns(["__fragment_index"])
+    return table, [f"{path}: {problem}" for path, problem in invalid.items()]
+
+
+def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
+    if not paths:
+        return schema.empty_table().append_column(
+            "__fragment_index", pa.array([], pa.int32())).select(cols)  # fmt: skip
+    fs, _ = fileio.filesystem(paths[0])
+    local = [fileio.filesystem(p)[1] for p in paths]
+    table = pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(columns=cols)
+    return _legacy_values(table)
+
+
+def _schema_problem(path: str, schema: pa.Schema) -> str | None:
+    """Why a file is not one of the stage's (None: its schema is exactly the stage's)."""
+    fs, local = fileio.filesystem(path)
+    try:
+        have = pq.read_schema(local, filesystem=fs)
+    except (pa.ArrowInvalid, OSError) as e:
+        return f"not a readable Parquet file ({str(e).splitlines()[0]})"
+    for f in schema:
+        if f.name not in have.names:
+            if f.name not in LEGACY_OPTIONAL:
+                return f"column {f.name!r} is missing"
+        elif not _type_ok(have.field(f.name).type, f):
+            return f"column {f.name!r} is {have.field(f.name).type}, not {f.type}"
+    extra = [n for n in have.names if n not in schema.names]
+    return f"unexpected columns {extra}" if extra else None
+
+
+def _type_ok(have: pa.DataType, wanted: pa.Field) -> bool:
+    legacy = LEGACY_TYPES.get(wanted.name)
+    return have.equals(wanted.type) or (legacy is not None and have.equals(legacy))
+
+
+def _legacy_values(table: pa.Table) -> pa.Table:
+    """Values of a legacy-typed column as its current type means them: amp false/true (cast
+    to "false"/"true" by the scan) become off/fp16."""
+    if "amp" not in table.column_names:
+        return table
+    amp = table.column("amp")
+    meant = pc.if_else(pc.equal(amp, "true"), "fp16", pc.if_else(pc.equal(amp, "false"), "off", amp))
+    return table.set_column(table.column_names.index("amp"), "amp", meant)
+
+
+def row_problems(exp: Experiment, stage: StageTable, table: pa.Table, files: list[StageFile],
+                 identified: bool = False) -> dict[int, str]:  # fmt: skip
+    """fragment (file) index -> the first thing wrong with its rows. `identified`: each row's
+    fragment was found from its own trial_id and setting (cache rows), so they match."""
+    if not table.num_rows:
+        return {}
+    frag = table.column("__fragment_index").to_numpy()
+    problems: dict[int, str] = {}
+    checks = _identity_checks(exp, stage, table, files, frag, identified) + stage.check(table)
+    for bad, what in checks:
+        for i in np.unique(frag[np.asarray(bad, dtype=bool)]):
+            problems.setdefault(int(i), what)
+    return problems
+
+
+def _identity_checks(exp, stage, table, files, frag, identified) -> list[tuple[np.ndarray, str]]:
+    """Rows whose experiment, trial_id or setting is not what their file's path says, and
+    test points a model already has (within a file, or in an earlier file of the model)."""
+    checks = [(_differs(table.column("experiment"), exp.name), f"experiment is not {exp.name!r}")]
+    if not identified:
+        take = pa.array(frag)
+        trial = pa.array([f.trial_id for f in files]).take(take)
+        setting = pa.array([f.setting_id for f in files]).take(take)
+        checks += [
+            (_differs(table.column("trial_id"), trial), "trial_id is not the one its path names"),
+            (_differs(table.column(stage.setting_column), setting),
+             f"{stage.setting_column} is not the one its path names"),
+        ]  # fmt: skip
+    models = {m: i for i, m in enumerate(dict.fromkeys(f.model for f in files))}
+    model = np.array([models[f.model] for f in files], dtype=np.int64)[frag]
+    key = model * (1 << 40) + table.column("idx").fill_null(-1).to_numpy()
+    order = np.argsort(key, kind="stable")
+    repeated = np.zeros(len(key), dtype=bool)
+    repeated[order[1:]] = key[order[1:]] == key[order[:-1]]
+    return [*checks, (repeated, "test points the model already has (duplicated rows)")]
+
+
+def _differs(column, expected) -> np.ndarray:
+    """Rows where `column` is not `expected` (a scalar or an array); null differs too."""
+    return pc.fill_null(pc.not_equal(column, expected), True).to_numpy(zero_copy_only=False)
+
+
+def prediction_checks(table: pa.Table) -> list[tuple[np.ndarray, str]]:
+    """What every stage's rows share: a label and a prediction (−1 abstains) within the data
+    set's classes, and `correct` present and true exactly when the prediction is the label.
+    Reads dataset, label, predict, correct."""
+    label, predict, classes = int_column(table, "label"), int_column(table, "predict"), _classes(table)
+    correct = table.column("correct")
+    right = correct.fill_null(False).to_numpy(zero_copy_only=False)
+    return [
+        (correct.is_null().to_numpy(zero_copy_only=False), "correct is missing"),
+        ((label < 0) | (label >= classes), "a label outside the data set's classes"),
+        ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
+        (right != ((predict == label) & (predict != -1)), "correct disagrees with predict and label"),
+    ]
+
+
+def _classes(table: pa.Table) -> np.ndarray:
+    """Each row's class count (from its `dataset` column; -1 for an unknown data set)."""
+    names = list(NUM_CLASSES)
+    where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
+    counts = np.array([*NUM_CLASSES.values(), -1])
+    return counts[where.to_numpy(zero_copy_only=False)]
+
+
+def int_column(table: pa.Table, name: str) -> np.ndarray:
+    """An integer column as int64, null as -2 (outside every valid range)."""
+    return table.column(name).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def float_column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False).astype(float)
+
+
+# ------------------------------------------------------------------------------ the cache
+def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], cols: list[str]):
+    """(the cached rows of compacted files still present and unchanged, their paths,
+    problems). A cache that cannot be trusted is named and ignored: the files are read."""
+    path = exp.cache_path(stage.name)
+    empty = stage.schema.empty_table().select(cols)
+    if not compacted or not fileio.exists(path):
+        return empty, set(), []
+    fs, local = fileio.filesystem(path)
+    try:
+        covers = json.loads((pq.read_schema(local, filesystem=fs).metadata or {})[COVERS])
+    except (KeyError, ValueError, pa.ArrowInvalid, OSError) as e:
+        return empty, set(), [f"{path}: not a cache of this experiment ({e}); reading the files"]
+    covered = [f for f in compacted if covers.get(exp.relative(f.path)) == f.size]
+    if not covered:
+        return empty, set(), []
+    entry = StageFile(path, stage.name, "", "", "cache")
+    table, problems = _cached_rows(exp, stage, entry, covered, cols)
+    if problems:
+        return empty, set(), [f"{path}: {problems[0]}; reading the files instead"]
+    return table, {f.path for f in covered}, []
+
+
+def _cached_rows(exp, stage, entry, covered: list[StageFile], cols: list[str]):
+    """The cache's rows of the `covered` models, validated like files (one per model)."""
+    if problem := _schema_problem(entry.path, stage.schema):
+        return None, [problem]
+    table = _scan([entry.path], stage.schema, cols)
+    frag = _model_index(table, stage.setting_column, covered)
+    table = table.append_column("__fragment_index", pa.array(frag))
+    if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
+        table = table.filter(pa.array(frag >= 0))
+    problems = row_problems(exp, stage, table, covered, identified=True)
+    return table.drop_columns(["__fragment_index"]), [
+        f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
+    ]
+
+
+def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) -> np.ndarray:
+    """Per row, the index in `models` of its (trial_id, setting), or -1. Strings are
+    dictionary-encoded once per column, not joined per row (a cache holds millions)."""
+    codes, names = [], []
+    for column in ("trial_id", setting_column):
+        encoded = pc.dictionary_encode(table.column(column)).combine_chunks()
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        names.append(encoded.dictionary.to_pylist())
+    where = {m.model: i for i, m in enumerate(models)}
+    lookup = np.array([[where.get((t, s), -1) for s in names[1]] for t in names[0]], dtype=np.int64)
+    return lookup[codes[0], codes[1]] if len(codes[0]) else np.zeros(0, dtype=np.int64)
+
+
+def refresh_cache(exp: Experiment, stage: StageTable) -> int:
+    """Fold every valid compacted file into the stage's cache (atomically); returns how many
+    models the cache holds. Only the driver holding the experiment's lease calls this."""
+    compacted = [f for f in exp.stage_files(stage.name) if f.kind == "compacted"]
+    if not compacted:
+        return 0
+    cols = [f.name for f in stage.schema]
+    cached, covered, _ = _from_cache(exp, stage, compacted, cols)
+    new = [f for f in compacted if f.path not in covered]
+    if not new:
+        return len(covered)
+    table, invalid = read_valid(exp, stage, new, cols)
+    bad = {p.split(": ", 1)[0] for p in invalid}
+    held = [f for f in compacted if f.path in covered or f.path not in bad]
+    covers = {exp.relative(f.path): f.size for f in held}
+    rows = pa.concat_tables([cached, table]) if cached.num_rows else table
+    write_table(rows.replace_schema_metadata({COVERS: json.dumps(covers)}), exp.cache_path(stage.name))
+    return len(held)
+
+
+def uncovered(exp: Experiment, stage: StageTable, files: Iterable[StageFile]) -> int:
+    """How many compacted files the cache does not hold (the driver refreshes it when many)."""
+    path = exp.cache_path(stage.name)
+    try:
+        fs, local = fileio.filesystem(path)
+        covers = json.loads((pq.read_schema(local, filesystem=fs).metadata or {})[COVERS])
+    except (KeyError, ValueError, pa.ArrowInvalid, OSError):
+        covers = {}
+    return sum(covers.get(exp.relative(f.path)) != f.size for f in files if f.kind == "compacted")

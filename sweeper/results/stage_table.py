@@ -1,0 +1,44 @@
+"""What a sharded stage's rows are on storage, and writing a table of them.
+
+A `StageTable` is the contract between the stage that writes rows (`sweeper.run.stage.Stage`
+adds how they are computed) and the reader that validates them (`sweeper.results.reader`):
+the stage's directory, the column naming its setting, the exact schema, and the checks every
+row must pass. The tables of the two stages are `rows.CERTIFIED` and `attack_rows.ATTACKED`.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainables import fileio
+
+
+def no_problems(table: pa.Table) -> list:
+    """The check of a stage whose rows need none beyond their identity."""
+    return []
+
+
+@dataclass(frozen=True)
+class StageTable:
+    """A stage's rows. `check(rows) -> [(bad-row mask, what is wrong)]` finds rows the stage
+    could not have written, applied when reading (the file of any such row is left out); it
+    reads `checked_columns`. Functions must be module-level ones (Ray pickles a stage by
+    reference)."""
+
+    name: str  # its directory under the experiment
+    setting_column: str  # names the setting in the rows (cert_id, emp_id)
+    schema: pa.Schema
+    check: Callable[[pa.Table], list] = no_problems
+    checked_columns: tuple[str, ...] = ()
+
+
+def write_table(table: pa.Table, location: str) -> None:
+    """One Parquet file, atomically (temp + rename on a path, one PUT on an object store)."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    fileio.write_bytes_atomic(location, buffer.getvalue())

@@ -1,0 +1,291 @@
+"""The storage layout of one experiment (a local path or a URI such as s3://bucket/prefix):
+
+<storage>/<experiment>/
+  sweep.json                                   the resolved sweep, written before Ray starts
+  lease.json, .lease.lock                      which driver holds the experiment (sweeper.results.lease)
+  tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
+  trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
+  certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet    a shard of a model's rows
+  certify/<trial_id>/<cert_id>/compacted-of-00010.parquet      all 10 of them, once complete
+  certify/<trial_id>/<cert_id>/memory.parquet                  (DDRS, written before compaction
+                                                                existed; now folded in)
+  empirical/<trial_id>/<emp_id>/shard-...parquet, compacted-...parquet   the attack stage, alike
+  cache/<stage>.parquet                        the compacted rows of many models in one file
+  reports/                                     tables and figures
+
+Nothing outside `<storage>/<experiment>/` is ever written: an experiment name is one plain path
+component (`plain_name_problem`), the experiment's resolved root must lie strictly inside the
+storage (a symlink out of it is refused), and a storage URI may not carry credentials.
+Constructing an `Experiment` checks all three and raises `StorageError` (bad input, exit 2).
+
+Every stage (certify, empirical) keeps one directory per model and setting; a glob of
+`<stage>/*/*/*.parquet` is that stage's rows (shards of unfinished models, the compacted file
+of finished ones). This module is the only one that spells paths or reads them back.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from trainables import fileio
+from trainables.errors import ProblemsError
+
+DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
+SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+# Query keys through which pyarrow's filesystems (or a user) could pass secrets in a URI.
+SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token"})
+COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
+STAGES = ("certify", "empirical")
+MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
+_ID = re.compile(r"[0-9a-f]{12}")
+
+
+class StorageError(ProblemsError):
+    """A storage location or experiment name that would reach outside the storage, or leak
+    credentials into stored state; `problems` has one line each."""
+
+
+def plain_name_problem(name: str, what: str) -> str | None:
+    """Why `name` cannot be one path component under the storage (None: it can)."""
+    if PLAIN_NAME.fullmatch(name or ""):
+        return None
+    return (
+        f"{what} {name!r}: expected a plain name (letters, digits, '.', '_', '-'; not starting "
+        "with '.'; no '/'; at most 128 characters), e.g. cifar10-run2"
+    )
+
+
+def redact(location: str) -> str:
+    """`location` with any user:password@ and query part of a URI hidden, for messages."""
+    parts = urlsplit(str(location))
+    if not fileio.is_uri(location) or ("@" not in parts.netloc and not parts.query):
+        return str(location)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://***@{host}{parts.path}" + ("?***" if parts.query else "")
+
+
+def storage_problem(storage: str) -> str | None:
+    """Credentials in a storage URI (they would be written to trial.json and Tune's state)."""
+    if not fileio.is_uri(storage):
+        return None
+    parts = urlsplit(str(storage))
+    keys = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    if "@" not in parts.netloc and not keys & SECRET_KEYS:
+        return None
+    return (
+        f"--storage {redact(storage)}: credentials in the URI are refused (they would be stored "
+        "in trial.json and Ray Tune's state): give s3://bucket/prefix and set the credentials "
+        "the AWS way, in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile "
+        "(AWS_PROFILE) or the node's instance profile"
+    )
+
+
+def check_storage(storage: str) -> None:
+    """Raise StorageError if `storage` cannot be used as given."""
+    problem = storage_problem(storage)
+    if problem:
+        raise StorageError([problem])
+
+
+@dataclass(frozen=True)
+class StageFile:
+    """A file of a stage, as its path says: a shard, a model's compacted rows, or a (legacy)
+    DDRS memory file of one model (trial_id) under one setting (setting_id)."""
+
+    path: str
+    stage: str
+    trial_id: str
+    setting_id: str
+    kind: str  # "shard" | "compacted" | "memory"; the reader names a stage's cache "cache"
+    index: int | None = None  # shard k of `count`
+    count: int | None = None  # shards of the model (a compacted file: how many it folded)
+    size: int = 0  # bytes
+
+    @property
+    def model(self) -> tuple[str, str]:
+        return (self.trial_id, self.setting_id)
+
+
+def by_model(files: list[StageFile]) -> dict[tuple[str, str], list[StageFile]]:
+    """A stage's files grouped by model: (trial_id, setting_id) -> its files."""
+    groups: dict[tuple[str, str], list[StageFile]] = defaultdict(list)
+    for f in files:
+        groups[f.model].append(f)
+    return groups
+
+
+def shard_name(index: int, count: int) -> str:
+    """`shard-00003-of-00010.parquet`: the file of shard `index` of `count` (SHARD_RE reads it)."""
+    return f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
+def index_chunks(
+    num_test: int, skip: int, max_points: int | None, shard_size: int
+) -> list[tuple[int, ...]]:
+    """Every `skip`-th test point, at most `max_points` of them (the paper: every 20th, 500),
+    cut into shards of `shard_size`; certification and the empirical stage split alike."""
+    indices = list(range(0, num_test, skip))[:max_points]
+    return [tuple(indices[i : i + shard_size]) for i in range(0, len(indices), shard_size)]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """`<storage>/<name>`; constructing one checks that it stays inside the storage (raises
+    StorageError: a name that is not plain, a root that resolves elsewhere, credentials)."""
+
+    storage: str
+    name: str
+
+    def __post_init__(self) -> None:
+        check_storage(self.storage)
+        problem = plain_name_problem(self.name, "--experiment")
+        if problem is None and not fileio.is_uri(self.storage):
+            problem = outside_problem(self.base, self.root)
+        if problem:
+            raise StorageError([problem])
+
+    @functools.cached_property
+    def base(self) -> str:
+        """The storage as an absolute local path, or the URI."""
+        if fileio.is_uri(self.storage):
+            return self.storage
+        return str(fileio.local_path(self.storage).absolute())
+
+    @functools.cached_property
+    def root(self) -> str:  # cached: readers resolve thousands of paths below it
+        return fileio.join(self.base, self.name)
+
+    @property
+    def sweep_json(self) -> str:
+        return fileio.join(self.root, "sweep.json")
+
+    @property
+    def lease_json(self) -> str:
+        return fileio.join(self.root, "lease.json")
+
+    @property
+    def tune_dir(self) -> str:
+        return fileio.join(self.root, "tune")
+
+    @property
+    def certify_dir(self) -> str:
+        return self.stage_dir("certify")
+
+    def stage_dir(self, stage: str) -> str:
+        return fileio.join(self.root, stage)
+
+    def setting_dir(self, stage: str, trial_id: str, setting_id: str) -> str:
+        return fileio.join(self.root, stage, trial_id, setting_id)
+
+    def memory_path(self, trial_id: str, cert_id: str) -> str:
+        """A DDRS model's memory pass, as experiments before compaction wrote it."""
+        return fileio.join(self.setting_dir("certify", trial_id, cert_id), MEMORY)
+
+    def compacted_path(self, stage: str, trial_id: str, setting_id: str, count: int) -> str:
+        """The model's rows once all `count` shards are folded together."""
+        name = f"compacted-of-{count:05d}.parquet"
+        return fileio.join(self.setting_dir(stage, trial_id, setting_id), name)
+
+    def cache_path(self, stage: str) -> str:
+        return fileio.join(self.root, "cache", f"{stage}.parquet")
+
+    def stage_files(self, stage: str, within: str | None = None) -> list[StageFile]:
+        """Every shard, compacted and memory file of `stage` (of one model and setting if
+        `within` is its setting directory), from one listing; anything else is ignored."""
+        out = []
+        for f, size in sorted(fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()):
+            parsed = self.parse_stage_file(stage, f, size)
+            if parsed is not None:
+                out.append(parsed)
+        return out
+
+    def relative(self, path: str) -> str:
+        """`path` relative to the experiment root (as a cache records the files it holds)."""
+        return path[len(self.root) :].replace("\\", "/").lstrip("/")
+
+    def parse_stage_file(self, stage: str, path: str, size: int = 0) -> StageFile | None:
+        """What a path under the stage directory is (None: not a file of the layout)."""
+        rel = path[len(self.stage_dir(stage)) :].replace("\\", "/").strip("/").split("/")
+        if len(rel) != 3 or not _ID.fullmatch(rel[0]):
+            return None
+        trial_id, setting_id, name = rel
+        if name == MEMORY:
+            return StageFile(path, stage, trial_id, setting_id, "memory", size=size)
+        if m := COMPACTED_RE.fullmatch(name):
+            return StageFile(path, stage, trial_id, setting_id, "compacted", None, int(m[1]), size)
+        if m := SHARD_RE.fullmatch(name):
+            return StageFile(path, stage, trial_id, setting_id, "shard", int(m[1]), int(m[2]), size)
+        return None
+
+    @property
+    def reports_dir(self) -> str:
+        return fileio.join(self.root, "reports")
+
+    def trial_dir(self, trial_id: str) -> str:
+        return fileio.join(self.root, "trials", trial_id)
+
+    def checkpoint(self, trial_id: str) -> str:
+        # Imported here: trainables.checkpoint pulls in torch, which `sweeper envelope` and
+        # `sweeper status` do not need (it took most of their start-up time).
+        from trainables.checkpoint import CHECKPOINT_NAME
+
+        return fileio.join(self.trial_dir(trial_id), CHECKPOINT_NAME)
+
+    def shard_path(
+        self, trial_id: str, setting_id: str, shard: int, num_shards: int, stage: str = "certify"
+    ) -> str:
+        return fileio.join(
+            self.setting_dir(stage, trial_id, setting_id), shard_name(shard, num_shards)
+        )
+
+    def exists(self) -> bool:
+        return fileio.exists(self.sweep_json)
+
+
+def experiments(storage: str) -> list[str]:
+    """Names of the experiments under `storage` (directories holding a sweep.json), oldest
+    sweep.json first; one listing of the storage's top level, not of everything below it."""
+    import pyarrow.fs as pafs
+
+    fs, base = fileio.filesystem(storage)
+    if fs.get_file_info(base).type != pafs.FileType.Directory:
+        return []
+    folders = [i.base_name for i in fs.get_file_info(pafs.FileSelector(base))
+               if i.type == pafs.FileType.Directory]  # fmt: skip
+    infos = fs.get_file_info([f"{base.rstrip('/')}/{name}/sweep.json" for name in folders])
+    found = [(i.mtime_ns or 0, name) for i, name in zip(infos, folders, strict=True)
+             if i.type == pafs.FileType.File]  # fmt: skip
+    return [name for _, name in sorted(found)]
+
+
+def outside_problem(storage: str, root: str) -> str | None:
+    """Why the local `root` does not resolve to a directory strictly inside `storage` (a
+    symlinked experiment pointing elsewhere), or None."""
+    base, real = os.path.realpath(storage), os.path.realpath(root)
+    if os.path.commonpath([base, real]) == base and real != base:
+        return None
+    return (
+        f"--experiment: {root} resolves to {real}, outside the storage {base}: "
+        "remove the link or pass another --experiment"
+    )
+
+
+def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
+    fileio.write_bytes_atomic(
+        exp.sweep_json, json.dumps({**doc, "written": time.time()}, indent=1).encode()
+    )
+
+
+def read_sweep(exp: Experiment) -> dict[str, Any] | None:
+    if not fileio.exists(exp.sweep_json):
+        return None
+    return json.loads(fileio.read_bytes(exp.sweep_json))

@@ -1,0 +1,9 @@
+"""Running a plan on Ray: training trials with Ray Tune and the sharded stages after them.
+
+Owns the launcher (`launch`; its settings `launch_options`, read without Ray), what the
+cluster can host (`capacity`), the sharded-stage engine (`shards`: shards, tasks, progress;
+`stage`: what a stage is; `compaction`: a model's shards folded into one verified file) and
+its two stages, certification (`certify_stage`, finished for DDRS by `ddrs_memory`) and the
+empirical attack (`attack_stage`), and the nodes' version check (`versions`). May import
+`sweeper.plan`, `sweeper.results` and `trainables`; never report, ingest or cli.
+"""

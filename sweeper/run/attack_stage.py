@@ -1,0 +1,196 @@
+"""Empirical robustness as Ray tasks (SmoothAdv, Salman et al. 2019, section 4.2).
+
+Each finished model is attacked with SmoothAdv-PGD at every (ε, m_test) of the space's
+`empirical` block, and each attacked input is classified with PREDICT. It is a stage of the
+sharded-stage engine (`sweeper.run.shards`), like certification: one task per (model, setting,
+shard) loads the checkpoint once and attacks its points; the engine writes
+
+    <experiment>/empirical/<trial_id>/<emp_id>/shard-00003-of-00010.parquet
+
+(compacted once complete), where `emp_id` names the setting, so new settings add files and
+existing shards are skipped. The rows, their checks and reading them (the envelope overlay)
+are `sweeper.results.attack_rows`. torch and Ray are imported only by the functions that run
+attacks.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec, Resources
+from sweeper.results.attack_rows import ATTACKED, EMPIRICAL_SCHEMA
+from sweeper.results.storage import Experiment
+from sweeper.run.shards import Outcome, StageRunner, Work
+from sweeper.run.stage import Shard, Stage
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+
+
+@dataclass(frozen=True)
+class EmpiricalSetting:
+    """One attack setting, fully resolved (no field inherited any more)."""
+
+    epsilon: float
+    m_test: int | None  # None when epsilon == 0 (no attack)
+    steps: int | None
+    estimator: str | None
+    n: int
+    alpha: float
+    skip: int
+    max_points: int | None  # None: every skip-th test point
+    shard_size: int
+    batch_size: int
+
+    @property
+    def emp_id(self) -> str:
+        """Names the setting in file paths (shard_size and batch_size do not change rows)."""
+        mp = "all" if self.max_points is None else self.max_points
+        attack = (
+            "clean"
+            if self.epsilon == 0
+            else f"eps-{self.epsilon:g}_m-{self.m_test}_T-{self.steps}_{self.estimator}"
+        )
+        return f"{attack}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
+
+    @property
+    def setting_id(self) -> str:  # what the sharded-stage engine calls it
+        return self.emp_id
+
+
+def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting]:
+    """Every (ε, m_test) of `spec`, ε ascending (ε = 0 once, unattacked); fields left null
+    follow `certify`. `spec` must be valid (`spec.problems()` empty)."""
+
+    def pick(name: str):
+        value = getattr(spec, name)
+        return getattr(certify, name) if value is None else value
+
+    mp = pick("max_points")
+    common = {
+        "n": pick("n"), "alpha": pick("alpha"), "skip": pick("skip"),
+        "max_points": None if mp == "all" else mp, "shard_size": pick("shard_size"),
+        "batch_size": pick("batch_size"),
+    }  # fmt: skip
+    out: dict[str, EmpiricalSetting] = {}
+    for eps in sorted(float(e) for e in spec.epsilons):
+        for m in sorted(spec.m_test) if eps > 0 else [None]:
+            attack = (m, spec.steps, spec.estimator) if eps > 0 else (None, None, None)
+            s = EmpiricalSetting(eps, *attack, **common)
+            out.setdefault(s.emp_id, s)
+    return list(out.values())
+
+
+# ------------------------------------------------------------------------------ the task
+def attack_points(model, dataset, indices: Sequence[int], setting: EmpiricalSetting,
+                  sigma: float, num_classes: int, generator, device) -> dict[str, list]:  # fmt: skip
+    """Attack and PREDICT each `dataset[i]` for i in `indices`: columns idx, label, predict,
+    correct, perturbation_norm, time_s (wall time per point; shared batches split evenly).
+    Points are attacked together, at most batch_size // m_test at a time, so that every
+    forward pass of the attack holds at most `batch_size` noisy samples."""
+    import torch
+
+    from trainables.empirical_robustness import attack_and_predict
+
+    m = setting.m_test or 1
+    group = max(1, setting.batch_size // m)
+    cols: dict[str, list] = {k: [] for k in ("idx", "label", "predict", "correct",
+                                             "perturbation_norm", "time_s")}  # fmt: skip
+    for start in range(0, len(indices), group):
+        items = [dataset[i] for i in indices[start : start + group]]
+        x = torch.stack([it[0] for it in items]).to(device)
+        y = torch.tensor([int(it[1]) for it in items], device=device)
+        t0 = _now(device)
+        results = attack_and_predict(
+            model, x, y, sigma, setting.epsilon, setting.steps or 1, m, setting.n,
+            setting.alpha, setting.batch_size, setting.estimator or "plugin", generator,
+            num_classes,
+        )  # fmt: skip
+        per_point = (_now(device) - t0) / len(items)
+        for it, r in zip(items, results, strict=True):
+            row = [int(it[2]), r.label, r.prediction, r.correct, r.perturbation_norm, per_point]
+            for k, v in zip(cols, row, strict=True):
+                cols[k].append(v)
+    return cols
+
+
+def _now(device) -> float:
+    import time
+
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus: float) -> pa.Table:
+    """Attack and PREDICT one shard's points (on a worker): its rows. Smoothing σ = the
+    model's training σ; the noise comes from a generator seeded by (trial_id, emp_id, shard),
+    so a rerun draws the same."""
+    import torch
+
+    from trainables import checkpoint
+    from trainables.catalog import NUM_CLASSES
+    from trainables.certify_points import seed_for
+    from trainables.datasets import load_dataset
+
+    torch.set_num_threads(max(1, int(cpus)))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
+    dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
+    generator = torch.Generator(device=device).manual_seed(
+        seed_for(shard.trial_id, shard.setting_id, shard.index)
+    )
+    cols = attack_points(
+        model, dataset, shard.indices, setting, cfg.sigma, NUM_CLASSES[cfg.dataset], generator, device
+    )
+    metadata = {
+        "empirical_backend": f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}",
+        "normalization": type(model[0]).__name__,
+        "config": cfg.to_dict(),
+        "shard": f"{shard.index}/{shard.count}",
+    }
+    return empirical_table(cfg, exp.name, setting, cols, metadata)
+
+
+def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting,
+                    columns: dict[str, list], metadata: dict) -> pa.Table:  # fmt: skip
+    """A shard's rows: the trial's identity and the setting repeated per row, then `columns`."""
+    import json
+
+    rows = len(columns["idx"])
+    constants = {
+        "trial_id": cfg.trial_id, "experiment": experiment, "emp_id": setting.emp_id,
+        **{k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS},
+        "epsilon_attack": setting.epsilon, "m_test": setting.m_test,
+        "steps_attack": setting.steps, "estimator": setting.estimator,
+        "n": setting.n, "alpha": setting.alpha,
+    }  # fmt: skip
+    data = {**{k: [v] * rows for k, v in constants.items()}, **columns}
+    table = pa.Table.from_pydict(
+        {f.name: data[f.name] for f in EMPIRICAL_SCHEMA}, schema=EMPIRICAL_SCHEMA
+    )
+    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    return table.replace_schema_metadata(meta)
+
+
+EMPIRICAL = Stage.of(ATTACKED, attack_shard)
+
+
+def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[EmpiricalSetting],
+                  resources: Resources, on_event: Callable) -> Outcome:  # fmt: skip
+    """Attack every finished trial in `trials` under every setting; Ray must be initialized.
+    Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted."""
+    runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)
+    try:
+        for cfg in trials:
+            runner.submit(cfg)
+        runner.wait()
+    except KeyboardInterrupt:
+        runner.cancel()
+        return Outcome(runner.failure_rows(), interrupted=True)
+    runner.finish()
+    return Outcome(runner.failure_rows())

@@ -1,0 +1,116 @@
+"""Compaction: once every shard of a model and setting is written, one task runs the stage's
+finishing step (DDRS's memory pass), writes `compacted-of-K.parquet`, reads it back to verify
+it, and only then deletes the shards. A crash at any point leaves either the shards or a
+verified compacted file (or both: readers then take the compacted file, and the next
+compaction deletes the leftover shards).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sweeper.results.reader import refresh_cache
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, StageFile, by_model
+from sweeper.run.stage import Identified, Stage
+from trainables import fileio
+
+
+def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:
+    """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
+    the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
+    sid = setting.setting_id
+    target = exp.compacted_path(stage.name, trial_id, sid, count)
+    files = exp.stage_files(stage.name, within=exp.setting_dir(stage.name, trial_id, sid))
+    shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
+    if not fileio.exists(target):
+        missing = sorted(set(range(count)) - {f.index for f in shards})
+        if missing:
+            raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
+        table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
+        if stage.finish is not None:
+            table = stage.finish(exp, trial_id, setting, table)
+        _check_unique(table, target)
+        write_table(table.replace_schema_metadata(_metadata(shards[0].path)), target)
+        rows = table.num_rows
+    else:
+        rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
+    _verify(target, rows, stage.schema)
+    for f in files:
+        if f.kind in ("shard", "memory"):
+            fileio.delete(f.path)
+    return rows
+
+
+def _index(f: StageFile) -> int:
+    return f.index or 0
+
+
+def _fs_path(location: str):
+    return fileio.filesystem(location)
+
+
+def _metadata(shard_path: str) -> dict:
+    """The first shard's file metadata (backend, normalization, config) for the compacted file."""
+    fs, path = _fs_path(shard_path)
+    meta = pq.read_schema(path, filesystem=fs).metadata or {}
+    return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
+
+
+def _check_unique(table: pa.Table, target: str) -> None:
+    idx = table.column("idx").to_pylist()
+    if len(set(idx)) != len(idx):
+        dup = sorted(i for i, c in Counter(idx).items() if c > 1)[:5]
+        raise RuntimeError(f"cannot compact {target}: test points {dup} appear twice")
+
+
+def _verify(target: str, rows: int, schema: pa.Schema) -> None:
+    """The compacted file reads back whole, with the stage's schema and `rows` rows."""
+    table = read_exact([target], schema)
+    if table.num_rows != rows:
+        raise RuntimeError(f"{target} reads back {table.num_rows} rows, not {rows}: shards kept")
+
+
+def read_exact(paths: list[str], schema: pa.Schema) -> pa.Table:
+    """Files of one stage as one table with `schema` (columns a legacy file lacks are null)."""
+    if not paths:
+        return schema.empty_table()
+    fs, _ = _fs_path(paths[0])
+    import pyarrow.dataset as pads
+
+    local = [_fs_path(p)[1] for p in paths]
+    return pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table()
+
+
+@dataclass(frozen=True)
+class Named:
+    """A setting known only by its id (enough to compact its models)."""
+
+    setting_id: str
+
+
+def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
+    """Compact every model whose shards are all written, in every stage, then refresh the
+    caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
+    written before compaction existed). The caller holds the experiment's lease."""
+    lines = []
+    for stage in stages:
+        folded = waiting = 0
+        for (trial_id, sid), files in by_model(exp.stage_files(stage.name)).items():
+            counts = {f.count for f in files if f.kind == "shard"}
+            if any(f.kind == "compacted" for f in files) or len(counts) != 1:
+                continue
+            count = counts.pop() or 0
+            if {f.index for f in files if f.kind == "shard"} != set(range(count)):
+                waiting += 1
+                continue
+            compact(exp, stage, trial_id, Named(sid), count)
+            folded += 1
+        cached = refresh_cache(exp, stage)
+        lines.append(f"{stage.name}: compacted {folded} models, {waiting} not complete; "
+                     f"the cache holds {cached} models")  # fmt: skip
+    return lines

@@ -1,0 +1,73 @@
+"""The DDRS memory pass: what makes data-dependent certification sound (Alfarra et al. 2022).
+
+The Monte-Carlo part of DDRS certification runs in parallel shards; the memory cannot: it is
+order dependent. It is certification's finishing step (`sweeper.run.certify_stage.finish`), run once
+every shard of a model exists, just before its rows are compacted: one pass over all of the
+model's certificates in ascending test index applies `trainables.ddrs.memory_certify` to the
+inputs (read again from the data set by index). The compacted rows hold the adjusted
+predict/radius/correct and the Monte-Carlo ones as predict_raw/radius_raw/correct_raw, with
+`memory_changed`. A different order (or another subset of test points) can give different
+adjusted certificates; the order here is fixed.
+
+Experiments certified before compaction existed have a `memory.parquet` beside the shards
+(idx, predict_memory, radius_memory, correct_memory, memory_changed): it is used as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from sweeper.results.rows import MEMORY_SCHEMA, read_tables
+from sweeper.results.storage import Experiment
+from trainables import fileio
+
+
+def sound_rows(exp: Experiment, trial_id: str, cert_id: str, table: pa.Table) -> pa.Table:
+    """One data-dependent model's complete rows (sorted by idx), made sound."""
+    legacy = exp.memory_path(trial_id, cert_id)
+    if fileio.exists(legacy):
+        memory = read_tables([legacy], MEMORY_SCHEMA).sort_by("idx")
+        prediction = memory.column("predict_memory").to_numpy()
+        radius = memory.column("radius_memory").to_numpy()
+        changed = memory.column("memory_changed").to_numpy(zero_copy_only=False)
+        if memory.column("idx").to_pylist() != table.column("idx").to_pylist():
+            raise RuntimeError(f"{legacy} does not hold the points of its model's shards")
+    else:
+        prediction, radius, changed = _memory_pass(exp, trial_id, table)
+    return with_memory(table, prediction, radius, changed)
+
+
+def _memory_pass(exp: Experiment, trial_id: str, table: pa.Table):
+    """(prediction, radius, changed) of `memory_certify` over the model's points."""
+    from trainables.config import TrialConfig
+    from trainables.datasets import load_dataset
+    from trainables.ddrs import memory_certify
+    from trainables.trial_status import read_status
+
+    status = read_status(exp.trial_dir(trial_id))
+    if status is None:
+        raise FileNotFoundError(f"no trial.json of {trial_id} in {exp.root}")
+    cfg = TrialConfig.from_dict(status["config"])
+    dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
+    idx = table.column("idx").to_numpy()
+    points = np.stack([dataset[int(i)][0].numpy().ravel() for i in idx])
+    result = memory_certify(
+        points, table.column("predict").to_numpy(), table.column("radius").to_numpy()
+    )
+    return result.prediction, result.radius, result.changed
+
+
+def with_memory(table: pa.Table, prediction, radius, changed) -> pa.Table:
+    """The rows with the adjusted certificates in place and the raw ones kept."""
+    label = table.column("label").to_numpy()
+    correct = (np.asarray(prediction) == label) & (np.asarray(prediction) != -1)
+    replaced = {
+        "predict_raw": table.column("predict"), "radius_raw": table.column("radius"),
+        "correct_raw": table.column("correct"), "predict": pa.array(prediction, pa.int64()),
+        "radius": pa.array(radius, pa.float64()), "correct": pa.array(correct, pa.bool_()),
+        "memory_changed": pa.array(changed, pa.bool_()),
+    }  # fmt: skip
+    for name, column in replaced.items():
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    return table

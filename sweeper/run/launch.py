@@ -1,0 +1,336 @@
+"""Launching a sweep on Ray: connect or start a cluster, check it can host the trials, run a
+Ray Tune experiment of the unfinished trials, and certify each trial as soon as it finishes.
+
+Resuming needs no Tune state: every trial keeps its own checkpoint under the experiment
+(`trials/<trial_id>/`), so a later run trains only what is unfinished, continuing from the
+newest epoch on storage, and certifies only the shards that are missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# No TensorBoard logger (it imports torch into the driver), and the legacy reporter, which
+# honours verbose=0: the console belongs to sweeper's own progress display.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+import ray
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+from ray.tune.search import Searcher
+
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.sweep_plan import is_finished
+from sweeper.results.storage import Experiment
+from sweeper.run.capacity import Capacity, per_process
+from sweeper.run.certify_stage import CERTIFY
+from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.shards import Event, StageRunner, Work, test_size
+from sweeper.run.stage import Stage
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
+from trainables.trial_status import read_status, write_status
+
+log = logging.getLogger(__name__)
+# = trainables.tune_trial.FAULT_ENV (a test hook; spelled here so the driver needs no torch)
+FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
+
+
+class LaunchError(ProblemsError):
+    """The cluster cannot run the sweep."""
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    """What runs on the workers: the Tune trainable, the certification stage and how the
+    number of test points is found. The defaults are the real ones; benchmarks/sweep_scale.py
+    drives the launcher with stand-ins that do no heavy compute (a documented substitute at
+    this boundary, so everything else is the real control plane)."""
+
+    trainable: Callable | None = None  # None: trainables.tune_trial.run_trial (imports torch)
+    certify: Stage = CERTIFY
+    sizer: Callable[[str, str | None], int] = test_size
+
+
+@dataclass
+class Outcome:
+    completed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # trial_id -> error message
+    blocked: dict[str, str] = field(default_factory=dict)  # trial_id -> its failed parent
+    interrupted: bool = False
+    certify_failures: list[tuple[str, str, str]] = field(default_factory=list)  # tid, stage, error
+
+
+# ---------------------------------------------------------------------------- the cluster
+@contextmanager
+def ray_cluster(address: str | None) -> Iterator[None]:
+    """Use an already-initialized Ray, join `address` (or $RAY_ADDRESS, as `ray job submit`
+    sets it), or else start a local Ray; shut down what we started. Without an address this
+    never joins the cluster a `ray start` on this machine last recorded (Ray's own default):
+    the README promises a local Ray, and a stale record must not capture a sweep."""
+    if ray.is_initialized():
+        yield
+        return
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    try:
+        ray.init(address=target, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)  # fmt: skip
+    except (ConnectionError, RuntimeError) as e:
+        where = f"--address {address}" if address else f"RAY_ADDRESS={target}"
+        what = "cannot start a local Ray" if target == "local" else f"cannot connect to Ray at {where}"
+        raise LaunchError([f"{what}: {str(e).splitlines()[0]}"]) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+# ---------------------------------------------------------------------------- Tune
+class StageSearcher(Searcher):
+    """Hands Tune the trials in order, a fine-tune trial only once its parent has finished.
+
+    Trials whose parent is finished already (an earlier run) start at once. When a parent
+    fails for good, its children are never started: `blocked` names them, and the search
+    ends once nothing else can run."""
+
+    def __init__(self, trials: list[TrialConfig], finished: set[str], constants: dict):
+        super().__init__()
+        self.waiting = list(trials)
+        self.finished = set(finished)
+        self.failed: set[str] = set()
+        self.running: dict[str, str] = {}  # Tune's trial id -> ours
+        self.constants = constants
+
+    def suggest(self, trial_id: str):
+        for i, cfg in enumerate(self.waiting):
+            if cfg.init_from is None or cfg.init_from in self.finished:
+                self.running[trial_id] = self.waiting.pop(i).trial_id
+                return {**self.constants, "trial": cfg.to_dict()}
+        if not self.waiting or (not self.running and self.blocked()):
+            return Searcher.FINISHED
+        return None  # children wait for their running parents
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        ours = self.running.pop(trial_id, None)
+        if ours is not None:
+            (self.failed if error else self.finished).add(ours)
+
+    def blocked(self) -> dict[str, str]:
+        """Waiting trials that can never start: child -> the parent that failed (or is absent)."""
+        active = set(self.running.values()) | {c.trial_id for c in self.waiting}
+        return {
+            c.trial_id: c.init_from
+            for c in self.waiting
+            if c.init_from is not None
+            and c.init_from not in self.finished
+            and c.init_from not in active
+        }
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: resuming reads each trial's own state, not Tune's."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """See `save`."""
+
+
+class _SweepCallback(tune.Callback):
+    """Reports trial events, certifies finished trials, records failures."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        certifier: StageRunner,
+        outcome: Outcome,
+        on_event: Callable[[Event], None],
+        room: tuple[Capacity, int] | None = None,
+    ):
+        self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
+        self.room = room  # the autoscaler request and the number of trials to train
+
+    def _shrink(self) -> None:
+        """Ask the autoscaler only for the trials still to come, so the cluster drains."""
+        if self.room is not None:
+            capacity, total = self.room
+            left = total - len(self.outcome.completed) - len(self.outcome.failed)
+            capacity.set(min(capacity.count, left))
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its run config into the experiment state; the live certifier and the
+        # progress display stay in this process (resuming does not use Tune's state).
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.on_event(Event("trial_started", _tid(trial)))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.on_event(Event("trial_epoch", _tid(trial), f"{result.get('epoch')}"))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        cfg = TrialConfig.from_dict(trial.config["trial"])
+        self.outcome.completed.append(cfg.trial_id)
+        self._shrink()
+        self.on_event(Event("trial_finished", cfg.trial_id))
+        self.certifier.submit(cfg)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        cfg = TrialConfig.from_dict(trial.config["trial"])
+        message = _error_message(trial)
+        self.outcome.failed[cfg.trial_id] = message
+        self._shrink()
+        status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
+        write_status(
+            self.exp.trial_dir(cfg.trial_id),
+            cfg,
+            "failed",
+            status["epoch"],
+            status["metrics"],
+            error=message,
+        )
+        self.on_event(Event("trial_failed", cfg.trial_id, message))
+
+    def on_step_end(self, iteration, trials, **info):
+        self.certifier.poll()
+
+
+def _tid(trial) -> str:
+    return TrialConfig.from_dict(trial.config["trial"]).trial_id
+
+
+def _error_message(trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        text = Path(path).read_text().strip() if path else ""
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "trial failed (see Ray Tune's error.txt under tune/)"
+
+
+@contextmanager
+def _sigterm_as_sigint() -> Iterator[None]:
+    """A scheduler's SIGTERM stops the sweep like Ctrl-C does: Tune saves and returns."""
+    if threading.current_thread() is threading.main_thread():  # signals only work there
+        previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        yield
+
+
+def _run_trial() -> Callable:
+    from trainables.tune_trial import run_trial  # torch: only a driver that trains imports it
+
+    return run_trial
+
+
+def _tuner(
+    exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions,
+    callback, trainable: Callable | None,
+):  # fmt: skip
+    # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
+    # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(200, int(cpus * 1.1))))
+    trainable = tune.with_resources(
+        tune.with_parameters(trainable or _run_trial(), experiment_root=exp.root),
+        {"cpu": resources.cpu, "gpu": resources.gpu},
+    )
+    run_config = tune.RunConfig(
+        name=time.strftime("run-%Y%m%d-%H%M%S"),
+        storage_path=exp.tune_dir,
+        verbose=0,
+        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), callback],
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=searcher,
+        num_samples=len(searcher.waiting),
+        max_concurrent_trials=options.max_concurrent,
+        reuse_actors=True,
+    )
+    return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+
+
+def run_sweep(
+    exp: Experiment,
+    to_train: list[TrialConfig],
+    finished: list[TrialConfig],
+    certify: CertifySpec,
+    resources: Resources,
+    options: LaunchOptions,
+    on_event: Callable[[Event], None],
+    room: Capacity | None = None,
+    plane: DataPlane = DataPlane(),
+) -> Outcome:
+    """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
+    `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
+    the autoscaler request (`sweeper.run.capacity`), shrinks as trials end."""
+    outcome = Outcome()
+    resources_task = per_process(resources, [*to_train, *finished])
+    certifier = _certifier(exp, certify, resources_task, on_event, plane)
+    for cfg in finished:
+        certifier.submit(cfg)
+    if to_train:
+        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}  # fmt: skip
+        parents = {t.init_from for t in to_train if t.init_from}
+        done = {t.trial_id for t in finished} | {
+            p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
+        }  # parents outside this --only slice may have finished in an earlier run
+        searcher = StageSearcher(to_train, done, constants)
+        shrink = (room, len(to_train)) if room is not None else None
+        callback = _SweepCallback(exp, certifier, outcome, on_event, shrink)
+        with _sigterm_as_sigint():
+            _tuner(exp, searcher, resources, options, callback, plane.trainable).fit()
+        outcome.blocked = searcher.blocked()
+    ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
+    outcome.interrupted = any(t.trial_id not in ended for t in to_train)
+    if outcome.interrupted:
+        certifier.cancel()
+    else:
+        certifier.wait()
+        certifier.finish()
+    outcome.certify_failures = certifier.failure_rows()
+    return outcome
+
+
+def _certifier(exp: Experiment, certify: CertifySpec, resources: Resources, on_event,
+               plane: DataPlane = DataPlane()) -> StageRunner:  # fmt: skip
+    """Certification of every finished model under each setting (fixed σ, and DDRS if asked)."""
+    work = [Work(plane.certify, spec) for spec in certify.variants()]
+    return StageRunner(exp, work, resources, on_event, plane.sizer)
+
+
+def certify_trials(
+    exp: Experiment,
+    trials: list[TrialConfig],
+    certify: CertifySpec,
+    resources: Resources,
+    on_event: Callable[[Event], None],
+) -> Outcome:
+    """Certify finished trials only (`sweeper certify`); Ray must be initialized."""
+    outcome = Outcome()
+    certifier = _certifier(exp, certify, per_process(resources, trials), on_event)
+    for cfg in trials:
+        certifier.submit(cfg)
+    try:
+        certifier.wait()
+        certifier.finish()
+    except KeyboardInterrupt:
+        certifier.cancel()
+        outcome.interrupted = True
+    outcome.certify_failures = certifier.failure_rows()
+    return outcome

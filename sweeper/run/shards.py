@@ -1,0 +1,279 @@
+"""The sharded-stage engine. Certification and the empirical attack are two `Stage`s it runs.
+
+A stage computes rows for a finished model's test points under one setting (a certification
+setting, an attack setting). The engine owns everything around that:
+
+- splitting the model's test points into shards (`plan`: every `skip`-th point, at most
+  `max_points`, `shard_size` per shard) and their files (named by `sweeper.results.storage`);
+- resuming: a shard whose file exists, or a model whose rows are compacted, is not computed
+  again; a model half-done with another shard size is refused (its rows would count twice);
+- Ray tasks, one per shard (retried, fractional resources; GPU tasks keep their worker);
+- progress events, and failures grouped per model and stage;
+- compacting each model once its shards are written (`sweeper.run.compaction`: one task
+  folds them into one verified file), and refreshing the stage's cache of compacted rows.
+
+Reading is `sweeper.results.reader`. torch and Ray are imported only by the functions that run
+tasks, so reading stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeper.plan.spec import Resources
+from sweeper.results.reader import refresh_cache
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, index_chunks
+from sweeper.run.compaction import compact
+from sweeper.run.stage import Setting, Shard, Stage
+from trainables import fileio
+from trainables.config import TrialConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A progress event of a sweep: trial_started/_epoch/_finished/_failed (the launcher);
+    shards_planned, shard_done, compacted, and <stage>_failed (certify_failed,
+    empirical_failed: one of the stage's shard or compaction tasks failed) from the engine,
+    whose events carry `shards`: (done, total, failed) of the stages' shards after it."""
+
+    kind: str
+    trial_id: str
+    detail: str = ""
+    shards: tuple[int, int, int] | None = None
+
+
+def plan(cfg: TrialConfig, stage: str, setting: Setting, num_test: int) -> list[Shard]:
+    """The shards of one model under one setting."""
+    chunks = index_chunks(num_test, setting.skip, setting.max_points, setting.shard_size)
+    return [
+        Shard(stage, cfg.trial_id, setting.setting_id, k, len(chunks), c)
+        for k, c in enumerate(chunks)
+    ]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What is on storage for one model and setting, from one listing."""
+
+    compacted: bool
+    shards: frozenset[int]  # shard numbers written (of `count`)
+    other_counts: frozenset[int]  # shard counts other than the planned one
+
+
+def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count: int) -> Progress:
+    files = exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
+    shards = [f for f in files if f.kind == "shard"]
+    return Progress(
+        any(f.kind == "compacted" for f in files),
+        frozenset(f.index for f in shards if f.count == count and f.index is not None),
+        frozenset(f.count for f in shards if f.count != count and f.count is not None),
+    )
+
+
+# ------------------------------------------------------------------------------ the tasks
+def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpus: float) -> int:
+    """Compute one shard and write its file; returns the rows written (0: it existed)."""
+    out = exp.shard_path(shard.trial_id, shard.setting_id, shard.index, shard.count, stage.name)
+    done = exp.compacted_path(stage.name, shard.trial_id, shard.setting_id, shard.count)
+    if fileio.exists(out) or fileio.exists(done):
+        return 0
+    table = stage.compute(exp, shard, setting, cpus)
+    if not table.schema.equals(stage.schema):
+        raise TypeError(f"stage {stage.name} computed rows of another schema: {table.schema}")
+    write_table(table, out)
+    return table.num_rows
+
+
+# ------------------------------------------------------------------------------ on Ray
+@dataclass(frozen=True)
+class Work:
+    """One stage under one setting, for every model submitted."""
+
+    stage: Stage
+    setting: Setting
+
+
+@dataclass
+class Failure:
+    """The first error a model's stage hit, and how many of its tasks failed."""
+
+    message: str
+    count: int = 1
+
+
+@functools.cache
+def _remote(fn: Callable, gpu: bool):
+    import ray
+
+    # Ray gives every GPU task a fresh worker by default: keep it (and its CUDA context).
+    options: dict[str, Any] = {"max_retries": 2, **({"max_calls": 0} if gpu else {})}
+    return ray.remote(**options)(fn)
+
+
+@functools.lru_cache(maxsize=8)
+def test_size(dataset: str, data_dir: str | None) -> int:
+    """How many test points the data set has (loads it: torch; cached)."""
+    from trainables.datasets import load_dataset
+
+    return len(load_dataset(dataset, "test", data_dir))
+
+
+class StageRunner:
+    """Submits the shard tasks of every finished model for every `work` item, compacts each
+    model once its shards are written, and collects outcomes; a task's failure is recorded
+    (grouped per model and stage), never raised. Ray must be initialized."""
+
+    def __init__(self, exp: Experiment, work: list[Work], resources: Resources,
+                 on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size):  # fmt: skip
+        self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
+        self.sizer = sizer
+        self.pending: dict[Any, tuple[str, Shard | tuple[str, Work, int]]] = {}
+        self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
+        self.failures: dict[tuple[str, str], Failure] = {}  # (trial_id, stage name)
+        self.compacted: list[tuple[str, str, str]] = []
+        self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
+        self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
+        self.done = self.total = 0
+
+    # -------------------------------------------------------------------- submitting
+    def submit(self, cfg: TrialConfig) -> int:
+        """Queue every missing shard of a finished trial; returns how many were queued."""
+        queued = sum(self._submit_work(cfg, w) for w in self.work)
+        self._emit("shards_planned", cfg.trial_id, f"{queued} to do")
+        return queued
+
+    def _submit_work(self, cfg: TrialConfig, work: Work) -> int:
+        stage, sid = work.stage.name, work.setting.setting_id
+        shards = plan(cfg, stage, work.setting, self.sizer(cfg.dataset, cfg.data_dir))
+        if not shards:
+            return 0
+        state = progress(self.exp, stage, cfg.trial_id, sid, len(shards))
+        self.total += len(shards)
+        if state.compacted:
+            self.done += len(shards)
+            return 0
+        if state.other_counts:  # another shard_size: its files would count rows twice
+            other = sorted(state.other_counts)[0]
+            self._fail(cfg.trial_id, stage, f"{sid} was computed in {other} shards, now "
+                       f"{len(shards)}: use the shard_size used before, or move that directory away")  # fmt: skip
+            return 0
+        todo = [s for s in shards if s.index not in state.shards]
+        self.done += len(shards) - len(todo)
+        self.remaining[(cfg.trial_id, stage, sid)] = len(todo)
+        options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
+        task = _remote(run_shard, bool(self.resources.gpu)).options(**options)
+        for shard in todo:
+            ref = task.remote(self.exp, work.stage, shard, work.setting, self.resources.cpu)
+            self.pending[ref] = ("shard", shard)
+        if not todo:
+            self._submit_compaction(cfg.trial_id, work, len(shards))
+        return len(todo)
+
+    def _submit_compaction(self, trial_id: str, work: Work, count: int) -> None:
+        # One CPU each: compactions are short, and fractions would start a worker process
+        # per concurrent compaction (each importing pyarrow) for no gain.
+        task = _remote(compact, False).options(num_cpus=1)
+        ref = task.remote(self.exp, work.stage, trial_id, work.setting, count)
+        self.pending[ref] = ("compact", (trial_id, work, count))
+
+    def _work_for(self, shard: Shard) -> Work:
+        return next(w for w in self.work if w.stage.name == shard.stage
+                    and w.setting.setting_id == shard.setting_id)  # fmt: skip
+
+    # -------------------------------------------------------------------- outcomes
+    def poll(self, timeout: float = 0) -> None:
+        import ray
+
+        if not self.pending:
+            return
+        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
+        for ref in ready:
+            _, what = self.pending.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:  # reported in the outcome, grouped per model and stage
+                trial_id, stage = (what.trial_id, what.stage) if isinstance(what, Shard) else (what[0], what[1].stage.name)
+                self._fail(trial_id, stage, _first_line(e))
+                continue
+            self._shard_done(what) if isinstance(what, Shard) else self._compacted(*what)
+
+    def _shard_done(self, shard: Shard) -> None:
+        self.done += 1
+        key = (shard.trial_id, shard.stage, shard.setting_id)
+        self.remaining[key] -= 1
+        if self.remaining[key] == 0:
+            self._submit_compaction(shard.trial_id, self._work_for(shard), shard.count)
+        self._emit("shard_done", shard.trial_id, f"{shard.stage} {shard.index + 1}/{shard.count}")
+
+    def _compacted(self, trial_id: str, work: Work, count: int) -> None:
+        self.compacted.append((trial_id, work.stage.name, work.setting.setting_id))
+        self.fresh[work.stage.name] += 1
+        if self.fresh[work.stage.name] >= max(16, self.cached[work.stage.name] // 4):
+            self.refresh(work.stage)  # geometric: the cache is rewritten O(log models) times
+        self._emit("compacted", trial_id, f"{work.stage.name} {work.setting.setting_id}")
+
+    def refresh(self, stage: Stage) -> None:
+        """Fold the compacted models into the stage's cache (readers then open one file)."""
+        try:
+            self.cached[stage.name] = refresh_cache(self.exp, stage)
+        except OSError as e:  # a cache is an optimization: readers fall back to the files
+            log.warning("could not refresh the %s cache: %s", stage.name, e)
+        self.fresh[stage.name] = 0
+
+    def finish(self) -> None:
+        """Once every task has ended: the caches hold every compacted model."""
+        for stage in {w.stage.name: w.stage for w in self.work}.values():
+            if self.fresh[stage.name]:
+                self.refresh(stage)
+
+    def _fail(self, trial_id: str, stage: str, message: str) -> None:
+        key = (trial_id, stage)
+        if key in self.failures:
+            self.failures[key].count += 1
+        else:
+            self.failures[key] = Failure(message)
+        self._emit(f"{stage}_failed", trial_id, message)
+
+    def _emit(self, kind: str, trial_id: str, detail: str) -> None:
+        failed = sum(f.count for f in self.failures.values())
+        self.on_event(Event(kind, trial_id, detail, (self.done, self.total, failed)))
+
+    def failure_rows(self) -> list[tuple[str, str, str]]:
+        """(trial_id, stage, "message (k tasks)") per model and stage that failed."""
+        return [
+            (tid, stage, f.message + (f" ({f.count} tasks)" if f.count > 1 else ""))
+            for (tid, stage), f in self.failures.items()
+        ]
+
+    def wait(self, poll_every: float = 0.5) -> None:
+        while self.pending:
+            self.poll(timeout=poll_every)
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+        self.pending.clear()
+
+
+def _first_line(error: Exception) -> str:
+    """The last line of a task's error (its exception), which is what says what went wrong."""
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else type(error).__name__
+
+
+@dataclass
+class Outcome:
+    """What a run of stages left: failures per model and stage, and whether it was cut short."""
+
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # trial_id, stage, error
+    interrupted: bool = False

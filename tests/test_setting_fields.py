@@ -1,0 +1,158 @@
+"""One declaration per setting (`sweeper.plan.setting_fields`): every certification, attack and
+launch setting declared in its dataclass is a YAML key and a command-line option of the same
+meaning, with the same help, default and bounds. Walks the declarations, so a new setting is
+checked without touching this file."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.cli.driver import DRIVER, launch_options
+from sweeper.cli.options import given
+from sweeper.plan.setting_fields import (
+    AtLeast,
+    Between,
+    ListOf,
+    NotBelow,
+    OneOf,
+    Positive,
+    Settings,
+    declared,
+    flag_of,
+)
+from sweeper.plan.spaces import parse_spec
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec
+from sweeper.run.launch_options import LaunchOptions
+from trainables.config_parts import DDRSSettings
+
+# (command, the settings dataclass, the YAML block holding it or None, which fields it takes)
+COMMANDS = [
+    (["certify"], CertifySpec, "certify", None),
+    (["empirical"], EmpiricalSpec, "empirical", None),
+    (["certify"], LaunchOptions, None, DRIVER),
+    (["empirical"], LaunchOptions, None, DRIVER),
+    (["run", "grid"], LaunchOptions, None, None),
+]
+CASES = [
+    (command, cls, block, f)
+    for command, cls, block, only in COMMANDS
+    for f in declared(cls)
+    if only is None or f.name in only
+]
+IDS = [f"{' '.join(c)}:{f.name}" for c, _, _, f in CASES]
+
+
+def sample(f: dataclasses.Field, hint) -> tuple[object, str]:
+    """(a valid value other than the default, as typed on the command line)."""
+    bound = f.metadata["bound"]
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    if isinstance(bound, ListOf):
+        value = (4,) if bound.kind is int else (0.5, 1.5)
+        return value, ",".join(map(str, value))
+    valid = {AtLeast: 7, Between: 0.01, Positive: 0.5, NotBelow: 5.0}.get(type(bound))
+    if isinstance(bound, OneOf):
+        valid = next(c for c in bound.choices if c != f.default)
+    elif valid is None:
+        valid = {bool: not f.default, str: "auto"}[kinds[0]]
+    return valid, str(valid)
+
+
+def invalid(f: dataclasses.Field) -> object | None:
+    """A value outside the field's bounds (None: every value of its type is in them)."""
+    bound = f.metadata["bound"]
+    if isinstance(bound, ListOf):
+        return (-1.5,) if bound.kind is float else (0,)
+    values = {AtLeast: 0, Between: 0.75, Positive: -1.0, NotBelow: -1.0, OneOf: "nope"}
+    return values.get(type(bound))
+
+
+def click_command(command: list[str]):
+    group = typer.main.get_command(app)
+    for name in command:
+        group = group.commands[name]
+    return group
+
+
+def parsed_options(command: list[str], args: list[str]) -> dict:
+    """The options a command receives for `args` (Click parses them; nothing runs)."""
+    ctx = click_command(command).make_context(" ".join(command), ["digits", *args])
+    return ctx.params
+
+
+def test_the_walk_covers_every_declared_setting():
+    names = {(" ".join(c), f.name) for c, _, _, f in CASES}
+    assert {("certify", "n"), ("certify", "sigma"), ("certify", "ddrs"), ("certify", "precision"),
+            ("empirical", "epsilons"), ("empirical", "max_points"), ("run grid", "max_concurrent"),
+            ("certify", "wait_for_nodes")} <= names  # fmt: skip
+    assert len(declared(CertifySpec)) == len(dataclasses.fields(CertifySpec))
+    assert len(declared(EmpiricalSpec)) == len(dataclasses.fields(EmpiricalSpec))
+    assert len(declared(LaunchOptions)) == len(dataclasses.fields(LaunchOptions))
+
+
+@pytest.mark.parametrize(("command", "cls", "block", "f"), CASES, ids=IDS)
+def test_every_setting_is_an_option_with_its_declared_help(command, cls, block, f):
+    assert f.metadata["help"], f"{cls.__name__}.{f.name} has no help"
+    params = {opt: p for p in click_command(command).params for opt in p.opts}
+    option = params[flag_of(f)]
+    assert option.help.startswith(f.metadata["help"].rstrip("."))
+    if block is None:  # a command's own setting: Click shows the field's default
+        assert option.default == f.default
+    shown = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"}).output
+    assert flag_of(f) in shown
+
+
+@pytest.mark.parametrize(("command", "cls", "block", "f"), CASES, ids=IDS)
+def test_every_setting_means_the_same_in_yaml_and_on_the_command_line(command, cls, block, f):
+    hint = typing.get_type_hints(cls)[f.name]
+    if isinstance(f.metadata["bound"], Settings):
+        return _nested_settings(command, f)
+    value, typed = sample(f, hint)
+    args = [flag_of(f)] if isinstance(value, bool) and value else [flag_of(f), typed]
+    if isinstance(value, bool) and not value:
+        args = [f"--no-{flag_of(f)[2:]}"] if block else []
+    options = parsed_options(command, args)
+    if block is None:
+        assert getattr(launch_options(options), f.name) == value
+        return
+    overrides, problems = given(cls, options)
+    assert problems == [] and overrides == {f.name: value}
+    spec, problems = parse_spec("x", {"grids": [{"name": "g"}], block: {f.name: _yaml(value)}})
+    assert problems == [] and getattr(getattr(spec, block), f.name) == value
+
+
+def _yaml(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _nested_settings(command: list[str], f: dataclasses.Field) -> None:
+    """`--ddrs` alone: the defaults; `--ddrs-<part> v`: that part; YAML `ddrs: {part: v}` alike."""
+    assert set(f.metadata["bound"].parts) == {p.name for p in dataclasses.fields(DDRSSettings)}
+    assert given(CertifySpec, parsed_options(command, [flag_of(f)]))[0] == {f.name: DDRSSettings()}
+    assert given(CertifySpec, parsed_options(command, []))[0] == {}
+    for part in dataclasses.fields(DDRSSettings):
+        value = part.default * 3
+        option = f"--{f.name}-{part.name}".replace("_", "-")
+        expected = DDRSSettings(**{part.name: value})
+        assert given(CertifySpec, parsed_options(command, [option, str(value)]))[0] == {f.name: expected}
+        spec, problems = parse_spec("x", {"grids": [{"name": "g"}], "certify": {f.name: {part.name: value}}})
+        assert problems == [] and spec.certify.ddrs == expected
+
+
+@pytest.mark.parametrize(("command", "cls", "block", "f"),
+                         [c for c in CASES if c[2] is not None and invalid(c[3]) is not None],
+                         ids=[i for c, i in zip(CASES, IDS, strict=True) if c[2] is not None and invalid(c[3]) is not None])  # fmt: skip
+def test_a_value_out_of_bounds_is_refused_alike_in_yaml_and_on_the_command_line(command, cls, block, f):
+    bad = invalid(f)
+    _, problems = parse_spec("x", {"grids": [{"name": "g"}], block: {f.name: _yaml(bad)}})
+    yaml_problem = next(p for p in problems if f.name in p)
+    typed = ",".join(map(str, bad)) if isinstance(bad, tuple) else str(bad)
+    result = CliRunner().invoke(app, [*command, "digits", "--storage", "/nonexistent/none",
+                                      flag_of(f), typed])  # fmt: skip
+    assert result.exit_code == 2
+    assert yaml_problem.removeprefix(f"{block}.") in result.stderr

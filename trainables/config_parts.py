@@ -1,0 +1,367 @@
+"""The parts a `TrialConfig` is made of, one per concern, each checking its own fields.
+
+`TrialConfig` (trainables.config) inherits every part, so its fields stay flat (`cfg.epsilon`,
+`TrialConfig(epsilon=0.5)`, one column each in the results) while each concern is declared,
+documented and validated here in one place. The field order (the parts' order below, then
+each part's own) is the order of the results' columns: append new fields at a part's end.
+
+A method's settings (the model's m_train, the attack's and the other methods') are checked
+only for the methods that use them (`trainables.methods.REGISTRY`: each row's `settings`);
+fields marked `ENVIRONMENT` say where and how a trial runs, not what it trains, and are no
+part of the trial_id. Pure Python (no torch), so the control plane validates whole grids.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trainables.catalog import ARCHS, DATASETS
+from trainables.methods import DDRS_METHODS, METHODS, Method
+
+# Field metadata: where the data lives, how it is loaded, and how the model's forward is laid
+# out and compiled do not change the trained model's identity (a different data pipeline gives
+# other random draws of the same distributions, as num_workers does).
+ENVIRONMENT = {"environment": True}
+
+WARMUP_SCHEDULES = ("reference", "paper")  # `methods.base.warmup_factor`
+# Mixed-precision training (`amp`): off (fp32), fp16 (autocast + GradScaler, CUDA only) or bf16
+# (autocast, no scaler: CUDA with bf16, or a CPU with bf16 instructions). `amp` was a bool
+# before: true/false (and YAML's on/off) still mean fp16/off.
+AMP_MODES = ("off", "fp16", "bf16")
+# How training batches are made (`data_pipeline`, `trainables.pipeline`): "device" holds the
+# split on the trial's device and crops/flips there; "loader" is a torch DataLoader with
+# `num_workers` worker processes; "auto" is device for CIFAR-10, MNIST and digits, loader for
+# ImageNet (image files) and ImageNet32 (3.7 GiB: too big to copy onto every packed trial's GPU).
+DATA_PIPELINES = ("auto", "device", "loader")
+DEVICE_PIPELINE_DATASETS = ("cifar10", "mnist", "digits")  # auto -> device
+DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples")
+DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
+PSEUDO_FIELDS = ("pseudo_data", "pseudo_fingerprint", "pseudo_eta", "pseudo_ratio")
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+_TRIAL_ID = re.compile(r"[0-9a-f]{12}")
+
+# (field, test, requirement) of a method setting, checked when the trial's method uses it.
+Bound = tuple[str, Callable[[Any], bool], str]
+
+
+def choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> list[str]:
+    if value in valid:
+        return []
+    return [f"unknown {name} {value!r}{where} (valid: {', '.join(valid)})"]
+
+
+def _bound_problems(part: Any, bounds: tuple[Bound, ...], method: Method | None) -> list[str]:
+    if method is None:  # an unknown method: reported by ModelPart
+        return []
+    p = []
+    for name, ok, requirement in bounds:
+        value = getattr(part, name)
+        if name in method.settings and (value is None or not ok(value)):
+            p.append(f"{name} must be {requirement} for method {method.name!r} (got {value})")
+    return p
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """What is trained: data set, network, method, noise level and noise draws per input."""
+
+    dataset: str = "cifar10"
+    arch: str | None = None  # None -> catalog.DEFAULT_ARCH[dataset]
+    method: str = "smoothadv"  # a row of trainables.methods.REGISTRY (METHODS)
+    sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
+    m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
+
+    def model_problems(self, method: Method | None) -> list[str]:
+        p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)
+        if self.arch is not None:
+            p += choice("arch", self.arch, ARCHS)
+        if not self.sigma > 0:
+            p.append(f"sigma must be > 0 (got {self.sigma})")
+        return p + _bound_problems(self, (("m_train", lambda v: v >= 1, ">= 1"),), method)
+
+
+@dataclass(frozen=True)
+class AttackPart:
+    """The adversarial attack of SmoothAdv and the PGD baselines (SmoothMix uses steps and
+    warmup_epochs for its own ascent)."""
+
+    attack: str | None = "pgd"  # pgd | ddn (the PGD baselines: pgd only)
+    epsilon: float | None = 1.0  # ℓ2 attack radius; the paper's floats 0.25, 0.5, 1.0, 2.0
+    steps: int | None = 1  # attack steps T (2..10 in the paper's grid)
+    warmup_epochs: int | None = 10  # W: ε ramps up over the first W epochs (W <= 1: no warm-up)
+    warmup_schedule: str | None = "reference"  # min(ε,(e+1)ε/W) as train_pgd.py; "paper": 0 at e=0
+    ddn_init_norm: float | None = None  # DDN's initial norm; None: the epoch's ε (reference)
+    ddn_gamma: float | None = 0.05  # DDN norm update factor γ
+
+    _ATTACK_BOUNDS: ClassVar[tuple[Bound, ...]] = (
+        ("epsilon", lambda v: v >= 0, ">= 0"),
+        ("steps", lambda v: v >= 1, ">= 1"),
+        ("warmup_epochs", lambda v: v >= 0, ">= 0"),
+    )
+
+    def attack_problems(self, method: Method | None) -> list[str]:
+        p = _bound_problems(self, self._ATTACK_BOUNDS, method)
+        if method is None or "attack" not in method.settings:
+            return p
+        p += choice("attack", self.attack, method.attacks, f" for method {method.name!r}")
+        p += choice("warmup_schedule", self.warmup_schedule, WARMUP_SCHEDULES)
+        if self.attack == "ddn":
+            if self.ddn_init_norm is not None and not self.ddn_init_norm > 0:
+                p.append(
+                    f"ddn_init_norm must be > 0 or null (the epoch's ε) (got {self.ddn_init_norm})"
+                )
+            if self.ddn_gamma is None or not 0 < self.ddn_gamma < 1:
+                p.append(f"ddn_gamma must be in (0, 1) (got {self.ddn_gamma})")
+        return p
+
+
+@dataclass(frozen=True)
+class MethodPart:
+    """The hyperparameters of SmoothMix, MACER, consistency and stability training."""
+
+    lam: float | None = None  # λ: regularizer weight (macer 12, consistency 10/20, stability 2)
+    eta: float | None = None  # η: smoothmix mixup weight (5), consistency entropy weight (0.5)
+    mix_alpha: float | None = None  # SmoothMix ascent step α (default 2σ)
+    mix_step: int | None = None  # SmoothMix: 0 = mix with x; 1 = the one-step adversary
+    mix_maxnorm: float | None = None  # SmoothMix: optional ℓ2 bound on the adversary (None: none)
+    mix_detach: bool | None = None  # SmoothMix: stop gradients through the mixed target
+    macer_beta: float | None = None  # MACER inverse temperature β (16)
+    macer_gamma: float | None = None  # MACER hinge margin γ (8)
+
+    _METHOD_BOUNDS: ClassVar[tuple[Bound, ...]] = (
+        ("lam", lambda v: v >= 0, ">= 0"),
+        ("eta", lambda v: v >= 0, ">= 0"),
+        ("mix_alpha", lambda v: v > 0, "> 0"),
+        ("mix_step", lambda v: v in (0, 1), "0 or 1"),
+        ("mix_detach", lambda v: True, "true or false"),
+        ("macer_beta", lambda v: v > 0, "> 0"),
+        ("macer_gamma", lambda v: v > 0, "> 0"),
+    )
+
+    def method_problems(self, method: Method | None, steps: int | None) -> list[str]:
+        """`steps`: the attack part's (SmoothMix's ascent steps)."""
+        p = _bound_problems(self, self._METHOD_BOUNDS, method)
+        if method is None or method.name != "smoothmix":
+            return p
+        if self.mix_maxnorm is not None and not self.mix_maxnorm > 0:
+            p.append(f"mix_maxnorm must be > 0 or null (got {self.mix_maxnorm})")
+        if self.mix_step == 1 and steps == 1:
+            p.append(
+                "mix_step 1 (the one-step adversary) needs steps >= 2 for method 'smoothmix': "
+                "the reference code takes it at the start of step 2, so with steps 1 it trains "
+                "exactly as mix_step 0; set mix_step: 0 or steps >= 2"
+            )
+        return p
+
+
+@dataclass(frozen=True)
+class DDRSPart:
+    """DDRS training (Alfarra et al. 2022, Algorithm 2): from epoch `ddrs_start_epoch` on,
+    every training input x is trained with its own σ_x, found by OptimizeSigma (K =
+    ddrs_iterations ascent steps of rate ddrs_lr with ddrs_samples noise draws) started from σ_x
+    of its previous visit (cfg.sigma before the first). ddrs_start_epoch None: off, and every
+    ddrs_* field resolves to None (no part of the trial_id). Defaults: lr 1e-4 and n = 1 as in
+    the paper; the paper's K = 100 is its certification setting: training repeats the ascent
+    at every visit, carrying σ_x over, and the authors' training scripts use 10 (CIFAR-10
+    MACER) or 1 (ImageNet) steps per visit; 10 costs about 10 extra forward-backward passes
+    per training chunk."""
+
+    ddrs_start_epoch: int | None = None  # 0-based epoch from which σ_x is optimized
+    ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
+    ddrs_lr: float | None = None  # OptimizeSigma step size α (1e-4)
+    ddrs_samples: int | None = None  # noise draws n per OptimizeSigma step (1)
+
+    def ddrs_resolved(self) -> dict[str, Any]:
+        """Off: every field None; on: the defaults of the fields left unset."""
+        if self.ddrs_start_epoch is None:
+            return dict.fromkeys(DDRS_FIELDS)
+        return {k: v for k, v in DDRS_DEFAULTS.items() if getattr(self, k) is None}
+
+    def ddrs_problems(self, epochs: int, method: str) -> list[str]:
+        """Checked only when it is on; `epochs`, `method`: the trial's."""
+        start = self.ddrs_start_epoch
+        if start is None:
+            return []
+        p: list[str] = []
+        if not 0 <= start < epochs:
+            p.append(
+                f"ddrs_start_epoch must be in [0, epochs) = [0, {epochs}) or null (got {start})"
+            )
+        if method in METHODS and method not in DDRS_METHODS:
+            p.append(
+                f"ddrs_start_epoch: DDRS training supports methods {', '.join(DDRS_METHODS)} "
+                f"(got method {method!r}); set ddrs_start_epoch to null"
+            )
+        for name in ("ddrs_iterations", "ddrs_samples"):
+            value = getattr(self, name)
+            if value is None or value < 1:
+                p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
+        if self.ddrs_lr is None or not self.ddrs_lr > 0:
+            p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {self.ddrs_lr})")
+        return p
+
+
+@dataclass(frozen=True)
+class SelfTrainingPart:
+    """Self-training (SmoothAdv NeurIPS appendix E.2; `trainables.pseudo`): after every
+    labelled batch, `pseudo_ratio` batches of the same size from the pseudo-labelled data,
+    trained by the same method with the loss scaled by `pseudo_eta` (η ∈ {0.1, 0.5, 1.0} in
+    the paper). On when `pseudo_data` (where the data is: an environment field) and
+    `pseudo_fingerprint` (what it holds: identity) are set; off (both None) every pseudo_*
+    field resolves to None."""
+
+    # the absolute path of an .npz or <label>/<image> directory
+    pseudo_data: str | None = field(default=None, metadata=ENVIRONMENT)
+    pseudo_fingerprint: str | None = None  # its content (python -m trainables.pseudo PATH)
+    pseudo_eta: float | None = None  # η: weight of the pseudo-labelled loss
+    pseudo_ratio: int | None = None  # pseudo-labelled batches after each labelled batch (1)
+
+    @property
+    def self_training(self) -> bool:
+        return self.pseudo_data is not None or self.pseudo_fingerprint is not None
+
+    def self_training_resolved(self) -> dict[str, Any]:
+        """Off: every field None; on: pseudo_ratio 1 if unset."""
+        if not self.self_training:
+            return dict.fromkeys(PSEUDO_FIELDS)
+        return {"pseudo_ratio": 1} if self.pseudo_ratio is None else {}
+
+    def self_training_problems(self, dataset: str, ddrs: bool) -> list[str]:
+        """Checked only when it is on; `ddrs`: whether DDRS training is on."""
+        if not self.self_training:
+            return []
+        if self.pseudo_data is None or not self.pseudo_data.strip():
+            return [
+                f"pseudo_data must be the path of the data whose fingerprint is "
+                f"{self.pseudo_fingerprint} (got {self.pseudo_data!r})"
+            ]
+        p: list[str] = []
+        if self.pseudo_fingerprint is None or not _FINGERPRINT.fullmatch(self.pseudo_fingerprint):
+            p.append(
+                f"pseudo_fingerprint must be the 16 hex digits printed by `python -m "
+                f"trainables.pseudo {self.pseudo_data} --dataset {dataset}` "
+                f"(got {self.pseudo_fingerprint!r})"
+            )
+        if self.pseudo_eta is None or not self.pseudo_eta >= 0:
+            p.append(f"pseudo_eta must be >= 0 when pseudo_data is set (got {self.pseudo_eta})")
+        if self.pseudo_ratio is None or self.pseudo_ratio < 1:
+            p.append(f"pseudo_ratio must be >= 1 when pseudo_data is set (got {self.pseudo_ratio})")
+        if ddrs:
+            p.append(
+                "pseudo_data: self-training cannot be combined with DDRS training (pseudo-labelled "
+                "inputs have no σ_x); set ddrs_start_epoch or pseudo_data to null"
+            )
+        return p
+
+
+@dataclass(frozen=True)
+class OptimisationPart:
+    """SGD with momentum and a step schedule."""
+
+    epochs: int = 150
+    batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    lr_step_size: int = 50  # epochs between lr drops
+    lr_gamma: float = 0.1
+
+    def optimisation_problems(self) -> list[str]:
+        p = []
+        for name in ("epochs", "batch_size", "lr_step_size"):
+            if getattr(self, name) < 1:
+                p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("lr", "lr_gamma"):
+            if not getattr(self, name) > 0:
+                p.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        for name in ("momentum", "weight_decay"):
+            if getattr(self, name) < 0:
+                p.append(f"{name} must be >= 0 (got {getattr(self, name)})")
+        return p
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """How the trial runs: data subsets, precision, seed, starting weights and processes; and
+    the environment (where the data is, how it is loaded, memory layout, compilation)."""
+
+    train_subset: int | None = None  # use only this many training inputs (smoke runs)
+    eval_subset: int | None = None  # evaluate clean/noisy accuracy on this many test inputs
+    data_dir: str | None = field(default=None, metadata=ENVIRONMENT)
+    download: bool = field(default=False, metadata=ENVIRONMENT)
+    num_workers: int = field(default=0, metadata=ENVIRONMENT)  # DataLoader worker processes
+    amp: str = "off"  # off | fp16 | bf16 (see AMP_MODES); fp16 on a CPU trains in fp32
+    seed: int = 0
+    channels_last: bool = field(default=False, metadata=ENVIRONMENT)  # NHWC (faster convolutions)
+    compile: bool = field(default=False, metadata=ENVIRONMENT)  # torch.compile (eager where not)
+    data_pipeline: str = field(default="auto", metadata=ENVIRONMENT)  # see DATA_PIPELINES
+    # Two-stage sweeps: fine-tune the model of another trial (its trial_id). Its weights are
+    # loaded before the first epoch, except the input normalization (this data set's) and the
+    # last (logit) layer, which is re-initialized (SmoothAdv NeurIPS appendix E.1).
+    init_from: str | None = None
+    # Synchronous data-parallel SGD in one trial: this many processes (one per GPU, with
+    # `resources: {gpu: k}`), batch_size split among them (`trainables.distributed`). None: 1.
+    data_parallel: int | None = None
+
+    def run_problems(self, dataset: str, batch_size: int, ddrs_or_pseudo: bool) -> list[str]:
+        """`ddrs_or_pseudo`: whether DDRS training or self-training is on."""
+        p = []
+        for name in ("train_subset", "eval_subset"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                p.append(f"{name} must be >= 1 or null (got {value})")
+        if self.num_workers < 0:
+            p.append(f"num_workers must be >= 0 (got {self.num_workers})")
+        p += self._data_parallel_problems(batch_size, ddrs_or_pseudo)
+        p += choice("amp", self.amp, AMP_MODES)
+        p += choice("data_pipeline", self.data_pipeline, DATA_PIPELINES)
+        if self.data_pipeline == "device" and dataset == "imagenet":
+            p.append("data_pipeline device needs an in-memory data set (not imagenet's image "
+                     "files): use auto or loader")  # fmt: skip
+        if self.init_from is not None and not _TRIAL_ID.fullmatch(self.init_from):
+            p.append(f"init_from must be a trial_id (12 hex digits, got {self.init_from!r})")
+        return p
+
+    def _data_parallel_problems(self, batch_size: int, ddrs_or_pseudo: bool) -> list[str]:
+        k = self.data_parallel
+        if k is None:
+            return []
+        if k < 1:
+            return [f"data_parallel must be >= 1 or null (got {k})"]
+        p = []
+        if batch_size % k:
+            p.append(f"batch_size ({batch_size}) must be a multiple of data_parallel ({k})")
+        if k > 1 and ddrs_or_pseudo:
+            p.append("data_parallel > 1 does not combine with DDRS training or self-training")
+        return p
+
+
+@dataclass(frozen=True)
+class DDRSSettings:
+    """DDRS at certification (not a TrialConfig part: `certify --ddrs`, a space's
+    `certify.ddrs`): OptimizeSigma's settings; defaults from the paper (K = 100 steps of lr
+    1e-4, n = 1)."""
+
+    iterations: int = 100
+    lr: float = 1e-4
+    samples: int = 1
+    min_sigma: float = 1e-3
+
+    def problems(self) -> list[str]:
+        p = []
+        if not (isinstance(self.iterations, int) and self.iterations >= 1):
+            p.append(f"iterations must be an integer >= 1 (got {self.iterations!r})")
+        if not (isinstance(self.samples, int) and self.samples >= 1):
+            p.append(f"samples must be an integer >= 1 (got {self.samples!r})")
+        for name in ("lr", "min_sigma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                p.append(f"{name} must be a number > 0 (got {value!r})")
+        return p
+
+    @property
+    def tag(self) -> str:
+        return f"ddrs-K{self.iterations}-lr{self.lr:g}-n{self.samples}-min{self.min_sigma:g}"
