@@ -5,7 +5,7 @@ to resume); 2 bad input (one line per problem, nothing started, nothing deleted)
 interrupted (re-run the same command to resume).
 """
 
-from sweeper.cli import compact, costs, empirical, ingest, reads, reports, runs  # noqa: F401  (importing registers the commands)
+from sweeper.cli import compact, costs, empirical, ingest, reads, reports, runs, status  # noqa: F401  (importing registers the commands)
 from sweeper.cli.common import app
 
 __all__ = ["app"]

@@ -73,7 +73,7 @@ def empirical(
 
 def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: float) -> None:
     from sweeper.cli.driver import driving
-    from sweeper.cli.runs import Progress
+    from sweeper.cli.status import RunDisplay
     from sweeper.run.attack_stage import run_empirical, settings
     from sweeper.run.capacity import effective_resources, per_process
 
@@ -83,8 +83,7 @@ def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: flo
         f"attacking {len(ready)} finished models ({len(plan.trials) - len(ready)} not finished) "
         f"under {len(chosen)} settings: " + ", ".join(s.emp_id for s in chosen)
     )
-    with driving(plan.exp, address, per_process(resources, ready), len(ready), wait):
-        progress = Progress(len(plan.trials), len(ready))
-        with progress.bar:
-            outcome = run_empirical(plan.exp, ready, chosen, resources, progress)
+    room = per_process(resources, ready)
+    with driving(plan.exp, address, room, len(ready), wait), RunDisplay(plan.exp) as display:
+        outcome = run_empirical(plan.exp, ready, chosen, resources, display)
     _report(outcome, len(ready), chosen)

@@ -82,42 +82,6 @@ def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
     console.print(table)
 
 
-# ------------------------------------------------------------------------------ progress
-class Progress:
-    """The live display: trials done/running/failed and shards done/total."""
-
-    def __init__(self, trials_total: int, trials_done: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
-
-        self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), console=console)  # fmt: skip
-        self.trials = self.bar.add_task(
-            "trials", total=trials_total, completed=trials_done, extra=""
-        )
-        self.shards = self.bar.add_task("shards", total=0, extra="")
-        self.running: set[str] = set()
-        self.failed: set[str] = set()
-
-    def __call__(self, event) -> None:
-        if event.kind == "trial_started":
-            self.running.add(event.trial_id)
-        elif event.kind in ("trial_finished", "trial_failed"):
-            self.running.discard(event.trial_id)
-            if event.kind == "trial_failed":
-                self.failed.add(event.trial_id)
-            else:
-                self.bar.advance(self.trials)
-        if event.shards is not None:
-            done, total, failed = event.shards
-            self.bar.update(
-                self.shards, total=total, completed=done, extra=f"failed {failed}" if failed else ""
-            )
-        self.bar.update(
-            self.trials, extra=f"running {len(self.running)}, failed {len(self.failed)}"
-        )
-
-
 def _report_outcome(outcome) -> None:
     blocked = getattr(outcome, "blocked", {})
     failures = (
@@ -218,10 +182,11 @@ def _launch(plan: Plan, states: dict, resources, options) -> object:
 
 
 def _with_progress(plan: Plan, finished_count: int, launch) -> object:
-    """Run `launch(on_event)` under the live progress display."""
-    progress = Progress(len(plan.trials), finished_count)
-    with progress.bar:
-        return launch(progress)
+    """Run `launch(on_event)` under the progress display (`sweeper status`'s view, live)."""
+    from sweeper.cli.status import RunDisplay
+
+    with RunDisplay(plan.exp) as display:
+        return launch(display)
 
 
 @app.command()

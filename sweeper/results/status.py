@@ -1,17 +1,38 @@
-"""What an experiment holds: trials by state, each stage's shards done of planned, the driver,
-size. Read from sweep.json, every trial.json and one listing per stage: no row is read."""
+"""What an experiment holds: each trial's state, epochs and shards, the driver, the last run's
+failures, and what the throughput and cost figures are made from. Read from sweep.json, the
+trials' trial.json, one listing per stage (file names, sizes, times), lease.json, failures.json
+and one column of the certification cache: no shard is opened.
+
+`StatusReader` keeps what does not change between two reads (the trials' configs, parsed once
+per sweep.json; a trial.json until its size or time changes; the cache's timing column), so
+`sweeper status --watch` costs one listing per directory and the files that changed.
+
+A trial's state, as a person needs it after any interruption:
+pending (not started), blocked (its parent failed), training (trial.json says running and a
+driver holds the lease), interrupted (says running, but no driver is alive: re-run to resume),
+certifying (trained, shards missing, a driver alive), trained (trained, shards missing, nothing
+running), failed (training failed, or the last run's certification of it failed and shards are
+still missing), finished (trained and every planned shard written).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from sweeper.results.failures import Failure, read_failures
 from sweeper.results.lease import Holder, read_holder
-from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks, read_sweep
+from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks
 from trainables import fileio
 from trainables.catalog import STANDARD_TEST_SIZE
 from trainables.config import TrialConfig
-from trainables.trial_status import read_status
+
+STATES = ("pending", "blocked", "training", "interrupted", "certifying", "trained", "failed",
+          "finished")  # fmt: skip
+ATTENTION = ("failed", "blocked", "interrupted", "training", "certifying", "trained")
 
 
 @dataclass(frozen=True)
@@ -29,12 +50,15 @@ class Shards:
 @dataclass
 class TrialRow:
     trial_id: str
-    state: str  # pending | running | interrupted (no driver) | finished | failed
+    state: str  # one of STATES
     epoch: int
     epochs: int
     shards: dict[str, Shards]  # stage -> its shards
     summary: str
-    error: str = ""
+    error: str = ""  # the line that says what failed, and in which stage
+    epoch_time_s: float | None = None  # the last epoch's, as the trial measured it
+    updated: float | None = None  # when trial.json was last written
+    points: tuple[int, int] = (0, 0)  # certified points (rows) written, planned
 
     @property
     def shards_done(self) -> int:  # certification's (the run's own stage)
@@ -51,14 +75,21 @@ class Status:
     root: str
     trials: list[TrialRow] = field(default_factory=list)
     extra_models: int = 0  # certified models not in sweep.json (e.g. imported)
-    size_bytes: int = 0
+    size_bytes: int = 0  # sweep.json, trials/, the stages' files and caches
     driver: Holder | None = None  # the driver holding the experiment's lease, if it is alive
+    last_driver: Holder | None = None  # who held it last (alive or not)
+    now: float = 0.0
+    units: tuple[str, float] = ("GPU", 0.0)  # what a trial holds: ("GPU", 0.25), ("CPU", 1)
+    file_times: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # stage -> (mtime, points)
+    seconds_per_point: float | None = None  # certification, measured (the cache's time_s)
+    failures_log: str | None = None
+    space: str | None = None  # the space the sweep was run with (sweep.json)
 
     def counts(self) -> Counter:
         return Counter(t.state for t in self.trials)
 
 
-def _summary(cfg: TrialConfig) -> str:
+def summary_of(cfg: TrialConfig) -> str:
     parts = [cfg.method, cfg.attack, f"σ={cfg.sigma:g}"]
     if cfg.epsilon is not None:
         parts += [f"ε={cfg.epsilon:g}", f"T={cfg.steps}"]
@@ -68,31 +99,196 @@ def _summary(cfg: TrialConfig) -> str:
 
 
 def experiment_status(exp: Experiment) -> Status:
-    """Read sweep.json, every trial.json and the stages' file names (no Parquet is opened)."""
-    sweep = read_sweep(exp)
-    if sweep is None:
-        raise FileNotFoundError(
-            f"no experiment at {exp.root} (no sweep.json): check --storage and --experiment"
-        )
-    written = {stage: stage_shards(exp.stage_files(stage)) for stage in STAGES}
-    holder = read_holder(exp)
-    driver = holder if holder is not None and holder.alive() else None
-    status = Status(exp.name, exp.root, size_bytes=fileio.total_size(exp.root), driver=driver)
-    certify = (sweep.get("space") or {}).get("certify") or {}
-    for d in sweep["trials"]:
-        cfg = TrialConfig.from_dict(d)
-        tid = cfg.trial_id  # a hash of the config: computed once
-        st = read_status(exp.trial_dir(tid)) or {"state": "pending", "epoch": 0}
-        if st["state"] == "running" and driver is None:  # its driver ended or died
-            st = {**st, "state": "interrupted"}
-        shards = {stage: written[stage].get(tid, Shards()) for stage in STAGES}
-        if shards["certify"].total is None:
-            shards["certify"] = Shards(0, planned_shards(certify, cfg))
-        status.trials.append(TrialRow(tid, st["state"], st["epoch"], cfg.epochs,
-                                      shards, _summary(cfg), st.get("error", "")))  # fmt: skip
-    planned = {t.trial_id for t in status.trials}
-    status.extra_models = len(set(written["certify"]) - planned)
-    return status
+    """One read of the experiment (see StatusReader)."""
+    return StatusReader(exp).read()
+
+
+class StatusReader:
+    """Reads an experiment's status again and again, re-reading only what changed."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self._sweep: tuple[str, list[TrialConfig], dict, tuple[str, float]] | None = None
+        self._trials: dict[str, tuple[tuple[int, float], dict]] = {}  # path -> (stat, doc)
+        self._timing: tuple[tuple[int, float], float | None] | None = None
+        self.space: str | None = None
+
+    def read(self, now: float | None = None) -> Status:
+        """The status now; FileNotFoundError if there is no sweep.json."""
+        configs, certify, units = self._configs()
+        holder = read_holder(self.exp)
+        driver = holder if holder is not None and holder.alive() else None
+        st = Status(self.exp.name, self.exp.root, driver=driver, last_driver=holder,
+                    now=now or time.time(), units=units, space=self.space)  # fmt: skip
+        listed = {stage: self._listing(stage, st) for stage in STAGES}
+        grouped = {stage: _by_trial(files) for stage, files in listed.items()}
+        docs = self._trial_docs(st)
+        failures, st.failures_log = read_failures(self.exp)
+        chunks: dict[str, list[tuple[int, ...]]] = {}
+        for cfg in configs:
+            st.trials.append(self._row(cfg, docs, grouped, certify, failures, driver, chunks))
+        _block_children(st.trials, configs)
+        st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - {c.trial_id for c in configs})
+        st.file_times = {stage: _file_points(files, chunks, configs) for stage, files in listed.items()}
+        st.seconds_per_point = self._seconds_per_point(st)
+        return st
+
+    def _configs(self) -> tuple[list[TrialConfig], dict, tuple[str, float]]:
+        try:
+            raw = fileio.read_bytes(self.exp.sweep_json)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"no experiment at {self.exp.root} (no sweep.json): check --storage and --experiment"
+            ) from None
+        key = hashlib.sha256(raw).hexdigest()
+        if self._sweep is None or self._sweep[0] != key:
+            sweep = json.loads(raw)
+            space = sweep.get("space") or {}
+            res = space.get("resources") or {}
+            units = ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
+            configs = [TrialConfig.from_dict(d) for d in sweep["trials"]]
+            self.space = space.get("name")
+            self._sweep = (key, configs, space.get("certify") or {}, units)
+        return self._sweep[1], self._sweep[2], self._sweep[3]
+
+    def _listing(self, stage: str, st: Status) -> list[tuple[StageFile, float]]:
+        out = []
+        for path, (size, mtime) in fileio.list_stats(self.exp.stage_dir(stage), ".parquet").items():
+            st.size_bytes += size
+            parsed = self.exp.parse_stage_file(stage, path, size)
+            if parsed is not None:
+                out.append((parsed, mtime))
+        return out
+
+    def _trial_docs(self, st: Status) -> dict[str, dict]:
+        """trial_id -> its trial.json, re-read only when its size or time changed."""
+        stats = fileio.list_stats(fileio.join(self.exp.root, "trials"))
+        docs = {}
+        for path, stat in stats.items():
+            st.size_bytes += stat[0]
+            if not path.endswith("trial.json"):
+                continue
+            cached = self._trials.get(path)
+            if cached is None or cached[0] != stat:
+                try:
+                    cached = (stat, json.loads(fileio.read_bytes(path)))
+                except (OSError, ValueError):  # being replaced right now: the next read has it
+                    continue
+                self._trials[path] = cached
+            docs[str(cached[1].get("trial_id", ""))] = cached[1]
+        return docs
+
+    def _row(self, cfg, docs, grouped, certify, failures, driver, chunks) -> TrialRow:
+        tid = cfg.trial_id
+        doc = docs.get(tid) or {"state": "pending", "epoch": 0}
+        plan = chunks.setdefault(cfg.dataset, _chunks(certify, cfg.dataset))
+        files = {stage: grouped[stage].get(tid, []) for stage in STAGES}
+        shards = {stage: stage_shards([f for f, _ in files[stage]]).get(tid, Shards())
+                  for stage in STAGES}  # fmt: skip
+        settings = 2 if certify.get("ddrs") else 1
+        planned = len(plan) * settings if plan else None
+        if planned is not None:
+            shards["certify"] = Shards(shards["certify"].done, planned)
+        points = (_points_done(files["certify"], plan), sum(map(len, plan)) * settings)
+        metrics = doc.get("metrics") or {}
+        row = TrialRow(tid, "", int(doc.get("epoch", 0)), cfg.epochs, shards, summary_of(cfg),
+                       epoch_time_s=metrics.get("epoch_time_s"), updated=doc.get("updated"),
+                       points=points)  # fmt: skip
+        row.state, row.error = _state(doc, shards["certify"], failures, tid, driver is not None)
+        return row
+
+    def _seconds_per_point(self, st: Status) -> float | None:
+        """Mean certification seconds per point, from the cache's `time_s` (read again only
+        when the cache changes)."""
+        path = self.exp.cache_path("certify")
+        stats = fileio.list_stats(fileio.join(self.exp.root, "cache"), ".parquet")
+        stat = stats.get(path)
+        st.size_bytes += sum(s for s, _ in stats.values())
+        if stat is None:
+            return None
+        if self._timing is None or self._timing[0] != stat:
+            self._timing = (stat, _mean_time(path))
+        return self._timing[1]
+
+
+def _mean_time(path: str) -> float | None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["time_s"]).column("time_s")
+    except (OSError, KeyError, ValueError):
+        return None
+    mean = pc.mean(column).as_py() if len(column) else None
+    return float(mean) if mean is not None and mean > 0 else None
+
+
+def _state(doc: dict, certify: Shards, failures: dict[tuple[str, str], Failure], tid: str,
+           alive: bool) -> tuple[str, str]:  # fmt: skip
+    """(state, error line) of one trial (see the module's docstring)."""
+    state = doc.get("state", "pending")
+    if state == "failed":
+        failure = failures.get((tid, "train"))
+        return "failed", "train: " + (failure.line() if failure else doc.get("error", ""))
+    if state == "running":
+        return ("training" if alive else "interrupted"), ""
+    if state != "finished":
+        return "pending", ""
+    if certify.total is None or certify.done >= certify.total:
+        return "finished", ""
+    failure = failures.get((tid, "certify"))
+    if failure is not None:
+        return "failed", "certify: " + failure.line()
+    return ("certifying" if alive else "trained"), ""
+
+
+def _block_children(rows: list[TrialRow], configs: list[TrialConfig]) -> None:
+    """A pending fine-tune trial whose parent failed will not start: blocked."""
+    failed = {r.trial_id for r in rows if r.state == "failed" and r.error.startswith("train")}
+    for row, cfg in zip(rows, configs, strict=True):
+        if row.state == "pending" and cfg.init_from in failed:
+            row.state, row.error = "blocked", f"its parent {cfg.init_from} failed"
+
+
+def _chunks(certify: dict, dataset: str) -> list[tuple[int, ...]]:
+    """The certification shards' test points of a data set's standard test split (none: not
+    known, e.g. a miniature data set in tests, or no certify block)."""
+    size = STANDARD_TEST_SIZE.get(dataset)
+    if size is None or not certify:
+        return []
+    return index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
+
+
+def _file_points(files: list[tuple[StageFile, float]], chunks: dict, configs: list[TrialConfig]) -> list[tuple[float, int]]:
+    """(time written, points in it) of every file of a stage: what the throughput counts."""
+    dataset = {c.trial_id: c.dataset for c in configs}
+    out = []
+    for f, mtime in files:
+        plan = chunks.get(dataset.get(f.trial_id, ""), [])
+        out.append((mtime, _file_size_in_points(f, plan)))
+    return out
+
+
+def _file_size_in_points(f: StageFile, plan: list[tuple[int, ...]]) -> int:
+    if f.kind == "compacted":
+        return sum(map(len, plan)) if f.count == len(plan) else 0
+    if f.kind == "shard" and f.count == len(plan) and f.index is not None:
+        return len(plan[f.index])
+    return 0
+
+
+def _points_done(files: list[tuple[StageFile, float]], plan: list[tuple[int, ...]]) -> int:
+    """Certified points of one trial on storage (a compacted model's leftover shards aside)."""
+    compacted = {f.setting_id for f, _ in files if f.kind == "compacted"}
+    return sum(_file_size_in_points(f, plan) for f, _ in files
+               if f.kind == "compacted" or f.setting_id not in compacted)  # fmt: skip
+
+
+def _by_trial(files: list[tuple[StageFile, float]]) -> dict[str, list[tuple[StageFile, float]]]:
+    out: dict[str, list[tuple[StageFile, float]]] = {}
+    for item in files:
+        out.setdefault(item[0].trial_id, []).append(item)
+    return out
 
 
 def stage_shards(files: list[StageFile]) -> dict[str, Shards]:
@@ -108,13 +304,3 @@ def stage_shards(files: list[StageFile]) -> dict[str, Shards]:
     for (trial_id, _), shards in per_model.items():
         out[trial_id] = out.get(trial_id, Shards(0, 0)) + shards
     return out
-
-
-def planned_shards(certify: dict, cfg: TrialConfig) -> int | None:
-    """Certification shards a finished trial will have under the sweep's settings (fixed σ,
-    and DDRS too if asked), for the data set's standard test split."""
-    size = STANDARD_TEST_SIZE.get(cfg.dataset)  # a miniature data set in tests has fewer
-    if size is None or not certify:
-        return None
-    chunks = index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
-    return len(chunks) * (2 if certify.get("ddrs") else 1)

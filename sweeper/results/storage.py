@@ -11,6 +11,8 @@
                                                                 existed; now folded in)
   empirical/<trial_id>/<emp_id>/shard-...parquet, compacted-...parquet   the attack stage, alike
   cache/<stage>.parquet                        the compacted rows of many models in one file
+  failures.json, logs/failures-<time>.log      the last run's failures grouped; each one's full text
+  retired/<time>/trials/<trial_id>/...         what `--retrain` moved aside (never deleted)
   reports/                                     tables and figures
 
 Nothing outside `<storage>/<experiment>/` is ever written: an experiment name is one plain path
@@ -194,6 +196,19 @@ class Experiment:
         """The model's rows once all `count` shards are folded together."""
         name = f"compacted-of-{count:05d}.parquet"
         return fileio.join(self.setting_dir(stage, trial_id, setting_id), name)
+
+    @property
+    def failures_json(self) -> str:
+        """The last run's failures, one entry per trial and stage (`sweeper.results.failures`)."""
+        return fileio.join(self.root, "failures.json")
+
+    def failures_log(self, stamp: str) -> str:
+        """The full text of every failure of the run started at `stamp`."""
+        return fileio.join(self.root, "logs", f"failures-{stamp}.log")
+
+    def retired_dir(self, stamp: str) -> str:
+        """Where `--retrain` moves a trial's old checkpoint and results (never deleted)."""
+        return fileio.join(self.root, "retired", stamp)
 
     def cache_path(self, stage: str) -> str:
         return fileio.join(self.root, "cache", f"{stage}.parquet")

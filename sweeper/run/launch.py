@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# No TensorBoard logger (it imports torch into the driver), and the legacy reporter, which
-# honours verbose=0: the console belongs to sweeper's own progress display.
+# Tune's loggers are chosen explicitly (`trackers`), and the legacy reporter, which honours
+# verbose=0: the console belongs to sweeper's own progress display.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
@@ -186,7 +186,9 @@ class _SweepCallback(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         cfg = TrialConfig.from_dict(trial.config["trial"])
-        message = _error_message(trial)
+        attempts = max(1, int(getattr(trial, "num_failures", 1) or 1))
+        failure = self.certifier.failure_log.add(cfg.trial_id, "train", _error_text(trial), attempts)
+        message = failure.line()
         self.outcome.failed[cfg.trial_id] = message
         self._shrink()
         status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
@@ -208,14 +210,14 @@ def _tid(trial) -> str:
     return TrialConfig.from_dict(trial.config["trial"]).trial_id
 
 
-def _error_message(trial) -> str:
+def _error_text(trial) -> str:
+    """The full text of a trial's error (Tune's error.txt: the traceback on the worker)."""
     path = getattr(trial, "error_file", None) or ""
     try:
         text = Path(path).read_text().strip() if path else ""
     except OSError:
         text = ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "trial failed (see Ray Tune's error.txt under tune/)"
+    return text or "trial failed (see Ray Tune's error.txt under tune/)"
 
 
 @contextmanager
@@ -254,7 +256,7 @@ def _tuner(
         storage_path=exp.tune_dir,
         verbose=0,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), callback],
+        callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), *trackers(exp, options), callback],
     )
     tune_config = tune.TuneConfig(
         search_alg=searcher,
@@ -263,6 +265,25 @@ def _tuner(
         reuse_actors=True,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+
+
+def trackers(exp: Experiment, options: LaunchOptions) -> list:
+    """Ray Tune's own loggers of the per-epoch curves: TensorBoard always (event files beside
+    each trial's progress.csv under `tune/`; tensorboardX imports torch into the driver, which
+    a training run loads anyway to size its test sets), MLflow and W&B when asked."""
+    from ray.tune.logger import TBXLoggerCallback
+
+    out: list = [TBXLoggerCallback()]
+    if options.mlflow:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        out.append(MLflowLoggerCallback(tracking_uri=options.mlflow, experiment_name=exp.name,
+                                        save_artifact=False))  # fmt: skip
+    if options.wandb:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        out.append(WandbLoggerCallback(project=options.wandb, group=exp.name))
+    return out
 
 
 def run_sweep(

@@ -1,5 +1,5 @@
-"""How a run is launched on Ray: the cluster, how many trials at once, retries, GPUs, and how
-long to wait for an autoscaler. Declared once (`setting`): the commands' options and their
+"""How a run is launched on Ray: the cluster, how many trials at once, retries, GPUs, how
+long to wait for an autoscaler, and which trackers besides TensorBoard get the curves. Declared once (`setting`): the commands' options and their
 --help are read from here. No Ray imported: the command line reads this at start-up."""
 
 from __future__ import annotations
@@ -20,3 +20,9 @@ class LaunchOptions:
     wait_for_nodes: float = setting(
         30.0, "Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
         NotBelow(0))
+    mlflow: str | None = setting(
+        None, "Also log every trial's per-epoch metrics to MLflow at this tracking URI "
+        "(file:/path or http://host:5000; needs the mlflow package).")
+    wandb: str | None = setting(
+        None, "Also log every trial's per-epoch metrics to this Weights & Biases project "
+        "(needs the wandb package and a login, or WANDB_MODE=offline).")

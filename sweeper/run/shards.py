@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.plan.spec import Resources
+from sweeper.results.failures import FailureLog
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, index_chunks
@@ -101,14 +102,6 @@ class Work:
     setting: Setting
 
 
-@dataclass
-class Failure:
-    """The first error a model's stage hit, and how many of its tasks failed."""
-
-    message: str
-    count: int = 1
-
-
 @functools.cache
 def _remote(fn: Callable, gpu: bool):
     import ray
@@ -132,12 +125,16 @@ class StageRunner:
     (grouped per model and stage), never raised. Ray must be initialized."""
 
     def __init__(self, exp: Experiment, work: list[Work], resources: Resources,
-                 on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size):  # fmt: skip
+                 on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size,
+                 failure_log: FailureLog | None = None):  # fmt: skip
         self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
         self.sizer = sizer
+        if failure_log is None:
+            failure_log = FailureLog(exp)
+            failure_log.start()
+        self.failure_log = failure_log  # grouped per model and stage, full texts in its log
         self.pending: dict[Any, tuple[str, Shard | tuple[str, Work, int]]] = {}
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
-        self.failures: dict[tuple[str, str], Failure] = {}  # (trial_id, stage name)
         self.compacted: list[tuple[str, str, str]] = []
         self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
         self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
@@ -201,7 +198,7 @@ class StageRunner:
                 ray.get(ref)
             except Exception as e:  # reported in the outcome, grouped per model and stage
                 trial_id, stage = (what.trial_id, what.stage) if isinstance(what, Shard) else (what[0], what[1].stage.name)
-                self._fail(trial_id, stage, _first_line(e))
+                self._fail(trial_id, stage, str(e) or type(e).__name__)
                 continue
             self._shard_done(what) if isinstance(what, Shard) else self._compacted(*what)
 
@@ -234,24 +231,18 @@ class StageRunner:
             if self.fresh[stage.name]:
                 self.refresh(stage)
 
-    def _fail(self, trial_id: str, stage: str, message: str) -> None:
-        key = (trial_id, stage)
-        if key in self.failures:
-            self.failures[key].count += 1
-        else:
-            self.failures[key] = Failure(message)
-        self._emit(f"{stage}_failed", trial_id, message)
+    def _fail(self, trial_id: str, stage: str, text: str) -> None:
+        failure = self.failure_log.add(trial_id, stage, text)
+        if failure.count == 1:  # one event per model and stage: the first line says it all
+            self._emit(f"{stage}_failed", trial_id, failure.message)
 
     def _emit(self, kind: str, trial_id: str, detail: str) -> None:
-        failed = sum(f.count for f in self.failures.values())
+        failed = sum(f.count for f in self.failure_log.failures.values() if f.stage != "train")
         self.on_event(Event(kind, trial_id, detail, (self.done, self.total, failed)))
 
     def failure_rows(self) -> list[tuple[str, str, str]]:
-        """(trial_id, stage, "message (k tasks)") per model and stage that failed."""
-        return [
-            (tid, stage, f.message + (f" ({f.count} tasks)" if f.count > 1 else ""))
-            for (tid, stage), f in self.failures.items()
-        ]
+        """(trial_id, stage, "message (k tasks)") per model and stage whose tasks failed."""
+        return [row for row in self.failure_log.rows() if row[1] != "train"]
 
     def wait(self, poll_every: float = 0.5) -> None:
         while self.pending:
@@ -263,12 +254,6 @@ class StageRunner:
         for ref in self.pending:
             ray.cancel(ref, force=True)
         self.pending.clear()
-
-
-def _first_line(error: Exception) -> str:
-    """The last line of a task's error (its exception), which is what says what went wrong."""
-    text = str(error).strip()
-    return text.splitlines()[-1] if text else type(error).__name__
 
 
 @dataclass

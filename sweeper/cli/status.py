@@ -1,0 +1,183 @@
+"""`sweeper status` (once, `--all`, `--format json`, `--watch`) and the same view as the
+progress display of the commands that run work (`RunDisplay`): a live view on a terminal, one
+plain line per event (no escape codes) in a log file or a pipe."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Annotated
+
+import typer
+
+from sweeper.cli.common import ExperimentOpt, Storage, app, console, fail, resolve_experiment
+from sweeper.cli.status_view import as_json, summary_lines, view
+from sweeper.results.status import Status, StatusReader
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
+from sweeper.results.summary import summarize
+
+FORMATS = ("table", "json")
+UNFINISHED = ("pending", "training", "interrupted", "certifying", "trained")
+PLAIN_SUMMARY_S = 60.0  # a log file gets the summary lines this often, beside the events
+
+
+def read_status(reader: StatusReader) -> Status:
+    """The experiment's status, or one `error:` line and exit 2."""
+    try:
+        return reader.read()
+    except FileNotFoundError as e:
+        fail([str(e)])
+    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        fail([f"cannot read the experiment at {reader.exp.root} ({type(e).__name__}: {e})"])
+
+
+@app.command()
+def status(
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: ExperimentOpt = None,
+    everything: Annotated[bool, typer.Option("--all", help="List every trial, not only those that need attention.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="Output: table or json.")] = "table",
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until the sweep ends (Ctrl-C stops).")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between refreshes of --watch.")] = 5.0,
+) -> None:  # fmt: skip
+    """Where the sweep stands: trials by state, epochs and shards done of planned, throughput,
+    ETAs and resource-hours; then the trials that need attention (failed with their error,
+    blocked, interrupted, running)."""
+    problems = [] if fmt in FORMATS else [f"--format {fmt!r} is not one of {', '.join(FORMATS)}"]
+    if watch and fmt == "json":
+        problems.append("--watch refreshes the table: drop --format json (it prints once)")
+    if problems:
+        fail(problems)
+    reader = StatusReader(resolve_experiment(storage, experiment))
+    if watch:
+        watch_status(reader, everything, interval)
+        return
+    st = read_status(reader)
+    if fmt == "json":
+        typer.echo(json.dumps(as_json(st, summarize(st), everything), indent=1))
+    else:
+        console.print(view(st, summarize(st), everything, st.space))
+
+
+def sweep_ended(st: Status, driver_seen: bool) -> bool:
+    """Nothing left to do, or the driver that was running has ended (finished, stopped, died)."""
+    return not any(t.state in UNFINISHED for t in st.trials) or (driver_seen and st.driver is None)
+
+
+def watch_status(reader: StatusReader, everything: bool, interval: float) -> None:
+    """Refresh the view every `interval` seconds until `sweep_ended` or Ctrl-C (exit 0): in
+    place on a terminal, else (a log file) the summary lines stamped, one block per refresh."""
+    from rich.live import Live
+
+    def plain(st: Status) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        for line in summary_lines(summarize(st)):
+            console.print(f"{stamp} {line}", soft_wrap=True, highlight=False, markup=False)
+
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    seen = False
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            st = read_status(reader)
+            seen = seen or st.driver is not None
+            if live is not None:
+                live.update(view(st, summarize(st), everything, st.space), refresh=True)
+            else:
+                plain(st)
+            if sweep_ended(st, seen):
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+
+
+class RunDisplay:
+    """The progress display of a command that runs work: on a terminal the status view, live
+    (re-read every `interval` seconds, or less often if reading takes long), with failures
+    printed above it; elsewhere one plain line per event and the summary every minute."""
+
+    def __init__(self, exp: Experiment, interval: float = 5.0):
+        self.reader = StatusReader(exp)
+        self.interval = interval
+        self.terminal = console.is_terminal
+        self.live = None
+        self._view = None
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RunDisplay:
+        if self.terminal:
+            from rich.live import Live
+
+            self.live = Live(get_renderable=self._render, console=console, refresh_per_second=1)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._next = 0.0
+        if self.live is not None:
+            self.live.refresh()
+            self.live.stop()
+        else:
+            self._plain_summary()
+
+    def _render(self):
+        with self._lock:
+            if time.monotonic() >= self._next or self._view is None:
+                start = time.monotonic()
+                try:
+                    st = self.reader.read()
+                    self._view = view(st, summarize(st), False, st.space)
+                except (OSError, ValueError, KeyError, TypeError) as e:  # sweep.json not yet there
+                    self._view = f"status not readable yet ({type(e).__name__}: {e})"
+                cost = time.monotonic() - start
+                self._next = time.monotonic() + max(self.interval, 20 * cost)
+            return self._view
+
+    def __call__(self, event) -> None:
+        line = event_line(event)
+        if self.terminal:
+            if event.kind.endswith("_failed") and self.live is not None:
+                self.live.console.print(f"[red]{line}[/]", soft_wrap=True, highlight=False)
+            return
+        console.print(f"{time.strftime('%H:%M:%S')} {line}", soft_wrap=True, highlight=False,
+                      markup=False)  # fmt: skip
+        if time.monotonic() >= self._next:
+            self._plain_summary()
+
+    def _plain_summary(self) -> None:
+        try:
+            st = self.reader.read()
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self._next = time.monotonic() + PLAIN_SUMMARY_S
+        stamp = time.strftime("%H:%M:%S")
+        for ln in summary_lines(summarize(st)):
+            console.print(f"{stamp} {ln}", soft_wrap=True, highlight=False, markup=False)
+
+
+def event_line(event) -> str:
+    """One event of a run, in words."""
+    tid, detail = event.trial_id, event.detail
+    words = {
+        "trial_started": f"trial {tid} started",
+        "trial_epoch": f"trial {tid} finished epoch {detail}",
+        "trial_finished": f"trial {tid} trained",
+        "trial_failed": f"trial {tid} failed (train): {detail}",
+        "shards_planned": f"trial {tid}: {detail} shards",
+        "shard_done": f"trial {tid}: shard {detail} written",
+        "compacted": f"trial {tid}: {detail} compacted",
+    }
+    line = words.get(event.kind) or (
+        f"trial {tid} failed ({event.kind.removesuffix('_failed')}): {detail}"
+        if event.kind.endswith("_failed") else f"{event.kind} {tid} {detail}")
+    if event.shards is not None:
+        done, total, failed = event.shards
+        line += f" [shards {done}/{total}" + (f", {failed} failed]" if failed else "]")
+    return line

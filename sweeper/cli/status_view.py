@@ -1,0 +1,145 @@
+"""How `sweeper status` (and the progress display of `run grid`, `certify`, `empirical`) shows
+where a sweep stands: the summary lines, then only the trials that need attention (every
+trial with `--all`), as rich renderables, plain text or JSON."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from sweeper.results.status import ATTENTION, Status, TrialRow
+from sweeper.results.summary import Summary
+
+ATTENTION_ROWS = 20  # trials listed under the summary (the rest: `--all`): fits 40 lines
+
+
+def duration(seconds: float | None) -> str:
+    """`45 s`, `12 min`, `3 h 05 min`, `2 d 04 h`; `-` when not known."""
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _share(done: int, total: int | None) -> str:
+    if not total:
+        return f"{done:,} done (total not known)"
+    return f"{done:,} of {total:,} ({100 * done / total:.1f} %)"
+
+
+def _ends(what: str, eta: float | None) -> str:
+    if eta == 0:
+        return f"{what} done"
+    return f"{what} ends in ≈ {duration(eta)}" if eta is not None else f"{what}: no ETA (not running)"
+
+
+def _hours(pair: tuple[float | None, float | None], unit: str) -> str:
+    spent, projected = pair
+    if spent is None:
+        return "not measured yet"
+    return f"{_n(spent, 1)} {unit}-h spent of ≈ {_n(projected, 1)} projected"
+
+
+def summary_lines(s: Summary) -> list[str]:
+    """The summary as plain lines (the same text on a terminal, in a log file and in tests)."""
+    states = ", ".join(f"{k} {v:,}" for k, v in s.states.items() if v)
+    lines = [f"{s.experiment}: {s.trials:,} trials: {states or 'none'}"]
+    unfinished = sum(s.states.get(k, 0) for k in ("pending", "interrupted", "trained"))
+    if s.driver is None:
+        lines.append("driver: none, nothing is running" + (
+            f" ({unfinished:,} trials unfinished: re-run the sweep's command to resume)"
+            if unfinished else ""))
+    else:
+        lines.append(f"driver: {s.driver}, running for {duration(s.elapsed_s)}")
+    rate = ""
+    if s.window_s is not None:
+        rate = f"; {_n(s.epochs_per_hour)} epochs/h over the last {duration(s.window_s)}"
+    lines.append(f"epochs: {_share(*s.epochs)}{rate}; {_ends('training', s.eta_train_s)}")
+    for stage, (done, total) in s.shards.items():
+        line = f"{stage} shards: {_share(done, total)}"
+        if stage == "certify":
+            line += f"; rows {_share(*s.rows)}"
+            if s.window_s is not None:
+                line += f"; {_n(s.points_per_hour)} points/h"
+            line += f"; {_ends('certification', s.eta_certify_s)}"
+        lines.append(line)
+    lines.append(f"training: {_hours(s.train_hours, s.unit)}; certification: "
+                 f"{_hours(s.certify_hours, s.unit)}")  # fmt: skip
+    extra = f"; {s.extra_models} more certified models (imported)" if s.extra_models else ""
+    lines.append(f"storage: {s.size_bytes / 1e6:,.1f} MB{extra}")
+    return lines
+
+
+def needing_attention(st: Status) -> list[TrialRow]:
+    """Failed, blocked and interrupted trials first, then what is running, then the rest."""
+    order = {state: i for i, state in enumerate(ATTENTION)}
+    return sorted((t for t in st.trials if t.state in order), key=lambda t: order[t.state])
+
+
+def trial_cells(t: TrialRow) -> list[str]:
+    certify = t.shards["certify"]
+    shards = "-" if certify.total is None and not certify.done else (
+        f"{certify.done}/{certify.total if certify.total is not None else '?'}")
+    return [t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error]
+
+
+HEADER = ["trial_id", "trial", "state", "epoch", "certify", "error"]
+
+
+def trials_table(rows: list[TrialRow], title: str) -> Table:
+    table = Table(*HEADER[:-1], title=title, title_justify="left")
+    table.add_column("error", overflow="fold")
+    for t in rows:
+        table.add_row(*trial_cells(t))
+    return table
+
+
+def shown_trials(st: Status, everything: bool, limit: int = ATTENTION_ROWS) -> tuple[list[TrialRow], int]:
+    """(the trials to list, how many more need attention than are listed)."""
+    if everything:
+        return st.trials, 0
+    rows = needing_attention(st)
+    return rows[:limit], max(0, len(rows) - limit)
+
+
+def hints(st: Status, space: str | None) -> list[str]:
+    """What to do next: where the failures' full text is, how to retrain a broken trial."""
+    out = []
+    if st.failures_log and any(t.state == "failed" for t in st.trials):
+        out.append(f"full error texts: {st.failures_log}")
+    broken = [t.trial_id for t in st.trials if t.state == "failed" and t.error.startswith("certify")]
+    if broken:
+        out.append("a trial whose checkpoint cannot be read is retrained alone (its old checkpoint "
+                   f"moved aside): sweeper run grid {space or 'SPACE'} --only trial_id={broken[0]} "
+                   "--retrain")  # fmt: skip
+    return out
+
+
+def view(st: Status, summary: Summary, everything: bool = False, space: str | None = None) -> Group:
+    """The whole screen: summary, the trials, the hints."""
+    parts: list = [Text(line) for line in summary_lines(summary)]
+    rows, more = shown_trials(st, everything)
+    if rows:
+        title = "trials" if everything else "trials that need attention"
+        parts.append(trials_table(rows, title))
+    if more:
+        parts.append(Text(f"… and {more} more that need attention: sweeper status --all"))
+    parts += [Text(line) for line in hints(st, space)]
+    return Group(*parts)
+
+
+def as_json(st: Status, summary: Summary, everything: bool) -> dict:
+    rows, _ = shown_trials(st, everything, limit=len(st.trials))
+    trials = [dict(zip(HEADER, trial_cells(t), strict=True), points=list(t.points)) for t in rows]
+    return {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}

@@ -1,0 +1,97 @@
+"""What failed in a run, grouped so that a person can act on it: one entry per trial and stage
+(its first telling line, how many tasks or attempts hit it) in `failures.json`, the full text of
+every failure in `logs/failures-<time>.log`. Written by the driver as failures happen (both
+files are small and rewritten whole, atomically, so object stores work too); read by
+`sweeper status`. A run starts with an empty `failures.json`: it holds the last run's failures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from sweeper.results.storage import Experiment
+from trainables import fileio
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Failure:
+    """One trial's failures in one stage ("train", "certify", "empirical")."""
+
+    trial_id: str
+    stage: str
+    message: str  # the line that says what went wrong
+    count: int = 1  # tasks (shards, compactions) or training attempts that failed
+    first: float = 0.0  # when
+
+    def line(self) -> str:
+        """`RuntimeError: ... (3 shards)`: the message and how many tasks hit it."""
+        unit = "attempts" if self.stage == "train" else "tasks"
+        return self.message + (f" ({self.count} {unit})" if self.count > 1 else "")
+
+
+def first_line(text: str) -> str:
+    """The line of an error's text that says what went wrong: the exception, which Python and
+    Ray print last (after the traceback), else the first non-empty line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    exceptions = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return (exceptions or lines or ["failed (no message)"])[-1][:300]
+
+
+class FailureLog:
+    """The failures of one run; `add` records one (grouped) and rewrites both files."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.failures: dict[tuple[str, str], Failure] = {}
+        self.texts: list[str] = []
+        self._written = False
+
+    def start(self) -> None:
+        """A new run: the previous run's grouped failures no longer stand (its log stays)."""
+        if fileio.exists(self.exp.failures_json):
+            self._write_json()
+
+    def add(self, trial_id: str, stage: str, text: str, count: int = 1) -> Failure:
+        key = (trial_id, stage)
+        if key in self.failures:
+            self.failures[key].count += count
+        else:
+            self.failures[key] = Failure(trial_id, stage, first_line(text), count, time.time())
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.texts.append(f"=== {stamp} trial {trial_id}, {stage}\n{text.rstrip()}\n")
+        try:
+            fileio.write_bytes_atomic(self.log_path, "\n".join(self.texts).encode())
+            self._write_json()
+        except OSError as e:  # the failure itself is still reported at the end of the run
+            log.warning("could not record a failure under %s: %s", self.exp.root, e)
+        return self.failures[key]
+
+    @property
+    def log_path(self) -> str:
+        return self.exp.failures_log(self.stamp)
+
+    def _write_json(self) -> None:
+        doc = {"log": self.exp.relative(self.log_path) if self.texts else None,
+               "failures": [asdict(f) for f in self.failures.values()]}  # fmt: skip
+        fileio.write_bytes_atomic(self.exp.failures_json, json.dumps(doc, indent=1).encode())
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(trial_id, stage, line) per trial and stage, in the order they first failed."""
+        return [(f.trial_id, f.stage, f.line()) for f in self.failures.values()]
+
+
+def read_failures(exp: Experiment) -> tuple[dict[tuple[str, str], Failure], str | None]:
+    """The last run's failures by (trial_id, stage), and its log's path (None: none)."""
+    try:
+        doc = json.loads(fileio.read_bytes(exp.failures_json))
+        failures = [Failure(**f) for f in doc["failures"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, None
+    where = fileio.join(exp.root, *doc["log"].split("/")) if doc.get("log") else None
+    return {(f.trial_id, f.stage): f for f in failures}, where
