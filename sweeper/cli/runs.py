@@ -32,6 +32,7 @@ from sweeper.plan.sweep_plan import (
     is_finished,
     make_plan,
     move_aside,
+    retire_trials,
     trial_states,
 )
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, write_sweep
@@ -128,6 +129,9 @@ def run_grid(
         "--restart", help="Start over; the old experiment is moved aside, not deleted.")] = False,
     gpus: Annotated[int | None, typer.Option(
         "--gpus", min=1, help="With --dry-run: the wall-clock on this many GPUs.")] = None,
+    retrain: Annotated[bool, typer.Option(
+        "--retrain", help="Train the --only trials again from scratch (e.g. a corrupt checkpoint); "
+        "their checkpoints and results are moved to <experiment>/retired/, not deleted.")] = False,
     **options: Any,
 ) -> None:  # fmt: skip
     """Train every trial of SPACE on Ray Tune and certify each one as it finishes.
@@ -141,6 +145,7 @@ def run_grid(
                           launch.address, restart_, dry_run)  # fmt: skip
     if gpus is not None and not dry_run:
         fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
+    _check_flags(launch, retrain, only, restart_)
     plan = _plan(request)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
@@ -152,7 +157,7 @@ def run_grid(
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(plan, resources, states, "sweeper run grid")
-    _report_outcome(_launch(plan, states, resources, launch))
+    _report_outcome(_launch(plan, states, resources, launch, retrain))
     console.print(
         f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
@@ -163,10 +168,32 @@ def _check_precision(plan: Plan, resources) -> None:
         fail([problem])
 
 
-def _launch(plan: Plan, states: dict, resources, options) -> object:
-    """Hold the experiment, wait for room on the cluster, train what is unfinished and certify."""
+def _check_flags(launch: LaunchOptions, retrain: bool, only: str | None, restart: bool) -> None:
+    """--retrain needs --only; --mlflow and --wandb need their packages."""
+    import importlib.util
+
+    problems = []
+    if retrain and not only:
+        problems.append("--retrain trains again the trials --only selects: add --only "
+                        "trial_id=<id> (sweeper status names the failed ones)")  # fmt: skip
+    if retrain and restart:
+        problems.append("--retrain and --restart: pass one (--restart starts the whole sweep over)")
+    for flag, package in (("mlflow", "mlflow"), ("wandb", "wandb")):
+        if getattr(launch, flag) and importlib.util.find_spec(package) is None:
+            problems.append(f"--{flag} needs the {package} package: pip install {package}")
+    if problems:
+        fail(problems)
+
+
+def _launch(plan: Plan, states: dict, resources, options, retrain: bool = False) -> object:
+    """Hold the experiment, wait for room on the cluster, train what is unfinished and certify
+    (with `retrain`, the selected trials' old checkpoints and results moved aside first)."""
     from sweeper.run.launch import run_sweep
 
+    if retrain:
+        moved = _retire(plan)
+        states = trial_states(plan.exp, plan.trials)
+        console.print(f"retraining {len(plan.trials)} trials; their old files are in {moved}")
     finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
     to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
     wanted = min(len(to_train), options.max_concurrent or len(to_train)) or 1
@@ -179,6 +206,17 @@ def _launch(plan: Plan, states: dict, resources, options) -> object:
             plan, len(finished),
             lambda on_event: run_sweep(plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room),
         )  # fmt: skip
+
+
+def _retire(plan: Plan) -> str | None:
+    """--retrain: move the selected trials' files aside, holding the experiment meanwhile."""
+    from sweeper.results.lease import Lease
+
+    try:
+        with Lease(plan.exp, command_line()):
+            return retire_trials(plan.exp, plan.trials)
+    except ProblemsError as e:
+        fail(e.problems)
 
 
 def _with_progress(plan: Plan, finished_count: int, launch) -> object:

@@ -70,7 +70,8 @@ def expansion_problems(spec: SweepSpec, prefix: str = "") -> list[str]:
 
 
 def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
-    """`--only sigma=0.25,attack=pgd` -> ({"sigma": 0.25, "attack": "pgd"}, problems)."""
+    """`--only sigma=0.25,attack=pgd` -> ({"sigma": 0.25, "attack": "pgd"}, problems); the
+    key `trial_id` selects one trial by its id."""
     if not text:
         return {}, []
     selection, problems = {}, []
@@ -79,6 +80,8 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
         key = key.strip()
         if not sep or not key:
             problems.append(f"--only: expected key=value, got {part!r}")
+        elif key == "trial_id":  # a hash, never a number: kept as written
+            selection[key] = value.strip()
         elif key not in TRIAL_KEYS:
             problems.append(f"--only: unknown hyperparameter {key!r}")
         else:

@@ -15,6 +15,7 @@ from sweeper.plan.grid import expand, parse_only, select
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import SweepSpec
 from sweeper.results.storage import (
+    STAGES,
     Experiment,
     StorageError,
     outside_problem,
@@ -192,6 +193,28 @@ def move_aside(exp: Experiment) -> Path | None:
     dst = src.with_name(f"{src.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
     src.rename(dst)
     return dst
+
+
+def retire_trials(exp: Experiment, trials: list[TrialConfig]) -> str | None:
+    """`--retrain`: move each trial's directory (checkpoint, trial.json) and its results of
+    every stage, and the stages' caches (they hold those results), to
+    `<experiment>/retired/<time>/` with the same layout; nothing is deleted. Returns where
+    they went (None: nothing to move). Local storage only."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dst = exp.retired_dir(stamp)
+    moves = [(exp.trial_dir(t.trial_id), ("trials", t.trial_id)) for t in trials]
+    moves += [(fileio.join(exp.stage_dir(stage), t.trial_id), (stage, t.trial_id))
+              for stage in STAGES for t in trials]  # fmt: skip
+    moves += [(exp.cache_path(stage), ("cache", f"{stage}.parquet")) for stage in STAGES]
+    if fileio.is_uri(exp.root):
+        raise PlanError([f"--retrain cannot move files on remote storage ({exp.root}): move "
+                         "trials/<trial_id>/ and certify/<trial_id>/ aside yourself"])  # fmt: skip
+    present = [(src, rel) for src, rel in moves if fileio.local_path(src).exists()]
+    for src, rel in present:
+        target = fileio.local_path(fileio.join(dst, *rel))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fileio.local_path(src).rename(target)
+    return dst if present else None
 
 
 def trial_states(exp: Experiment, trials: list[TrialConfig]) -> dict[str, dict | None]:
