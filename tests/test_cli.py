@@ -378,17 +378,21 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
 # ------------------------------------------------------------------------------ status
 def test_status_shows_states_and_shards(storage):
     make_experiment(storage)
-    result = runner.invoke(app, ["status", "--storage", str(storage), "--experiment", "exp"])
+    args = ["status", "--storage", str(storage), "--experiment", "exp"]
+    result = runner.invoke(app, [*args, "--all"])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "3 trials: failed 1, finished 1, pending 1" in out
+    assert "3 trials: pending 1, failed 1, finished 1" in out
     rows = {tid: next(ln for ln in out.splitlines() if tid in ln) for tid in (GAUSS.trial_id, ADV.trial_id, PENDING.trial_id)}  # fmt: skip
     assert "finished" in rows[GAUSS.trial_id] and "2/2" in rows[GAUSS.trial_id]
     assert "1/1" in rows[GAUSS.trial_id]  # epochs
     assert "failed" in rows[ADV.trial_id] and "2/3" in rows[ADV.trial_id]
-    assert "CUDA out of memory" in rows[ADV.trial_id]
+    assert "train: CUDA out of memory" in rows[ADV.trial_id]
     assert "pending" in rows[PENDING.trial_id]
-    assert "certify shards: 4 of 5 planned" in out
+    assert "certify shards: 4 of 5 (80.0 %)" in out
+    attention = runner.invoke(app, args).stdout  # without --all: only the failed trial is listed
+    assert ADV.trial_id in attention and GAUSS.trial_id not in attention
+    assert PENDING.trial_id not in attention
     bad_input(["status", "--storage", str(storage), "--experiment", "nope"], "no experiment at")
     bad_input(["status", "--storage", str(storage / "void")], "no experiments under")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from sweeper.cli.common import console, fail
 from sweeper.plan.spec import Resources
@@ -37,18 +36,20 @@ def command_line() -> str:
     return "sweeper " + " ".join(sys.argv[1:])
 
 
-def finish(interrupted: bool, failures: list[tuple[str, str, str]]) -> None:
-    """Exit 130 if the command was interrupted, 1 with a table of (trial_id, stage, error) if
-    anything failed; both say how to resume."""
+def finish(interrupted: bool, failures: list[tuple[str, str, str]], notes: Sequence[str] = ()) -> None:
+    """Exit 130 if the command was interrupted, 1 with one line per (trial_id, stage) that
+    failed (its error's telling line, how many tasks or attempts) and `notes` (where the full
+    texts are, how to retrain); both say how to resume."""
     command = command_line()
     if interrupted:
         console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
         raise typer.Exit(130)
     if failures:
-        table = Table("trial_id", "stage", "error", title="failures")
-        for row in failures:
-            table.add_row(*row)
-        console.print(table)
+        console.print(f"[red]failures[/]: {len(failures)} (one line per trial and stage)")
+        for tid, stage, line in failures:
+            console.print(f"  {tid} {stage}: {line}", soft_wrap=True, markup=False, highlight=False)
+        for note in notes:
+            console.print(note, soft_wrap=True, markup=False, highlight=False)
         console.print(f"fix the cause, then re-run `{command}` to resume (finished work is kept)")
         raise typer.Exit(1)
 

@@ -83,14 +83,29 @@ def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
     console.print(table)
 
 
-def _report_outcome(outcome) -> None:
+def _report_outcome(outcome, exp: Experiment, space: str) -> None:
     blocked = getattr(outcome, "blocked", {})
     failures = (
         [(tid, "train", msg) for tid, msg in outcome.failed.items()]
         + list(outcome.certify_failures)
         + [(tid, "blocked", f"not started: its parent {p} did not finish") for tid, p in blocked.items()]
     )
-    finish(outcome.interrupted, failures)
+    finish(outcome.interrupted, failures, failure_notes(exp, space, failures))
+
+
+def failure_notes(exp: Experiment, space: str, failures: list[tuple[str, str, str]]) -> list[str]:
+    """Where the failures' full texts are; how to retrain a trial whose checkpoint is broken."""
+    from sweeper.results.failures import read_failures
+
+    notes = []
+    if failures and (log := read_failures(exp)[1]) is not None:
+        notes.append(f"full error texts: {log}")
+    broken = [tid for tid, stage, line in failures if stage == "certify" and "checkpoint" in line.lower()]
+    if broken:
+        notes.append("a trial whose checkpoint cannot be read is trained again alone (the old "
+                     f"checkpoint moved aside): sweeper run grid {space} --only trial_id={broken[0]} "
+                     "--retrain")  # fmt: skip
+    return notes
 
 
 # ------------------------------------------------------------------------------ commands
@@ -157,7 +172,7 @@ def run_grid(
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(plan, resources, states, "sweeper run grid")
-    _report_outcome(_launch(plan, states, resources, launch, retrain))
+    _report_outcome(_launch(plan, states, resources, launch, retrain), plan.exp, space)
     console.print(
         f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
@@ -264,7 +279,7 @@ def certify(
             plan, len(ready),
             lambda on_event: certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event),
         )  # fmt: skip
-    _report_outcome(outcome)
+    _report_outcome(outcome, plan.exp, space)
 
 
 def finished_trials(plan: Plan, space: str) -> list:

@@ -38,10 +38,12 @@ def _share(done: int, total: int | None) -> str:
     return f"{done:,} of {total:,} ({100 * done / total:.1f} %)"
 
 
-def _ends(what: str, eta: float | None) -> str:
+def _ends(what: str, eta: float | None, running: bool) -> str:
     if eta == 0:
         return f"{what} done"
-    return f"{what} ends in ≈ {duration(eta)}" if eta is not None else f"{what}: no ETA (not running)"
+    if eta is None:
+        return f"{what}: no ETA " + ("yet (nothing finished in the window)" if running else "(not running)")
+    return f"{what} ends in ≈ {duration(eta)}"
 
 
 def _hours(pair: tuple[float | None, float | None], unit: str) -> str:
@@ -65,14 +67,14 @@ def summary_lines(s: Summary) -> list[str]:
     rate = ""
     if s.window_s is not None:
         rate = f"; {_n(s.epochs_per_hour)} epochs/h over the last {duration(s.window_s)}"
-    lines.append(f"epochs: {_share(*s.epochs)}{rate}; {_ends('training', s.eta_train_s)}")
+    lines.append(f"epochs: {_share(*s.epochs)}{rate}; {_ends('training', s.eta_train_s, s.driver is not None)}")
     for stage, (done, total) in s.shards.items():
         line = f"{stage} shards: {_share(done, total)}"
         if stage == "certify":
             line += f"; rows {_share(*s.rows)}"
             if s.window_s is not None:
                 line += f"; {_n(s.points_per_hour)} points/h"
-            line += f"; {_ends('certification', s.eta_certify_s)}"
+            line += f"; {_ends('certification', s.eta_certify_s, s.driver is not None)}"
         lines.append(line)
     lines.append(f"training: {_hours(s.train_hours, s.unit)}; certification: "
                  f"{_hours(s.certify_hours, s.unit)}")  # fmt: skip

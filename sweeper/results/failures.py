@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -34,12 +35,23 @@ class Failure:
         return self.message + (f" ({self.count} {unit})" if self.count > 1 else "")
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # Ray colours the task names in its tracebacks
+LONG = 160  # characters: a longer first line is cut at its first sentence
+
+
 def first_line(text: str) -> str:
     """The line of an error's text that says what went wrong: the exception, which Python and
-    Ray print last (after the traceback), else the first non-empty line."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    Ray print last (after the traceback), else the first non-empty line; its exception's name
+    without the module path, and a long one cut after its first sentence."""
+    lines = [ln.strip() for ln in ANSI.sub("", text).strip().splitlines() if ln.strip()]
     exceptions = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
-    return (exceptions or lines or ["failed (no message)"])[-1][:300]
+    line = (exceptions or lines or ["failed (no message)"])[-1]
+    name, sep, rest = line.partition(":")
+    if sep and " " not in name:
+        line = name.rsplit(".", 1)[-1] + sep + rest
+    if len(line) > LONG and ". " in line:
+        line = line[: line.index(". ") + 1]
+    return line if len(line) <= 2 * LONG else line[: 2 * LONG - 1] + "…"
 
 
 class FailureLog:
@@ -64,7 +76,7 @@ class FailureLog:
         else:
             self.failures[key] = Failure(trial_id, stage, first_line(text), count, time.time())
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self.texts.append(f"=== {stamp} trial {trial_id}, {stage}\n{text.rstrip()}\n")
+        self.texts.append(f"=== {stamp} trial {trial_id}, {stage}\n{ANSI.sub('', text).rstrip()}\n")
         try:
             fileio.write_bytes_atomic(self.log_path, "\n".join(self.texts).encode())
             self._write_json()

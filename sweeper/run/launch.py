@@ -277,6 +277,9 @@ def trackers(exp: Experiment, options: LaunchOptions) -> list:
     if options.mlflow:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
+        if options.mlflow.startswith("file:"):  # asked for by name: MLflow 3 wants an opt-in
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
         out.append(MLflowLoggerCallback(tracking_uri=options.mlflow, experiment_name=exp.name,
                                         save_artifact=False))  # fmt: skip
     if options.wandb:

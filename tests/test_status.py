@@ -1,0 +1,239 @@
+"""`sweeper status`: each trial's state after any interruption (liveness from the lease, shard
+totals from the plan), the summary's figures on a known experiment, the view at the paper's
+size (644 trials), --all, --format json, --watch, the run's plain progress lines, failures
+grouped per trial and stage, and --retrain's move aside. No Ray: experiments are written by
+hand in the real layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.cli.status import RunDisplay, event_line, sweep_ended
+from sweeper.plan.grid import expand, parse_only, select
+from sweeper.plan.spaces import load_space
+from sweeper.plan.sweep_plan import retire_trials
+from sweeper.results.failures import FailureLog, first_line, read_failures
+from sweeper.results.status import StatusReader
+from sweeper.results.storage import Experiment, shard_name, write_sweep
+from sweeper.results.summary import summarize
+from sweeper.run.shards import Event
+from trainables.config import TrialConfig
+from trainables.trial_status import write_status
+
+runner = CliRunner()
+NOW = 2_000_000_000.0
+CERTIFY = {"skip": 45, "max_points": None, "shard_size": 5}  # digits: 10 points, 2 shards
+BASE = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=5)
+A, B, C, D, F, G = (BASE.replace(sigma=s) for s in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5))
+E = BASE.replace(sigma=0.5, init_from=D.trial_id)  # fine-tunes D
+
+
+def _file(exp: Experiment, path: str, mtime: float) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb"):
+        pass
+    os.utime(path, (mtime, mtime))
+
+
+def _state(exp, cfg, state, epoch, epoch_time=None, updated=NOW - 5000):
+    metrics = {"epoch_time_s": epoch_time} if epoch_time else {}
+    write_status(exp.trial_dir(cfg.trial_id), cfg, state, epoch, metrics)
+    path = os.path.join(exp.trial_dir(cfg.trial_id), "trial.json")
+    doc = json.loads(Path(path).read_text())
+    doc["updated"] = updated
+    Path(path).write_text(json.dumps(doc))
+
+
+def _lease(exp: Experiment, released: bool, now: float = NOW) -> None:
+    doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": "sweeper run grid x",
+           "since": now - 3600, "heartbeat": now, "token": "t", "released": now if released else None}  # fmt: skip
+    Path(exp.lease_json).write_text(json.dumps(doc))
+
+
+def known_experiment(tmp_path, released: bool = False) -> Experiment:
+    """A finished and certified; B trained, shard 0 of 2 written a minute ago; C at epoch 3 of
+    5; D failed in training; E fine-tunes D; F never started; G trained, its certification
+    failed (failures.json). Epoch times: A, B 30 s, C 60 s."""
+    exp = Experiment(str(tmp_path / "store"), "known")
+    trials = [A, B, C, D, E, F, G]
+    write_sweep(exp, {"space": {"name": "known", "certify": CERTIFY, "resources": {"cpu": 1, "gpu": 0}},
+                      "trials": [t.to_dict() for t in trials]})  # fmt: skip
+    _state(exp, A, "finished", 5, 30.0)
+    _state(exp, B, "finished", 5, 30.0)
+    _state(exp, C, "running", 3, 60.0, updated=NOW - 100)
+    _state(exp, D, "failed", 2)
+    _state(exp, G, "finished", 5)
+    sid = "sigma-train_n0-8_n-32_alpha-0.01_skip-45_max-all"
+    _file(exp, exp.compacted_path("certify", A.trial_id, sid, 2), NOW - 5000)
+    _file(exp, exp.shard_path(B.trial_id, sid, 0, 2, "certify"), NOW - 60)
+    log = FailureLog(exp)
+    log.add(G.trial_id, "certify", "Traceback...\nCheckpointError: cannot read checkpoint x", 2)
+    log.add(D.trial_id, "train", "RuntimeError: CUDA out of memory", 3)
+    os.makedirs(os.path.dirname(exp.cache_path("certify")), exist_ok=True)
+    pq.write_table(pa.table({"time_s": [2.0, 4.0]}), exp.cache_path("certify"))
+    _lease(exp, released)
+    return exp
+
+
+def test_states_while_a_driver_runs(tmp_path):
+    st = StatusReader(known_experiment(tmp_path)).read(now=NOW)
+    states = {t.trial_id: (t.state, t.error) for t in st.trials}
+    assert states == {
+        A.trial_id: ("finished", ""), B.trial_id: ("certifying", ""), C.trial_id: ("training", ""),
+        D.trial_id: ("failed", "train: RuntimeError: CUDA out of memory (3 attempts)"),
+        E.trial_id: ("blocked", f"its parent {D.trial_id} failed"), F.trial_id: ("pending", ""),
+        G.trial_id: ("failed", "certify: CheckpointError: cannot read checkpoint x (2 tasks)"),
+    }  # fmt: skip
+    shards = {t.trial_id: (t.shards["certify"].done, t.shards["certify"].total) for t in st.trials}
+    assert shards[A.trial_id] == (2, 2) and shards[B.trial_id] == (1, 2) and shards[G.trial_id] == (0, 2)
+
+
+def test_nothing_is_running_once_the_driver_is_gone(tmp_path):
+    st = StatusReader(known_experiment(tmp_path, released=True)).read(now=NOW)
+    states = {t.trial_id: t.state for t in st.trials}
+    assert states[B.trial_id] == "trained" and states[C.trial_id] == "interrupted"
+    assert "training" not in states.values() and "certifying" not in states.values()
+    assert all(t.shards["certify"].total == 2 for t in st.trials)  # from the plan: never 0/?
+    s = summarize(st)
+    assert s.driver is None and s.epochs_per_hour is None and s.eta_train_s is None
+
+
+def test_summary_figures(tmp_path):
+    s = summarize(StatusReader(known_experiment(tmp_path)).read(now=NOW))
+    assert s.states["training"] == 1 and s.states["failed"] == 2 and s.trials == 7
+    assert s.epochs == (5 + 5 + 3 + 2 + 5, 35)
+    assert s.shards == {"certify": (3, 14)} and s.rows == (15, 70)
+    assert s.elapsed_s == 3600 and s.window_s == 900
+    assert s.epochs_per_hour == 3 * 4  # C's 3 epochs (60 s each, last 100 s ago) in 15 min
+    assert s.points_per_hour == 5 * 4  # B's shard of 5 points, a minute ago
+    assert s.eta_train_s == pytest.approx((35 - 20) / 12 * 3600)
+    assert s.eta_certify_s == pytest.approx((70 - 15) / 20 * 3600)
+    spent, projected = 150 + 150 + 180, 150 + 150 + 300 + 4 * 5 * 40  # mean epoch: 40 s
+    assert s.unit == "CPU" and s.train_hours == pytest.approx((spent / 3600, projected / 3600))
+    assert s.certify_hours == pytest.approx((15 * 3 / 3600, 70 * 3 / 3600))  # 3 s per point
+
+
+def test_watch_and_progress_end(tmp_path):
+    exp = known_experiment(tmp_path)
+    st = StatusReader(exp).read(now=NOW)
+    assert not sweep_ended(st, driver_seen=True)
+    for t in st.trials:
+        t.state = "finished" if t.state != "failed" else "failed"
+    assert sweep_ended(st, driver_seen=False)
+    result = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "x", "--watch",
+                                 "--format", "json"])  # fmt: skip
+    assert result.exit_code == 2 and "--watch refreshes the table" in result.stderr
+
+
+def test_watch_stops_when_the_sweep_has_ended(tmp_path):
+    exp = known_experiment(tmp_path, released=True)
+    for cfg in (B, C, D, E, F, G):  # everything finished: the first refresh is the last
+        _state(exp, cfg, "finished", 5)
+        _file(exp, exp.compacted_path("certify", cfg.trial_id, "s", 2), NOW)
+    result = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "known",
+                                 "--watch", "--interval", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "known: 7 trials: finished 7" in result.stdout and "\x1b" not in result.stdout
+
+
+@pytest.fixture(scope="module")
+def paper_size(tmp_path_factory):
+    """The cifar10 grid's 644 trials: 40 training under a live driver, 5 failed, the rest
+    pending or finished."""
+    exp = Experiment(str(tmp_path_factory.mktemp("p") / "store"), "cifar10")
+    spec = load_space("cifar10")
+    trials = expand(spec)
+    write_sweep(exp, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})
+    for k, cfg in enumerate(trials[:300]):
+        state = "running" if k < 40 else "failed" if k < 45 else "finished"
+        write_status(exp.trial_dir(cfg.trial_id), cfg, state, 10, {"epoch_time_s": 300.0},
+                     error="RuntimeError: boom")  # fmt: skip
+    _lease(exp, released=False, now=time.time())
+    return exp, trials
+
+
+def test_summary_of_644_trials_fits_a_screen(paper_size):
+    exp, trials = paper_size
+    args = ["status", "--storage", exp.storage, "--experiment", "cifar10"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert len(lines) <= 40 and "\x1b" not in out.stdout
+    assert lines[0] == "cifar10: 644 trials: pending 344, training 40, certifying 255, failed 5"
+    assert "… and 280 more that need attention: sweeper status --all" in out.stdout
+    every = runner.invoke(app, [*args, "--all"]).stdout
+    assert all(t.trial_id in every for t in trials)
+    doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    assert doc["summary"]["trials"] == 644 and doc["summary"]["states"]["training"] == 40
+    assert doc["summary"]["elapsed_s"] >= 3600 and doc["summary"]["unit"] == "GPU"
+    assert len(doc["trials"]) == 300 and doc["summary"]["shards"]["certify"] == [0, 6440]
+    assert len(json.loads(runner.invoke(app, [*args, "--format", "json", "--all"]).stdout)["trials"]) == 644
+
+
+def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
+    exp = known_experiment(tmp_path)
+    with RunDisplay(exp) as display:
+        display(Event("trial_started", C.trial_id))
+        display(Event("certify_failed", G.trial_id, "CheckpointError: x", (3, 14, 2)))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert f"trial {C.trial_id} started" in out
+    assert f"trial {G.trial_id} failed (certify): CheckpointError: x [shards 3/14, 2 failed]" in out
+    assert "known: 7 trials:" in out  # the summary, at the start and at the end
+    assert event_line(Event("shard_done", A.trial_id, "certify 1/2", (1, 2, 0))) == (
+        f"trial {A.trial_id}: shard certify 1/2 written [shards 1/2]")
+
+
+def test_failures_are_grouped_and_kept_in_full(tmp_path):
+    exp = Experiment(str(tmp_path / "store"), "f")
+    log = FailureLog(exp)
+    text = "\x1b[36mray::run_shard()\x1b[39m\n  File x\npkg.mod.CheckpointError: bad file. Long tail"
+    log.add("a" * 12, "certify", text)
+    log.add("a" * 12, "certify", text)
+    log.add("b" * 12, "train", "RuntimeError: boom", 2)
+    assert log.rows() == [("a" * 12, "certify", "CheckpointError: bad file. Long tail (2 tasks)"),
+                          ("b" * 12, "train", "RuntimeError: boom (2 attempts)")]  # fmt: skip
+    failures, where = read_failures(exp)
+    assert failures[("a" * 12, "certify")].count == 2 and where == log.log_path
+    full = Path(where).read_text()
+    assert full.count("ray::run_shard()") == 2 and "\x1b" not in full
+    FailureLog(exp).start()  # the next run: the last run's failures no longer stand
+    assert read_failures(exp) == ({}, None) and os.path.exists(where)
+    long = "CheckpointError: " + "x" * 200 + ". More detail that is cut."
+    assert first_line(long) == "CheckpointError: " + "x" * 200 + "."
+
+
+def test_retrain_moves_a_trial_aside(tmp_path):
+    exp = known_experiment(tmp_path)
+    before = Path(exp.cache_path("certify")).read_bytes()
+    moved = retire_trials(exp, [A])
+    assert moved is not None and moved.startswith(os.path.join(exp.root, "retired", ""))
+    assert not os.path.exists(exp.trial_dir(A.trial_id))
+    assert os.path.exists(os.path.join(moved, "trials", A.trial_id, "trial.json"))
+    assert os.listdir(os.path.join(moved, "certify", A.trial_id))
+    assert Path(moved, "cache", "certify.parquet").read_bytes() == before
+    assert os.path.exists(exp.trial_dir(B.trial_id))  # the others stay
+
+
+def test_only_selects_one_trial_by_its_id():
+    numeric = "123456789012"  # a hash made of digits stays a string
+    assert parse_only(f"trial_id={numeric}") == ({"trial_id": numeric}, [])
+    chosen, problems = select([A, B, C], {"trial_id": B.trial_id})
+    assert chosen == [B] and problems == []
+    assert "matches no trial" in select([A], {"trial_id": numeric})[1][0]
+
+
+def test_shard_name_is_what_the_layout_reads(tmp_path):
+    exp = Experiment(str(tmp_path), "x")
+    path = exp.shard_path("a" * 12, "s", 3, 10, "certify")
+    assert path.endswith(shard_name(3, 10))
