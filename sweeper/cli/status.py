@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,10 @@ from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.results.summary import summarize
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.live import Live
 
 FORMATS = ("table", "json")
 UNFINISHED = ("pending", "training", "interrupted", "certifying", "trained")
@@ -106,8 +110,8 @@ class RunDisplay:
         self.reader = StatusReader(exp)
         self.interval = interval
         self.terminal = console.is_terminal
-        self.live = None
-        self._view = None
+        self.live: Live | None = None
+        self._view: RenderableType = ""
         self._next = 0.0
         self._lock = threading.Lock()
 
@@ -129,7 +133,7 @@ class RunDisplay:
 
     def _render(self):
         with self._lock:
-            if time.monotonic() >= self._next or self._view is None:
+            if time.monotonic() >= self._next or not self._view:
                 start = time.monotonic()
                 try:
                     st = self.reader.read()

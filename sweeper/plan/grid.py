@@ -74,7 +74,8 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
     key `trial_id` selects one trial by its id."""
     if not text:
         return {}, []
-    selection, problems = {}, []
+    selection: dict[str, Any] = {}
+    problems: list[str] = []
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()

@@ -57,7 +57,7 @@ def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
     rows = (sum(t.points[0] for t in st.trials), sum(t.points[1] for t in st.trials))
     elapsed = st.now - st.driver.since if st.driver is not None else None
     window = min(window_s, elapsed) if elapsed is not None else None
-    per_hour = None, None
+    per_hour: tuple[float | None, float | None] = (None, None)
     if window is not None and window > 0:
         per_hour = (_epochs_in(st, window) * 3600 / window, _points_in(st, window) * 3600 / window)
     eta_train = _eta(epochs[1] - epochs[0], per_hour[0])
