@@ -46,11 +46,20 @@ def _ends(what: str, eta: float | None, running: bool) -> str:
     return f"{what} ends in ≈ {duration(eta)}"
 
 
+def _h(hours: float | None) -> str:
+    """Hours to a useful precision: 1,234 / 12.3 / 0.04 / < 0.01."""
+    if hours is None:
+        return "-"
+    if hours < 0.01:
+        return "< 0.01"
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}"
+
+
 def _hours(pair: tuple[float | None, float | None], unit: str) -> str:
     spent, projected = pair
     if spent is None:
         return "not measured yet"
-    return f"{_n(spent, 1)} {unit}-h spent of ≈ {_n(projected, 1)} projected"
+    return f"{_h(spent)} {unit}-h spent of ≈ {_h(projected)} projected"
 
 
 def summary_lines(s: Summary) -> list[str]:
@@ -100,10 +109,13 @@ HEADER = ["trial_id", "trial", "state", "epoch", "certify", "error"]
 
 
 def trials_table(rows: list[TrialRow], title: str) -> Table:
+    """The trials' rows; the error column only when one of them has an error."""
+    errors = any(t.error for t in rows)
     table = Table(*HEADER[:-1], title=title, title_justify="left")
-    table.add_column("error", overflow="fold")
+    if errors:
+        table.add_column("error", overflow="fold")
     for t in rows:
-        table.add_row(*trial_cells(t))
+        table.add_row(*trial_cells(t)[: len(HEADER) if errors else -1])
     return table
 
 
