@@ -112,6 +112,7 @@ class StatusReader:
         self._trials: dict[str, tuple[tuple[int, float], dict]] = {}  # path -> (stat, doc)
         self._timing: tuple[tuple[int, float], float | None] | None = None
         self.space: str | None = None
+        self.ids: list[str] = []
 
     def read(self, now: float | None = None) -> Status:
         """The status now; FileNotFoundError if there is no sweep.json."""
@@ -125,11 +126,12 @@ class StatusReader:
         docs = self._trial_docs(st)
         failures, st.failures_log = read_failures(self.exp)
         chunks: dict[str, list[tuple[int, ...]]] = {}
-        for cfg in configs:
-            st.trials.append(self._row(cfg, docs, grouped, certify, failures, driver, chunks))
+        for tid, cfg in zip(self.ids, configs, strict=True):
+            st.trials.append(self._row(tid, cfg, docs, grouped, certify, failures, driver, chunks))
         _block_children(st.trials, configs)
-        st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - {c.trial_id for c in configs})
-        st.file_times = {stage: _file_points(files, chunks, configs) for stage, files in listed.items()}
+        st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
+        datasets = {tid: cfg.dataset for tid, cfg in zip(self.ids, configs, strict=True)}
+        st.file_times = {stage: _file_points(files, chunks, datasets) for stage, files in listed.items()}
         st.seconds_per_point = self._seconds_per_point(st)
         return st
 
@@ -147,6 +149,7 @@ class StatusReader:
             res = space.get("resources") or {}
             units = ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
             configs = [TrialConfig.from_dict(d) for d in sweep["trials"]]
+            self.ids = [c.trial_id for c in configs]  # a hash of the config: computed once
             self.space = space.get("name")
             self._sweep = (key, configs, space.get("certify") or {}, units)
         return self._sweep[1], self._sweep[2], self._sweep[3]
@@ -178,8 +181,7 @@ class StatusReader:
             docs[str(cached[1].get("trial_id", ""))] = cached[1]
         return docs
 
-    def _row(self, cfg, docs, grouped, certify, failures, driver, chunks) -> TrialRow:
-        tid = cfg.trial_id
+    def _row(self, tid, cfg, docs, grouped, certify, failures, driver, chunks) -> TrialRow:
         doc = docs.get(tid) or {"state": "pending", "epoch": 0}
         plan = chunks.setdefault(cfg.dataset, _chunks(certify, cfg.dataset))
         files = {stage: grouped[stage].get(tid, []) for stage in STAGES}
@@ -259,9 +261,9 @@ def _chunks(certify: dict, dataset: str) -> list[tuple[int, ...]]:
     return index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
 
 
-def _file_points(files: list[tuple[StageFile, float]], chunks: dict, configs: list[TrialConfig]) -> list[tuple[float, int]]:
+def _file_points(files: list[tuple[StageFile, float]], chunks: dict,
+                 dataset: dict[str, str]) -> list[tuple[float, int]]:  # fmt: skip
     """(time written, points in it) of every file of a stage: what the throughput counts."""
-    dataset = {c.trial_id: c.dataset for c in configs}
     out = []
     for f, mtime in files:
         plan = chunks.get(dataset.get(f.trial_id, ""), [])
