@@ -12,6 +12,7 @@ validate a whole grid before Ray starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, fields
@@ -111,7 +112,9 @@ class TrialConfig(
 
     # ------------------------------------------------------------------ identity
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field holds a scalar (type_problems): a shallow dict is asdict's result,
+        # without its deep copy (a grid hashes thousands of configs).
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def identity(self) -> dict[str, Any]:
         """The resolved hyperparameters that determine the trained model.
@@ -125,7 +128,7 @@ class TrialConfig(
         identity["amp"] = _AMP_IDENTITY.get(self.amp, self.amp)
         return identity
 
-    @property
+    @functools.cached_property  # frozen: computed once (kept in the instance's __dict__)
     def trial_id(self) -> str:
         """Stable id: a hash of the resolved config (not of Ray's trial name)."""
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))

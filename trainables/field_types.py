@@ -14,6 +14,8 @@ from dataclasses import fields
 from typing import Any
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_CHECKS: dict[type, list[tuple[str, tuple[type, ...], bool]]] = {}
+_FLOATS: dict[type, tuple[str, ...]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -23,37 +25,55 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def _checks(cls: type) -> list[tuple[str, tuple[type, ...], bool]]:
+    """(field, the types it accepts, whether a bool is refused) per field of `cls`, worked out
+    once per class: checking is then one isinstance per field (grids build thousands)."""
+    if cls not in _CHECKS:
+        hints = _hints(cls)
+        _CHECKS[cls] = [(f.name, *_accepted(hints[f.name])) for f in fields(cls)]
+    return _CHECKS[cls]
+
+
+def _accepted(hint: Any) -> tuple[tuple[type, ...], bool]:
+    """(the types a value of `hint` may have, whether bool is refused although int is in them)."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    members = typing.get_args(hint) if union else (hint,)
+    accepted: list[type] = []
+    for member in members:
+        accepted += [int, float] if member is float else [typing.get_origin(member) or member]
+    return tuple(dict.fromkeys(accepted)), bool not in members and (int in accepted)
+
+
 def type_problems(obj: Any) -> list[str]:
     """Fields of a dataclass instance whose values do not match their annotations."""
     hints = _hints(type(obj))
     return [
-        f"{f.name} must be {_type_name(hints[f.name])} (got {getattr(obj, f.name)!r})"
-        for f in fields(obj)
-        if not _is_instance(getattr(obj, f.name), hints[f.name])
+        f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})"
+        for name, accepted, no_bool in _checks(type(obj))
+        if not _matches(getattr(obj, name), accepted, no_bool)
     ]
+
+
+def _matches(value: Any, accepted: tuple[type, ...], no_bool: bool) -> bool:
+    return isinstance(value, accepted) and not (no_bool and isinstance(value, bool))
 
 
 def float_fields(obj: Any) -> dict[str, float]:
     """The fields annotated float (or float | None) that hold an int, as floats."""
-    hints = _hints(type(obj))
-    changes: dict[str, float] = {}
-    for f in fields(obj):
-        value, hint = getattr(obj, f.name), hints[f.name]
-        if isinstance(value, int) and float in (*typing.get_args(hint), hint):
-            changes[f.name] = float(value)
-    return changes
+    return {
+        name: float(value)
+        for name in _float_names(type(obj))
+        if isinstance(value := getattr(obj, name), int)
+    }
 
 
-def _is_instance(value: Any, hint: Any) -> bool:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_is_instance(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
+def _float_names(cls: type) -> tuple[str, ...]:
+    if cls not in _FLOATS:
+        hints = _hints(cls)
+        _FLOATS[cls] = tuple(
+            f.name for f in fields(cls) if float in (*typing.get_args(hints[f.name]), hints[f.name])
+        )
+    return _FLOATS[cls]
 
 
 def _type_name(hint: Any) -> str:

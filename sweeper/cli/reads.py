@@ -1,4 +1,6 @@
-"""Commands that read results: `envelope`, `table`, `status`."""
+"""Commands that read results: `envelope`, `table`, `status`. pandas, pyarrow and matplotlib
+are imported inside the commands, so listing them (`--help`) stays fast; none imports torch or
+Ray (tests/test_cli_speed.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,7 @@ from sweeper.cli.common import (
     resolve_experiment,
 )
 from sweeper.plan.grid import parse_only
-from sweeper.report.render import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
-from sweeper.results import envelope as env
-from sweeper.results.rows import ResultsError, load_results
+from sweeper.report.formats import FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
@@ -57,6 +57,9 @@ def envelope(
     skip_invalid: SkipInvalid = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
+    from sweeper.report.render import plot_envelope
+    from sweeper.results import envelope as env
+
     grid, problems = _envelope_options(fmt, radius, radii, plot)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
     try:
@@ -89,6 +92,8 @@ def table(
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
+    from sweeper.report.render import best_rows, cell, per_model_table, render
+
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
@@ -135,6 +140,7 @@ def _envelope_options(fmt: str, radius: float | None, radii: str | None,
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
     from sweeper.results import attack_rows as emp
+    from sweeper.results.rows import ResultsError
 
     try:
         loaded = emp.load_empirical(exp)
@@ -161,6 +167,8 @@ def _format_problems(fmt: str) -> list[str]:
 
 
 def radii_option(text: str | None, problems: list[str]) -> list[float]:
+    from sweeper.results import envelope as env
+
     try:
         return env.parse_radii(text or "0:2.25:0.25")
     except env.EnvelopeError as e:
@@ -172,6 +180,8 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
                   skip_invalid: bool = False):  # fmt: skip
     """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
     an invalid results file (unless `skip_invalid`)."""
+    from sweeper.results.rows import ResultsError, load_results
+
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
@@ -193,6 +203,8 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
 
 
 def _print_table(table, fmt: str, title: str) -> None:
+    from sweeper.report.render import cell, render
+
     if fmt != "table":
         typer.echo(render(table, fmt))
         return

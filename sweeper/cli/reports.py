@@ -10,8 +10,7 @@ import typer
 
 from sweeper.cli.common import ExperimentOpt, Only, SkipInvalid, Storage, app, fail
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
-from sweeper.report.figures import FIGURE_FORMATS
-from sweeper.report.tables import LINF_RADII_255
+from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE
 from trainables import fileio
 
