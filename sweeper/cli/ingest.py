@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Storage, app, fail
+from sweeper.cli.common import Storage, app, fail
 from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
 from sweeper.ingest.sets import IngestError
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -22,7 +22,9 @@ def import_(
         typer.Argument(help="A directory of certify.py logs (searched recursively), or one log."),
     ],
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: Annotated[str | None, typer.Option(
+        "--experiment", help="The experiment to import into (required): one of yours, to put "
+        "the logs beside its models, or a new name.")] = None,
     sets: Annotated[
         list[str] | None,
         typer.Option(

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from sweeper.cli.common import (
     DISPLAY,
-    ExperimentOpt,
+    LatestExperiment,
     Only,
     SkipInvalid,
     Storage,
@@ -31,7 +31,7 @@ from trainables.config import TrialConfig
 @app.command()
 def envelope(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radius: Annotated[float | None, typer.Option("--radius", help="One ℓ2 radius.")] = None,
     radii: Annotated[
         str | None,
@@ -82,7 +82,7 @@ def envelope(
 @app.command()
 def table(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radii: Annotated[
         str | None, typer.Option("--radii", help="start:stop:step or a list 0,0.5,1.")
     ] = None,
@@ -259,7 +259,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
 
 
 @app.command()
-def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
+def status(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = None) -> None:
     """Trials by state, certification shards done and missing, storage used."""
     from sweeper.results.status import experiment_status
 
