@@ -34,7 +34,7 @@ class EnvelopeError(ValueError):
 def read_columns(*extra: str | None) -> list[str]:
     """The columns an envelope needs, with those of `extra` that are results columns (an
     unknown one is left for `envelope` or --only to name)."""
-    return list(dict.fromkeys([*READ_COLUMNS, *(c for c in extra if c in SCHEMA.names)]))
+    return list(dict.fromkeys([*READ_COLUMNS, *(c for c in extra if c and c in SCHEMA.names)]))
 
 
 def parse_radii(text: str) -> list[float]:
