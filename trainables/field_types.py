@@ -14,8 +14,6 @@ from dataclasses import fields
 from typing import Any
 
 _HINTS: dict[type, dict[str, Any]] = {}
-_CHECKS: dict[type, list[tuple[str, tuple[type, ...], bool]]] = {}
-_FLOATS: dict[type, tuple[str, ...]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -25,9 +23,13 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _checks(cls: type) -> list[tuple[str, tuple[type, ...], bool]]:
-    """(field, the types it accepts, whether a bool is refused) per field of `cls`, worked out
-    once per class: checking is then one isinstance per field (grids build thousands)."""
+# Per field: (name, the types a value may be, whether a bool is refused): the annotations
+# flattened once per class, not walked per value (a sweep's driver validates thousands).
+_Check = tuple[str, tuple[type, ...], bool]
+_CHECKS: dict[type, list[_Check]] = {}
+
+
+def _checks(cls: type) -> list[_Check]:
     if cls not in _CHECKS:
         hints = _hints(cls)
         _CHECKS[cls] = [(f.name, *_accepted(hints[f.name])) for f in fields(cls)]
@@ -35,45 +37,35 @@ def _checks(cls: type) -> list[tuple[str, tuple[type, ...], bool]]:
 
 
 def _accepted(hint: Any) -> tuple[tuple[type, ...], bool]:
-    """(the types a value of `hint` may have, whether bool is refused although int is in them)."""
+    """(the types a value of `hint` may be, whether a bool is refused): int is accepted for
+    float, and a bool (an int to Python) is refused for int and float unless bool is named."""
     union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
-    members = typing.get_args(hint) if union else (hint,)
-    accepted: list[type] = []
-    for member in members:
-        accepted += [int, float] if member is float else [typing.get_origin(member) or member]
-    return tuple(dict.fromkeys(accepted)), bool not in members and (int in accepted)
+    args = typing.get_args(hint) if union else (hint,)
+    accepted = tuple({int: (int,), float: (int, float)}.get(a, (a,)) for a in args)
+    return tuple(t for ts in accepted for t in ts), bool not in args and (int in args or float in args)
 
 
 def type_problems(obj: Any) -> list[str]:
     """Fields of a dataclass instance whose values do not match their annotations."""
-    hints = _hints(type(obj))
-    return [
-        f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})"
+    bad = [
+        name
         for name, accepted, no_bool in _checks(type(obj))
-        if not _matches(getattr(obj, name), accepted, no_bool)
+        if not isinstance(value := getattr(obj, name), accepted)
+        or (no_bool and isinstance(value, bool))
     ]
-
-
-def _matches(value: Any, accepted: tuple[type, ...], no_bool: bool) -> bool:
-    return isinstance(value, accepted) and not (no_bool and isinstance(value, bool))
+    hints = _hints(type(obj))
+    return [f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})" for name in bad]
 
 
 def float_fields(obj: Any) -> dict[str, float]:
     """The fields annotated float (or float | None) that hold an int, as floats."""
-    return {
-        name: float(value)
-        for name in _float_names(type(obj))
-        if isinstance(value := getattr(obj, name), int)
-    }
-
-
-def _float_names(cls: type) -> tuple[str, ...]:
-    if cls not in _FLOATS:
-        hints = _hints(cls)
-        _FLOATS[cls] = tuple(
-            f.name for f in fields(cls) if float in (*typing.get_args(hints[f.name]), hints[f.name])
-        )
-    return _FLOATS[cls]
+    hints = _hints(type(obj))
+    changes: dict[str, float] = {}
+    for f in fields(obj):
+        value, hint = getattr(obj, f.name), hints[f.name]
+        if isinstance(value, int) and float in (*typing.get_args(hint), hint):
+            changes[f.name] = float(value)
+    return changes
 
 
 def _type_name(hint: Any) -> str:

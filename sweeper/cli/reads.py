@@ -61,7 +61,8 @@ def envelope(
     from sweeper.results import envelope as env
 
     grid, problems = _envelope_options(fmt, radius, radii, plot)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid,
+                                        env.read_columns(by, "smoothing"))  # fmt: skip
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -177,17 +178,20 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
 
 
 def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
-                  skip_invalid: bool = False):  # fmt: skip
+                  skip_invalid: bool = False, columns: list[str] | None = None):  # fmt: skip
     """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
-    an invalid results file (unless `skip_invalid`)."""
-    from sweeper.results.rows import ResultsError, load_results
+    an invalid results file (unless `skip_invalid`). `columns`: read only these (and the
+    --only columns), not every results column."""
+    from sweeper.results.rows import SCHEMA, ResultsError, load_results
 
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
     exp = resolve_experiment(storage, experiment)
+    if columns is not None:
+        columns = [*columns, *(k for k in selection if k in SCHEMA.names)]
     try:
-        results = load_results(exp)
+        results = load_results(exp, columns)
     except ResultsError as e:
         fail([str(e)])
     refuse_invalid(results.invalid, skip_invalid)
