@@ -80,10 +80,16 @@ def _read(path: Path, code: str) -> dict[str, dict]:
         or not isinstance(data.get("spaces"), dict)
     ):
         return {}
-    return {k: v for k, v in data["spaces"].items() if isinstance(v, dict) and set(v) == _KEYS}
+    return {k: v for k, v in data["spaces"].items() if _well_formed(v)}
 
 
-_KEYS = {"yaml", "name", "trials", "cpu", "gpu", "description"}
+_TYPES: dict[str, type | tuple[type, ...]] = {"yaml": str, "name": str, "trials": int, "cpu": (int, float), "gpu": (int, float),
+          "description": str}  # fmt: skip
+
+
+def _well_formed(entry: object) -> bool:
+    return (isinstance(entry, dict) and set(entry) == set(_TYPES)
+            and all(isinstance(entry[k], t) for k, t in _TYPES.items()))  # fmt: skip
 
 
 def _write(path: Path, code: str, spaces: dict[str, dict]) -> None:
