@@ -85,6 +85,8 @@ def test_tensorboard_has_every_trials_curves(first_run):
     _, exp, trials, _ = first_run
     files = sorted(Path(exp.tune_dir).glob("run-*/*/events.out.tfevents.*"))
     assert len(files) == len(trials)
+    runs = {events.parent.name for events in files}  # TensorBoard's run names: id and config
+    assert runs == {f"{t.trial_id}_gaussian_sigma={t.sigma:g}_m=1" for t in trials}, runs
     for events in files:
         tags = scalars(events)
         for name in CURVES:

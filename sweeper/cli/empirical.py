@@ -74,8 +74,9 @@ def empirical(
 def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: float) -> None:
     from sweeper.cli.driver import driving
     from sweeper.cli.status import RunDisplay
-    from sweeper.run.attack_stage import run_empirical, settings
+    from sweeper.run.attack_stage import EMPIRICAL, run_empirical, settings
     from sweeper.run.capacity import effective_resources, per_process
+    from sweeper.run.shards import all_compacted
 
     chosen = settings(spec, plan.spec.certify)
     resources = effective_resources(plan.spec.resources, cpu_only)
@@ -83,6 +84,10 @@ def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: flo
         f"attacking {len(ready)} finished models ({len(plan.trials) - len(ready)} not finished) "
         f"under {len(chosen)} settings: " + ", ".join(s.emp_id for s in chosen)
     )
+    ids = [t.trial_id for t in ready]
+    if all_compacted(plan.exp, ids, [(EMPIRICAL.name, s.setting_id) for s in chosen]):
+        console.print("nothing to do: every model is attacked under every setting")
+        return
     room = per_process(resources, ready)
     with driving(plan.exp, address, room, len(ready), wait), RunDisplay(plan.exp) as display:
         outcome = run_empirical(plan.exp, ready, chosen, resources, display)

@@ -1,4 +1,6 @@
-"""Commands that read results: `envelope`, `table`, `status`."""
+"""Commands that read results: `envelope`, `table`, `status`. pandas, pyarrow and matplotlib
+are imported inside the commands, so listing them (`--help`) stays fast; none imports torch or
+Ray (tests/test_cli_speed.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from rich.table import Table
 
 from sweeper.cli.common import (
     DISPLAY,
-    ExperimentOpt,
+    LatestExperiment,
     Only,
     SkipInvalid,
     Storage,
@@ -21,9 +23,7 @@ from sweeper.cli.common import (
     resolve_experiment,
 )
 from sweeper.plan.grid import parse_only
-from sweeper.report.render import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
-from sweeper.results import envelope as env
-from sweeper.results.rows import ResultsError, load_results
+from sweeper.report.formats import FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
@@ -31,7 +31,7 @@ from trainables.config import TrialConfig
 @app.command()
 def envelope(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radius: Annotated[float | None, typer.Option("--radius", help="One ℓ2 radius.")] = None,
     radii: Annotated[
         str | None,
@@ -57,8 +57,12 @@ def envelope(
     skip_invalid: SkipInvalid = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
+    from sweeper.report.render import plot_envelope
+    from sweeper.results import envelope as env
+
     grid, problems = _envelope_options(fmt, radius, radii, plot)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid,
+                                        env.read_columns(by, "smoothing"))  # fmt: skip
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -79,7 +83,7 @@ def envelope(
 @app.command()
 def table(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radii: Annotated[
         str | None, typer.Option("--radii", help="start:stop:step or a list 0,0.5,1.")
     ] = None,
@@ -89,6 +93,8 @@ def table(
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
+    from sweeper.report.render import best_rows, cell, per_model_table, render
+
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
@@ -135,6 +141,7 @@ def _envelope_options(fmt: str, radius: float | None, radii: str | None,
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
     from sweeper.results import attack_rows as emp
+    from sweeper.results.rows import ResultsError
 
     try:
         loaded = emp.load_empirical(exp)
@@ -161,6 +168,8 @@ def _format_problems(fmt: str) -> list[str]:
 
 
 def radii_option(text: str | None, problems: list[str]) -> list[float]:
+    from sweeper.results import envelope as env
+
     try:
         return env.parse_radii(text or "0:2.25:0.25")
     except env.EnvelopeError as e:
@@ -169,15 +178,20 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
 
 
 def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
-                  skip_invalid: bool = False):  # fmt: skip
+                  skip_invalid: bool = False, columns: list[str] | None = None):  # fmt: skip
     """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
-    an invalid results file (unless `skip_invalid`)."""
+    an invalid results file (unless `skip_invalid`). `columns`: read only these (and the
+    --only columns), not every results column."""
+    from sweeper.results.rows import SCHEMA, ResultsError, load_results
+
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
     exp = resolve_experiment(storage, experiment)
+    if columns is not None:
+        columns = [*columns, *(k for k in selection if k in SCHEMA.names)]
     try:
-        results = load_results(exp)
+        results = load_results(exp, columns)
     except ResultsError as e:
         fail([str(e)])
     refuse_invalid(results.invalid, skip_invalid)
@@ -193,6 +207,8 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
 
 
 def _print_table(table, fmt: str, title: str) -> None:
+    from sweeper.report.render import cell, render
+
     if fmt != "table":
         typer.echo(render(table, fmt))
         return

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Storage, app, console, fail, resolve_experiment
+from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
 from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -39,7 +39,7 @@ def read_status(reader: StatusReader) -> Status:
 @app.command()
 def status(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     everything: Annotated[bool, typer.Option("--all", help="List every trial, not only those that need attention.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="Output: table or json.")] = "table",
     watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until the sweep ends (Ctrl-C stops).")] = False,

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from sweeper.report.formats import FORMATS
 from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
     SETTING_COLUMNS,
@@ -15,8 +16,6 @@ from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS
 )
 from sweeper.results.envelope import certified_accuracy, envelope_curve, model_table
 from trainables import fileio
-
-FORMATS = ("table", "csv", "json", "markdown")
 
 
 def cell(value) -> str:
