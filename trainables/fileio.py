@@ -159,20 +159,21 @@ def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
 
 
 def list_stats(location: str, suffix: str = "") -> dict[str, tuple[int, float]]:
-    """`list_files` with each file's size in bytes and modification time (seconds since the
-    epoch), from the same one listing."""
+    """`list_sizes` with each file's modification time too (seconds since the epoch), from the
+    same one listing: `sweeper status` counts what was written lately."""
     fs, path = filesystem(location)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    arrow = _pafs()
+    if fs.get_file_info(path).type == arrow.FileType.NotFound:
         return {}
-    prefix, base = str(location).rstrip("/"), path.rstrip("/")
+    head, base = _child_head(location), len(path.rstrip("/")) + 1
+    sep = "/" if "://" in head else os.sep
     return {
-        join(prefix, *info.path[len(base) + 1 :].split("/")): (
-            int(info.size or 0), (info.mtime_ns or 0) / 1e9)
-        for info in fs.get_file_info(pafs.FileSelector(path, recursive=True))
-        if info.type == pafs.FileType.File
+        head + info.path[base:].replace("/", sep): (int(info.size or 0), (info.mtime_ns or 0) / 1e9)
+        for info in fs.get_file_info(arrow.FileSelector(path, recursive=True))
+        if info.type == arrow.FileType.File
         and not info.base_name.startswith(".")
         and info.base_name.endswith(suffix)
-    }  # fmt: skip
+    }
 
 
 def total_size(location: str) -> int:

@@ -152,9 +152,7 @@ def run_grid(
     launch = launch_options(options)
     request = PlanRequest(space, storage, experiment, smoke, only, data_dir, download, None,
                           launch.address, restart_, dry_run)  # fmt: skip
-    if gpus is not None and not dry_run:
-        fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
-    _check_flags(launch, retrain, only, restart_)
+    _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     plan = _plan(request)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
@@ -192,10 +190,13 @@ def _check_precision(plan: Plan, resources) -> None:
         fail([problem])
 
 
-def _check_flags(launch: LaunchOptions, retrain: bool, only: str | None, restart: bool) -> None:
-    """--retrain needs --only; --mlflow and --wandb need their packages."""
+def _check_flags(launch: LaunchOptions, retrain: bool, only: str | None, restart: bool,
+                 gpus_without_dry_run: bool) -> None:  # fmt: skip
+    """--gpus needs --dry-run, --retrain needs --only; --mlflow and --wandb their packages."""
     import importlib.util
 
+    if gpus_without_dry_run:
+        fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
     problems = []
     if retrain and not only:
         problems.append("--retrain trains again the trials --only selects: add --only "
