@@ -59,7 +59,8 @@ def _hours(pair: tuple[float | None, float | None], unit: str) -> str:
     spent, projected = pair
     if spent is None:
         return "not measured yet"
-    return f"{_h(spent)} {unit}-h spent of ≈ {_h(projected)} projected"
+    of = _h(projected)
+    return f"{_h(spent)} {unit}-h spent of {of if of.startswith('<') else '≈ ' + of} projected"
 
 
 def summary_lines(s: Summary) -> list[str]:
