@@ -30,7 +30,7 @@ def test_a_copied_experiment_with_old_and_new_trial_json_still_reads(tmp_path):
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "a")
     copy = Experiment(str(tmp_path / "b"), exp.name)
-    result = CliRunner().invoke(app, ["status", "--storage", copy.storage, "--experiment", copy.name])
+    result = CliRunner().invoke(app, ["status", "--storage", copy.storage, "--experiment", copy.name, "--all"])
     assert result.exit_code == 0, result.output
     assert GAUSS.trial_id in result.output and "finished" in result.output
     relative = f"trials/{GAUSS.trial_id}/checkpoint.pt"
