@@ -97,6 +97,10 @@ Only = Annotated[
 ]
 
 
+Wide = Annotated[
+    bool,
+    typer.Option("--wide", help="Every column, however wide the table (default: those that fit)."),
+]
 SkipInvalid = Annotated[
     bool,
     typer.Option(

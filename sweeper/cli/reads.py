@@ -16,12 +16,23 @@ from sweeper.cli.common import (
     app,
     console,
     fail,
+    Wide,
     filter_rows,
     refuse_invalid,
     resolve_experiment,
 )
 from sweeper.plan.grid import parse_only
-from sweeper.report.render import FORMATS, best_rows, cell, per_model_table, plot_envelope, render
+from sweeper.cli import display
+from sweeper.report.render import (
+    FORMATS,
+    best_rows,
+    no_winner,
+    per_model_table,
+    plot_envelope,
+    render,
+    texts,
+    to_markdown,
+)
 from sweeper.results import envelope as env
 from sweeper.results.rows import ResultsError, load_results
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
@@ -55,6 +66,7 @@ def envelope(
         ),
     ] = False,
     skip_invalid: SkipInvalid = False,
+    wide: Wide = False,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
     grid, problems = _envelope_options(fmt, radius, radii, plot)
@@ -68,7 +80,7 @@ def envelope(
     curve = None
     if empirical:
         table, curve = _empirical_overlay(exp, table, by, only, skip_invalid)
-    _print_table(table, fmt, f"upper envelope of {exp.name}")
+    _print_table(table, fmt, f"upper envelope of {exp.name}", wide)
     print_coverage(exp, results, frame)
     if plot:
         plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models",
@@ -86,6 +98,7 @@ def table(
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
     skip_invalid: SkipInvalid = False,
+    wide: Wide = False,
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
@@ -96,24 +109,19 @@ def table(
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
     rows = per_model_table(frame, grid)
     best = best_rows(rows)
-    if fmt == "table":
-        out = Table(title=f"certified accuracy per model of {exp.name} (best per column in bold)")
-        for col in rows.columns:
-            header = col if col == "trial_id" else DISPLAY.get(col, col)
-            out.add_column(header, justify="right" if rows[col].dtype.kind in "fiu" else "left")
-        for i, row in rows.iterrows():
-            out.add_row(
-                *(
-                    f"[bold]{cell(v)}*[/]" if i in best.get(str(c), set()) else cell(v)
-                    for c, v in row.items()
-                )
-            )
-        console.print(out)
-    elif fmt == "markdown":
-        marked = rows.astype(object).map(cell)
-        for col, index in best.items():
-            marked.loc[list(index), col] = marked.loc[list(index), col].map(lambda v: f"**{v}**")
-        typer.echo(render(marked, fmt))
+    text = texts(rows)
+    for col, index in best.items():
+        text.loc[list(index), col] = text.loc[list(index), col].map(
+            (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*"))  # fmt: skip
+    if fmt == "markdown":
+        typer.echo(to_markdown(text))
+    elif fmt == "table":
+        columns = [display.Column(c if c == "trial_id" else DISPLAY.get(c, c), text[c].tolist(),
+                                  rows[c].dtype.kind in "fiu", frozenset(best.get(c, ())))
+                   for c in rows.columns]  # fmt: skip
+        priority = ["trial_id", "method", "σ", "ACR", *(c.header for c in columns)]
+        display.print_table(f"certified accuracy per model of {exp.name} (best per column *)",
+                            columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
     else:
         typer.echo(render(rows, fmt))
     print_coverage(exp, results, frame)
@@ -192,24 +200,26 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
     return exp, results, frame[frame["sound"]]
 
 
-def _print_table(table, fmt: str, title: str) -> None:
-    if fmt != "table":
-        typer.echo(render(table, fmt))
+ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accuracy", "clean_acc",
+                     "method", "sigma", "acr", "attack", "epsilon", "steps", "m_train", "models"]  # fmt: skip
+
+
+def _print_table(table, fmt: str, title: str, wide: bool = False) -> None:
+    """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else)."""
+    if fmt in ("csv", "json"):
+        typer.echo(render(no_winner(table), fmt))
+        return
+    text = texts(table)
+    if fmt == "markdown":
+        typer.echo(to_markdown(text))
         return
     shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
-    cols = [c for c in table.columns if c in shown or c == table.columns[0]]
-    out = Table(title=title)
-    for col in cols:
-        out.add_column(
-            shown.get(col, str(col)),
-            justify="right" if table[col].dtype.kind in "fiu" else "left",
-        )
-    not_winner = ("radius", "certified_accuracy", "models", "empirical_accuracy")
-    winner = [c for c in cols if c not in (*not_winner, table.columns[0])]
-    for _, row in table[cols].iterrows():
-        nobody = row["certified_accuracy"] == 0  # no model certifies anything: no winner to name
-        out.add_row(*("-" if nobody and c in winner else cell(row[c]) for c in cols))
-    console.print(out)
+    group = [] if table.columns[0] == "radius" else [table.columns[0]]
+    cols = [c for c in table.columns if (c in shown or c in group) and text[c].ne("").any()]
+    columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
+               for c in cols]  # fmt: skip
+    priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
+    display.print_table(title, columns, list(dict.fromkeys(priority)), wide or fmt != "table")
 
 
 def print_coverage(exp: Experiment, results, frame) -> None:

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
@@ -14,32 +15,91 @@ from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS
     distinguishing_columns,
 )
 from sweeper.results.envelope import certified_accuracy, envelope_curve, model_table
+from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
 FORMATS = ("table", "csv", "json", "markdown")
+DIGITS = 3  # decimals of every measured fraction (accuracy, ACR, abstention) shown to people
+# Measured (not set) quantities, shown with DIGITS decimals
+FRACTIONS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate", "empirical_accuracy",
+             "max_radius"}  # fmt: skip
+# Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
+NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}
+COUNTS = {"points", "models"}  # integers that are no schema column
 
 
-def cell(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def is_fraction(column) -> bool:
+    return str(column) in FRACTIONS or str(column).startswith(("r=", "linf="))
+
+
+def cell(value, column=None, digits: int = DIGITS) -> str:
+    """A value as people read it: measured fractions with `digits` decimals, other numbers
+    exactly as set (0.25, 2), nothing for a missing value."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.{digits}f}" if is_fraction(column) else f"{value:g}"
     return str(value)
 
 
-def to_markdown(frame: pd.DataFrame) -> str:
+def with_integers(frame: pd.DataFrame) -> pd.DataFrame:
+    """Integer settings and counts as integers (`steps` 2, not 2.0; null stays null): a
+    column null for some rows is float64 in pandas; here it is Int64 again."""
+    ints = {f.name for f in SCHEMA if pa.types.is_integer(f.type)} | COUNTS
+    out = frame.copy()
+    for c in out.columns:
+        values = out[c]
+        if str(c) in ints and values.dtype.kind in "fO" and _integral(values):
+            out[c] = values.astype("Int64")
+    return out
+
+
+def _integral(values: pd.Series) -> bool:
+    known = pd.to_numeric(values.dropna(), errors="coerce")
+    return bool(known.notna().all() and (known == known.round()).all())
+
+
+def no_winner(table: pd.DataFrame) -> pd.DataFrame:
+    """The envelope with its winner's columns null where the certified accuracy is 0: where
+    no model certifies anything, nobody wins (every format says so, the terminal with -)."""
+    winner = [c for c in table.columns if c not in no_winner_columns(table)]
+    out = table.astype({c: object for c in winner})
+    out.loc[out["certified_accuracy"] <= 0, winner] = None
+    return out
+
+
+def texts(frame: pd.DataFrame, digits: int = DIGITS) -> pd.DataFrame:
+    """Every cell as `cell` prints it; an envelope's rows without a winner say "-" there."""
+    out = pd.DataFrame({c: [cell(v, c, digits) for v in with_integers(frame)[c].tolist()]
+                        for c in frame.columns}, index=frame.index, dtype=object)  # fmt: skip
+    if "certified_accuracy" in frame and "trial_id" in frame:
+        nobody = (frame["certified_accuracy"] <= 0).to_numpy()
+        winner = [c for c in frame.columns if c not in no_winner_columns(frame)]
+        out.loc[nobody, winner] = "-"
+    return out
+
+
+def no_winner_columns(table: pd.DataFrame) -> list[str]:
+    """An envelope's columns that are no winner's: its group, the radius, what is measured."""
+    group = [table.columns[0]] if table.columns[0] != "radius" else []
+    return [*group, *(c for c in table.columns if c in NOT_WINNER)]
+
+
+def to_markdown(frame: pd.DataFrame, blank: str = "") -> str:
+    """A markdown table; missing values as `blank`."""
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(cell(v, c) or blank for c, v in zip(frame.columns, row, strict=True))
+            + " |" for row in frame.itertuples(index=False)]  # fmt: skip
     return "\n".join([header, rule, *body])
 
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """csv, json (records) or markdown text of a table."""
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        return with_integers(frame).to_csv(index=False)
     if fmt == "json":
-        return frame.to_json(orient="records", indent=1)
+        return with_integers(frame).to_json(orient="records", indent=1)
     if fmt == "markdown":
         return to_markdown(frame)
     raise ValueError(f"unknown format {fmt!r} (valid: {', '.join(FORMATS)})")

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sweeper.results.rows import MODEL_KEY, SCHEMA
+from sweeper.results.rows import MODEL_KEY, SCHEMA, max_radius
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
-Pick = tuple[object, float, int, int]  # (group value, radius, best model's row, group size)
+Pick = tuple[object, float, int, int, float]  # (group value, radius, best model, size, reach)
 
 
 class EnvelopeError(ValueError):
@@ -158,21 +158,21 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
     )
     # Best model per (group, radius): highest accuracy, then clean accuracy, then the first
     # in model order (sorted by trial_id, cert_id).
-    clean = models["clean_acc"].to_numpy()
+    clean, reach = models["clean_acc"].to_numpy(), max_radii(frame)
     picks: list[Pick] = []
     for value, index in groups:
         members = np.sort(np.asarray(index))
         for r in radii:
             col = acc[members, np.searchsorted(levels, r)]
             best = members[np.lexsort((members, -clean[members], -col))[0]]
-            picks.append((value, r, best, len(members)))
+            picks.append((value, r, best, len(members), float(reach[members].max())))
     return _envelope_rows(models, acc, levels, picks, by)
 
 
 def _envelope_rows(
     models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list[Pick], by: str | None
 ) -> pd.DataFrame:
-    values, radii, picked, sizes = (list(p) for p in zip(*picks, strict=True))
+    values, radii, picked, sizes, reach = (list(p) for p in zip(*picks, strict=True))
     best = np.asarray(picked)
     columns = {by: values} if by is not None else {}
     columns["radius"] = radii
@@ -183,7 +183,23 @@ def _envelope_rows(
         if col in models:
             columns[col] = list(models[col].to_numpy()[best])
     columns["models"] = sizes
+    columns["max_radius"] = reach
     return pd.DataFrame(columns)
+
+
+def max_radii(frame: pd.DataFrame) -> np.ndarray:
+    """Per model (`model_table` order), the largest radius its certification can give at all
+    (`rows.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
+    per-point σ): certified accuracy beyond it is 0 by construction, not by the model."""
+    codes, models, _ = _models(frame)
+    if not {"sigma_cert", "n", "alpha"} <= set(frame.columns):
+        return np.full(len(models), np.inf)  # settings unknown: no bound to mark
+    settings = np.stack([frame[c].to_numpy(dtype=np.float64) for c in ("sigma_cert", "n", "alpha")])
+    combos, which = np.unique(settings, axis=1, return_inverse=True)  # a few per experiment
+    per_row = np.asarray(max_radius(*combos), dtype=np.float64)[which.ravel()]
+    out = np.full(len(models), -np.inf)
+    np.maximum.at(out, codes, per_row)
+    return out
 
 
 def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:
