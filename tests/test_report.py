@@ -377,7 +377,7 @@ def test_cli_bad_input_exits_2_with_one_line_per_problem(tmp_path):
     assert errors_of([*base, "--formats", ""])[0].startswith("error: --formats")
     assert "nosuch" in errors_of([*base, "--only", "nosuch=1"])[0]
     [line] = errors_of([*base, "--only", "sigma=9"])
-    assert "no certification results to report" in line
+    assert line == "error: --only sigma=9 matches no model (sigma values: 0.25, 0.5)"
     [line] = errors_of(["report", "--storage", str(tmp_path), "--experiment", "absent"])
     assert "no experiment at" in line
     (tmp_path / "empty" / "certify").mkdir(parents=True)

@@ -33,6 +33,7 @@ from sweeper.report.render import (
     texts,
     to_markdown,
 )
+from sweeper.report.tables import settings_lines
 from sweeper.results import envelope as env
 from sweeper.results.rows import ResultsError, load_results
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
@@ -81,6 +82,7 @@ def envelope(
     if empirical:
         table, curve = _empirical_overlay(exp, table, by, only, skip_invalid)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide)
+    print_settings(frame)
     print_coverage(exp, results, frame)
     if plot:
         plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models",
@@ -124,6 +126,7 @@ def table(
                             columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
     else:
         typer.echo(render(rows, fmt))
+    print_settings(frame)
     print_coverage(exp, results, frame)
 
 
@@ -215,16 +218,27 @@ def _print_table(table, fmt: str, title: str, wide: bool = False) -> None:
         return
     shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
     group = [] if table.columns[0] == "radius" else [table.columns[0]]
-    cols = [c for c in table.columns if (c in shown or c in group) and text[c].ne("").any()]
+    cols = [c for c in table.columns
+            if (c in shown or c in group) and not text[c].isin(["", "-"]).all()]  # fmt: skip
     columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
                for c in cols]  # fmt: skip
     priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
     display.print_table(title, columns, list(dict.fromkeys(priority)), wide or fmt != "table")
 
 
+def print_settings(frame) -> None:
+    """The certification settings and each σ's largest certifiable radius, on stderr."""
+    if len(frame):
+        for line in settings_lines(frame):
+            typer.echo(f"certified with {line} (n/a: beyond it)", err=True)
+
+
 def print_coverage(exp: Experiment, results, frame) -> None:
     models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
-    typer.echo(f"{models} models, {len(frame)} certified points", err=True)
+    trials = frame["trial_id"].nunique() if len(frame) else 0
+    per = "" if models == trials else (
+        f" (a model is a trial certified under one setting: {trials} trials here)")
+    typer.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
     try:
         planned = {
             TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])

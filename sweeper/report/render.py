@@ -14,7 +14,7 @@ from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS
     SETTING_COLUMNS,
     distinguishing_columns,
 )
-from sweeper.results.envelope import certified_accuracy, envelope_curve, model_table
+from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
 from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
@@ -76,6 +76,26 @@ def texts(frame: pd.DataFrame, digits: int = DIGITS) -> pd.DataFrame:
         nobody = (frame["certified_accuracy"] <= 0).to_numpy()
         winner = [c for c in frame.columns if c not in no_winner_columns(frame)]
         out.loc[nobody, winner] = "-"
+    for column, beyond in unreachable(frame).items():
+        out.loc[beyond, column] = BEYOND
+    return out
+
+
+BEYOND = "n/a"  # a radius larger than any the model(s) could certify: not a measured 0
+
+
+def unreachable(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per accuracy column, the rows where its radius exceeds `max_radius` (the largest radius
+    the row's model, or any model of its group, can certify): 0 there says nothing."""
+    if "max_radius" not in frame:
+        return {}
+    reach = frame["max_radius"].to_numpy(dtype=np.float64) + 1e-9
+    out = {}
+    if "certified_accuracy" in frame and "radius" in frame:
+        out["certified_accuracy"] = frame["radius"].to_numpy(dtype=np.float64) > reach
+    for c in frame.columns:
+        if str(c).startswith("r="):
+            out[c] = float(str(c)[2:]) > reach
     return out
 
 
@@ -154,13 +174,14 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
     keys = distinguishing_columns(models)
-    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]]], axis=1)
+    reach = pd.DataFrame({"max_radius": max_radii(frame)})
+    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]], reach], axis=1)
     return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
 
 
 def best_rows(table: pd.DataFrame) -> dict[str, set[int]]:
     """For each certified-accuracy column and ACR: the rows holding its maximum (ties: all)."""
-    scored = [c for c in table.columns if c.startswith("r=")] + ["acr"]
+    scored = [c for c in table.columns if str(c).startswith("r=")] + ["acr"]
     return {
         c: set(table.index[np.isclose(table[c], table[c].max())])
         for c in scored
