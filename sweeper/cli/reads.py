@@ -7,22 +7,22 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from sweeper.cli import display
 from sweeper.cli.common import (
     DISPLAY,
     ExperimentOpt,
     Only,
     SkipInvalid,
     Storage,
+    Wide,
     app,
     console,
     fail,
-    Wide,
     filter_rows,
     refuse_invalid,
     resolve_experiment,
 )
 from sweeper.plan.grid import parse_only
-from sweeper.cli import display
 from sweeper.report.render import (
     FORMATS,
     best_rows,
@@ -85,8 +85,8 @@ def envelope(
     print_settings(frame)
     print_coverage(exp, results, frame)
     if plot:
-        plot_envelope(frame, plot, by, title=f"{exp.name}: {frame['trial_id'].nunique()} models",
-                      empirical=curve)  # fmt: skip
+        plot_envelope(frame, plot, by, title=f"{exp.name}: {_models_of(frame)} models",
+                      empirical=curve, radii=grid)  # fmt: skip
         typer.echo(f"figure written to {plot}", err=True)
 
 
@@ -125,7 +125,7 @@ def table(
         display.print_table(f"certified accuracy per model of {exp.name} (best per column *)",
                             columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
     else:
-        typer.echo(render(rows, fmt))
+        typer.echo(render(rows, fmt).rstrip("\n"))
     print_settings(frame)
     print_coverage(exp, results, frame)
 
@@ -210,7 +210,7 @@ ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accu
 def _print_table(table, fmt: str, title: str, wide: bool = False) -> None:
     """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else)."""
     if fmt in ("csv", "json"):
-        typer.echo(render(no_winner(table), fmt))
+        typer.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
     text = texts(table)
     if fmt == "markdown":
@@ -224,6 +224,10 @@ def _print_table(table, fmt: str, title: str, wide: bool = False) -> None:
                for c in cols]  # fmt: skip
     priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
     display.print_table(title, columns, list(dict.fromkeys(priority)), wide or fmt != "table")
+
+
+def _models_of(frame) -> int:
+    return frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
 
 
 def print_settings(frame) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
 from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
     SETTING_COLUMNS,
@@ -125,45 +125,36 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r} (valid: {', '.join(FORMATS)})")
 
 
-def plot_envelope(
-    frame: pd.DataFrame,
-    location: str,
-    by: str | None = None,
-    title: str = "",
-    empirical: pd.DataFrame | None = None,
-) -> None:
-    """Certified accuracy vs ℓ2 radius: the sweep's upper envelope (and one per `by` group),
-    written to `location` (format from its suffix: .png, .pdf, .svg). `empirical` (columns
-    radius, empirical_accuracy) adds the empirical accuracy under attack as a dashed curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    top = float(frame["radius"].max()) if len(frame) else 1.0
-    if empirical is not None and len(empirical):
-        top = max(top, float(empirical["radius"].max()))
-    radii = np.linspace(0.0, max(top, 1e-6) * 1.02, 400)
-    fig, ax = plt.subplots(figsize=(6, 4))
+def envelope_figure(frame: pd.DataFrame, by: str | None = None, title: str = "",
+                    empirical: pd.DataFrame | None = None, radii=None) -> FigureData:  # fmt: skip
+    """The data of `sweeper envelope --plot`: the envelope per `by` group and over all
+    models, from 0 to the largest of `radii` (if given); `empirical` (columns radius,
+    empirical_accuracy) as dashed points."""
+    top = None if radii is None else list(radii)
+    if empirical is not None and len(empirical) and top is None:
+        top = [float(frame["radius"].max()) * 1.02, float(empirical["radius"].max())]
+    grid = radius_grid(frame, radii=top)
+    curves = []
     if by is not None:
-        for value, part in frame.groupby(by, dropna=False):
-            ax.plot(radii, envelope_curve(part, radii), label=f"{by}={value}", linewidth=1.2)
-    ax.plot(radii, envelope_curve(frame, radii), color="black", linewidth=2, label="upper envelope")
+        curves = [Curve(value_label(by, value), envelope_curve(part, grid))
+                  for value, part in frame.groupby(by, dropna=False)]  # fmt: skip
+    curves.append(Curve("upper envelope", envelope_curve(frame, grid), envelope=True))
+    dashed = []
     if empirical is not None and len(empirical):
         points = empirical.sort_values("radius")
-        ax.plot(points["radius"], points["empirical_accuracy"], color="black", linestyle="--",
-                marker="o", markersize=3, linewidth=1.5, label="empirical (SmoothAdv-PGD)")  # fmt: skip
-    ax.set_xlabel("ℓ2 radius")
-    ax.set_ylabel("certified accuracy")
-    ax.set_ylim(0, 1)
-    ax.set_xlim(0, radii[-1])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or f"{frame['trial_id'].nunique()} models")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=location.rsplit(".", 1)[-1].lower(), bbox_inches="tight", dpi=150)
-    plt.close(fig)
-    fileio.write_bytes_atomic(location, buffer.getvalue())
+        dashed.append((points["radius"].to_numpy(), points["empirical_accuracy"].to_numpy(),
+                       "empirical (SmoothAdv-PGD)"))  # fmt: skip
+    caption = title or f"{frame['trial_id'].nunique()} models"
+    return FigureData("envelope", caption, grid, curves, dashed)
+
+
+def plot_envelope(frame: pd.DataFrame, location: str, by: str | None = None, title: str = "",
+                  empirical: pd.DataFrame | None = None, radii=None) -> None:  # fmt: skip
+    """Certified accuracy vs ℓ2 radius (`envelope_figure`), written to `location` (format
+    from its suffix: .png, .pdf, .svg)."""
+    figure = envelope_figure(frame, by, title, empirical, radii)
+    data = render_figure(figure, location.rsplit(".", 1)[-1].lower())
+    fileio.write_bytes_atomic(location, data)
 
 
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:

@@ -213,7 +213,8 @@ def wide_table(
     clean accuracy), one column per radius. `bold`: the best group per radius in the first
     quantity's rows (the "all" row aside)."""
     columns = list(dict.fromkeys(summary["column"]))
-    rows, beyond = [], {c: set() for c in columns}
+    rows: list[dict] = []
+    beyond: dict[str, set[int]] = {c: set() for c in columns}
     for group in _group_order(summary["group"]):
         part = summary[summary["group"] == group].set_index("column")
         for q, label in quantities:
@@ -249,7 +250,10 @@ def winners_table(summary: pd.DataFrame) -> PaperTable:
         ids = [c for c in ids if c != "sigma_cert"] + ["smoothing"]  # σ_cert varies per point
     elif "sigma_cert" in ids and not _certified_elsewhere(part):
         ids.remove("sigma_cert")
-    data = part[["radius", *scores, *ids, "trial_id", "models"]]
+    data = part[["radius", *scores, *ids, "trial_id", "models"]].copy()
+    nobody = (part["certified_accuracy"] <= 0).to_numpy()
+    data[[*ids, "trial_id"]] = data[[*ids, "trial_id"]].astype(object)
+    data.loc[nobody, [*ids, "trial_id"]] = "-"  # no winner where nothing is certified
     far = np.flatnonzero(part["radius"].to_numpy() > part["max_radius"].to_numpy() + 1e-9)
     title = "Upper envelope per ℓ2 radius and its winner"
     return PaperTable(title, data, beyond={"certified_accuracy": set(far.tolist())})
