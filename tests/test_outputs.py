@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -261,3 +262,42 @@ def test_the_report_states_its_settings_and_marks_radii_beyond_reach(storage):
     wide = files["envelope.md"].splitlines()
     assert "| Gaussian (Cohen et al.) | certified accuracy | **0.750** | 0.250 | n/a | n/a | n/a |" in wide
     assert "| upper envelope (all models) | certified accuracy | 0.750 | 0.500 | 0.250 | 0.000 | n/a |" in wide
+
+
+# ------------------------------------------------------- other tables, digits, wording
+def test_digits_sets_the_precision_of_measured_values_only(storage):
+    md = invoke(storage, "envelope", "--radii", "0.25", "--format", "markdown", "--digits", "1")
+    row = md.stdout.splitlines()[2]
+    assert row.startswith(f"| 0.25 | 0.5 | {S.trial_id} | {CERT.cert_id} | 0.5 | 0.2 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 |")
+
+
+def test_a_trial_certified_twice_is_two_models_and_stderr_says_so(storage):
+    exp = Experiment(str(storage), "exp")
+    other = CertifySpec(n0=10, n=100, alpha=0.01, skip=1, max_points=None)
+    predict, label, radius = POINTS[G]
+    cols = {"idx": [0, 1, 2, 3], "label": label, "predict": predict, "count": [90] * 4,
+            "p_lower": [0.9] * 4, "radius": radius, "time_s": [0.01] * 4,
+            "correct": [p == y for p, y in zip(predict, label, strict=True)]}  # fmt: skip
+    constants = {"sigma_cert": G.sigma, "n0": 10, "n": 100, "alpha": 0.01}
+    table = shard_table(G, "exp", other.cert_id, constants, cols, {"config": G.to_dict()})
+    write_table(table, exp.shard_path(G.trial_id, other.cert_id, 0, 1))
+    err = invoke(storage, "envelope", "--radii", "0").stderr.splitlines()
+    assert "3 models (a model is a trial certified under one setting: 2 trials here), 12 certified points" in err
+    assert sum(line.startswith("certified with ") for line in err) == 2
+
+
+def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whole(monkeypatch, capsys):
+    from sweeper.cli import common
+    from sweeper.cli.driver import finish
+
+    monkeypatch.setattr(common.console, "width", 80)  # a terminal 80 columns wide
+    result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"])
+    assert result.exit_code == 0, result.output
+    assert ELLIPSIS not in result.stdout and "certify/trial" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    error = "RuntimeError: " + "a very long message " * 20
+    with pytest.raises(typer.Exit) as exited:
+        finish(False, [(G.trial_id, "certify", error)])
+    assert exited.value.exit_code == 1
+    out = capsys.readouterr().out
+    assert G.trial_id in out and ELLIPSIS not in out and out.count("message") == 20  # folded, whole

@@ -101,6 +101,11 @@ Wide = Annotated[
     bool,
     typer.Option("--wide", help="Every column, however wide the table (default: those that fit)."),
 ]
+Digits = Annotated[
+    int,
+    typer.Option("--digits", min=0, max=12,
+                 help="Decimals of accuracies and ACR in table and markdown output."),
+]  # fmt: skip
 SkipInvalid = Annotated[
     bool,
     typer.Option(

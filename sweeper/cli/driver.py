@@ -45,7 +45,10 @@ def finish(interrupted: bool, failures: list[tuple[str, str, str]]) -> None:
         console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
         raise typer.Exit(130)
     if failures:
-        table = Table("trial_id", "stage", "error", title="failures")
+        table = Table(title="failures")
+        table.add_column("trial_id", no_wrap=True)  # ids whole; the error wraps instead
+        table.add_column("stage", no_wrap=True)
+        table.add_column("error", overflow="fold")
         for row in failures:
             table.add_row(*row)
         console.print(table)

@@ -10,6 +10,7 @@ from rich.table import Table
 from sweeper.cli import display
 from sweeper.cli.common import (
     DISPLAY,
+    Digits,
     ExperimentOpt,
     Only,
     SkipInvalid,
@@ -24,6 +25,7 @@ from sweeper.cli.common import (
 )
 from sweeper.plan.grid import parse_only
 from sweeper.report.render import (
+    DIGITS,
     FORMATS,
     best_rows,
     no_winner,
@@ -68,6 +70,7 @@ def envelope(
     ] = False,
     skip_invalid: SkipInvalid = False,
     wide: Wide = False,
+    digits: Digits = DIGITS,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
     grid, problems = _envelope_options(fmt, radius, radii, plot)
@@ -81,7 +84,7 @@ def envelope(
     curve = None
     if empirical:
         table, curve = _empirical_overlay(exp, table, by, only, skip_invalid)
-    _print_table(table, fmt, f"upper envelope of {exp.name}", wide)
+    _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
     print_settings(frame)
     print_coverage(exp, results, frame)
     if plot:
@@ -101,6 +104,7 @@ def table(
     only: Only = None,
     skip_invalid: SkipInvalid = False,
     wide: Wide = False,
+    digits: Digits = DIGITS,
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
@@ -111,7 +115,7 @@ def table(
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
     rows = per_model_table(frame, grid)
     best = best_rows(rows)
-    text = texts(rows)
+    text = texts(rows, digits)
     for col, index in best.items():
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*"))  # fmt: skip
@@ -207,12 +211,12 @@ ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accu
                      "method", "sigma", "acr", "attack", "epsilon", "steps", "m_train", "models"]  # fmt: skip
 
 
-def _print_table(table, fmt: str, title: str, wide: bool = False) -> None:
+def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
     """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else)."""
     if fmt in ("csv", "json"):
         typer.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
-    text = texts(table)
+    text = texts(table, digits)
     if fmt == "markdown":
         typer.echo(to_markdown(text))
         return
