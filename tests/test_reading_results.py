@@ -161,3 +161,14 @@ def test_the_python_api_in_the_readme_is_the_envelope(ddrs_experiment, capsys):
     exec(compile(code, "README.md", "exec"), namespace := {})
     assert "certified_accuracy" in capsys.readouterr().out
     assert namespace["frame"]["sound"].all() and len(namespace["frame"]) == 15
+
+
+def test_a_ddrs_models_largest_radius_is_at_its_largest_per_point_sigma(ddrs_experiment):
+    from sweeper.results.envelope import max_radii, model_table
+    from sweeper.results.rows import max_radius
+
+    frame = load_results(ddrs_experiment).frame
+    reach = dict(zip(model_table(frame)["trial_id"], max_radii(frame), strict=True))
+    assert reach[A.trial_id] == pytest.approx(max_radius(1.2, 1000, 0.001))  # σ_x up to 1.2
+    assert reach[B.trial_id] == pytest.approx(max_radius(0.25, 1000, 0.001))
+    assert reach[C.trial_id] == pytest.approx(max_radius(1.0, 1000, 0.001))

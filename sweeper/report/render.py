@@ -70,7 +70,8 @@ def no_winner(table: pd.DataFrame) -> pd.DataFrame:
 
 def texts(frame: pd.DataFrame, digits: int = DIGITS) -> pd.DataFrame:
     """Every cell as `cell` prints it; an envelope's rows without a winner say "-" there."""
-    out = pd.DataFrame({c: [cell(v, c, digits) for v in with_integers(frame)[c].tolist()]
+    typed = with_integers(frame)
+    out = pd.DataFrame({c: [cell(v, c, digits) for v in typed[c].tolist()]
                         for c in frame.columns}, index=frame.index, dtype=object)  # fmt: skip
     if "certified_accuracy" in frame and "trial_id" in frame:
         nobody = (frame["certified_accuracy"] <= 0).to_numpy()

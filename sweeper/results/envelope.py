@@ -191,15 +191,19 @@ def max_radii(frame: pd.DataFrame) -> np.ndarray:
     """Per model (`model_table` order), the largest radius its certification can give at all
     (`rows.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
     per-point σ): certified accuracy beyond it is 0 by construction, not by the model."""
-    codes, models, _ = _models(frame)
+    reach: np.ndarray = _LAST.get(frame, "reach", _max_radii)
+    return reach.copy()
+
+
+def _max_radii(frame: pd.DataFrame) -> np.ndarray:
+    codes, models, first = _models(frame)
     if not {"sigma_cert", "n", "alpha"} <= set(frame.columns):
         return np.full(len(models), np.inf)  # settings unknown: no bound to mark
-    settings = np.stack([frame[c].to_numpy(dtype=np.float64) for c in ("sigma_cert", "n", "alpha")])
-    combos, which = np.unique(settings, axis=1, return_inverse=True)  # a few per experiment
-    per_row = np.asarray(max_radius(*combos), dtype=np.float64)[which.ravel()]
-    out = np.full(len(models), -np.inf)
-    np.maximum.at(out, codes, per_row)
-    return out
+    # n and α are one model's setting; the bound grows with σ, so a model's largest σ gives it.
+    sigma = np.full(len(models), -np.inf)
+    np.maximum.at(sigma, codes, frame["sigma_cert"].to_numpy(dtype=np.float64))
+    n, alpha = (frame[c].to_numpy(dtype=np.float64)[first] for c in ("n", "alpha"))
+    return np.asarray(max_radius(sigma, n, alpha), dtype=np.float64)
 
 
 def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:
