@@ -245,7 +245,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
     models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
     trials = frame["trial_id"].nunique() if len(frame) else 0
     per = "" if models == trials else (
-        f" (a model is a trial certified under one setting: {trials} trials here)")
+        f" (a model is a trial certified under one setting: {trials} trial{'s' * (trials != 1)} here)")
     typer.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
     try:
         planned = {

@@ -310,7 +310,8 @@ def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
             said += [f"skip = {m[1]}", f"max_points = {m[2]}"]
         if batch is not None:
             said.append(f"batch_size = {batch}")
-        said.append(f"{len(part)} models, {int(part['points'].max())} points each at most")
+        models_ = f"{len(part)} model{'s' * (len(part) != 1)}"
+        said.append(f"{models_}, {int(part['points'].max())} points each at most")
         reach = part.groupby("sigma", dropna=False)["max_radius"].max()
         bound = ", ".join(f"{r:.3f} at σ = {s:g}" for s, r in reach.items() if np.isfinite(r))
         dependent = (part["smoothing"] == "data-dependent").any()
