@@ -12,6 +12,7 @@ validate a whole grid before Ray starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, fields
@@ -111,7 +112,9 @@ class TrialConfig(
 
     # ------------------------------------------------------------------ identity
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field holds a scalar (str, int, float, bool, None): a shallow dict is the
+        # same as dataclasses.asdict, without its deep copy of each value.
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     def identity(self) -> dict[str, Any]:
         """The resolved hyperparameters that determine the trained model.
@@ -125,7 +128,7 @@ class TrialConfig(
         identity["amp"] = _AMP_IDENTITY.get(self.amp, self.amp)
         return identity
 
-    @property
+    @functools.cached_property  # frozen, so computed once (the driver asks it thousands of times)
     def trial_id(self) -> str:
         """Stable id: a hash of the resolved config (not of Ray's trial name)."""
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
@@ -161,6 +164,7 @@ def setting(value: T | None, name: str) -> T:
     return value
 
 
+_FIELD_NAMES = tuple(f.name for f in fields(TrialConfig))
 # The fields marked as environment in config_parts: no part of the trial_id.
 ENVIRONMENT_FIELDS = frozenset(f.name for f in fields(TrialConfig) if f.metadata.get("environment"))
 _AMP_IDENTITY = {"off": False, "fp16": True}

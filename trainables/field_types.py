@@ -23,14 +23,38 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+# Per field: (name, the types a value may be, whether a bool is refused): the annotations
+# flattened once per class, not walked per value (a sweep's driver validates thousands).
+_Check = tuple[str, tuple[type, ...], bool]
+_CHECKS: dict[type, list[_Check]] = {}
+
+
+def _checks(cls: type) -> list[_Check]:
+    if cls not in _CHECKS:
+        hints = _hints(cls)
+        _CHECKS[cls] = [(f.name, *_accepted(hints[f.name])) for f in fields(cls)]
+    return _CHECKS[cls]
+
+
+def _accepted(hint: Any) -> tuple[tuple[type, ...], bool]:
+    """(the types a value of `hint` may be, whether a bool is refused): int is accepted for
+    float, and a bool (an int to Python) is refused for int and float unless bool is named."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    args = typing.get_args(hint) if union else (hint,)
+    accepted = tuple({int: (int,), float: (int, float)}.get(a, (a,)) for a in args)
+    return tuple(t for ts in accepted for t in ts), bool not in args and (int in args or float in args)
+
+
 def type_problems(obj: Any) -> list[str]:
     """Fields of a dataclass instance whose values do not match their annotations."""
-    hints = _hints(type(obj))
-    return [
-        f"{f.name} must be {_type_name(hints[f.name])} (got {getattr(obj, f.name)!r})"
-        for f in fields(obj)
-        if not _is_instance(getattr(obj, f.name), hints[f.name])
+    bad = [
+        name
+        for name, accepted, no_bool in _checks(type(obj))
+        if not isinstance(value := getattr(obj, name), accepted)
+        or (no_bool and isinstance(value, bool))
     ]
+    hints = _hints(type(obj))
+    return [f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})" for name in bad]
 
 
 def float_fields(obj: Any) -> dict[str, float]:
@@ -42,18 +66,6 @@ def float_fields(obj: Any) -> dict[str, float]:
         if isinstance(value, int) and float in (*typing.get_args(hint), hint):
             changes[f.name] = float(value)
     return changes
-
-
-def _is_instance(value: Any, hint: Any) -> bool:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_is_instance(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
 
 
 def _type_name(hint: Any) -> str:

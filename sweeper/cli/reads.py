@@ -37,7 +37,7 @@ from sweeper.report.render import (
 )
 from sweeper.report.tables import settings_lines
 from sweeper.results import envelope as env
-from sweeper.results.rows import ResultsError, load_results
+from sweeper.results.rows import SCHEMA, ResultsError, load_results
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
@@ -74,7 +74,8 @@ def envelope(
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
     grid, problems = _envelope_options(fmt, radius, radii, plot)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
+    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid,
+                                        env.read_columns(by, "smoothing"))  # fmt: skip
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -184,15 +185,18 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
 
 
 def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
-                  skip_invalid: bool = False):  # fmt: skip
+                  skip_invalid: bool = False, columns: list[str] | None = None):  # fmt: skip
     """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
-    an invalid results file (unless `skip_invalid`)."""
+    an invalid results file (unless `skip_invalid`). `columns`: read only these (and the
+    --only columns), not every results column."""
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
     exp = resolve_experiment(storage, experiment)
+    if columns is not None:
+        columns = [*columns, *(k for k in selection if k in SCHEMA.names)]
     try:
-        results = load_results(exp)
+        results = load_results(exp, columns)
     except ResultsError as e:
         fail([str(e)])
     refuse_invalid(results.invalid, skip_invalid)

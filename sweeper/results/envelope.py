@@ -21,11 +21,22 @@ from sweeper.results.rows import MODEL_KEY, SCHEMA, max_radius
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
+# What `sweeper envelope` reads of each row (with the --by and --only columns): a projection
+# of the 80-odd results columns, most of a 6,440-model read's time otherwise. n0, n and alpha:
+# the certification settings it states and the largest radius they allow (`max_radii`).
+READ_COLUMNS = [*MODEL_KEY, "radius", "correct", "predict", *SUMMARY_COLUMNS, "lam", "eta",
+                "n0", "n", "alpha"]  # fmt: skip
 Pick = tuple[object, float, int, int, float]  # (group value, radius, best model, size, reach)
 
 
 class EnvelopeError(ValueError):
     pass
+
+
+def read_columns(*extra: str | None) -> list[str]:
+    """The columns an envelope needs, with those of `extra` that are results columns (an
+    unknown one is left for `envelope` or --only to name)."""
+    return list(dict.fromkeys([*READ_COLUMNS, *(c for c in extra if c and c in SCHEMA.names)]))
 
 
 def parse_radii(text: str) -> list[float]:

@@ -214,9 +214,9 @@ class Experiment:
     def stage_files(self, stage: str, within: str | None = None) -> list[StageFile]:
         """Every shard, compacted and memory file of `stage` (of one model and setting if
         `within` is its setting directory), from one listing; anything else is ignored."""
-        out = []
+        out, head = [], len(self.stage_dir(stage))
         for f, size in sorted(fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()):
-            parsed = self.parse_stage_file(stage, f, size)
+            parsed = self._parse(stage, f, size, f[head:])
             if parsed is not None:
                 out.append(parsed)
         return out
@@ -227,7 +227,10 @@ class Experiment:
 
     def parse_stage_file(self, stage: str, path: str, size: int = 0) -> StageFile | None:
         """What a path under the stage directory is (None: not a file of the layout)."""
-        rel = path[len(self.stage_dir(stage)) :].replace("\\", "/").strip("/").split("/")
+        return self._parse(stage, path, size, path[len(self.stage_dir(stage)) :])
+
+    def _parse(self, stage: str, path: str, size: int, tail: str) -> StageFile | None:
+        rel = tail.replace("\\", "/").strip("/").split("/")
         if len(rel) != 3 or not _ID.fullmatch(rel[0]):
             return None
         trial_id, setting_id, name = rel
