@@ -231,7 +231,7 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
                for c in cols]  # fmt: skip
     priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
-    display.print_table(title, columns, list(dict.fromkeys(priority)), wide or fmt != "table")
+    display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
 
 
 def _models_of(frame) -> int:
@@ -246,7 +246,7 @@ def print_settings(frame) -> None:
 
 
 def print_coverage(exp: Experiment, results, frame) -> None:
-    models = frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
+    models = _models_of(frame)
     trials = frame["trial_id"].nunique() if len(frame) else 0
     per = "" if models == trials else (
         f" (a model is a trial certified under one setting: {trials} trial{'s' * (trials != 1)} here)")
