@@ -301,3 +301,29 @@ def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whol
     assert exited.value.exit_code == 1
     out = capsys.readouterr().out
     assert G.trial_id in out and ELLIPSIS not in out and out.count("message") == 20  # folded, whole
+
+
+def test_fit_takes_columns_by_priority_while_they_fit():
+    from sweeper.cli.display import Column, fit, table_width
+
+    cols = [Column("a", ["1" * 10]), Column("b", ["2" * 30]), Column("c", ["3" * 5])]
+    assert table_width(cols) == 13 + 33 + 8 + 1
+    shown, left = fit(cols, ["a", "c", "b"], 30)
+    assert [c.header for c in shown] == ["a", "c"] and left == ["b"]
+    shown, left = fit(cols, ["b", "a"], 10)  # the first is always shown
+    assert [c.header for c in shown] == ["b"] and left == ["a", "c"]
+
+
+def test_a_wide_table_on_a_narrow_terminal_folds_cells_never_cuts_them(monkeypatch, capsys):
+    import sys
+
+    from sweeper.cli.display import Column, print_table
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "40")
+    cols = [Column("trial_id", [G.trial_id]), Column("value", ["0.123456789012345"], True),
+            Column("note", ["a long note " * 3])]  # fmt: skip
+    print_table("t", cols, [], wide=True)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) <= 40
+    assert G.trial_id in out and "0.123456789012345" in out  # the text column gave way

@@ -4,7 +4,8 @@ A table shows the columns that fit the terminal (80 columns when the output is p
 width is unknown), chosen by priority and kept in their order; `--wide` shows them all. A
 column is never narrower than its widest cell: a number or an id is printed whole. Piped
 output is printed at the table's own width (never cut); on a terminal too narrow for a
-`--wide` table, rich folds cells onto further lines rather than cutting them.
+`--wide` table, cells of text wrap first, and only then does rich fold numbers and ids onto
+further lines (never cutting them).
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ def print_table(title: str, columns: list[Column], priority: list[str], wide: bo
     shown, left = (columns, []) if wide else fit(columns, priority or [c.header for c in columns], width)
     out = Table(title=title)
     for c in shown:
+        # Columns of single tokens (numbers, ids) do not wrap, so text columns give way first.
+        token = not any(" " in cell for cell in c.cells)
         out.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold",
-                       min_width=c.width if c.numeric else None)  # fmt: skip
+                       no_wrap=token)  # fmt: skip
     rows = len(shown[0].cells) if shown else 0
     for i in range(rows):
         out.add_row(*(Text(c.cells[i], style="bold" if i in c.bold else "") for c in shown))
