@@ -126,7 +126,12 @@ def table(
         columns = [display.Column(c if c == "trial_id" else DISPLAY.get(c, c), text[c].tolist(),
                                   rows[c].dtype.kind in "fiu", frozenset(best.get(c, ())))
                    for c in rows.columns]  # fmt: skip
-        priority = ["trial_id", "method", "σ", "ACR", *(c.header for c in columns)]
+        # What tells the models apart and how they do: a couple of radii before the other
+        # hyperparameters, then the remaining radii.
+        radii_headers = [c.header for c in columns if c.header.startswith("r=")]
+        keys = [c.header for c in columns if c.header not in (*radii_headers, "points", "max r")]
+        priority = ["trial_id", "method", "σ", "ACR", *radii_headers[:2], *keys, *radii_headers,
+                    "points", "max r"]  # fmt: skip
         display.print_table(f"certified accuracy per model of {exp.name} (best per column *)",
                             columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
     else:
