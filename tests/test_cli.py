@@ -127,7 +127,8 @@ def test_help_for_every_command(args):
     assert "Usage" in result.output
 
 
-def test_spaces_lists_the_shipped_spaces():
+def test_spaces_lists_the_shipped_spaces(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # its cache: not the user's
     result = runner.invoke(app, ["spaces"])
     assert result.exit_code == 0, result.output
     shipped = (("cifar10", 644), ("cifar10-methods", 21), ("digits", 34), ("digits-methods", 14),

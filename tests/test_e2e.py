@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +19,7 @@ from sweeper.plan.spaces import load_space
 from sweeper.results import envelope as env
 from sweeper.results.rows import SCHEMA, load_results
 from sweeper.results.storage import Experiment
+from sweeper.run.tune_names import readable
 from trainables import checkpoint
 from trainables.trial_status import read_status
 from trainables.tune_trial import FAULT_ENV
@@ -85,6 +87,24 @@ def test_sweep_writes_checkpoints_and_shards(finished_sweep):
     assert (frame.loc[frame["predict"] == -1, "radius"] == 0).all()
 
 
+def test_tune_folders_and_trial_json_name_sweepers_trials(finished_sweep):
+    """Tune's trial folders are `<trial_id>_<readable config>`, its progress.csv names the
+    sweeper trial, and trial.json's checkpoint is relative to the experiment."""
+    space, exp = finished_sweep
+    trials = {t.trial_id: t for t in expand(load_space(str(space)))}
+    folders = [p for p in Path(exp.tune_dir).glob("run-*/*") if p.is_dir()]
+    assert sorted(p.name for p in folders) == sorted(f"{t}_{readable(c)}" for t, c in trials.items())
+    for folder in folders:
+        trial_id = folder.name.split("_")[0]
+        progress = pd.read_csv(folder / "progress.csv")
+        assert set(progress["sweeper_trial_id"]) == {trial_id}
+        assert read_status(exp.trial_dir(trial_id))["checkpoint"] == f"trials/{trial_id}/checkpoint.pt"
+    assert {readable(c) for c in trials.values()} == {
+        "smoothadv_pgd_sigma=0.25_eps=0.25_T=1_m=1", "smoothadv_pgd_sigma=0.5_eps=0.25_T=1_m=1",
+        "gaussian_sigma=0.25_m=1",
+    }  # fmt: skip
+
+
 def test_envelope_is_max_of_curves_and_non_increasing(finished_sweep):
     _, exp = finished_sweep
     frame = load_results(exp).frame
@@ -106,6 +126,7 @@ def test_second_run_redoes_nothing(finished_sweep):
     result = run_cli("run", "grid", space, "--storage", exp.storage, "--experiment", "e2e")
     assert result.exit_code == 0, result.output
     assert "3 finished" in result.output
+    assert "nothing to do: all 3 trials are trained and certified" in result.output  # no Ray
     assert {f: Path(f).read_bytes() for f in load_results(exp).files} == before
     assert {t: Path(exp.checkpoint(t)).read_bytes() for t in ckpts} == ckpts
 

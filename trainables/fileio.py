@@ -2,6 +2,8 @@
 
 Local paths use the OS directly (rename is atomic); URIs go through pyarrow's filesystems,
 where one PUT is the atomic unit. Writers never leave a half-written file at the final name.
+pyarrow is imported on first use of a filesystem, so that commands which only plan (`--help`,
+`spaces`, `--dry-run`) start fast.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow.fs as pafs
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 
 def _file_mode() -> int:
@@ -33,11 +38,18 @@ def local_path(location: str) -> Path:
     return Path(location[len("file://") :] if location.startswith("file://") else location)
 
 
+def _pafs() -> types.ModuleType:
+    import pyarrow.fs
+
+    return pyarrow.fs
+
+
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) for any location."""
+    arrow = _pafs()
     if is_uri(location):
-        return pafs.FileSystem.from_uri(str(location))
-    return pafs.LocalFileSystem(), str(local_path(location).absolute())
+        return arrow.FileSystem.from_uri(str(location))
+    return arrow.LocalFileSystem(), str(local_path(location).absolute())
 
 
 def join(base: str, *parts: str) -> str:
@@ -57,7 +69,7 @@ def exists(location: str) -> bool:
     if not is_uri(location):
         return local_path(location).exists()
     fs, path = filesystem(location)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return fs.get_file_info(path).type != _pafs().FileType.NotFound
 
 
 def read_bytes(location: str) -> bytes:
@@ -115,13 +127,14 @@ def list_files(location: str, suffix: str = "") -> list[str]:
     """Every file under `location` (recursively) whose name ends with `suffix`, sorted;
     empty if the location does not exist. Hidden temp files (".name.tmp") are skipped."""
     fs, path = filesystem(location)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    arrow = _pafs()
+    if fs.get_file_info(path).type == arrow.FileType.NotFound:
         return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    infos = fs.get_file_info(arrow.FileSelector(path, recursive=True))
     head, base = _child_head(location), len(path.rstrip("/")) + 1
     out = []
     for info in infos:
-        if info.type != pafs.FileType.File or info.base_name.startswith("."):
+        if info.type != arrow.FileType.File or info.base_name.startswith("."):
             continue
         if info.base_name.endswith(suffix):
             out.append(head + info.path[base:].replace("/", os.sep if "://" not in head else "/"))
@@ -131,14 +144,15 @@ def list_files(location: str, suffix: str = "") -> list[str]:
 def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
     """`list_files` with each file's size in bytes."""
     fs, path = filesystem(location)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    arrow = _pafs()
+    if fs.get_file_info(path).type == arrow.FileType.NotFound:
         return {}
     head, base = _child_head(location), len(path.rstrip("/")) + 1
     sep = "/" if "://" in head else os.sep
     return {
         head + info.path[base:].replace("/", sep): int(info.size or 0)
-        for info in fs.get_file_info(pafs.FileSelector(path, recursive=True))
-        if info.type == pafs.FileType.File
+        for info in fs.get_file_info(arrow.FileSelector(path, recursive=True))
+        if info.type == arrow.FileType.File
         and not info.base_name.startswith(".")
         and info.base_name.endswith(suffix)
     }
@@ -147,7 +161,8 @@ def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
 def total_size(location: str) -> int:
     """Bytes used by every file under `location`."""
     fs, path = filesystem(location)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    arrow = _pafs()
+    if fs.get_file_info(path).type == arrow.FileType.NotFound:
         return 0
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    return sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
+    infos = fs.get_file_info(arrow.FileSelector(path, recursive=True))
+    return sum(i.size or 0 for i in infos if i.type == arrow.FileType.File)

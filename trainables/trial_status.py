@@ -37,6 +37,18 @@ def write_status(
     )
 
 
+def experiment_relative(location: str, experiment_root: str) -> str:
+    """`location` relative to the experiment (`trials/<id>/checkpoint.pt`), as trial.json
+    stores paths so that a copied or synced experiment still reads; a location outside the
+    experiment stays as it is. Nothing reads a trial's files through these paths (they are at
+    `trials/<trial_id>/` by construction): they tell a person where to look."""
+    root = str(experiment_root).rstrip("/")
+    location = str(location)
+    if location.startswith(root + "/"):
+        return location[len(root) + 1 :]
+    return location
+
+
 def read_status(directory: str) -> dict[str, Any] | None:
     path = fileio.join(directory, "trial.json")
     if not fileio.exists(path):

@@ -18,12 +18,15 @@ from trainables.config import TrialConfig
 from trainables.distributed_fit import fit_data_parallel
 from trainables.train import fit
 from trainables.train_state import TrainState
-from trainables.trial_status import trial_dir, write_status
+from trainables.trial_status import experiment_relative, trial_dir, write_status
 
 # Test hook: with "<trial_id>:<epoch>" in this variable of the driver's environment, that trial
 # raises right after writing that epoch's checkpoint, so tests can interrupt a sweep at a known
 # point. A retry or a later run resumes past that epoch and is not interrupted again.
 FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
+# The column of Tune's progress.csv and result.json naming sweeper's trial (Tune fills its
+# own `trial_id` column with Ray's id).
+SWEEPER_TRIAL_ID = "sweeper_trial_id"
 
 
 def _maybe_fail(fault: str, cfg: TrialConfig, epoch: int) -> None:
@@ -47,7 +50,7 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
 
     def on_epoch(metrics: dict[str, Any], state: TrainState) -> None:
         write_status(directory, cfg, "running", state.epoch, metrics, node=node)
-        tune.report({**metrics, "trial_id": cfg.trial_id})
+        tune.report({**metrics, SWEEPER_TRIAL_ID: cfg.trial_id})
         _maybe_fail(config.get("fault", ""), cfg, state.epoch)
 
     init = None
@@ -61,6 +64,8 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
             cfg, checkpoint_path=ckpt, on_epoch=on_epoch, resume_from=resume, init_weights=init
         )
     last = state.history[-1] if state.history else {}
-    write_status(directory, cfg, "finished", state.epoch, last, checkpoint=ckpt, node=node)
+    # relative to the experiment: a copied or synced experiment's trial.json stays true
+    where = experiment_relative(ckpt, experiment_root)
+    write_status(directory, cfg, "finished", state.epoch, last, checkpoint=where, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:
-        tune.report({**last, "trial_id": cfg.trial_id})  # Tune wants at least one result
+        tune.report({**last, SWEEPER_TRIAL_ID: cfg.trial_id})  # Tune wants at least one result

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
+import inspect
 import shutil
 import sys
 from typing import Annotated, NoReturn
@@ -15,12 +17,25 @@ from sweeper.results.storage import Experiment, check_storage, experiments, plai
 from trainables import fileio
 from trainables.errors import ProblemsError
 
+# The commands in the order a sweep uses them (any other is listed after them).
+ORDER = ("run", "certify", "status", "envelope", "table", "report", "empirical", "import",
+         "spaces", "compact", "bench")  # fmt: skip
+
 
 class GuardedGroup(TyperGroup):
     """The command line's one edge: bad input that a command did not report itself (a
     ProblemsError such as an experiment name that would leave the storage) is its `error:`
     lines and exit 2; a file-system failure (a full disk, a vanished mount) is one line
-    saying what and where, with the free space, and exit 1, never a traceback."""
+    saying what and where, with the free space, and exit 1, never a traceback. It also
+    lists the commands in `ORDER` and tidies every command's help (`tidy_help`)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+
+    def parse_args(self, ctx, args):
+        tidy_help(self, ctx)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -32,6 +47,39 @@ class GuardedGroup(TyperGroup):
                 raise
             typer.echo(f"error: {os_error_line(e)}", err=True)
             raise typer.Exit(1) from None
+
+
+class RunGroup(TyperGroup):
+    """`sweeper run`: a name that is not one of its commands is most likely a space given
+    without the kind of sweep (`sweeper run digits`): say the command that runs it."""
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else "-"
+        if not name.startswith("-") and not difflib.get_close_matches(name, self.commands):
+            kinds = ", ".join(self.list_commands(ctx))
+            fail([f"no such command 'sweeper run {name}' (sweeper run takes a kind of sweep: "
+                  f"{kinds}); to run the space {name!r}: sweeper run grid {name}"])  # fmt: skip
+        return super().resolve_command(ctx, args)
+
+
+def tidy_help(command, ctx) -> None:
+    """For `command` and every command under it: a flag (an option that takes no value) is
+    shown without a type (`--dry-run`, not `--dry-run <bool>`), and each paragraph of a help
+    text is one line (the terminal wraps it at its width, never where the source broke it)."""
+    help_option = command.get_help_option(ctx)
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    if command.help:
+        command.help = reflow(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub, ctx)
+
+
+def reflow(text: str) -> str:
+    """Each paragraph (separated by a blank line) of a docstring joined into one line."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
 def os_error_line(e: OSError) -> str:
@@ -69,10 +117,27 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 run_app = typer.Typer(
-    help="Train a sweep and certify every model as it finishes.", no_args_is_help=True
+    cls=RunGroup, help="Train a sweep and certify every model as it finishes.", no_args_is_help=True
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"sweeper {version('sweeper')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
+) -> None:  # fmt: skip
+    pass
 app.add_typer(run_app, name="run")
 # Piped output keeps whole rows instead of rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -88,6 +153,12 @@ Storage = Annotated[
 ExperimentOpt = Annotated[
     str | None, typer.Option("--experiment", help="Experiment name (default: the space's name).")
 ]
+# Commands that read an experiment: by default the most recently written one (`resolve_experiment`).
+LatestExperiment = Annotated[
+    str | None,
+    typer.Option("--experiment", help="Experiment name (default: the most recent experiment "
+                 "under --storage, named on stderr)."),
+]  # fmt: skip
 DataDir = Annotated[
     str | None,
     typer.Option("--data-dir", help="Directory holding the data set (cifar10, mnist, imagenet)."),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Storage, app, fail, resolve_experiment
+from sweeper.cli.common import LatestExperiment, Storage, app, fail, resolve_experiment
 from sweeper.results.storage import DEFAULT_STORAGE
 from trainables.errors import ProblemsError
 
 
 @app.command()
-def compact(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
+def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = None) -> None:
     """Fold each complete model's shards into one file and refresh the results cache.
 
     Reads then open few files. `run grid`, `certify` and `empirical` do this as they go;

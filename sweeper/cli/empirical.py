@@ -74,8 +74,9 @@ def empirical(
 def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: float) -> None:
     from sweeper.cli.driver import driving
     from sweeper.cli.runs import Progress
-    from sweeper.run.attack_stage import run_empirical, settings
+    from sweeper.run.attack_stage import EMPIRICAL, run_empirical, settings
     from sweeper.run.capacity import effective_resources, per_process
+    from sweeper.run.shards import all_compacted
 
     chosen = settings(spec, plan.spec.certify)
     resources = effective_resources(plan.spec.resources, cpu_only)
@@ -83,6 +84,10 @@ def _run(plan, ready: list, spec, address: str | None, cpu_only: bool, wait: flo
         f"attacking {len(ready)} finished models ({len(plan.trials) - len(ready)} not finished) "
         f"under {len(chosen)} settings: " + ", ".join(s.emp_id for s in chosen)
     )
+    ids = [t.trial_id for t in ready]
+    if all_compacted(plan.exp, ids, [(EMPIRICAL.name, s.setting_id) for s in chosen]):
+        console.print("nothing to do: every model is attacked under every setting")
+        return
     with driving(plan.exp, address, per_process(resources, ready), len(ready), wait):
         progress = Progress(len(plan.trials), len(ready))
         with progress.bar:

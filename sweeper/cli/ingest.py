@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Storage, app, fail
-from sweeper.ingest.importer import DEFAULT_MAX_ROWS, ImportReport, Model, import_logs
+from sweeper.cli.common import Storage, app, fail
+from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
 from sweeper.ingest.sets import IngestError
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
+
+if TYPE_CHECKING:
+    from sweeper.ingest.importer import ImportReport, Model
 
 
 @app.command("import")
@@ -19,7 +22,9 @@ def import_(
         typer.Argument(help="A directory of certify.py logs (searched recursively), or one log."),
     ],
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: Annotated[str | None, typer.Option(
+        "--experiment", help="The experiment to import into (required): one of yours, to put "
+        "the logs beside its models, or a new name.")] = None,
     sets: Annotated[
         list[str] | None,
         typer.Option(
@@ -45,6 +50,8 @@ def import_(
                 "logs beside it, or a new name)"
             ]
         )
+    from sweeper.ingest.importer import import_logs  # pyarrow: only when importing
+
     exp = Experiment(storage, experiment)
     try:
         report = import_logs(directory, exp, sets or [], max_rows)

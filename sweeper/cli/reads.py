@@ -1,4 +1,6 @@
-"""Commands that read results: `envelope`, `table`, `status`."""
+"""Commands that read results: `envelope`, `table`, `status`. pandas, pyarrow and matplotlib
+are imported inside the commands, so listing them (`--help`) stays fast; none imports torch or
+Ray (tests/test_cli_speed.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from sweeper.cli import display
 from sweeper.cli.common import (
     DISPLAY,
     Digits,
-    ExperimentOpt,
+    LatestExperiment,
     Only,
     SkipInvalid,
     Storage,
@@ -24,20 +26,7 @@ from sweeper.cli.common import (
     resolve_experiment,
 )
 from sweeper.plan.grid import parse_only
-from sweeper.report.render import (
-    DIGITS,
-    FORMATS,
-    best_rows,
-    no_winner,
-    per_model_table,
-    plot_envelope,
-    render,
-    texts,
-    to_markdown,
-)
-from sweeper.report.tables import settings_lines
-from sweeper.results import envelope as env
-from sweeper.results.rows import SCHEMA, ResultsError, load_results
+from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
 from trainables.config import TrialConfig
 
@@ -45,7 +34,7 @@ from trainables.config import TrialConfig
 @app.command()
 def envelope(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radius: Annotated[float | None, typer.Option("--radius", help="One ℓ2 radius.")] = None,
     radii: Annotated[
         str | None,
@@ -73,6 +62,8 @@ def envelope(
     digits: Digits = DIGITS,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
+    from sweeper.results import envelope as env
+
     grid, problems = _envelope_options(fmt, radius, radii, plot)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid,
                                         env.read_columns(by, "smoothing"))  # fmt: skip
@@ -89,15 +80,22 @@ def envelope(
     print_settings(frame)
     print_coverage(exp, results, frame)
     if plot:
-        plot_envelope(frame, plot, by, title=f"{exp.name}: {_models_of(frame)} models",
-                      empirical=curve, radii=grid)  # fmt: skip
-        typer.echo(f"figure written to {plot}", err=True)
+        _plot(exp, frame, plot, by, curve, grid)
+
+
+def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float]) -> None:
+    """`--plot`: the envelope (per `by` group, the empirical curve) from 0 to the largest radius."""
+    from sweeper.report.render import plot_envelope
+
+    plot_envelope(frame, plot, by, title=f"{exp.name}: {_models_of(frame)} models",
+                  empirical=curve, radii=grid)  # fmt: skip
+    typer.echo(f"figure written to {plot}", err=True)
 
 
 @app.command()
 def table(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radii: Annotated[
         str | None, typer.Option("--radii", help="start:stop:step or a list 0,0.5,1.")
     ] = None,
@@ -109,6 +107,8 @@ def table(
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
+    from sweeper.report.render import best_rows, per_model_table, render, texts, to_markdown
+
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
@@ -156,6 +156,7 @@ def _envelope_options(fmt: str, radius: float | None, radii: str | None,
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
     from sweeper.results import attack_rows as emp
+    from sweeper.results.rows import ResultsError
 
     try:
         loaded = emp.load_empirical(exp)
@@ -182,6 +183,8 @@ def _format_problems(fmt: str) -> list[str]:
 
 
 def radii_option(text: str | None, problems: list[str]) -> list[float]:
+    from sweeper.results import envelope as env
+
     try:
         return env.parse_radii(text or "0:2.25:0.25")
     except env.EnvelopeError as e:
@@ -194,6 +197,8 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
     """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
     an invalid results file (unless `skip_invalid`). `columns`: read only these (and the
     --only columns), not every results column."""
+    from sweeper.results.rows import SCHEMA, ResultsError, load_results
+
     selection, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
@@ -222,6 +227,8 @@ ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accu
 
 def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
     """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else)."""
+    from sweeper.report.render import no_winner, render, texts, to_markdown
+
     if fmt in ("csv", "json"):
         typer.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
@@ -245,6 +252,8 @@ def _models_of(frame) -> int:
 
 def print_settings(frame) -> None:
     """The certification settings and each σ's largest certifiable radius, on stderr."""
+    from sweeper.report.tables import settings_lines
+
     if len(frame):
         for line in settings_lines(frame):
             typer.echo(f"certified with {line} (n/a: beyond it)", err=True)
@@ -288,7 +297,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
 
 
 @app.command()
-def status(storage: Storage = DEFAULT_STORAGE, experiment: ExperimentOpt = None) -> None:
+def status(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = None) -> None:
     """Trials by state, certification shards done and missing, storage used."""
     from sweeper.results.status import experiment_status
 

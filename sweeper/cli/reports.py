@@ -8,10 +8,9 @@ from typing import Annotated
 
 import typer
 
-from sweeper.cli.common import ExperimentOpt, Only, SkipInvalid, Storage, app, fail
+from sweeper.cli.common import LatestExperiment, Only, SkipInvalid, Storage, app, fail
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
-from sweeper.report.figures import FIGURE_FORMATS
-from sweeper.report.tables import LINF_RADII_255
+from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
 from trainables import fileio
 
@@ -60,7 +59,7 @@ def report_dir(reports_dir: str, only: str | None) -> str:
 @app.command()
 def report(
     storage: Storage = DEFAULT_STORAGE,
-    experiment: ExperimentOpt = None,
+    experiment: LatestExperiment = None,
     radii: Annotated[
         str | None,
         typer.Option(

@@ -21,9 +21,7 @@ from sweeper.cli.common import (
 from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DRIVER, command_line, driving, finish, launch_options
 from sweeper.cli.options import given, settings_options, with_options
-from sweeper.plan.grid import expand
 from sweeper.plan.run_settings import precision_problem
-from sweeper.plan.spaces import available_spaces, load_space
 from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import (
     Plan,
@@ -132,15 +130,11 @@ def _report_outcome(outcome) -> None:
 @app.command()
 def spaces() -> None:
     """List the search spaces shipped with sweeper."""
+    from sweeper.plan.space_list import shipped_summaries
+
     table = Table("space", "trials", "per trial", "description")
-    for name in available_spaces():
-        spec = load_space(name)
-        table.add_row(
-            name,
-            str(len(expand(spec))),
-            f"cpu={spec.resources.cpu:g} gpu={spec.resources.gpu:g}",
-            spec.description,
-        )
+    for s in shipped_summaries():
+        table.add_row(s.name, str(s.trials), f"cpu={s.cpu:g} gpu={s.gpu:g}", s.description)
     console.print(table)
 
 
@@ -188,10 +182,25 @@ def run_grid(
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(plan, resources, states, "sweeper run grid")
-    _report_outcome(_launch(plan, states, resources, launch))
+    trained = all(is_finished(states[t.trial_id], t) for t in plan.trials)
+    if not (trained and _all_certified(plan, plan.trials)):
+        _report_outcome(_launch(plan, states, resources, launch))
     console.print(
         f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
+
+
+def _all_certified(plan: Plan, trials: list) -> bool:
+    """Every trial certified under every setting of the plan (nothing to do: no Ray); says so."""
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.shards import all_compacted
+
+    settings = [(CERTIFY.name, spec.setting_id) for spec in plan.spec.certify.variants()]
+    done = all_compacted(plan.exp, [t.trial_id for t in trials], settings)
+    if done:
+        console.print(f"nothing to do: all {len(trials)} trials are trained and certified with "
+                      f"{', '.join(s for _, s in settings)}")  # fmt: skip
+    return done
 
 
 def _check_precision(plan: Plan, resources) -> None:
@@ -252,6 +261,8 @@ def certify(
     console.print(
         f"certifying {len(ready)} finished trials ({len(plan.trials) - len(ready)} not finished) with {plan.spec.certify.cert_id}"
     )
+    if _all_certified(plan, ready):
+        return
     from sweeper.run.capacity import per_process
     from sweeper.run.launch import certify_trials
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sweeper.results.rows import max_radius
 from trainables.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
@@ -35,6 +34,8 @@ def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
     reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
     to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
     the stage reader accepts for imported rows (sweeper.results.rows.check)."""
+    from sweeper.results.rows import max_radius  # pandas, pyarrow: only once a log is read
+
     bound = max(float(max_radius(sigma, n, alpha)), 0.0)
     return bound + max(5e-3 * bound, 5e-5)
 

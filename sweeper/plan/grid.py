@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, fields
 from typing import Any
 
 import yaml
@@ -32,41 +33,75 @@ def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) 
             yield d
 
 
-def _raw_trials(spec: SweepSpec, overrides: Mapping[str, Any]) -> Iterator[tuple[str, dict]]:
-    """(grid name, config dict) of every trial; a stage's trials follow its parent grid's."""
+# A space is expanded more than once per command (validated with and without the smoke
+# overrides, then planned, `sweeper spaces` lists every shipped one): each distinct config dict
+# is resolved once per process. A resolved TrialConfig is frozen, so sharing it is safe.
+_BUILT: dict[str, tuple[TrialConfig | None, tuple[str, ...], str]] = {}
+_BUILT_MAX = 100_000
+
+
+_DEFAULTS = {f.name: f.default for f in fields(TrialConfig) if f.default is not MISSING}
+
+
+def _is_default(key: str, value: Any) -> bool:
+    default = _DEFAULTS.get(key, MISSING)
+    return default is not MISSING and type(value) is type(default) and value == default
+
+
+def _build(d: dict) -> tuple[TrialConfig | None, tuple[str, ...], str]:
+    """(the config, (), its trial_id) or (None, its problems, "") for one config dict."""
+    # A setting given its default builds the same config as one left out (a planned run
+    # passes data_dir=None); repr tells 1, 1.0 and True apart, as validation does.
+    key = repr(sorted((k, v) for k, v in d.items() if not _is_default(k, v)))
+    built = _BUILT.get(key)
+    if built is None:
+        try:
+            cfg = TrialConfig.from_dict(d)
+            built = (cfg, (), cfg.trial_id)
+        except ConfigError as e:
+            built = (None, tuple(e.problems), "")
+        if len(_BUILT) >= _BUILT_MAX:
+            _BUILT.clear()
+        _BUILT[key] = built
+    return built
+
+
+def _raw_trials(
+    spec: SweepSpec, overrides: Mapping[str, Any]
+) -> Iterator[tuple[str, TrialConfig | None, tuple[str, ...], str]]:
+    """(grid name, config or None, its problems, trial_id) of every trial; a stage's trials
+    follow its parent grid's (the children of a config with problems are not built)."""
     built: dict[str, list[TrialConfig]] = {}
     for grid in spec.grids:
-        parents: list[TrialConfig | None] = list(built.get(grid.parent, [])) if grid.parent else [None]
+        parents: list[TrialConfig | None] = (
+            list(built.get(grid.parent, [])) if grid.parent else [None]
+        )
         configs: dict[str, TrialConfig] = {}
         for d in _grid_dicts(spec, grid, parents):
-            d = {**d, **overrides}
-            yield grid.name, d
-            try:
-                cfg = TrialConfig.from_dict(d)
-            except ConfigError:
-                continue  # reported by expansion_problems; its children are not built
-            configs.setdefault(cfg.trial_id, cfg)
+            cfg, problems, trial_id = _build({**d, **overrides})
+            yield grid.name, cfg, problems, trial_id
+            if cfg is not None:
+                configs.setdefault(trial_id, cfg)
         built[grid.name] = list(configs.values())
 
 
 def expand(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> list[TrialConfig]:
-    """Every distinct trial of the sweep, in order. `overrides` (e.g. data_dir) apply to all."""
+    """Every distinct trial of the sweep, in order. `overrides` (e.g. data_dir) apply to all;
+    ConfigError with the first problem's messages if any config is invalid."""
     trials: dict[str, TrialConfig] = {}
-    for _, d in _raw_trials(spec, overrides or {}):
-        cfg = TrialConfig.from_dict(d)
-        trials.setdefault(cfg.trial_id, cfg)
+    for _, cfg, problems, trial_id in _raw_trials(spec, overrides or {}):
+        if cfg is None:
+            raise ConfigError(list(problems))
+        trials.setdefault(trial_id, cfg)
     return list(trials.values())
 
 
 def expansion_problems(spec: SweepSpec, prefix: str = "") -> list[str]:
     """Every distinct problem of every trial the spec would produce, naming the grid."""
-    problems: dict[str, None] = {}
-    for name, d in _raw_trials(spec, {}):
-        try:
-            TrialConfig.from_dict(d)
-        except ConfigError as e:
-            problems.update({f"{prefix}grid {name!r}: {p}": None for p in e.problems})
-    return list(problems)
+    found: dict[str, None] = {}
+    for name, _, problems, _ in _raw_trials(spec, {}):
+        found.update({f"{prefix}grid {name!r}: {p}": None for p in problems})
+    return list(found)
 
 
 def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:

@@ -20,7 +20,6 @@ import pandas as pd
 from sweeper.report.tables import method_label
 from sweeper.results.envelope import certified_accuracy, model_table
 
-FIGURE_FORMATS = ("png", "pdf", "svg")
 SMOOTHADV = "smoothadv"
 SYMBOLS = {"sigma": "σ", "epsilon": "ε", "m_train": "m_train", "steps": "T"}
 # (file stem, column compared, restrict to SmoothAdv models when there are some, what it shows)

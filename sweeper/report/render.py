@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
+from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
     SETTING_COLUMNS,
@@ -18,8 +19,6 @@ from sweeper.results.envelope import certified_accuracy, envelope_curve, max_rad
 from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
-FORMATS = ("table", "csv", "json", "markdown")
-DIGITS = 3  # decimals of every measured fraction (accuracy, ACR, abstention) shown to people
 # Measured (not set) quantities, shown with DIGITS decimals
 FRACTIONS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate", "empirical_accuracy",
              "max_radius"}  # fmt: skip

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
 from sweeper.results.rows import MODEL_KEY, identity_fields
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
 SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]
-LINF_RADII_255 = (1.0, 2.0, 4.0, 8.0)  # ℓ∞ radii of the ℓ∞ table, in units of 1/255
 BASELINE = "gaussian"
 ALL = "all"  # the group of every model in an envelope summary
 METHOD_NAMES = {

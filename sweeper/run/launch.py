@@ -36,6 +36,7 @@ from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
+from sweeper.run.tune_names import trial_dirname, trial_name
 from trainables.config import TrialConfig
 from trainables.errors import ProblemsError
 from trainables.trial_status import read_status, write_status
@@ -261,6 +262,8 @@ def _tuner(
         num_samples=len(searcher.waiting),
         max_concurrent_trials=options.max_concurrent,
         reuse_actors=True,
+        trial_name_creator=trial_name,
+        trial_dirname_creator=trial_dirname,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
 

@@ -78,6 +78,16 @@ def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count:
     )
 
 
+def all_compacted(exp: Experiment, trial_ids: list[str], settings: list[tuple[str, str]]) -> bool:
+    """Whether every model's rows under every (stage, setting_id) are compacted: a command
+    would compute nothing (the runner counts such a model done), so it need not start Ray."""
+    return all(
+        progress(exp, stage, trial_id, setting_id, 0).compacted
+        for trial_id in trial_ids
+        for stage, setting_id in settings
+    )
+
+
 # ------------------------------------------------------------------------------ the tasks
 def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpus: float) -> int:
     """Compute one shard and write its file; returns the rows written (0: it existed)."""
