@@ -218,7 +218,8 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
             "re-run `sweeper certify <space> --ddrs` to finish them",
             err=True,
         )
-    return exp, results, frame[frame["sound"]]
+    # Filtering copies every row (3.2M at 6,440 models): only when some are left out.
+    return exp, results, frame[frame["sound"]] if unsound else frame
 
 
 ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accuracy", "clean_acc",
