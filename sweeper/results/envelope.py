@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from sweeper.results.rows import MODEL_KEY, SCHEMA, max_radius
 
@@ -88,7 +90,11 @@ def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
 
 
 def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
-    keys = [pd.factorize(frame[k], sort=True) for k in MODEL_KEY]
+    """`_models` from the runs of equal (trial_id, cert_id): a model's rows are adjacent as
+    read (one file, or one cache span), so only the runs' first rows (one per model, a few
+    if a model's rows are apart) are factorized, not every row's strings."""
+    starts = _run_starts(frame)
+    keys = [pd.factorize(frame[k].take(starts), sort=True) for k in MODEL_KEY]
     (tcodes, _), (ccodes, cuniques) = keys
     combined = tcodes.astype(np.int64) * len(cuniques) + ccodes
     seen, uniques = pd.factorize(combined)  # numbered in order of first appearance
@@ -96,9 +102,20 @@ def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np
     order = np.argsort(uniques)
     rank = np.empty(len(uniques), dtype=np.int64)
     rank[order] = np.arange(len(uniques))
-    first = first[order]
+    first = starts[first[order]]
     models = frame[MODEL_KEY].iloc[first].reset_index(drop=True)
-    return rank[seen], models, first
+    return np.repeat(rank[seen], np.diff(starts, append=len(frame))), models, first
+
+
+def _run_starts(frame: pd.DataFrame) -> np.ndarray:
+    """The rows whose (trial_id, cert_id) differs from the row before (row 0 included)."""
+    change = np.zeros(len(frame), dtype=bool)
+    change[:1] = True
+    for k in MODEL_KEY:
+        values = pa.chunked_array(pa.array(frame[k]))  # Arrow-backed strings: no copy
+        same = pc.fill_null(pc.equal(values[1:], values[:-1]), False)
+        change[1:] |= ~same.to_numpy(zero_copy_only=False)
+    return np.flatnonzero(change)
 
 
 def model_table(frame: pd.DataFrame) -> pd.DataFrame:
