@@ -44,7 +44,7 @@ demo: $(STAMP)
 	$(BIN)/sweeper run grid digits --storage $(DEMO_STORAGE)
 	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25
 	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25 --by sigma \
-		--plot $(DEMO_STORAGE)/digits/reports/envelope.png
+		--plot $(DEMO_STORAGE)/digits/reports/demo_envelope_by_sigma.png
 
 # ruff, then mypy on sweeper/ and trainables/ ([tool.mypy] in pyproject.toml: which modules are
 # strict and why the others are not); both must report nothing.

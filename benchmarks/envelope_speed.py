@@ -80,7 +80,10 @@ def grid_identities(count: int) -> list[dict]:
     for i in range(count):
         ident = {**base[i % len(base)], "seed": i // len(base)}
         blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
-        out.append({**ident, "trial_id": hashlib.sha256(blob.encode()).hexdigest()[:12]})
+        # the hash takes amp as it was hashed when a bool; the results column is its name
+        amp = {False: "off", True: "fp16"}.get(ident.get("amp"), ident.get("amp"))
+        trial_id = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        out.append({**ident, "amp": amp, "trial_id": trial_id})
     return out
 
 

@@ -173,14 +173,14 @@ def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
     """Seconds of work of envelope, status and report (imports done before timing)."""
     from sweeper.cli.reports import dataset_dims
     from sweeper.report.build import build_report, write_report
-    from sweeper.results.envelope import envelope
+    from sweeper.results.envelope import envelope, read_columns
     from sweeper.results.rows import load_results
     from sweeper.results.status import experiment_status
 
     out = {}
     start = time.perf_counter()
-    frame = load_results(exp).frame
-    envelope(frame[frame["sound"]], radii, None)
+    frame = load_results(exp, read_columns("smoothing")).frame  # what `sweeper envelope` reads
+    envelope(frame if frame["sound"].all() else frame[frame["sound"]], radii, None)
     out["envelope"] = time.perf_counter() - start
     start = time.perf_counter()
     experiment_status(exp)

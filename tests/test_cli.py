@@ -41,7 +41,7 @@ POINTS = {
 }
 RADII = "0,0.5,1,1.5,2,2.25"
 ENVELOPE = [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
-WINNERS = [GAUSS, GAUSS, GAUSS, ADV, ADV, GAUSS]  # r=1: tie, GAUSS has the higher clean acc
+WINNERS = [GAUSS, GAUSS, GAUSS, ADV, ADV, None]  # r=1: tie, GAUSS has the higher clean acc
 
 
 def _shard(exp: Experiment, cfg: TrialConfig, rows: slice, shard: int, of: int) -> None:
@@ -327,8 +327,8 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
     frame = pd.read_csv(io.StringIO(result.stdout))
     assert frame["radius"].tolist() == [0, 0.5, 1, 1.5, 2, 2.25]
     assert frame["certified_accuracy"].tolist() == ENVELOPE
-    assert frame["trial_id"].tolist() == [w.trial_id for w in WINNERS]
-    assert frame["clean_acc"].tolist() == [0.75, 0.75, 0.75, 0.5, 0.5, 0.75]
+    assert frame["trial_id"].fillna("-").tolist() == [w.trial_id if w else "-" for w in WINNERS]
+    assert frame["clean_acc"].fillna(-1).tolist() == [0.75, 0.75, 0.75, 0.5, 0.5, -1]
     assert (frame["models"] == 2).all()
     # partial results are read, and the models missing shards are named
     assert "experiment: exp" in result.stderr
@@ -341,15 +341,15 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
     assert result.exit_code == 0, result.output
     records = json.loads(result.stdout)
     assert [r["certified_accuracy"] for r in records] == ENVELOPE
-    assert [r["attack"] for r in records] == [w.attack for w in WINNERS]
+    assert [r["attack"] for r in records] == [w.attack if w else None for w in WINNERS]
 
     result = runner.invoke(app, [*base, "--format", "markdown", "--by", "sigma"])
     assert result.exit_code == 0, result.output
     md = result.stdout.strip().splitlines()
     assert md[0].startswith("| sigma | radius | certified_accuracy | trial_id |")
     assert len(md) == 2 + 12
-    assert md[2].startswith(f"| 0.25 | 0 | 0.75 | {GAUSS.trial_id} |")
-    assert md[-1].startswith(f"| 0.5 | 2.25 | 0 | {ADV.trial_id} |")
+    assert md[2].startswith(f"| 0.25 | 0 | 0.750 | {GAUSS.trial_id} |")
+    assert md[-1].startswith("| 0.5 | 2.25 | 0.000 | - |")
 
     result = runner.invoke(
         app, ["envelope", "--storage", str(storage), "--radius", "1.5", "--format", "csv"]

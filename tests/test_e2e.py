@@ -292,6 +292,17 @@ def test_certify_ddrs_adds_sound_data_dependent_rows(finished_sweep):
     assert len(fixed) == 3 * 10  # the same settings at fixed σ, side by side
     table = env.envelope(frame, [0.0, 0.25], "smoothing")
     assert set(table["smoothing"]) == {"fixed", "data-dependent"}
+    # Read outside sweeper (README "Reading results"): DuckDB over the storage's glob of
+    # compacted files gives the envelope's certified accuracies, DDRS ones sound.
+    duckdb = pytest.importorskip("duckdb")
+    exp = Experiment(exp.storage, "e2e")
+    for r in (0.0, 0.25):
+        got = dict(duckdb.execute(f"""
+            SELECT smoothing, max(accuracy) FROM (
+              SELECT smoothing, trial_id, cert_id, avg((correct AND radius >= {r})::INTEGER) AS accuracy
+              FROM read_parquet('{exp.glob()}') GROUP BY ALL) GROUP BY smoothing""").fetchall())  # fmt: skip
+        want = env.envelope(frame, [r], "smoothing").set_index("smoothing")["certified_accuracy"]
+        assert got == pytest.approx(want.to_dict())
 
 
 SPACE_DDRS = SPACE.replace(

@@ -71,5 +71,5 @@ def test_envelope_by_method_compares_smoothadv_with_gaussian_per_radius(tmp_path
     assert md.exit_code == 0
     rows = [line.split("|")[1:4] for line in md.stdout.splitlines() if line.startswith("| ")]
     cells = {(m.strip(), r.strip()): a.strip() for m, r, a in rows[1:]}
-    assert (cells["smoothadv", "0.5"], cells["gaussian", "0.5"]) == ("0.6", "0.4")
-    assert (cells["smoothadv", "0.75"], cells["gaussian", "0.75"]) == ("0.4", "0.2")
+    assert (cells["smoothadv", "0.5"], cells["gaussian", "0.5"]) == ("0.600", "0.400")
+    assert (cells["smoothadv", "0.75"], cells["gaussian", "0.75"]) == ("0.400", "0.200")

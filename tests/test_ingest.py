@@ -353,7 +353,7 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
     ]  # fmt: skip
     result = runner.invoke(app, ["envelope", "--storage", exp.storage, "--experiment", "cifar10", "--radius", "0", "--format", "csv"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "2 models, 5 certified points" in result.stderr
+    assert "2 models (a model is a trial certified under one setting: 1 trial here), 5 certified points" in result.stderr
     assert "1 of the sweep's 2 trials have no results yet" in result.stderr
 
 

@@ -377,7 +377,7 @@ def test_cli_bad_input_exits_2_with_one_line_per_problem(tmp_path):
     assert errors_of([*base, "--formats", ""])[0].startswith("error: --formats")
     assert "nosuch" in errors_of([*base, "--only", "nosuch=1"])[0]
     [line] = errors_of([*base, "--only", "sigma=9"])
-    assert "no certification results to report" in line
+    assert line == "error: --only sigma=9 matches no model (sigma values: 0.25, 0.5)"
     [line] = errors_of(["report", "--storage", str(tmp_path), "--experiment", "absent"])
     assert "no experiment at" in line
     (tmp_path / "empty" / "certify").mkdir(parents=True)
@@ -409,8 +409,8 @@ def test_data_dependent_winners_say_so(frame):
     dd.loc[rows, "sigma_cert"] = [0.45, 0.5, 0.55, 0.6]
     winners = winners_table(envelope_summary(dd, RADII)).data
     assert "smoothing" in winners and "sigma_cert" not in winners
-    assert winners["smoothing"].tolist() == ["fixed"] * 3 + ["data-dependent", None]
-    assert winners.loc[3, "trial_id"] == B.trial_id and winners.loc[4, "trial_id"] is None
+    assert winners["smoothing"].tolist() == ["fixed"] * 3 + ["data-dependent", "-"]  # no winner
+    assert winners.loc[3, "trial_id"] == B.trial_id and winners.loc[4, "trial_id"] == "-"
     figures, notes = figure_plan(dd)
     smoothing = next(f for f in figures if f.name == "envelope_by_smoothing")
     assert [c.label for c in smoothing.curves] == ["data-dependent", "fixed", "upper envelope"]

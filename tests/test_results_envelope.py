@@ -369,7 +369,7 @@ def test_render_round_trips(frame):
     assert len(md) == len(env) + 2
     assert md[0].startswith("| radius | certified_accuracy |")
     assert md[1].startswith("|---|")
-    assert md[2].startswith("| 0 | 0.75 | " + HI.trial_id)
+    assert md[2].startswith("| 0 | 0.750 | " + HI.trial_id)
     assert md == to_markdown(env).splitlines()
     with pytest.raises(ValueError, match="unknown format"):
         render(env, "xml")

@@ -144,7 +144,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 DISPLAY = {
     "radius": "radius", "certified_accuracy": "cert. acc", "clean_acc": "clean acc", "trial_id": "winner",
     "method": "method", "attack": "attack", "sigma": "σ", "epsilon": "ε", "steps": "T", "m_train": "m",
-    "acr": "ACR", "models": "models", "lam": "λ", "eta": "η",
+    "acr": "ACR", "models": "models", "lam": "λ", "eta": "η", "max_radius": "max r",
 }  # fmt: skip
 
 Storage = Annotated[
@@ -168,6 +168,15 @@ Only = Annotated[
 ]
 
 
+Wide = Annotated[
+    bool,
+    typer.Option("--wide", help="Every column, however wide the table (default: those that fit)."),
+]
+Digits = Annotated[
+    int,
+    typer.Option("--digits", min=0, max=12,
+                 help="Decimals of accuracies and ACR in table and markdown output."),
+]  # fmt: skip
 SkipInvalid = Annotated[
     bool,
     typer.Option(
@@ -208,12 +217,20 @@ def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
 
 
 def filter_rows(frame, selection: dict):
+    """The rows matching every key=value of --only; a value no row has is bad input naming
+    the values there are (as `run grid` does for trials)."""
     for key, value in selection.items():
         if key not in frame:
             fail([f"--only: {key!r} is not a results column"])
-        frame = (
+        chosen = (
             frame[frame[key].astype(object) == value]
             if not isinstance(value, float)
             else frame[(frame[key] - value).abs() < 1e-9]
         )
+        if chosen.empty and not frame.empty:
+            values = sorted({str(v) if not isinstance(v, float) else f"{v:g}"
+                             for v in frame[key].dropna().unique()})  # fmt: skip
+            fail([f"--only {key}={value} matches no model ({key} values: "
+                  f"{', '.join(values) or 'none'})"])  # fmt: skip
+        frame = chosen
     return frame

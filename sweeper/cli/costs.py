@@ -92,7 +92,9 @@ def _power(x: float) -> str:
 def _print_groups(sweep: SweepCost, device: str) -> None:
     table = Table(title="cost on the device above", title_justify="left")
     for name in ("trials of", "n", "passes/input", "train/trial", "certify/trial", "all n"):
-        table.add_column(name, justify="left" if name == "trials of" else "right")
+        # Numbers never cut: only the group's label wraps (fold, never an ellipsis).
+        table.add_column(name, justify="left" if name == "trials of" else "right",
+                         no_wrap=name != "trials of", overflow="fold")  # fmt: skip
     for g in groups(sweep.costs):
         per = (g.train_hours / g.trials, g.certify_hours / g.trials)
         table.add_row(g.label, str(g.trials), str(g.passes), _amount(per[0], device),

@@ -11,7 +11,7 @@ import typer
 from sweeper.cli.common import LatestExperiment, Only, SkipInvalid, Storage, app, fail
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
-from sweeper.results.storage import DEFAULT_STORAGE
+from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
 from trainables import fileio
 
 
@@ -89,7 +89,8 @@ def report(
         fail([f"no certification results to report in {exp.name} (check --only, or run "
               "`sweeper certify <space>`)"])  # fmt: skip
     dims = dataset_dims(frame["dataset"].unique())
-    built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name)
+    batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
+    built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch)
     for location in write_report(built, report_dir(exp.reports_dir, only)):
         typer.echo(location)
     for note in built.notes:

@@ -23,7 +23,7 @@ from sweeper.results.storage import (
     read_sweep,
 )
 from trainables import fileio
-from trainables.config import TrialConfig
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.errors import ConfigError, ProblemsError
 from trainables.trial_status import read_status
 
@@ -82,7 +82,7 @@ def make_plan(req: PlanRequest) -> Plan:
         exp = experiment_of(req, spec)
     except StorageError as e:  # nothing past this point may touch a path outside the storage
         raise PlanError(problems + e.problems) from None
-    problems += [] if req.restarting else sweep_conflict(exp, all_trials)
+    problems += [] if req.restarting else sweep_conflict(exp, all_trials, spec.name)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
     if problems:
         raise PlanError(problems)
@@ -161,21 +161,52 @@ def address_problems(address: str | None) -> list[str]:
     return []
 
 
-def sweep_conflict(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
-    """An existing experiment of the same name must hold the same sweep."""
+def sweep_conflict(exp: Experiment, trials: list[TrialConfig], name: str = "") -> list[str]:
+    """An existing experiment of the same name must hold the same sweep; if not, the message
+    names what differs and the likely fix first (`--restart` last). `name`: the space's."""
     try:
         existing = read_sweep(exp)
-        old = None if existing is None else {TrialConfig.from_dict(d).trial_id for d in existing["trials"]}  # fmt: skip
+        old = [] if existing is None else [TrialConfig.from_dict(d) for d in existing["trials"]]
     except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
         return [
             f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
         ]
-    if not old or old == {t.trial_id for t in trials}:  # none yet, or only imported results
-        return []
+    if not old or {t.trial_id for t in old} == {t.trial_id for t in trials}:
+        return []  # none yet, or only imported results
+    was = str(((existing or {}).get("space") or {}).get("name") or "")
+    fixes = [f"{fix} to continue it" for fix in _smoke_fix(was, name)]
+    fixes += ["pass --experiment NEW for a new experiment",
+              "--restart to start this one over (the old one is kept aside)"]  # fmt: skip
     return [
-        f"experiment {exp.name!r} at {exp.root} holds a different sweep: pass --experiment NEW "
-        "for a new one, or --restart to start this one over (the old one is kept aside)"
+        f"experiment {exp.name!r} at {exp.root} holds a different sweep ({sweep_difference(old, trials)}): "
+        + "; or ".join(fixes)
     ]
+
+
+def _smoke_fix(was: str, name: str) -> list[str]:
+    """`--smoke` when the experiment's sweep was the smoke version of this space (or the
+    reverse): the usual cause of a conflict."""
+    if name and was == f"{name}-smoke":
+        return ["it was run with --smoke: add --smoke"]
+    if was and name == f"{was}-smoke":
+        return ["it was run without --smoke: drop --smoke"]
+    return []
+
+
+def sweep_difference(old: list[TrialConfig], new: list[TrialConfig]) -> str:
+    """What differs between two sweeps' trials: settings whose values differ (e.g. "epochs 1
+    there, 30 here"), else how many trials only one of them has."""
+    there, here = ([t.to_dict() for t in ts] for ts in (old, new))
+    parts = []
+    for key in sorted(set().union(*there, *here) - set(ENVIRONMENT_FIELDS)):
+        a, b = (sorted({str(d.get(key)) for d in ds}) for ds in (there, here))
+        if a != b:
+            parts.append(f"{key} {', '.join(a[:4])} there, {', '.join(b[:4])} here")
+    if parts:
+        return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more settings" if len(parts) > 5 else "")
+    ids_old, ids_new = {t.trial_id for t in old}, {t.trial_id for t in new}
+    return (f"{len(ids_old - ids_new)} of its {len(ids_old)} trials are not in this sweep, "
+            f"{len(ids_new - ids_old)} of this sweep's {len(ids_new)} not in it")  # fmt: skip
 
 
 def move_aside(exp: Experiment) -> Path | None:

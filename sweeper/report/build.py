@@ -15,7 +15,7 @@ import pandas as pd
 
 from sweeper.plan.run_settings import run_settings
 from sweeper.report.figures import figure_plan, render_figure
-from sweeper.report.render import cell, to_markdown
+from sweeper.report.render import BEYOND, cell, to_markdown
 from sweeper.report.tables import (
     LINF_RADII_255,
     PaperTable,
@@ -24,6 +24,7 @@ from sweeper.report.tables import (
     linf_summary,
     linf_table,
     per_model_tables,
+    settings_lines,
     wide_table,
     winners_table,
 )
@@ -90,6 +91,8 @@ def _cells(table: PaperTable, bold, escape=str) -> pd.DataFrame:
         else:
             texts = [cell(v) for v in values]
         texts = [escape(t) for t in texts]
+        for i in table.beyond.get(c, ()):
+            texts[i] = BEYOND
         for i in table.bold.get(c, ()):
             texts[i] = bold(texts[i])
         columns[c] = texts
@@ -160,6 +163,7 @@ def build_report(
     formats: tuple[str, ...] = ("png", "pdf"),
     linf_255: tuple[float, ...] = LINF_RADII_255,
     name: str = "",
+    batch: int | None = None,
 ) -> Report:
     """Every file of the report of `frame` (sound result rows; not empty), `index.md` last.
     `dims`: input dimension d per dataset (for the ℓ∞ table)."""
@@ -171,7 +175,7 @@ def build_report(
         report.files += table_files("linf", "ℓ∞ certified accuracy implied by ℓ2", intro, linf)
     report.notes += notes
     report.files += _figure_files(frame, formats, report.notes)
-    index = index_markdown(frame, report, radii, dims, linf_255, name)
+    index = index_markdown(frame, report, radii, dims, linf_255, name, batch)
     report.files.append(ReportFile("index.md", index, ""))
     return report
 
@@ -239,7 +243,8 @@ def run_summary(frame: pd.DataFrame) -> str:
     return "; ".join(f"{mode} ({k} model{'s' * (k != 1)})" for mode, k in counts.items())
 
 
-def index_markdown(frame, report: Report, radii, dims, linf_255, name: str) -> bytes:
+def index_markdown(frame, report: Report, radii, dims, linf_255, name: str,
+                   batch: int | None = None) -> bytes:  # fmt: skip
     """What the report holds: its settings, a line per table and figure, what was skipped."""
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
     data = ", ".join(f"{d} (d = {dims.get(d, '?')})" for d in sorted(frame["dataset"].unique()))
@@ -256,6 +261,10 @@ def index_markdown(frame, report: Report, radii, dims, linf_255, name: str) -> b
         "classifier run that way: deploy it (PREDICT) at the same precision.",
         "- Representative model per σ (figure): the model with the best ACR of that σ (ties: "
         "higher clean accuracy, then smaller trial_id).", "",
+        "## Certification settings", "",
+        *(f"- {line}" for line in settings_lines(frame, batch)),
+        f"- {BEYOND}: a radius beyond the largest one the settings can certify (every vote for "
+        "one class); certified accuracy there is 0 by construction, not by the models.", "",
     ]  # fmt: skip
     for kind, suffixes in (("Tables", (".md", ".tex")), ("Figures", (".png", ".pdf", ".svg"))):
         listed = [f for f in report.files if f.name.endswith(suffixes) and f.name != "index.md"]

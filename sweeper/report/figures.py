@@ -11,7 +11,7 @@ at least two values in the data; otherwise `figure_plan` says why it was skipped
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ SYMBOLS = {"sigma": "σ", "epsilon": "ε", "m_train": "m_train", "steps": "T"}
 # (file stem, column compared, restrict to SmoothAdv models when there are some, what it shows)
 GROUPED = [
     ("envelope_by_sigma", "sigma", False, "Upper envelope per training σ (Fig. 1, middle)"),
-    ("envelope_by_method", "method", False, "Upper envelope per method (Fig. 4: SmoothAdv vs vanilla PGD, PGD + noise, Gaussian)"),
+    ("envelope_by_method", "method", False, "Upper envelope per method (Fig. 4)"),
     ("envelope_by_attack", "attack", True, "Upper envelope per SmoothAdv attack (PGD vs DDN)"),
     ("envelope_by_m_train", "m_train", True, "Upper envelope per m_train, the noise draws per input (Fig. 5)"),
     ("envelope_by_epsilon", "epsilon", True, "Upper envelope per attack radius ε (Fig. 6)"),
@@ -46,9 +46,14 @@ class FigureData:
     caption: str
     radii: np.ndarray
     curves: list[Curve]
+    dashed: list[tuple[Any, Any, str]] = field(default_factory=list)  # (x, y, label) points
 
 
-def radius_grid(frame: pd.DataFrame, points: int = 400) -> np.ndarray:
+def radius_grid(frame: pd.DataFrame, points: int = 400, radii=None) -> np.ndarray:
+    """Radii to draw curves at: from 0 to the largest of `radii` if given (a figure shows
+    what was asked for), else just past the largest certified radius."""
+    if radii is not None and len(radii) and max(radii) > 0:
+        return np.linspace(0.0, float(max(radii)), points)
     top = float(frame["radius"].max()) if len(frame) else 1.0
     return np.linspace(0.0, max(top, 1e-6) * 1.02, points)
 
@@ -115,6 +120,8 @@ def grouped_figure(
         for v in values
     ]
     curves.append(Curve("upper envelope", accuracy[member].max(axis=0), envelope=True))
+    if column == "method":  # the title names the methods drawn, and only those
+        caption += ": " + " vs ".join(c.label for c in curves[:-1])
     return FigureData(name, f"{caption}, over {who}", grid, curves), None
 
 
@@ -142,25 +149,39 @@ def representative_figure(
     return FigureData("representative_per_sigma", caption, grid, curves), None
 
 
-def render_figure(figure: FigureData, fmt: str) -> bytes:
-    """The figure as a .png, .pdf or .svg file's bytes."""
+def draw_figure(figure: FigureData):
+    """The matplotlib Figure of `figure` (tests read its lines; `render_figure` saves it).
+    The envelope is drawn first, thick, grey and underneath (zorder 1), every group's curve
+    over it (zorder 2), so a group that coincides with the envelope stays visible; the legend
+    sits right of the axes, never over a curve."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    # The envelope first, thick and grey, so that the group it coincides with stays visible.
     for c in sorted(figure.curves, key=lambda c: not c.envelope):
-        style = {"color": "0.6", "linewidth": 3.5} if c.envelope else {"linewidth": 1.3}
+        style = {"color": "0.6", "linewidth": 3.5, "zorder": 1} if c.envelope else {
+            "linewidth": 1.3, "zorder": 2}  # fmt: skip
         ax.plot(figure.radii, c.accuracy, label=c.label, **style)
+    for x, y, label in figure.dashed:
+        ax.plot(x, y, color="black", linestyle="--", marker="o", markersize=3,
+                linewidth=1.5, label=label, zorder=3)  # fmt: skip
     ax.set_xlabel("ℓ2 radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(0, 1)
     ax.set_xlim(0, figure.radii[-1])
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(figure.caption, fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    ax.set_title(figure.caption, fontsize=8, wrap=True)
+    return fig
+
+
+def render_figure(figure: FigureData, fmt: str) -> bytes:
+    """The figure as a .png, .pdf or .svg file's bytes."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_figure(figure)
     buffer = io.BytesIO()
     # zlib's level 6 costs most of a PNG save; pdf and svg take no pil_kwargs
     fast: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}

@@ -2,87 +2,159 @@
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from sweeper.report.formats import FORMATS
+from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
+from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
     KEY_COLUMNS,
     SETTING_COLUMNS,
     distinguishing_columns,
 )
-from sweeper.results.envelope import certified_accuracy, envelope_curve, model_table
+from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
+from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
+# Measured (not set) quantities, shown with DIGITS decimals
+FRACTIONS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate", "empirical_accuracy",
+             "max_radius"}  # fmt: skip
+# Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
+NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}
+COUNTS = {"points", "models"}  # integers that are no schema column
 
-def cell(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+
+def is_fraction(column) -> bool:
+    return str(column) in FRACTIONS or str(column).startswith(("r=", "linf="))
+
+
+def cell(value, column=None, digits: int = DIGITS) -> str:
+    """A value as people read it: measured fractions with `digits` decimals, other numbers
+    exactly as set (0.25, 2), nothing for a missing value."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.{digits}f}" if is_fraction(column) else f"{value:g}"
     return str(value)
 
 
-def to_markdown(frame: pd.DataFrame) -> str:
+def with_integers(frame: pd.DataFrame) -> pd.DataFrame:
+    """Integer settings and counts as integers (`steps` 2, not 2.0; null stays null): a
+    column null for some rows is float64 in pandas; here it is Int64 again."""
+    ints = {f.name for f in SCHEMA if pa.types.is_integer(f.type)} | COUNTS
+    out = frame.copy()
+    for c in out.columns:
+        values = out[c]
+        if str(c) in ints and values.dtype.kind in "fO" and _integral(values):
+            out[c] = values.astype("Int64")
+    return out
+
+
+def _integral(values: pd.Series) -> bool:
+    known = pd.to_numeric(values.dropna(), errors="coerce")
+    return bool(known.notna().all() and (known == known.round()).all())
+
+
+def no_winner(table: pd.DataFrame) -> pd.DataFrame:
+    """The envelope with its winner's columns null where the certified accuracy is 0: where
+    no model certifies anything, nobody wins (every format says so, the terminal with -)."""
+    winner = [c for c in table.columns if c not in no_winner_columns(table)]
+    out = table.astype({c: object for c in winner})
+    out.loc[out["certified_accuracy"] <= 0, winner] = None
+    return out
+
+
+def texts(frame: pd.DataFrame, digits: int = DIGITS) -> pd.DataFrame:
+    """Every cell as `cell` prints it; an envelope's rows without a winner say "-" there."""
+    typed = with_integers(frame)
+    out = pd.DataFrame({c: [cell(v, c, digits) for v in typed[c].tolist()]
+                        for c in frame.columns}, index=frame.index, dtype=object)  # fmt: skip
+    if "certified_accuracy" in frame and "trial_id" in frame:
+        nobody = (frame["certified_accuracy"] <= 0).to_numpy()
+        winner = [c for c in frame.columns if c not in no_winner_columns(frame)]
+        out.loc[nobody, winner] = "-"
+    for column, beyond in unreachable(frame).items():
+        out.loc[beyond, column] = BEYOND
+    return out
+
+
+BEYOND = "n/a"  # a radius larger than any the model(s) could certify: not a measured 0
+
+
+def unreachable(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per accuracy column, the rows where its radius exceeds `max_radius` (the largest radius
+    the row's model, or any model of its group, can certify): 0 there says nothing."""
+    if "max_radius" not in frame:
+        return {}
+    reach = frame["max_radius"].to_numpy(dtype=np.float64) + 1e-9
+    out = {}
+    if "certified_accuracy" in frame and "radius" in frame:
+        out["certified_accuracy"] = frame["radius"].to_numpy(dtype=np.float64) > reach
+    for c in frame.columns:
+        if str(c).startswith("r="):
+            out[c] = float(str(c)[2:]) > reach
+    return out
+
+
+def no_winner_columns(table: pd.DataFrame) -> list[str]:
+    """An envelope's columns that are no winner's: its group, the radius, what is measured."""
+    group = [table.columns[0]] if table.columns[0] != "radius" else []
+    return [*group, *(c for c in table.columns if c in NOT_WINNER)]
+
+
+def to_markdown(frame: pd.DataFrame, blank: str = "") -> str:
+    """A markdown table; missing values as `blank`."""
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(cell(v, c) or blank for c, v in zip(frame.columns, row, strict=True))
+            + " |" for row in frame.itertuples(index=False)]  # fmt: skip
     return "\n".join([header, rule, *body])
 
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """csv, json (records) or markdown text of a table."""
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        return with_integers(frame).to_csv(index=False)
     if fmt == "json":
-        return frame.to_json(orient="records", indent=1)
+        return with_integers(frame).to_json(orient="records", indent=1)
     if fmt == "markdown":
         return to_markdown(frame)
     raise ValueError(f"unknown format {fmt!r} (valid: {', '.join(FORMATS)})")
 
 
-def plot_envelope(
-    frame: pd.DataFrame,
-    location: str,
-    by: str | None = None,
-    title: str = "",
-    empirical: pd.DataFrame | None = None,
-) -> None:
-    """Certified accuracy vs ℓ2 radius: the sweep's upper envelope (and one per `by` group),
-    written to `location` (format from its suffix: .png, .pdf, .svg). `empirical` (columns
-    radius, empirical_accuracy) adds the empirical accuracy under attack as a dashed curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    top = float(frame["radius"].max()) if len(frame) else 1.0
-    if empirical is not None and len(empirical):
-        top = max(top, float(empirical["radius"].max()))
-    radii = np.linspace(0.0, max(top, 1e-6) * 1.02, 400)
-    fig, ax = plt.subplots(figsize=(6, 4))
+def envelope_figure(frame: pd.DataFrame, by: str | None = None, title: str = "",
+                    empirical: pd.DataFrame | None = None, radii=None) -> FigureData:  # fmt: skip
+    """The data of `sweeper envelope --plot`: the envelope per `by` group and over all
+    models, from 0 to the largest of `radii` (if given); `empirical` (columns radius,
+    empirical_accuracy) as dashed points."""
+    top = None if radii is None else list(radii)
+    if empirical is not None and len(empirical) and top is None:
+        top = [float(frame["radius"].max()) * 1.02, float(empirical["radius"].max())]
+    grid = radius_grid(frame, radii=top)
+    curves = []
     if by is not None:
-        for value, part in frame.groupby(by, dropna=False):
-            ax.plot(radii, envelope_curve(part, radii), label=f"{by}={value}", linewidth=1.2)
-    ax.plot(radii, envelope_curve(frame, radii), color="black", linewidth=2, label="upper envelope")
+        curves = [Curve(value_label(by, value), envelope_curve(part, grid))
+                  for value, part in frame.groupby(by, dropna=False)]  # fmt: skip
+    curves.append(Curve("upper envelope", envelope_curve(frame, grid), envelope=True))
+    dashed = []
     if empirical is not None and len(empirical):
         points = empirical.sort_values("radius")
-        ax.plot(points["radius"], points["empirical_accuracy"], color="black", linestyle="--",
-                marker="o", markersize=3, linewidth=1.5, label="empirical (SmoothAdv-PGD)")  # fmt: skip
-    ax.set_xlabel("ℓ2 radius")
-    ax.set_ylabel("certified accuracy")
-    ax.set_ylim(0, 1)
-    ax.set_xlim(0, radii[-1])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or f"{frame['trial_id'].nunique()} models")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=location.rsplit(".", 1)[-1].lower(), bbox_inches="tight", dpi=150)
-    plt.close(fig)
-    fileio.write_bytes_atomic(location, buffer.getvalue())
+        dashed.append((points["radius"].to_numpy(), points["empirical_accuracy"].to_numpy(),
+                       "empirical (SmoothAdv-PGD)"))  # fmt: skip
+    caption = title or f"{frame['trial_id'].nunique()} models"
+    return FigureData("envelope", caption, grid, curves, dashed)
+
+
+def plot_envelope(frame: pd.DataFrame, location: str, by: str | None = None, title: str = "",
+                  empirical: pd.DataFrame | None = None, radii=None) -> None:  # fmt: skip
+    """Certified accuracy vs ℓ2 radius (`envelope_figure`), written to `location` (format
+    from its suffix: .png, .pdf, .svg)."""
+    figure = envelope_figure(frame, by, title, empirical, radii)
+    data = render_figure(figure, location.rsplit(".", 1)[-1].lower())
+    fileio.write_bytes_atomic(location, data)
 
 
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
@@ -93,13 +165,14 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
     keys = distinguishing_columns(models)
-    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]]], axis=1)
+    reach = pd.DataFrame({"max_radius": max_radii(frame)})
+    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]], reach], axis=1)
     return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
 
 
 def best_rows(table: pd.DataFrame) -> dict[str, set[int]]:
     """For each certified-accuracy column and ACR: the rows holding its maximum (ties: all)."""
-    scored = [c for c in table.columns if c.startswith("r=")] + ["acr"]
+    scored = [c for c in table.columns if str(c).startswith("r=")] + ["acr"]
     return {
         c: set(table.index[np.isclose(table[c], table[c].max())])
         for c in scored

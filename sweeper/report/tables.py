@@ -14,6 +14,7 @@ Numbers are fractions (not %). A `PaperTable` holds raw values; rendering is in 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,6 +62,7 @@ class PaperTable:
     data: pd.DataFrame
     bold: dict[str, set[int]] = field(default_factory=dict)
     sections: str | None = None
+    beyond: dict[str, set[int]] = field(default_factory=dict)  # cells past the largest radius
 
 
 def radius_column(r: float) -> str:
@@ -106,7 +108,7 @@ def models_with_accuracy(frame: pd.DataFrame, radii: list[float]) -> pd.DataFram
     models = model_table(frame)
     acc = certified_accuracy(frame, radii)
     acc.columns = [radius_column(r) for r in radii]
-    return pd.concat([models, acc], axis=1)
+    return pd.concat([models, acc], axis=1).assign(max_radius=env.max_radii(frame))
 
 
 def group_title(method, attack, steps) -> str:
@@ -152,7 +154,9 @@ def _model_table(
     title = sections[-1][0]
     if len(sections) > 1:
         title += f" (with the {method_label(BASELINE)} baselines)"
-    return PaperTable(title, data, best_positions(data, scores), sections="section")
+    reach = rows["max_radius"].to_numpy() + 1e-9
+    beyond = {radius_column(r): set(np.flatnonzero(r > reach).tolist()) for r in radii}
+    return PaperTable(title, data, best_positions(data, scores), sections="section", beyond=beyond)
 
 
 def acr_table(frame: pd.DataFrame) -> PaperTable:
@@ -189,7 +193,7 @@ def envelope_summary(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     winners = [c for c in WINNER_COLUMNS if c in out]
     out[winners] = out[winners].astype(object)
     out.loc[out["certified_accuracy"] <= 0, winners] = None
-    return out[["group", "radius", "column", "certified_accuracy", *winners, "models"]]
+    return out[["group", "radius", "column", "certified_accuracy", *winners, "models", "max_radius"]]
 
 
 def _group_order(groups) -> list:
@@ -209,11 +213,16 @@ def wide_table(
     clean accuracy), one column per radius. `bold`: the best group per radius in the first
     quantity's rows (the "all" row aside)."""
     columns = list(dict.fromkeys(summary["column"]))
-    rows = []
+    rows: list[dict] = []
+    beyond: dict[str, set[int]] = {c: set() for c in columns}
     for group in _group_order(summary["group"]):
         part = summary[summary["group"] == group].set_index("column")
         for q, label in quantities:
             values = pd.to_numeric(part[q], errors="coerce")
+            if q == "certified_accuracy":
+                radius = part["radius" if "radius" in part else "l2_radius"]
+                for c in part.index[radius > part["max_radius"] + 1e-9]:
+                    beyond[c].add(len(rows))
             rows.append({"models": _group_label(group), "quantity": label, **values.to_dict()})
     data = pd.DataFrame(rows, columns=["models", "quantity", *columns])
     marks: dict[str, set[int]] = {}
@@ -222,7 +231,7 @@ def wide_table(
     if bold and len(first) > 1:
         best = best_positions(data.loc[first].reset_index(drop=True), columns)
         marks = {c: {first[i] for i in rows_} for c, rows_ in best.items()}
-    return PaperTable(title, data, marks, sections="models")
+    return PaperTable(title, data, marks, sections="models", beyond=beyond)
 
 
 def winners_table(summary: pd.DataFrame) -> PaperTable:
@@ -241,8 +250,13 @@ def winners_table(summary: pd.DataFrame) -> PaperTable:
         ids = [c for c in ids if c != "sigma_cert"] + ["smoothing"]  # σ_cert varies per point
     elif "sigma_cert" in ids and not _certified_elsewhere(part):
         ids.remove("sigma_cert")
-    data = part[["radius", *scores, *ids, "trial_id", "models"]]
-    return PaperTable("Upper envelope per ℓ2 radius and its winner", data)
+    data = part[["radius", *scores, *ids, "trial_id", "models"]].copy()
+    nobody = (part["certified_accuracy"] <= 0).to_numpy()
+    data[[*ids, "trial_id"]] = data[[*ids, "trial_id"]].astype(object)
+    data.loc[nobody, [*ids, "trial_id"]] = "-"  # no winner where nothing is certified
+    far = np.flatnonzero(part["radius"].to_numpy() > part["max_radius"].to_numpy() + 1e-9)
+    title = "Upper envelope per ℓ2 radius and its winner"
+    return PaperTable(title, data, beyond={"certified_accuracy": set(far.tolist())})
 
 
 def _certified_elsewhere(part: pd.DataFrame) -> bool:
@@ -277,3 +291,31 @@ def linf_table(summary: pd.DataFrame, dataset: str, dim: int) -> PaperTable:
     )
     quantities = [("certified_accuracy", "certified accuracy"), ("clean_acc", "winner clean acc.")]
     return wide_table(summary, quantities, title, bold=True)
+
+
+# ----------------------------------------------------------------- certification settings
+_CERT_ID = re.compile(r"_skip-(\d+)_max-(\w+?)(?:_|$)")
+
+
+def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
+    """One line per certification setting: n0, n, α, which test points (skip, at most how
+    many), the batch size when known, how many models and points, and per training σ the
+    largest radius that setting can certify (σ·Φ⁻¹(α^(1/n)); radii beyond it are n/a)."""
+    models = model_table(frame).assign(max_radius=env.max_radii(frame))
+    lines = []
+    for cert_id, part in models.groupby("cert_id", sort=True):
+        first = part.iloc[0]
+        said = [f"n0 = {first['n0']:g}", f"n = {first['n']:g}", f"α = {first['alpha']:g}"]
+        if m := _CERT_ID.search(str(cert_id)):
+            said += [f"skip = {m[1]}", f"max_points = {m[2]}"]
+        if batch is not None:
+            said.append(f"batch_size = {batch}")
+        models_ = f"{len(part)} model{'s' * (len(part) != 1)}"
+        said.append(f"{models_}, {int(part['points'].max())} points each at most")
+        reach = part.groupby("sigma", dropna=False)["max_radius"].max()
+        bound = ", ".join(f"{r:.3f} at σ = {s:g}" for s, r in reach.items() if np.isfinite(r))
+        dependent = (part["smoothing"] == "data-dependent").any()
+        smoothing = " (data-dependent: at the largest σ_x)" if dependent else ""
+        lines.append(f"{cert_id}: {', '.join(said)}; largest certifiable radius "
+                     f"σ·Φ⁻¹(α^(1/n)){smoothing}: {bound or 'unknown'}")  # fmt: skip
+    return lines

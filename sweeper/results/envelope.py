@@ -16,15 +16,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from sweeper.results.rows import MODEL_KEY, SCHEMA
+from sweeper.results.rows import MODEL_KEY, SCHEMA, max_radius
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
 # What `sweeper envelope` reads of each row (with the --by and --only columns): a projection
-# of the 80-odd results columns, most of a 6,440-model read's time otherwise.
-READ_COLUMNS = [*MODEL_KEY, "radius", "correct", "predict", *SUMMARY_COLUMNS, "lam", "eta"]
-Pick = tuple[object, float, int, int]  # (group value, radius, best model's row, group size)
+# of the 80-odd results columns, most of a 6,440-model read's time otherwise. n0, n and alpha:
+# the certification settings it states and the largest radius they allow (`max_radii`).
+READ_COLUMNS = [*MODEL_KEY, "radius", "correct", "predict", *SUMMARY_COLUMNS, "lam", "eta",
+                "n0", "n", "alpha"]  # fmt: skip
+Pick = tuple[object, float, int, int, float]  # (group value, radius, best model, size, reach)
 
 
 class EnvelopeError(ValueError):
@@ -86,7 +90,11 @@ def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
 
 
 def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
-    keys = [pd.factorize(frame[k], sort=True) for k in MODEL_KEY]
+    """`_models` from the runs of equal (trial_id, cert_id): a model's rows are adjacent as
+    read (one file, or one cache span), so only the runs' first rows (one per model, a few
+    if a model's rows are apart) are factorized, not every row's strings."""
+    starts = _run_starts(frame)
+    keys = [pd.factorize(frame[k].take(starts), sort=True) for k in MODEL_KEY]
     (tcodes, _), (ccodes, cuniques) = keys
     combined = tcodes.astype(np.int64) * len(cuniques) + ccodes
     seen, uniques = pd.factorize(combined)  # numbered in order of first appearance
@@ -94,9 +102,20 @@ def _factorize_models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np
     order = np.argsort(uniques)
     rank = np.empty(len(uniques), dtype=np.int64)
     rank[order] = np.arange(len(uniques))
-    first = first[order]
+    first = starts[first[order]]
     models = frame[MODEL_KEY].iloc[first].reset_index(drop=True)
-    return rank[seen], models, first
+    return np.repeat(rank[seen], np.diff(starts, append=len(frame))), models, first
+
+
+def _run_starts(frame: pd.DataFrame) -> np.ndarray:
+    """The rows whose (trial_id, cert_id) differs from the row before (row 0 included)."""
+    change = np.zeros(len(frame), dtype=bool)
+    change[:1] = True
+    for k in MODEL_KEY:
+        values = pa.chunked_array(pa.array(frame[k]))  # Arrow-backed strings: no copy
+        same = pc.fill_null(pc.equal(values[1:], values[:-1]), False)
+        change[1:] |= ~same.to_numpy(zero_copy_only=False)
+    return np.flatnonzero(change)
 
 
 def model_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -167,21 +186,21 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
     )
     # Best model per (group, radius): highest accuracy, then clean accuracy, then the first
     # in model order (sorted by trial_id, cert_id).
-    clean = models["clean_acc"].to_numpy()
+    clean, reach = models["clean_acc"].to_numpy(), max_radii(frame)
     picks: list[Pick] = []
     for value, index in groups:
         members = np.sort(np.asarray(index))
         for r in radii:
             col = acc[members, np.searchsorted(levels, r)]
             best = members[np.lexsort((members, -clean[members], -col))[0]]
-            picks.append((value, r, best, len(members)))
+            picks.append((value, r, best, len(members), float(reach[members].max())))
     return _envelope_rows(models, acc, levels, picks, by)
 
 
 def _envelope_rows(
     models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list[Pick], by: str | None
 ) -> pd.DataFrame:
-    values, radii, picked, sizes = (list(p) for p in zip(*picks, strict=True))
+    values, radii, picked, sizes, reach = (list(p) for p in zip(*picks, strict=True))
     best = np.asarray(picked)
     columns = {by: values} if by is not None else {}
     columns["radius"] = radii
@@ -192,7 +211,27 @@ def _envelope_rows(
         if col in models:
             columns[col] = list(models[col].to_numpy()[best])
     columns["models"] = sizes
+    columns["max_radius"] = reach
     return pd.DataFrame(columns)
+
+
+def max_radii(frame: pd.DataFrame) -> np.ndarray:
+    """Per model (`model_table` order), the largest radius its certification can give at all
+    (`rows.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
+    per-point σ): certified accuracy beyond it is 0 by construction, not by the model."""
+    reach: np.ndarray = _LAST.get(frame, "reach", _max_radii)
+    return reach.copy()
+
+
+def _max_radii(frame: pd.DataFrame) -> np.ndarray:
+    codes, models, first = _models(frame)
+    if not {"sigma_cert", "n", "alpha"} <= set(frame.columns):
+        return np.full(len(models), np.inf)  # settings unknown: no bound to mark
+    # n and α are one model's setting; the bound grows with σ, so a model's largest σ gives it.
+    sigma = np.full(len(models), -np.inf)
+    np.maximum.at(sigma, codes, frame["sigma_cert"].to_numpy(dtype=np.float64))
+    n, alpha = (frame[c].to_numpy(dtype=np.float64)[first] for c in ("n", "alpha"))
+    return np.asarray(max_radius(sigma, n, alpha), dtype=np.float64)
 
 
 def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:

@@ -119,7 +119,7 @@ def shard_table(
     return table.replace_schema_metadata(meta)
 
 
-def max_radius(sigma, n, alpha):
+def max_radius(sigma: typing.Any, n: typing.Any, alpha: typing.Any) -> typing.Any:
     """The largest radius CERTIFY can give: nA = n, p̲A = α^(1/n), radius σ·Φ⁻¹(p̲A)."""
     from scipy.special import ndtri  # here: scipy is imported only when rows are checked
 

@@ -8,7 +8,7 @@
   certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet    a shard of a model's rows
   certify/<trial_id>/<cert_id>/compacted-of-00010.parquet      all 10 of them, once complete
   certify/<trial_id>/<cert_id>/memory.parquet                  (DDRS, written before compaction
-                                                                existed; now folded in)
+                                                                existed; `sweeper compact` folds it in)
   empirical/<trial_id>/<emp_id>/shard-...parquet, compacted-...parquet   the attack stage, alike
   cache/<stage>.parquet                        the compacted rows of many models in one file
   failures.json, logs/failures-<time>.log      the last run's failures grouped; each one's full text
@@ -20,9 +20,14 @@ component (`plain_name_problem`), the experiment's resolved root must lie strict
 storage (a symlink out of it is refused), and a storage URI may not carry credentials.
 Constructing an `Experiment` checks all three and raises `StorageError` (bad input, exit 2).
 
-Every stage (certify, empirical) keeps one directory per model and setting; a glob of
-`<stage>/*/*/*.parquet` is that stage's rows (shards of unfinished models, the compacted file
-of finished ones). This module is the only one that spells paths or reads them back.
+Every stage (certify, empirical) keeps one directory per model and setting. Each kind of file
+has its own name pattern, and a glob of one kind (`Experiment.glob`) is one table of one schema:
+`<stage>/*/*/compacted-of-*.parquet` is every finished model's rows, what pandas, DuckDB or
+polars should read (for DDRS the sound, memory-adjusted certificates; README "Reading
+results"); `shard-*-of-*.parquet` the rows of models still being computed (for DDRS not yet
+sound, and a crash may leave shards beside a compacted file); `memory.parquet` the legacy DDRS
+memory pass, another schema (`sweeper compact` folds an old experiment's into compacted files
+and deletes them). This module is the only one that spells paths or reads them back.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "password"
 COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
 STAGES = ("certify", "empirical")
 MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
+# One name pattern per kind of file (SHARD_RE, COMPACTED_RE and MEMORY read them back).
+KIND_GLOBS = {"compacted": "compacted-of-*.parquet", "shard": "shard-*-of-*.parquet", "memory": MEMORY}
 _ID = re.compile(r"[0-9a-f]{12}")
 
 
@@ -209,6 +216,12 @@ class Experiment:
     def retired_dir(self, stamp: str) -> str:
         """Where `--retrain` moves a trial's old checkpoint and results (never deleted)."""
         return fileio.join(self.root, "retired", stamp)
+
+    def glob(self, stage: str = "certify", kind: str = "compacted") -> str:
+        """Every file of one kind of `stage` as one glob pattern, e.g.
+        `<root>/certify/*/*/compacted-of-*.parquet`: one table of the stage's schema (see the
+        module docstring), for DuckDB's read_parquet, polars or Python's glob."""
+        return fileio.join(self.stage_dir(stage), "*", "*", KIND_GLOBS[kind])
 
     def cache_path(self, stage: str) -> str:
         return fileio.join(self.root, "cache", f"{stage}.parquet")

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, StageFile, by_model
+from sweeper.results.storage import MEMORY, Experiment, StageFile, by_model
 from sweeper.run.stage import Identified, Stage
 from trainables import fileio
 
@@ -99,7 +99,7 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
     written before compaction existed). The caller holds the experiment's lease."""
     lines = []
     for stage in stages:
-        folded = waiting = 0
+        folded = waiting = memory = 0
         for (trial_id, sid), files in by_model(exp.stage_files(stage.name)).items():
             counts = {f.count for f in files if f.kind == "shard"}
             if any(f.kind == "compacted" for f in files) or len(counts) != 1:
@@ -110,7 +110,9 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
                 continue
             compact(exp, stage, trial_id, Named(sid), count)
             folded += 1
+            memory += any(f.kind == "memory" for f in files)
         cached = refresh_cache(exp, stage)
-        lines.append(f"{stage.name}: compacted {folded} models, {waiting} not complete; "
+        legacy = f" ({memory} with a legacy DDRS {MEMORY} folded in and deleted)" if memory else ""
+        lines.append(f"{stage.name}: compacted {folded} models{legacy}, {waiting} not complete; "
                      f"the cache holds {cached} models")  # fmt: skip
     return lines

@@ -1,0 +1,329 @@
+"""What the read commands print and draw (issue 17): no winner where nothing is certified in
+any format, one precision and whole integers, tables that fit 80 columns with whole numbers
+and ids, the certification settings and the largest certifiable radius (n/a beyond it),
+--only and a conflicting sweep explained, and the figures' plotted data."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.plan.spec import CertifySpec
+from sweeper.report.build import build_report
+from sweeper.report.figures import GROUPED, draw_figure, figure_plan
+from sweeper.report.render import envelope_figure
+from sweeper.results.rows import load_results, max_radius, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, write_sweep
+from trainables.config import TrialConfig
+
+runner = CliRunner()
+CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+G = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
+S = TrialConfig(dataset="digits", method="smoothadv", sigma=0.5, attack="pgd", epsilon=0.5,
+                steps=2, m_train=1, epochs=1)  # fmt: skip
+# (predict, label, radius) per test point; certified at the training σ with n = 100, so the
+# largest radius is 0.3751 for G and 0.7502 for S.
+POINTS = {
+    G: ([1, 2, 3, -1], [1, 2, 3, 4], [0.1, 0.3, 0.2, 0.0]),
+    S: ([1, 2, 5, -1], [1, 2, 3, 4], [0.6, 0.4, 0.5, 0.0]),
+}
+RADII = "0:1:0.25"
+REACH = {cfg: float(max_radius(cfg.sigma, CERT.n, CERT.alpha)) for cfg in POINTS}
+
+
+def make(storage: Path) -> Experiment:
+    exp = Experiment(str(storage), "exp")
+    write_sweep(exp, {"space": {"name": "hand", "certify": {"batch_size": 400}},
+                      "trials": [c.to_dict() for c in POINTS]})  # fmt: skip
+    for cfg, (predict, label, radius) in POINTS.items():
+        cols = {"idx": [0, 1, 2, 3], "label": label, "predict": predict, "count": [90] * 4,
+                "p_lower": [0.9] * 4, "radius": radius, "time_s": [0.01] * 4,
+                "correct": [p == y for p, y in zip(predict, label, strict=True)]}  # fmt: skip
+        constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+        table = shard_table(cfg, exp.name, CERT.cert_id, constants, cols, {"config": cfg.to_dict()})
+        write_table(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))
+    return exp
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("COLUMNS", "80")
+    make(tmp_path)
+    return tmp_path
+
+
+def invoke(storage: Path, *args: str):
+    result = runner.invoke(app, [*args, "--storage", str(storage), "--experiment", "exp"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def test_the_reach_of_the_fixture():
+    assert round(REACH[G], 4) == 0.3751 and round(REACH[S], 4) == 0.7502
+
+
+# ---------------------------------------------------------------------- no winner at 0
+def test_no_winner_where_nothing_is_certified_in_csv_json_and_markdown(storage):
+    csv = pd.read_csv(io.StringIO(invoke(storage, "envelope", "--radii", RADII, "--format", "csv").stdout))
+    assert csv["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.0, 0.0]
+    assert csv["trial_id"].fillna("-").tolist() == [G.trial_id, S.trial_id, S.trial_id, "-", "-"]
+    assert csv.loc[3:, ["clean_acc", "acr", "method", "sigma", "steps"]].isna().all().all()
+    assert csv["max_radius"].round(4).tolist() == [0.7502] * 5  # the best any model can reach
+    records = json.loads(invoke(storage, "envelope", "--radii", RADII, "--format", "json").stdout)
+    assert [r["trial_id"] for r in records] == [G.trial_id, S.trial_id, S.trial_id, None, None]
+    assert records[4]["method"] is None and records[4]["models"] == 2
+    md = invoke(storage, "envelope", "--radii", RADII, "--format", "markdown").stdout.splitlines()
+    assert md[5] == "| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 |"
+    assert md[6] == "| 1 | n/a | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 |"
+
+
+def test_integers_stay_integers_in_csv_and_json(storage):
+    text = invoke(storage, "envelope", "--radii", "0.25", "--format", "csv").stdout
+    header, row = text.splitlines()
+    values = dict(zip(header.split(","), row.split(","), strict=True))
+    assert (values["steps"], values["m_train"], values["points"], values["models"]) == ("2", "1", "4", "2")
+    [record] = json.loads(invoke(storage, "envelope", "--radii", "0.25", "--format", "json").stdout)
+    assert record["steps"] == 2 and isinstance(record["steps"], int)
+    table = invoke(storage, "table", "--radii", "0,0.5", "--format", "csv").stdout
+    assert table.splitlines()[0] == "trial_id,method,sigma,r=0,r=0.5,acr,points,max_radius"
+
+
+# ----------------------------------------------------------------------- at 80 columns
+ELLIPSIS = "…"
+
+
+@pytest.mark.parametrize("args", [
+    ["envelope", "--radii", RADII], ["envelope", "--radii", RADII, "--by", "sigma"],
+    ["envelope", "--radii", "0:2.25:0.25", "--by", "method"], ["table"],
+    ["table", "--radii", "0:2.25:0.25"],
+])  # fmt: skip
+def test_every_table_fits_80_columns_with_whole_numbers_and_ids(storage, args):
+    result = invoke(storage, *args)
+    lines = result.stdout.splitlines()
+    assert ELLIPSIS not in result.stdout and max(len(line) for line in lines) <= 80
+    assert G.trial_id in result.stdout and S.trial_id in result.stdout
+    body = [line for line in lines if line.startswith("│")]
+    numbers = re.findall(r"(?<![\w.=])\d+\.\d+(?![\w.])", "\n".join(body))
+    assert numbers and all(len(n.split(".")[1]) in (1, 2, 3) for n in numbers)
+
+
+def test_the_envelope_at_80_columns_exactly(storage):
+    result = invoke(storage, "envelope", "--radii", RADII)
+    assert result.stdout.splitlines() == [
+        "                             upper envelope of exp                              ",
+        "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━┓",
+        "┃ radius ┃ cert. acc ┃ winner       ┃ clean acc ┃   ACR ┃ method    ┃    σ ┃ T ┃",
+        "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━┩",
+        f"│      0 │     0.750 │ {G.trial_id} │     0.750 │ 0.150 │ gaussian  │ 0.25 │   │",
+        f"│   0.25 │     0.500 │ {S.trial_id} │     0.500 │ 0.250 │ smoothadv │  0.5 │ 2 │",
+        f"│    0.5 │     0.250 │ {S.trial_id} │     0.500 │ 0.250 │ smoothadv │  0.5 │ 2 │",
+        "│   0.75 │     0.000 │ -            │         - │     - │ -         │    - │ - │",
+        "│      1 │       n/a │ -            │         - │     - │ -         │    - │ - │",
+        "└────────┴───────────┴──────────────┴───────────┴───────┴───────────┴──────┴───┘",
+    ]
+    err = result.stderr.splitlines()
+    assert "5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns" in err
+    assert (
+        f"certified with {CERT.cert_id}: n0 = 10, n = 100, α = 0.001, skip = 1, max_points = all, "
+        "2 models, 4 points each at most; largest certifiable radius σ·Φ⁻¹(α^(1/n)): 0.375 at "
+        "σ = 0.25, 0.750 at σ = 0.5 (n/a: beyond it)"
+    ) in err
+    assert "2 models, 8 certified points" in err
+
+
+def test_wide_shows_every_column_whole_when_piped(storage):
+    result = invoke(storage, "envelope", "--radii", RADII, "--wide")
+    header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+    assert [h.strip() for h in header.strip("┃").split("┃")] == [
+        "radius", "cert. acc", "winner", "clean acc", "ACR", "method", "attack", "σ", "ε", "T",
+        "m", "models", "max r",
+    ]  # fmt: skip
+    assert ELLIPSIS not in result.stdout and "more columns" not in result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) > 80  # not cut to fit
+
+
+def test_per_model_table_marks_radii_beyond_reach(storage):
+    result = invoke(storage, "table", "--radii", "0,0.5,1", "--wide")
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in result.stdout.splitlines() if line.startswith("│")}  # fmt: skip
+    assert rows[G.trial_id] == ["gaussian", "0.25", "0.750*", "n/a", "n/a", "0.150", "4", "0.375"]
+    assert rows[S.trial_id] == ["smoothadv", "0.5", "0.500", "0.250*", "n/a", "0.250*", "4", "0.750"]
+
+
+# --------------------------------------------------------------- --only and the sweep
+def test_only_with_no_such_models_names_the_values_there_are(storage):
+    result = runner.invoke(app, ["envelope", "--storage", str(storage), "--only", "sigma=0.3"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == "error: --only sigma=0.3 matches no model (sigma values: 0.25, 0.5)"
+
+
+def test_a_different_sweep_names_what_differs_and_the_likely_fix_first(tmp_path):
+    spec = load_space("digits").smoked()
+    trials = expand(spec, {"data_dir": None, "download": False})
+    write_sweep(Experiment(str(tmp_path), "digits"),
+                {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})  # fmt: skip
+    result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: experiment 'digits' at {tmp_path / 'digits'} holds a different sweep (epochs 1 "
+        "there, 8 here; train_subset 256 there, None here): it was run with --smoke: add --smoke "
+        "to continue it; or pass --experiment NEW for a new experiment; or --restart to start "
+        "this one over (the old one is kept aside)"
+    ]
+    smoke = runner.invoke(app, ["run", "grid", "digits", "--smoke", "--dry-run", "--storage",
+                                str(tmp_path), "--experiment", "digits"])  # fmt: skip
+    assert smoke.exit_code == 0, smoke.output  # the suggested fix works
+
+
+# ---------------------------------------------------------------------------- figures
+def _lines(fig):
+    [ax] = fig.axes
+    return {line.get_label(): line for line in ax.get_lines()}, ax
+
+
+def test_envelope_plot_by_sigma_keeps_every_curve_visible_and_honours_radii(storage):
+    frame = load_results(Experiment(str(storage), "exp")).frame
+    fig = draw_figure(envelope_figure(frame, "sigma", radii=[0.0, 0.25, 0.5, 0.75, 1.0]))
+    lines, ax = _lines(fig)
+    assert list(lines) == ["upper envelope", "σ = 0.25", "σ = 0.5"]
+    envelope, low = lines["upper envelope"], lines["σ = 0.25"]
+    # drawn first and underneath: the σ = 0.25 curve, equal to the envelope up to r = 0.2, shows
+    assert envelope.get_zorder() < min(low.get_zorder(), lines["σ = 0.5"].get_zorder())
+    assert envelope.get_linewidth() > low.get_linewidth()
+    x = envelope.get_xdata()
+    assert x[0] == 0 and x[-1] == 1.0 and ax.get_xlim() == (0.0, 1.0)  # --radii 0:1:0.25
+    same = np.asarray(low.get_ydata()) == np.asarray(envelope.get_ydata())
+    assert same[x <= 0.1].all() and not same.all()
+    at = int(np.searchsorted(x, 0.5))
+    assert (low.get_ydata()[at], lines["σ = 0.5"].get_ydata()[at], envelope.get_ydata()[at]) == (0, 0.25, 0.25)
+
+
+def test_the_plot_command_honours_radii(storage, tmp_path):
+    plot = tmp_path / "e.png"
+    result = invoke(storage, "envelope", "--radii", "0:0.5:0.25", "--plot", str(plot))
+    assert plot.read_bytes().startswith(b"\x89PNG") and f"figure written to {plot}" in result.stderr
+
+
+def test_report_legends_sit_outside_the_axes_and_titles_name_the_methods_drawn(storage):
+    frame = load_results(Experiment(str(storage), "exp")).frame
+    figures = {f.name: f for f in figure_plan(frame)[0]}
+    for name in ("representative_per_sigma", "envelope_by_sigma", "envelope_by_method"):
+        fig = draw_figure(figures[name])
+        fig.canvas.draw()
+        [ax] = fig.axes
+        legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert legend.x0 >= box.x1, name  # right of the axes: over no curve
+    assert figures["envelope_by_method"].caption == (
+        "Upper envelope per method (Fig. 4): Gaussian (Cohen et al.) vs SmoothAdv, over all models"
+    )
+    only_gauss = frame[frame["method"] == "gaussian"]
+    assert "envelope_by_method" not in {f.name for f in figure_plan(only_gauss)[0]}
+
+
+def test_the_demo_figure_and_the_report_figures_have_distinct_names():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    [plot] = re.findall(r"--plot \S+/reports/(\S+)\.png", makefile)
+    report_names = {"envelope", "representative_per_sigma", *(g[0] for g in GROUPED)}
+    assert plot == "demo_envelope_by_sigma" and plot not in report_names
+
+
+# ----------------------------------------------------------------------------- report
+def test_the_report_states_its_settings_and_marks_radii_beyond_reach(storage):
+    frame = load_results(Experiment(str(storage), "exp")).frame
+    report = build_report(frame, [0.0, 0.25, 0.5, 0.75, 1.0], {"digits": 64}, ("png",),
+                          name="exp", batch=400)  # fmt: skip
+    files = {f.name: f.data.decode() for f in report.files if f.name.endswith(".md")}
+    index = files["index.md"]
+    assert "## Certification settings" in index
+    assert (
+        f"- {CERT.cert_id}: n0 = 10, n = 100, α = 0.001, skip = 1, max_points = all, "
+        "batch_size = 400, 2 models, 4 points each at most; largest certifiable radius "
+        "σ·Φ⁻¹(α^(1/n)): 0.375 at σ = 0.25, 0.750 at σ = 0.5"
+    ) in index
+    winners = files["envelope.md"].split("## Upper envelope per ℓ2 radius and its winner")[1]
+    rows = [line for line in winners.splitlines() if line.startswith(("| 0.75 ", "| 1 "))]
+    assert rows == ["| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | 2 |",
+                    "| 1 | n/a | - | - | - | - | - | - | - | - | - | 2 |"]  # fmt: skip
+    per_model = files["per_model.md"].splitlines()
+    assert f"| Gaussian (Cohen et al.) | 0.25 |  | 1 | **0.750** | 0.250 | n/a | n/a | n/a | 0.150 | {G.trial_id} |" in per_model
+    assert f"| SmoothAdv-PGD, T = 2 | 0.5 | 0.5 | 1 | 0.500 | **0.500** | **0.250** | 0.000 | n/a | **0.250** | {S.trial_id} |" in per_model
+    wide = files["envelope.md"].splitlines()
+    assert "| Gaussian (Cohen et al.) | certified accuracy | **0.750** | 0.250 | n/a | n/a | n/a |" in wide
+    assert "| upper envelope (all models) | certified accuracy | 0.750 | 0.500 | 0.250 | 0.000 | n/a |" in wide
+
+
+# ------------------------------------------------------- other tables, digits, wording
+def test_digits_sets_the_precision_of_measured_values_only(storage):
+    md = invoke(storage, "envelope", "--radii", "0.25", "--format", "markdown", "--digits", "1")
+    row = md.stdout.splitlines()[2]
+    assert row.startswith(f"| 0.25 | 0.5 | {S.trial_id} | {CERT.cert_id} | 0.5 | 0.2 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 |")
+
+
+def test_a_trial_certified_twice_is_two_models_and_stderr_says_so(storage):
+    exp = Experiment(str(storage), "exp")
+    other = CertifySpec(n0=10, n=100, alpha=0.01, skip=1, max_points=None)
+    predict, label, radius = POINTS[G]
+    cols = {"idx": [0, 1, 2, 3], "label": label, "predict": predict, "count": [90] * 4,
+            "p_lower": [0.9] * 4, "radius": radius, "time_s": [0.01] * 4,
+            "correct": [p == y for p, y in zip(predict, label, strict=True)]}  # fmt: skip
+    constants = {"sigma_cert": G.sigma, "n0": 10, "n": 100, "alpha": 0.01}
+    table = shard_table(G, "exp", other.cert_id, constants, cols, {"config": G.to_dict()})
+    write_table(table, exp.shard_path(G.trial_id, other.cert_id, 0, 1))
+    err = invoke(storage, "envelope", "--radii", "0").stderr.splitlines()
+    assert "3 models (a model is a trial certified under one setting: 2 trials here), 12 certified points" in err
+    assert sum(line.startswith("certified with ") for line in err) == 2
+
+
+def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whole(monkeypatch, capsys):
+    from sweeper.cli import common
+    from sweeper.cli.driver import finish
+
+    monkeypatch.setattr(common.console, "width", 80)  # a terminal 80 columns wide
+    result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"])
+    assert result.exit_code == 0, result.output
+    assert ELLIPSIS not in result.stdout and "certify/trial" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    error = "RuntimeError: " + "a very long message " * 20
+    with pytest.raises(typer.Exit) as exited:
+        finish(False, [(G.trial_id, "certify", error)])
+    assert exited.value.exit_code == 1
+    out = capsys.readouterr().out
+    assert G.trial_id in out and ELLIPSIS not in out and out.count("message") == 20  # folded, whole
+
+
+def test_fit_takes_columns_by_priority_while_they_fit():
+    from sweeper.cli.display import Column, fit, table_width
+
+    cols = [Column("a", ["1" * 10]), Column("b", ["2" * 30]), Column("c", ["3" * 5])]
+    assert table_width(cols) == 13 + 33 + 8 + 1
+    shown, left = fit(cols, ["a", "c", "b"], 30)
+    assert [c.header for c in shown] == ["a", "c"] and left == ["b"]
+    shown, left = fit(cols, ["b", "a"], 10)  # the first is always shown
+    assert [c.header for c in shown] == ["b"] and left == ["a", "c"]
+
+
+def test_a_wide_table_on_a_narrow_terminal_folds_cells_never_cuts_them(monkeypatch, capsys):
+    import sys
+
+    from sweeper.cli.display import Column, print_table
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "40")
+    cols = [Column("trial_id", [G.trial_id]), Column("value", ["0.123456789012345"], True),
+            Column("note", ["a long note " * 3])]  # fmt: skip
+    print_table("t", cols, [], wide=True)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) <= 40
+    assert G.trial_id in out and "0.123456789012345" in out  # the text column gave way
