@@ -158,6 +158,25 @@ def test_pgd_zero_gradient_everywhere_is_reproducible_from_the_generator():
     assert bool((norms(attack(4) - x) > 0.5).all())
 
 
+def test_stein_pgd_zero_estimate_steps_along_a_draw_of_the_generator():
+    """A constant classifier and mirrored noise (+a, −a): the Stein estimate is exactly 0, so
+    the step is 2ε/T times a standard normal draw from the generator (not normalized), then
+    clamped to the box and projected onto the ε-ball."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.zero_()
+    x = torch.full((2, *SHAPE), 0.5)
+    a = torch.linspace(-0.3, 0.3, D).view(SHAPE)
+    noise = torch.stack([a, -a]).expand(2, 2, *SHAPE).contiguous()
+    y = torch.zeros(2, dtype=torch.long)
+    gen = torch.Generator().manual_seed(6)
+    x_adv = attacks.stein_pgd(model, x, y, noise, epsilon=0.5, steps=1, sigma=0.25, generator=gen)
+    r = torch.randn((2, *SHAPE), generator=torch.Generator().manual_seed(6))
+    expected = attacks.project_l2((x + 1.0 * r).clamp(0, 1) - x, 0.5)
+    torch.testing.assert_close(x_adv - x, expected, atol=1e-7, rtol=0)
+
+
 @pytest.mark.parametrize("steps", [1, 2, 4, 10])
 def test_pgd_step_is_2eps_over_T_along_the_gradient(steps):
     """From x = 0.5 (no clamping), the first step moves min(2ε/T, ε) along +v exactly."""

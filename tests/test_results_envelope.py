@@ -15,6 +15,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
 from sweeper.results.envelope import (
     EnvelopeError,
+    _LastFrame,
     certified_accuracy,
     envelope,
     envelope_curve,
@@ -187,6 +188,23 @@ def test_nonexistent_experiment(tmp_path):
 
 
 # ------------------------------------------------------------------------------ envelope math
+def test_the_last_frame_cache_computes_once_per_frame_and_anew_for_another():
+    """A fresh cache computes on first use; the same frame (same length) reuses each value,
+    another frame or one whose length changed computes anew."""
+    cache, calls = _LastFrame(), []
+
+    def compute(frame: pd.DataFrame) -> int:
+        calls.append(len(frame))
+        return len(frame) * 10
+
+    one, two = pd.DataFrame({"a": [1, 2]}), pd.DataFrame({"a": [1, 2]})
+    assert [cache.get(one, "x", compute), cache.get(one, "x", compute)] == [20, 20]
+    assert calls == [2]
+    assert cache.get(two, "x", compute) == 20 and calls == [2, 2]
+    two.loc[2] = [3]
+    assert cache.get(two, "x", compute) == 30 and calls == [2, 2, 3]
+
+
 def test_certified_accuracy_by_hand(frame):
     acc = certified_accuracy(frame, RADII)
     models = model_table(frame)
