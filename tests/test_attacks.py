@@ -535,6 +535,18 @@ def test_ddn_sphere_never_exceeds_the_distance_to_the_farthest_corner():
     assert got == pytest.approx(float(expected.norm()), rel=1e-6)
 
 
+def test_ddn_caps_each_row_at_its_own_farthest_corner():
+    """Two inputs at once, x = 0.75 and x = 0.5: each row's radius of 10 is cut to its own
+    farthest-corner distance (0.75·√D and 0.5·√D), not to one shared by the batch."""
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
+    rec = Recorder(two_class_model(0.01 * v))
+    x = torch.stack([torch.full(SHAPE, 0.75), torch.full(SHAPE, 0.5)])
+    attacks.ddn(rec, x, torch.tensor([1, 1]), torch.zeros(2, 1, *SHAPE), epsilon=0.5, steps=2,
+                init_norm=10.0, gamma=0.1, levels=None)  # fmt: skip
+    expected = [((c - c * math.sqrt(D) * v / v.norm()).clamp(0, 1) - c).norm() for c in (0.75, 0.5)]
+    torch.testing.assert_close(norms(rec.calls[1].x - x), torch.stack(expected), atol=1e-5, rtol=0)
+
+
 def test_ddn_returns_its_smallest_adversarial_iterate():
     """Of the iterates DDN evaluates (levels=None, a large ε so that nothing is renormed), it
     keeps the first of the smallest whose majority vote is wrong; x itself if none is."""
