@@ -569,6 +569,42 @@ def test_ddn_returns_its_smallest_adversarial_iterate():
     torch.testing.assert_close(x_adv, best, atol=1e-5, rtol=0)
 
 
+def test_smoothadv_loss_is_minus_the_summed_cross_entropy_for_one_noise_else_the_mean_j():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]])
+    y = torch.tensor([0, 1])
+    log_p = torch.log_softmax(logits, dim=1)
+    expected = log_p[0, 0] + log_p[1, 1]  # −(CE_0 + CE_1): summed, not averaged
+    torch.testing.assert_close(attacks.smoothadv_loss(logits, y, 1), expected)
+    j = -torch.log(torch.softmax(logits, dim=1).mean(dim=0)[0])  # one input, m = 2 copies
+    torch.testing.assert_close(attacks.smoothadv_loss(logits, y[:1], 2), -j)
+
+
+def test_pow2_scale_brings_each_inputs_largest_gradient_into_1_2_by_a_power_of_two():
+    """(B·m, K) logit gradients, m = 2: each input's two rows get the same scale 2^k with
+    2^k · max|g| in [1, 2)."""
+    g = torch.tensor([[3e-6, -1e-5], [2e-6, 0.0], [0.75, 0.1], [-1.0, 0.2], [4.0, 1.0], [0.0, 2.0]])
+    scale = attacks._pow2_scale(g, 2)
+    assert scale.shape == (6, 1)
+    tops = g.view(3, 4).abs().amax(dim=1).tolist()  # 1e-5 (in float32), 1.0, 4.0
+    assert [scale[2 * b].item() for b in range(3)] == [scale[2 * b + 1].item() for b in range(3)]
+    assert [scale[2 * b].item() for b in range(3)][1:] == [1.0, 0.25]
+    for b, top in enumerate(tops):
+        assert math.log2(scale[2 * b].item()).is_integer()
+        assert 1.0 <= scale[2 * b].item() * top < 2.0
+
+
+def test_unit_or_random_draws_zero_rows_in_the_gradients_dtype_from_the_generator():
+    """A zero row of a float64 gradient is a float64 standard normal draw of the generator
+    (float64 draws are not float32 ones widened); other rows are divided by their norm."""
+    grad = torch.zeros(3, 2, 2, dtype=torch.float64)
+    grad[1] = torch.tensor([[3.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    unit = attacks.unit_or_random(grad, torch.Generator().manual_seed(5))
+    draws = torch.randn((2, 2, 2), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert unit.dtype == torch.float64
+    assert torch.equal(unit[[0, 2]], draws)
+    assert torch.equal(unit[1], grad[1] / 5.0)
+
+
 def test_quantize_rounds_to_the_nearest_of_the_levels():
     v = torch.tensor([0.0, 0.3, 0.5, 0.999, 1.0])
     torch.testing.assert_close(attacks.quantize(v, 256), torch.round(v * 255) / 255)

@@ -148,6 +148,7 @@ def test_the_attacks_run_on_cuda_and_stay_in_the_ball_and_box(name):
     extra = {"sigma": 0.25} if name == "stein_pgd" else {}
     x_adv = getattr(attacks, name)(model, x, y, noise, 0.5, 3, generator=_gen(3), **extra)
     assert x_adv.device.type == "cuda"
+    assert attacks.unit_or_random(torch.zeros(2, 3, device=CUDA), _gen(4)).device.type == "cuda"
     assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0
     slack = 0.5 / 255 * math.sqrt(3 * 8 * 8) if name == "ddn" else 1e-5
     assert float((x_adv - x).flatten(1).norm(dim=1).max()) <= 0.5 + slack

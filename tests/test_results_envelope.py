@@ -14,6 +14,7 @@ import pytest
 from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
 from sweeper.results.envelope import (
+    READ_COLUMNS,
     EnvelopeError,
     _LastFrame,
     certified_accuracy,
@@ -21,6 +22,7 @@ from sweeper.results.envelope import (
     envelope_curve,
     model_table,
     parse_radii,
+    read_columns,
 )
 from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
@@ -188,6 +190,15 @@ def test_nonexistent_experiment(tmp_path):
 
 
 # ------------------------------------------------------------------------------ envelope math
+def test_read_columns_adds_the_results_columns_asked_for_once_and_nothing_else():
+    """`sweeper envelope --by idx` reads idx too; a column already read (sigma), None, an
+    empty name and a name that is no results column (left for `envelope` to refuse) add
+    nothing."""
+    assert "idx" in SCHEMA.names and "idx" not in READ_COLUMNS
+    assert read_columns() == READ_COLUMNS
+    assert read_columns("idx", "sigma", None, "", "no_such_column", "idx") == [*READ_COLUMNS, "idx"]
+
+
 def test_the_last_frame_cache_computes_once_per_frame_and_anew_for_another():
     """A fresh cache computes on first use; the same frame (same length) reuses each value,
     another frame or one whose length changed computes anew."""
