@@ -30,6 +30,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(autouse=True)
+def _cwd_in_tmp_path(tmp_path, monkeypatch):
+    """Every test runs in its own tmp_path: a relative path the code under test makes up (a
+    mutant that drops a URI's scheme or a directory, an unset storage) lands there, never in
+    the checkout or in mutmut's mutants/ tree. Tests name the repository's files from
+    `Path(__file__)`, never from the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for the whole session: 2 CPUs and one fake GPU (for packing tests)."""

@@ -158,6 +158,25 @@ def test_pgd_zero_gradient_everywhere_is_reproducible_from_the_generator():
     assert bool((norms(attack(4) - x) > 0.5).all())
 
 
+def test_stein_pgd_zero_estimate_steps_along_a_draw_of_the_generator():
+    """A constant classifier and mirrored noise (+a, −a): the Stein estimate is exactly 0, so
+    the step is 2ε/T times a standard normal draw from the generator (not normalized), then
+    clamped to the box and projected onto the ε-ball."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.zero_()
+    x = torch.full((2, *SHAPE), 0.5)
+    a = torch.linspace(-0.3, 0.3, D).view(SHAPE)
+    noise = torch.stack([a, -a]).expand(2, 2, *SHAPE).contiguous()
+    y = torch.zeros(2, dtype=torch.long)
+    gen = torch.Generator().manual_seed(6)
+    x_adv = attacks.stein_pgd(model, x, y, noise, epsilon=0.5, steps=1, sigma=0.25, generator=gen)
+    r = torch.randn((2, *SHAPE), generator=torch.Generator().manual_seed(6))
+    expected = attacks.project_l2((x + 1.0 * r).clamp(0, 1) - x, 0.5)
+    torch.testing.assert_close(x_adv - x, expected, atol=1e-7, rtol=0)
+
+
 @pytest.mark.parametrize("steps", [1, 2, 4, 10])
 def test_pgd_step_is_2eps_over_T_along_the_gradient(steps):
     """From x = 0.5 (no clamping), the first step moves min(2ε/T, ε) along +v exactly."""
@@ -516,6 +535,18 @@ def test_ddn_sphere_never_exceeds_the_distance_to_the_farthest_corner():
     assert got == pytest.approx(float(expected.norm()), rel=1e-6)
 
 
+def test_ddn_caps_each_row_at_its_own_farthest_corner():
+    """Two inputs at once, x = 0.75 and x = 0.5: each row's radius of 10 is cut to its own
+    farthest-corner distance (0.75·√D and 0.5·√D), not to one shared by the batch."""
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
+    rec = Recorder(two_class_model(0.01 * v))
+    x = torch.stack([torch.full(SHAPE, 0.75), torch.full(SHAPE, 0.5)])
+    attacks.ddn(rec, x, torch.tensor([1, 1]), torch.zeros(2, 1, *SHAPE), epsilon=0.5, steps=2,
+                init_norm=10.0, gamma=0.1, levels=None)  # fmt: skip
+    expected = [((c - c * math.sqrt(D) * v / v.norm()).clamp(0, 1) - c).norm() for c in (0.75, 0.5)]
+    torch.testing.assert_close(norms(rec.calls[1].x - x), torch.stack(expected), atol=1e-5, rtol=0)
+
+
 def test_ddn_returns_its_smallest_adversarial_iterate():
     """Of the iterates DDN evaluates (levels=None, a large ε so that nothing is renormed), it
     keeps the first of the smallest whose majority vote is wrong; x itself if none is."""
@@ -536,6 +567,42 @@ def test_ddn_returns_its_smallest_adversarial_iterate():
             best[better], best_l2[better] = iterate[better], l2[better]
     assert bool(torch.isfinite(best_l2).any())
     torch.testing.assert_close(x_adv, best, atol=1e-5, rtol=0)
+
+
+def test_smoothadv_loss_is_minus_the_summed_cross_entropy_for_one_noise_else_the_mean_j():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]])
+    y = torch.tensor([0, 1])
+    log_p = torch.log_softmax(logits, dim=1)
+    expected = log_p[0, 0] + log_p[1, 1]  # −(CE_0 + CE_1): summed, not averaged
+    torch.testing.assert_close(attacks.smoothadv_loss(logits, y, 1), expected)
+    j = -torch.log(torch.softmax(logits, dim=1).mean(dim=0)[0])  # one input, m = 2 copies
+    torch.testing.assert_close(attacks.smoothadv_loss(logits, y[:1], 2), -j)
+
+
+def test_pow2_scale_brings_each_inputs_largest_gradient_into_1_2_by_a_power_of_two():
+    """(B·m, K) logit gradients, m = 2: each input's two rows get the same scale 2^k with
+    2^k · max|g| in [1, 2)."""
+    g = torch.tensor([[3e-6, -1e-5], [2e-6, 0.0], [0.75, 0.1], [-1.0, 0.2], [4.0, 1.0], [0.0, 2.0]])
+    scale = attacks._pow2_scale(g, 2)
+    assert scale.shape == (6, 1)
+    tops = g.view(3, 4).abs().amax(dim=1).tolist()  # 1e-5 (in float32), 1.0, 4.0
+    assert [scale[2 * b].item() for b in range(3)] == [scale[2 * b + 1].item() for b in range(3)]
+    assert [scale[2 * b].item() for b in range(3)][1:] == [1.0, 0.25]
+    for b, top in enumerate(tops):
+        assert math.log2(scale[2 * b].item()).is_integer()
+        assert 1.0 <= scale[2 * b].item() * top < 2.0
+
+
+def test_unit_or_random_draws_zero_rows_in_the_gradients_dtype_from_the_generator():
+    """A zero row of a float64 gradient is a float64 standard normal draw of the generator
+    (float64 draws are not float32 ones widened); other rows are divided by their norm."""
+    grad = torch.zeros(3, 2, 2, dtype=torch.float64)
+    grad[1] = torch.tensor([[3.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    unit = attacks.unit_or_random(grad, torch.Generator().manual_seed(5))
+    draws = torch.randn((2, 2, 2), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert unit.dtype == torch.float64
+    assert torch.equal(unit[[0, 2]], draws)
+    assert torch.equal(unit[1], grad[1] / 5.0)
 
 
 def test_quantize_rounds_to_the_nearest_of_the_levels():

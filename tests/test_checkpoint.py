@@ -73,6 +73,21 @@ def test_missing_corrupt_and_pickled_object_files_are_one_checkpoint_error(tmp_p
         checkpoint.load_model(missing)
 
 
+def test_a_pickled_object_is_refused_even_when_the_environment_turns_torch_default_off(
+    tmp_path, monkeypatch
+):
+    """torch.load's weights_only default can be switched off by TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+    (it then unpickles anything: code runs); load passes weights_only=True, which that variable
+    does not override."""
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    foreign = tmp_path / "foreign.pt"
+    buffer = io.BytesIO()
+    torch.save({"model": NotATensor()}, buffer)
+    foreign.write_bytes(buffer.getvalue())
+    with pytest.raises(checkpoint.CheckpointError, match=_error("cannot read checkpoint", foreign)):
+        checkpoint.load(foreign)
+
+
 def test_load_model_rebuilds_the_classifier_in_eval_mode_with_its_config(tmp_path):
     cfg = TrialConfig(dataset="digits", sigma=0.5)
     model = _model(cfg)

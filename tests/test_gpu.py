@@ -6,6 +6,9 @@ and agree with the CPU ones, not the GPU's speed."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,7 +19,8 @@ from torch import nn
 from trainables import checkpoint
 from trainables.certify_points import CertifySettings, certify_points
 from trainables.config import TrialConfig
-from trainables.datasets import load_dataset
+from trainables.datasets import INFO, load_dataset
+from trainables.models import build_model
 from trainables.smoothing import Smooth, max_radius
 from trainables.train import fit
 
@@ -127,6 +131,46 @@ def test_certify_points_of_a_trained_model_on_cuda(tmp_path):
         assert (predict == -1) <= (radius == 0.0)
         assert correct == (predict == label)
     assert sum(cols["correct"]) >= 5  # a trained model is right on most digits
+
+
+@pytest.mark.parametrize("name", ["pgd", "ddn", "stein_pgd"])
+def test_the_attacks_run_on_cuda_and_stay_in_the_ball_and_box(name):
+    """SmoothAdv's attacks on CUDA inputs: every tensor they make (DDN's sphere radii, the
+    zero-gradient draws) is on the inputs' device; the result is on CUDA, in [0, 1] and
+    within ε (DDN: plus half a quantization level per pixel)."""
+    from trainables import attacks
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 5)).to(CUDA)
+    x = torch.rand(4, 3, 8, 8, generator=_gen(1), device=CUDA)
+    y = torch.arange(4, device=CUDA)
+    noise = 0.25 * torch.randn(4, 2, 3, 8, 8, generator=_gen(2), device=CUDA)
+    extra = {"sigma": 0.25} if name == "stein_pgd" else {}
+    x_adv = getattr(attacks, name)(model, x, y, noise, 0.5, 3, generator=_gen(3), **extra)
+    assert x_adv.device.type == "cuda"
+    assert attacks.unit_or_random(torch.zeros(2, 3, device=CUDA), _gen(4)).device.type == "cuda"
+    assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0
+    slack = 0.5 / 255 * math.sqrt(3 * 8 * 8) if name == "ddn" else 1e-5
+    assert float((x_adv - x).flatten(1).norm(dim=1).max()) <= 0.5 + slack
+
+
+def test_load_model_puts_a_cpu_checkpoint_on_cuda_and_a_cuda_one_on_a_machine_without(tmp_path):
+    """A checkpoint written on the CPU loads onto CUDA (the parameters on the GPU), and one
+    written from CUDA tensors loads where no GPU is visible (a laptop reading a cluster's
+    results): the tensors are mapped to the asked device, not to the one they were saved from."""
+    cfg = TrialConfig(**{**CFG, "epochs": 1})
+    model = build_model(cfg.arch, 10, INFO["digits"].mean, INFO["digits"].std)
+    path = tmp_path / "cpu.pt"
+    checkpoint.save({"model": model.state_dict(), "config": cfg.to_dict()}, path)
+    loaded, _ = checkpoint.load_model(path, CUDA)
+    assert {p.device.type for p in loaded.parameters()} == {"cuda"}
+    on_cuda = tmp_path / "cuda.pt"
+    state = {k: v.to(CUDA) for k, v in model.state_dict().items()}
+    checkpoint.save({"model": state, "config": cfg.to_dict()}, on_cuda)
+    read = "from trainables import checkpoint; import sys; m, _ = checkpoint.load_model(sys.argv[1]); print({p.device.type for p in m.parameters()})"  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-c", read, str(on_cuda)], env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "{'cpu'}"
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL data-parallel needs 2 GPUs")

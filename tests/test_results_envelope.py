@@ -14,12 +14,15 @@ import pytest
 from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
 from sweeper.results.envelope import (
+    READ_COLUMNS,
     EnvelopeError,
+    _LastFrame,
     certified_accuracy,
     envelope,
     envelope_curve,
     model_table,
     parse_radii,
+    read_columns,
 )
 from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
@@ -187,6 +190,32 @@ def test_nonexistent_experiment(tmp_path):
 
 
 # ------------------------------------------------------------------------------ envelope math
+def test_read_columns_adds_the_results_columns_asked_for_once_and_nothing_else():
+    """`sweeper envelope --by idx` reads idx too; a column already read (sigma), None, an
+    empty name and a name that is no results column (left for `envelope` to refuse) add
+    nothing."""
+    assert "idx" in SCHEMA.names and "idx" not in READ_COLUMNS
+    assert read_columns() == READ_COLUMNS
+    assert read_columns("idx", "sigma", None, "", "no_such_column", "idx") == [*READ_COLUMNS, "idx"]
+
+
+def test_the_last_frame_cache_computes_once_per_frame_and_anew_for_another():
+    """A fresh cache computes on first use; the same frame (same length) reuses each value,
+    another frame or one whose length changed computes anew."""
+    cache, calls = _LastFrame(), []
+
+    def compute(frame: pd.DataFrame) -> int:
+        calls.append(len(frame))
+        return len(frame) * 10
+
+    one, two = pd.DataFrame({"a": [1, 2]}), pd.DataFrame({"a": [1, 2]})
+    assert [cache.get(one, "x", compute), cache.get(one, "x", compute)] == [20, 20]
+    assert calls == [2]
+    assert cache.get(two, "x", compute) == 20 and calls == [2, 2]
+    two.loc[2] = [3]
+    assert cache.get(two, "x", compute) == 30 and calls == [2, 2, 3]
+
+
 def test_certified_accuracy_by_hand(frame):
     acc = certified_accuracy(frame, RADII)
     models = model_table(frame)

@@ -10,7 +10,14 @@ import pytest
 import yaml
 
 from sweeper.plan.grid import expand, expansion_problems, parse_only, select
-from sweeper.plan.spaces import SPACES_DIR, SpecError, available_spaces, load_space, parse_spec
+from sweeper.plan.spaces import (
+    SPACES_DIR,
+    SpecError,
+    available_spaces,
+    load_space,
+    parse_spec,
+    resolve_space_path,
+)
 from sweeper.plan.spec import CertifySpec, Resources, SweepSpec
 from trainables.config import TrialConfig
 
@@ -269,6 +276,13 @@ def test_unknown_space_lists_the_available_ones(tmp_path):
     assert "cifar10, cifar10-methods, cifar10-pretrain, digits, digits-methods, imagenet, mnist" in problem
     with pytest.raises(SpecError, match="search space file not found"):
         load_space(str(tmp_path / "missing.yaml"))
+
+
+def test_a_directory_named_as_a_shipped_space_does_not_shadow_it(tmp_path):
+    """With `--storage .` the experiment `digits` is the directory ./digits (tests run in
+    tmp_path): `digits` still names the shipped space."""
+    (tmp_path / "digits").mkdir()
+    assert resolve_space_path("digits") == SPACES_DIR / "digits.yaml"
 
 
 def test_a_user_yaml_path_works(tmp_path):

@@ -36,7 +36,9 @@ def available_spaces() -> list[str]:
 def resolve_space_path(space: str) -> Path:
     """A shipped space by name, or a path to the user's own YAML file."""
     path = Path(space).expanduser()
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    # A file, not any path: `--storage .` makes ./<experiment> a directory, often named as
+    # the shipped space it ran (`sweeper certify digits` must still mean the shipped one).
+    if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise SpecError([f"search space file not found: {path}"])
         return path
