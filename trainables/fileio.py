@@ -12,8 +12,9 @@ import contextlib
 import os
 import tempfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -123,56 +124,39 @@ def delete(location: str) -> None:
         fs.delete_file(path)
 
 
-def list_files(location: str, suffix: str = "") -> list[str]:
-    """Every file under `location` (recursively) whose name ends with `suffix`, sorted;
-    empty if the location does not exist. Hidden temp files (".name.tmp") are skipped."""
+def _listing(location: str, suffix: str) -> Iterator[tuple[str, Any]]:
+    """(location of the file, its pyarrow FileInfo) for every file under `location`
+    (recursively) whose name ends with `suffix`, from one listing; nothing if the location
+    does not exist. Hidden temp files (".name.tmp") are skipped."""
     fs, path = filesystem(location)
     arrow = _pafs()
     if fs.get_file_info(path).type == arrow.FileType.NotFound:
-        return []
-    infos = fs.get_file_info(arrow.FileSelector(path, recursive=True))
+        return
     head, base = _child_head(location), len(path.rstrip("/")) + 1
-    out = []
-    for info in infos:
-        if info.type != arrow.FileType.File or info.base_name.startswith("."):
-            continue
-        if info.base_name.endswith(suffix):
-            out.append(head + info.path[base:].replace("/", os.sep if "://" not in head else "/"))
-    return sorted(out)
+    sep = "/" if "://" in head else os.sep
+    for info in fs.get_file_info(arrow.FileSelector(path, recursive=True)):
+        hidden = info.base_name.startswith(".")
+        if info.type == arrow.FileType.File and not hidden and info.base_name.endswith(suffix):
+            yield head + info.path[base:].replace("/", sep), info
+
+
+def list_files(location: str, suffix: str = "") -> list[str]:
+    """Every file under `location` (recursively) whose name ends with `suffix`, sorted;
+    empty if the location does not exist. Hidden temp files (".name.tmp") are skipped."""
+    return sorted(name for name, _ in _listing(location, suffix))
 
 
 def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
     """`list_files` with each file's size in bytes."""
-    fs, path = filesystem(location)
-    arrow = _pafs()
-    if fs.get_file_info(path).type == arrow.FileType.NotFound:
-        return {}
-    head, base = _child_head(location), len(path.rstrip("/")) + 1
-    sep = "/" if "://" in head else os.sep
-    return {
-        head + info.path[base:].replace("/", sep): int(info.size or 0)
-        for info in fs.get_file_info(arrow.FileSelector(path, recursive=True))
-        if info.type == arrow.FileType.File
-        and not info.base_name.startswith(".")
-        and info.base_name.endswith(suffix)
-    }
+    return {name: int(info.size or 0) for name, info in _listing(location, suffix)}
 
 
 def list_stats(location: str, suffix: str = "") -> dict[str, tuple[int, float]]:
     """`list_sizes` with each file's modification time too (seconds since the epoch), from the
     same one listing: `sweeper status` counts what was written lately."""
-    fs, path = filesystem(location)
-    arrow = _pafs()
-    if fs.get_file_info(path).type == arrow.FileType.NotFound:
-        return {}
-    head, base = _child_head(location), len(path.rstrip("/")) + 1
-    sep = "/" if "://" in head else os.sep
     return {
-        head + info.path[base:].replace("/", sep): (int(info.size or 0), (info.mtime_ns or 0) / 1e9)
-        for info in fs.get_file_info(arrow.FileSelector(path, recursive=True))
-        if info.type == arrow.FileType.File
-        and not info.base_name.startswith(".")
-        and info.base_name.endswith(suffix)
+        name: (int(info.size or 0), (info.mtime_ns or 0) / 1e9)
+        for name, info in _listing(location, suffix)
     }
 
 
