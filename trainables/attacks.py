@@ -108,7 +108,9 @@ def input_grad(
     if wide.dtype == logits.dtype:
         (grad,) = torch.autograd.grad(loss, delta)
     else:  # autocast: keep the gradient in range on its way back through the network
-        (g,) = torch.autograd.grad(loss, wide, retain_graph=True)
+        # The first pass stops at `wide`; the second runs wide's own graph, which the first
+        # never executes, so nothing needs retaining.
+        (g,) = torch.autograd.grad(loss, wide)
         (grad,) = torch.autograd.grad(wide, delta, grad_outputs=g * _pow2_scale(g, m))
     return grad, wide.detach()
 
