@@ -92,7 +92,7 @@ def score_file(meta: Path, equivalents: dict, stale: list[str]) -> FileScore:
         status = status_by_exit_code[code]
         if status in KILLED:
             score.killed += 1
-        elif name in equivalents:
+        elif name in equivalents and status != "not checked":
             if equivalents[name][0] in mutated_lines(name, source):
                 score.equivalent += 1
                 continue
