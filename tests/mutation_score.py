@@ -11,6 +11,7 @@ it hides nothing and is reported.
 Exit 1 if a non-equivalent mutant of the smoothing math or the envelope (STRICT) survived or
 was never tested; other files are reported only. Exit 2 if there are no results (run
 `mutmut run` first). Run from anywhere: `python tests/mutation_score.py`.
+`--forget-untested` prepares an incremental run instead (`make mutate` calls it first).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tests" / "mutation-equivalents.md"
 STRICT = ("trainables/smoothing.py", "sweeper/results/envelope.py")
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+NO_TESTS = {code for code, status in status_by_exit_code.items() if status == "no tests"}
 # "- `mutant.name` `mutated line`: why" (the reason may go on over indented lines)
 ENTRY = re.compile(r"^- `(?P<name>[^`]+)` `(?P<line>[^`]+)`:\s*(?P<why>.*)$")
 
@@ -103,13 +105,36 @@ def score_file(meta: Path, equivalents: dict, stale: list[str]) -> FileScore:
     return score
 
 
+def forget_untested() -> int:
+    """Before an incremental `mutmut run`: mutmut maps tests to functions once and keeps the
+    map, so a function added since reads as covered by no test ("no tests", never run). Drop
+    those verdicts and the map (mutmut-stats.json): the run collects the map afresh and tests
+    them; every other verdict stands."""
+    forgotten = 0
+    for meta in sorted((ROOT / "mutants").glob("**/*.py.meta")):
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        untested = [name for name, code in codes.items() if code in NO_TESTS]
+        if untested:
+            codes.update(dict.fromkeys(untested))
+            tmp = meta.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=4))
+            tmp.replace(meta)
+            forgotten += len(untested)
+    (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    print(f"{forgotten} mutants without tests will be re-tested; test map dropped")
+    return 0
+
+
 def main() -> int:
     os.chdir(ROOT)  # mutmut's paths (mutants/..., the .spans indexes) are relative to the root
+    if sys.argv[1:] == ["--forget-untested"]:
+        return forget_untested()
     metas = sorted((ROOT / "mutants").glob("**/*.py.meta"))
     if not metas:
         print("error: no mutmut results under mutants/: run `make mutate`", file=sys.stderr)
         return 2
-    equivalents, stale = read_equivalents(), []
+    equivalents, stale = read_equivalents(), list[str]()
     scores = [score_file(meta, equivalents, stale) for meta in metas]
     total = FileScore("total")
     for score in scores:
