@@ -112,7 +112,13 @@ def forget_untested() -> int:
     them; every other verdict stands."""
     forgotten = 0
     for meta in sorted((ROOT / "mutants").glob("**/*.py.meta")):
-        data = json.loads(meta.read_text())
+        try:
+            data = json.loads(meta.read_text())
+        except ValueError:  # mutmut writes in place: a run stopped while saving empties it
+            print(f"{meta.name}: unreadable, its mutants will be generated and run again")
+            meta.unlink()
+            meta.with_suffix("").unlink(missing_ok=True)  # the mutated copy: regenerated
+            continue
         codes = data["exit_code_by_key"]
         untested = [name for name, code in codes.items() if code in NO_TESTS]
         if untested:
