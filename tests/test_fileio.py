@@ -66,8 +66,14 @@ def test_listing_names_every_visible_file_below_as_a_full_location(tmp_path):
     """list_files / list_sizes give full locations in the caller's spelling (file:// URI or
     path, with or without a trailing slash), recursively and sorted, without hidden files or
     directories; total_size counts every byte (hidden files too, an empty file as 0)."""
-    for name, data in [("a.parquet", b"1"), ("notes.txt", b"333"), ("y/b.parquet", b"22"),
-                       ("y/empty.parquet", b""), (".c.parquet", b"4444"), ("y/.d.tmp", b"5")]:
+    for name, data in [
+        ("a.parquet", b"1"),
+        ("notes.txt", b"333"),
+        ("y/b.parquet", b"22"),
+        ("y/empty.parquet", b""),
+        (".c.parquet", b"4444"),
+        ("y/.d.tmp", b"5"),
+    ]:
         fileio.write_bytes_atomic(str(tmp_path / name), data)  # fmt: skip
     (tmp_path / "dir.parquet").mkdir()  # a directory, not a file
     uri = f"file://{tmp_path}"
@@ -106,3 +112,25 @@ def test_delete_removes_one_file_and_a_missing_one_is_no_error(tmp_path):
     fileio.delete(str(gone))  # already gone: nothing happens
     fileio.delete(str(tmp_path / "never-was"))
     assert keep.read_bytes() == b"x"
+
+
+def test_list_stats_gives_each_listed_files_size_and_modification_time(tmp_path):
+    """Sizes in bytes and mtimes in seconds since the epoch, for the files `list_files` names
+    (an empty file and one modified at the epoch itself are 0, not missing)."""
+    for name, data in [
+        ("a.parquet", b"333"),
+        ("y/b.parquet", b""),
+        (".c.parquet", b"1"),
+        ("notes.txt", b"22"),
+    ]:
+        fileio.write_bytes_atomic(str(tmp_path / name), data)  # fmt: skip
+    os.utime(tmp_path / "a.parquet", ns=(0, 1_700_000_000_250_000_000))
+    os.utime(tmp_path / "y" / "b.parquet", ns=(0, 0))
+    uri = f"file://{tmp_path}"
+    stats = fileio.list_stats(uri, ".parquet")
+    assert stats == {
+        f"{uri}/a.parquet": (3, 1_700_000_000_250_000_000 / 1e9),
+        f"{uri}/y/b.parquet": (0, 0.0),
+    }
+    assert sorted(stats) == fileio.list_files(uri, ".parquet")
+    assert fileio.list_stats(str(tmp_path / "missing")) == {}

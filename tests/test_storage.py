@@ -3,6 +3,7 @@ checkpoint lives, how test points are cut into shards, and what messages show of
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
@@ -20,6 +21,7 @@ from sweeper.results.storage import (
     storage_problem,
     write_sweep,
 )
+from trainables import fileio
 
 
 def _sweep(root, name: str, mtime_ns: int) -> None:
@@ -161,3 +163,35 @@ def test_paths_below_the_experiment_parse_back_to_what_they_are(tmp_path):
     assert exp.relative(shard) == f"certify/{trial}/{setting}/shard-00003-of-00010.parquet"
     assert exp.relative(exp.root + "\\cache\\certify.parquet") == "cache/certify.parquet"
     assert exp.cache_path("certify") == str(tmp_path.absolute() / "e" / "cache" / "certify.parquet")
+
+
+def test_each_kind_has_one_glob_matching_exactly_its_files(tmp_path):
+    """`Experiment.glob(stage, kind)` matches that kind's files of that stage and nothing
+    else (DuckDB, polars and Python's glob read the stage through it); certify's compacted
+    files by default."""
+    exp = Experiment(str(tmp_path), "e")
+    trial, setting = "0123456789ab", "cert-1"
+    files = {
+        ("certify", "shard"): exp.shard_path(trial, setting, 0, 2),
+        ("certify", "compacted"): exp.compacted_path("certify", trial, setting, 2),
+        ("certify", "memory"): exp.memory_path(trial, setting),
+        ("empirical", "compacted"): exp.compacted_path("empirical", trial, setting, 2),
+    }
+    for path in [*files.values(), fileio.join(exp.setting_dir("certify", trial, setting), "x.txt")]:
+        fileio.write_bytes_atomic(path, b"")
+    for (stage, kind), path in files.items():
+        assert glob.glob(exp.glob(stage, kind)) == [path]
+    assert exp.glob() == exp.glob("certify", "compacted")
+    assert glob.glob(exp.glob("empirical", "shard")) == []
+
+
+def test_failure_logs_and_retired_trials_sit_in_their_folders_at_the_experiment_root(tmp_path):
+    exp = Experiment(str(tmp_path), "e")
+    root = tmp_path.absolute() / "e"
+    assert exp.failures_log("20261124-010203") == str(
+        root / "logs" / "failures-20261124-010203.log"
+    )
+    assert exp.retired_dir("20261124-010203") == str(root / "retired" / "20261124-010203")
+    remote = Experiment("s3://bucket/sweeps", "e")
+    assert remote.failures_log("s") == "s3://bucket/sweeps/e/logs/failures-s.log"
+    assert remote.retired_dir("s") == "s3://bucket/sweeps/e/retired/s"
