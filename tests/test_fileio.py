@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +135,63 @@ def test_list_stats_gives_each_listed_files_size_and_modification_time(tmp_path)
     }
     assert sorted(stats) == fileio.list_files(uri, ".parquet")
     assert fileio.list_stats(str(tmp_path / "missing")) == {}
+
+
+def test_the_temp_file_is_hidden_beside_its_target_so_the_rename_is_atomic(tmp_path, monkeypatch):
+    """The temp file sits in the target's own folder (a rename is atomic only within one
+    filesystem) under a hidden ".<name>.<random>.tmp" name, which listings skip."""
+    renames = []
+    replace = os.replace
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (renames.append((src, dst)), replace(src, dst))
+    )
+    target = tmp_path / "y" / "a.parquet"
+    fileio.write_bytes_atomic(f"file://{target}", b"1")
+    [(src, dst)] = renames
+    assert Path(dst) == target and Path(src).parent == target.parent
+    assert Path(src).name.startswith(".a.parquet.") and Path(src).name.endswith(".tmp")
+
+
+@pytest.mark.parametrize(
+    ("error", "filename"),
+    [
+        (OSError(28, "No space left on device"), "target"),  # a bare write() error: named
+        (OSError(5, "Input/output error", "/dev/sdz"), "/dev/sdz"),  # already named: kept
+        (OSError("no errno"), None),  # no errno to name a file by: re-raised as it is
+    ],
+)
+def test_a_failed_write_names_the_file_it_was_writing(tmp_path, monkeypatch, error, filename):
+    def failing(fd):
+        raise error
+
+    target = str(tmp_path / "trial.json")
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError) as raised:
+        fileio.write_bytes_atomic(target, b"epoch 4")
+    assert raised.value.filename == (target if filename == "target" else filename)
+    assert raised.value.errno == error.errno and raised.value.strerror == error.strerror
+
+
+def test_uris_join_with_one_slash():
+    assert fileio.join("s3://bucket/sweeps/", "e", "x.json") == "s3://bucket/sweeps/e/x.json"
+    assert fileio.join("file:///tmp/s//", "e") == "file:///tmp/s/e"
+    assert fileio.join("/tmp/s/", "e") == str(Path("/tmp/s", "e"))
+
+
+def test_every_operation_on_an_s3_bucket(s3_endpoint):
+    """Writes, reads, listings and deletes through pyarrow's S3 filesystem against moto's
+    S3 server: full s3:// locations in, full s3:// locations out."""
+    base = "s3://sweeper-test/fileio-unit"
+    a, b = f"{base}/x/a.parquet", f"{base}/x/y/deep/b.parquet"
+    for location, data in [(a, b"333"), (b, b""), (f"{base}/notes.txt", b"22")]:
+        fileio.write_bytes_atomic(location, data)
+    assert fileio.exists(a) and fileio.exists(f"{base}/x") and not fileio.exists(f"{base}/nope")
+    assert fileio.read_bytes(a) == b"333" and fileio.read_bytes(b) == b""
+    assert fileio.list_files(base, ".parquet") == [a, b]
+    assert fileio.list_files(base + "/") == [f"{base}/notes.txt", a, b]
+    assert fileio.list_sizes(f"{base}/x/", ".parquet") == {a: 3, b: 0}
+    assert fileio.total_size(base) == 5
+    fileio.delete(a)
+    fileio.delete(a)  # already gone: no error
+    assert not fileio.exists(a) and fileio.list_files(base, ".parquet") == [b]
+    assert fileio.list_files(f"{base}/missing") == [] and fileio.total_size(f"{base}/missing") == 0
