@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy.stats import norm
 
 from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
@@ -20,6 +21,7 @@ from sweeper.results.envelope import (
     certified_accuracy,
     envelope,
     envelope_curve,
+    max_radii,
     model_table,
     parse_radii,
     read_columns,
@@ -253,6 +255,40 @@ def test_envelope_by_hand(frame):
     assert (env["points"] == 4).all()
     assert env.loc[3, "acr"] == pytest.approx(2.3 / 4)
     assert (env["cert_id"] == CID).all()
+
+
+def _reach(sigma: float, n: int, alpha: float) -> float:
+    """σ·Φ⁻¹(α^(1/n)): CERTIFY's radius when all n votes go to one class."""
+    return sigma * float(norm.ppf(alpha ** (1 / n)))
+
+
+@pytest.fixture
+def ddrs_frame(frame) -> pd.DataFrame:
+    """HI with per-point σ (largest 0.5); LO certified with n = 1000, α = 0.01 at σ = 1."""
+    frame = frame.copy()
+    hi = (frame["trial_id"] == HI.trial_id).to_numpy()
+    frame.loc[hi, "sigma_cert"] = [0.25, 0.5, 0.4, 0.25]
+    frame.loc[~hi, "n"], frame.loc[~hi, "alpha"] = 1000, 0.01
+    return frame
+
+
+def test_max_radii_are_each_models_largest_possible_radius(ddrs_frame):
+    """Model order (by trial_id: LO first); a model's largest σ sets its bound; without the
+    certification settings there is no bound (inf)."""
+    expected = [_reach(1.0, 1000, 0.01), _reach(0.5, CERT.n, CERT.alpha)]
+    np.testing.assert_allclose(max_radii(ddrs_frame), expected, rtol=1e-12)
+    assert max_radii(ddrs_frame).dtype == np.float64
+    for setting in ("sigma_cert", "n", "alpha"):
+        assert np.isinf(max_radii(ddrs_frame.drop(columns=[setting]))).all()
+
+
+def test_envelope_rows_carry_the_largest_radius_their_group_can_certify(ddrs_frame):
+    reach = dict(zip([LO.trial_id, HI.trial_id], max_radii(ddrs_frame), strict=True))
+    env = envelope(ddrs_frame, RADII)
+    np.testing.assert_allclose(env["max_radius"], [max(reach.values())] * len(RADII))
+    by_sigma = envelope(ddrs_frame, [0.5], by="sigma")
+    expected = [reach[cfg.trial_id] for cfg in sorted((HI, LO), key=lambda c: c.sigma)]
+    np.testing.assert_allclose(by_sigma["max_radius"], expected)
 
 
 def test_envelope_tie_with_equal_clean_accuracy_goes_to_smaller_trial_id():

@@ -181,6 +181,9 @@ def test_each_kind_has_one_glob_matching_exactly_its_files(tmp_path):
         fileio.write_bytes_atomic(path, b"")
     for (stage, kind), path in files.items():
         assert glob.glob(exp.glob(stage, kind)) == [path]
+        assert [(f.stage, f.kind) for f in exp.stage_files(stage) if f.path == path] == [
+            (stage, kind)
+        ]
     assert exp.glob() == exp.glob("certify", "compacted")
     assert glob.glob(exp.glob("empirical", "shard")) == []
 
@@ -195,3 +198,14 @@ def test_failure_logs_and_retired_trials_sit_in_their_folders_at_the_experiment_
     remote = Experiment("s3://bucket/sweeps", "e")
     assert remote.failures_log("s") == "s3://bucket/sweeps/e/logs/failures-s.log"
     assert remote.retired_dir("s") == "s3://bucket/sweeps/e/retired/s"
+
+
+def test_a_uri_storage_is_never_checked_against_the_local_disk(tmp_path):
+    """A local folder that happens to be spelled like the URI (here a link "s3:/bucket/e" in
+    the working directory, pointing outside) has no say over the bucket."""
+    (tmp_path / "s3:" / "bucket").mkdir(parents=True)
+    (tmp_path / "s3:" / "bucket" / "e").symlink_to(tmp_path)
+    os.chdir(tmp_path)
+    with pytest.raises(StorageError, match="outside the storage"):
+        Experiment("s3:/bucket", "e")  # the same spelling as a local path: refused
+    assert Experiment("s3://bucket", "e").root == "s3://bucket/e"
