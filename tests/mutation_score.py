@@ -11,7 +11,7 @@ it hides nothing and is reported.
 Exit 1 if a non-equivalent mutant of the smoothing math or the envelope (STRICT) survived or
 was never tested; other files are reported only. Exit 2 if there are no results (run
 `mutmut run` first). Run from anywhere: `python tests/mutation_score.py`.
-`--forget-untested` prepares an incremental run instead (`make mutate` calls it first).
+`--prepare` readies an incremental run instead (`make mutate` calls it first).
 """
 
 from __future__ import annotations
@@ -105,12 +105,13 @@ def score_file(meta: Path, equivalents: dict, stale: list[str]) -> FileScore:
     return score
 
 
-def forget_untested() -> int:
-    """Before an incremental `mutmut run`: mutmut maps tests to functions once and keeps the
-    map, so a function added since reads as covered by no test ("no tests", never run). Drop
-    those verdicts and the map (mutmut-stats.json): the run collects the map afresh and tests
-    them; every other verdict stands."""
-    forgotten = 0
+def prepare() -> int:
+    """Before an incremental `mutmut run`, forget the verdicts newer tests may change:
+    mutmut maps tests to functions once and keeps the map, so a function added since reads as
+    covered by no test ("no tests", never run), and a survivor is never run again even when a
+    test was added to kill it. Drops those verdicts (except survivors listed as equivalent) and
+    the map (mutmut-stats.json): the run maps the tests afresh and tests them again."""
+    equivalents, forgotten = read_equivalents(), 0
     for meta in sorted((ROOT / "mutants").glob("**/*.py.meta")):
         try:
             data = json.loads(meta.read_text())
@@ -120,22 +121,27 @@ def forget_untested() -> int:
             meta.with_suffix("").unlink(missing_ok=True)  # the mutated copy: regenerated
             continue
         codes = data["exit_code_by_key"]
-        untested = [name for name, code in codes.items() if code in NO_TESTS]
-        if untested:
-            codes.update(dict.fromkeys(untested))
+        stale = [name for name, code in codes.items() if _retest(name, code, equivalents)]
+        if stale:
+            codes.update(dict.fromkeys(stale))
             tmp = meta.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=4))
             tmp.replace(meta)
-            forgotten += len(untested)
+            forgotten += len(stale)
     (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
-    print(f"{forgotten} mutants without tests will be re-tested; test map dropped")
+    print(f"{forgotten} untested or surviving mutants will be tested again; test map dropped")
     return 0
+
+
+def _retest(name: str, code: int | None, equivalents: dict) -> bool:
+    status = status_by_exit_code[code]
+    return code in NO_TESTS or (status == "survived" and name not in equivalents)
 
 
 def main() -> int:
     os.chdir(ROOT)  # mutmut's paths (mutants/..., the .spans indexes) are relative to the root
-    if sys.argv[1:] == ["--forget-untested"]:
-        return forget_untested()
+    if sys.argv[1:] == ["--prepare"]:
+        return prepare()
     metas = sorted((ROOT / "mutants").glob("**/*.py.meta"))
     if not metas:
         print("error: no mutmut results under mutants/: run `make mutate`", file=sys.stderr)
