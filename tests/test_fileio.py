@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -195,3 +196,40 @@ def test_every_operation_on_an_s3_bucket(s3_endpoint):
     fileio.delete(a)  # already gone: no error
     assert not fileio.exists(a) and fileio.list_files(base, ".parquet") == [b]
     assert fileio.list_files(f"{base}/missing") == [] and fileio.total_size(f"{base}/missing") == 0
+
+
+class _Requests(logging.Handler):
+    """Counts the HTTP requests moto's S3 server (in this process) logs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "HTTP/1." in record.getMessage():
+            self.lines.append(record.getMessage())
+
+
+def test_a_small_write_to_s3_is_one_put_and_no_folder_markers(s3_endpoint):
+    """One filesystem per bucket (its region looked up once), no empty "folder/" objects,
+    and a small file sent as one PUT, not a three-request multipart upload."""
+    base = "s3://sweeper-test/fileio-requests"
+    fileio.write_bytes_atomic(f"{base}/warm-up", b"")  # the bucket's filesystem is made once
+    assert fileio.filesystem(f"{base}/x")[0] is fileio.filesystem("s3://sweeper-test")[0]
+    assert fileio.filesystem("s3://sweeper-test")[1] == "sweeper-test"
+    assert fileio.filesystem(f"{base}/x/")[1] == "sweeper-test/fileio-requests/x/"
+    assert fileio.filesystem(f"{base}/x?region=us-east-1")[1] == "sweeper-test/fileio-requests/x"
+    requests = _Requests()
+    logging.getLogger("werkzeug").addHandler(requests)
+    try:
+        fileio.write_bytes_atomic(f"{base}/certify/t/c/shard-00000-of-00001.parquet", b"1" * 5000)
+    finally:
+        logging.getLogger("werkzeug").removeHandler(requests)
+    assert (
+        len(requests.lines) == 1
+        and '"PUT /sweeper-test/fileio-requests/certify' in requests.lines[0]
+    )
+    assert fileio.list_files(base) == [
+        f"{base}/certify/t/c/shard-00000-of-00001.parquet",
+        f"{base}/warm-up",
+    ]

@@ -9,6 +9,7 @@ pyarrow is imported on first use of a filesystem, so that commands which only pl
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import types
@@ -27,6 +28,9 @@ def _file_mode() -> int:
 
 
 FILE_MODE = _file_mode()  # what open() would give a new file under this process's umask
+# Filesystems without directories: a write needs no parent made first (pyarrow would PUT an
+# empty marker object per ancestor folder, on every write).
+OBJECT_STORES = frozenset({"s3", "gcs"})
 
 
 def is_uri(location: str) -> bool:
@@ -46,11 +50,26 @@ def _pafs() -> types.ModuleType:
 
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow filesystem, path inside it) for any location."""
-    arrow = _pafs()
-    if is_uri(location):
-        return arrow.FileSystem.from_uri(str(location))
-    return arrow.LocalFileSystem(), str(local_path(location).absolute())
+    """(pyarrow filesystem, path inside it) for any location. URIs share one filesystem per
+    scheme://authority (a bucket's region is looked up once, not once per file: S3 took two
+    HEAD requests per call); a URI with options (`?region=...`) gets its own."""
+    location = str(location)
+    if not is_uri(location):
+        return _pafs().LocalFileSystem(), str(local_path(location).absolute())
+    if "?" in location:
+        return _pafs().FileSystem.from_uri(location)
+    scheme, _, rest = location.partition("://")
+    authority, _, tail = rest.partition("/")
+    fs, root = _store(f"{scheme}://{authority}")
+    return fs, f"{root.rstrip('/')}/{tail}" if tail else root
+
+
+@functools.lru_cache(maxsize=64)
+def _store(root: str) -> tuple[pafs.FileSystem, str]:
+    """from_uri of a scheme://authority. On S3, delayed open sends a small file as one PUT
+    (an eager open starts a multipart upload: three requests)."""
+    options = "?allow_delayed_open=true" if root.startswith("s3://") else ""
+    return _pafs().FileSystem.from_uri(root + options)
 
 
 def join(base: str, *parts: str) -> str:
@@ -95,7 +114,8 @@ def write_bytes_atomic(location: str, data: bytes) -> None:
 def _write_atomic(location: str, data: bytes) -> None:
     if is_uri(location):
         fs, path = filesystem(location)
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        if fs.type_name not in OBJECT_STORES:
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         with fs.open_output_stream(path) as f:
             f.write(data)
         return
