@@ -113,8 +113,8 @@ def _run_starts(frame: pd.DataFrame) -> np.ndarray:
     change[:1] = True
     for k in MODEL_KEY:
         values = pa.chunked_array(pa.array(frame[k]))  # Arrow-backed strings: no copy
-        same = pc.fill_null(pc.equal(values[1:], values[:-1]), False)
-        change[1:] |= ~same.to_numpy(zero_copy_only=False)
+        # Never null: the reader drops rows whose ids are not their path's.
+        change[1:] |= ~pc.equal(values[1:], values[:-1]).to_numpy()
     return np.flatnonzero(change)
 
 
