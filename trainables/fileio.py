@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import tempfile
 import types
 from collections.abc import Iterator
@@ -50,26 +51,28 @@ def _pafs() -> types.ModuleType:
 
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow filesystem, path inside it) for any location. URIs share one filesystem per
-    scheme://authority (a bucket's region is looked up once, not once per file: S3 took two
-    HEAD requests per call); a URI with options (`?region=...`) gets its own."""
+    """(pyarrow filesystem, path inside it) for any location. A plain bucket URI (s3://, gs://:
+    no options, no escapes) shares its bucket's one filesystem (the region is looked up once,
+    not once per file: S3 took two HEAD requests per call); any other URI gets its own."""
     location = str(location)
     if not is_uri(location):
         return _pafs().LocalFileSystem(), str(local_path(location).absolute())
-    if "?" in location:
+    plain = _BUCKET_URI.fullmatch(location)
+    if plain is None:
         return _pafs().FileSystem.from_uri(location)
-    scheme, _, rest = location.partition("://")
-    authority, _, tail = rest.partition("/")
-    fs, root = _store(f"{scheme}://{authority}")
-    return fs, f"{root.rstrip('/')}/{tail}" if tail else root
+    scheme, bucket, key = plain.groups()
+    return _bucket(scheme, bucket), f"{bucket}/{key}".rstrip("/")  # as from_uri spells it
+
+
+_BUCKET_URI = re.compile(r"(s3|gs|gcs)://([^/?#%\s]+)/?([^?#%\s]*)")
 
 
 @functools.lru_cache(maxsize=64)
-def _store(root: str) -> tuple[pafs.FileSystem, str]:
-    """from_uri of a scheme://authority. On S3, delayed open sends a small file as one PUT
-    (an eager open starts a multipart upload: three requests)."""
-    options = "?allow_delayed_open=true" if root.startswith("s3://") else ""
-    return _pafs().FileSystem.from_uri(root + options)
+def _bucket(scheme: str, bucket: str) -> pafs.FileSystem:
+    """The filesystem of one bucket. On S3, delayed open sends a small file as one PUT (an
+    eager open starts a multipart upload: three requests)."""
+    options = "?allow_delayed_open=true" if scheme == "s3" else ""
+    return _pafs().FileSystem.from_uri(f"{scheme}://{bucket}{options}")[0]
 
 
 def join(base: str, *parts: str) -> str:
