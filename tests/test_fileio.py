@@ -226,7 +226,7 @@ def test_a_small_write_to_s3_is_one_put_and_no_folder_markers(s3_endpoint):
     base = "s3://sweeper-test/fileio-requests"
     fileio.write_bytes_atomic(f"{base}/warm-up", b"")  # the bucket's filesystem is made once
     assert fileio.filesystem(f"{base}/x")[0] is fileio.filesystem("s3://sweeper-test")[0]
-    for odd in ("", "/", "/x/", "/a//b", "/a/http://b", "/a%20b", "/x?region=us-east-1"):
+    for odd in ("", "/", "/x/", "/abX", "/a//b", "/a/http://b", "/a%20b", "/x?region=us-east-1"):
         location = f"s3://sweeper-test{odd}"  # the path is the one pyarrow's own parsing gives
         assert fileio.filesystem(location)[1] == pafs.FileSystem.from_uri(location)[1], odd
     requests = _Requests()
@@ -243,3 +243,18 @@ def test_a_small_write_to_s3_is_one_put_and_no_folder_markers(s3_endpoint):
         f"{base}/certify/t/c/shard-00000-of-00001.parquet",
         f"{base}/warm-up",
     ]
+
+
+def test_an_interrupt_just_after_the_rename_stays_an_interrupt(tmp_path, monkeypatch):
+    """Ctrl-C can land between the rename and the end of the write: the temp file is gone
+    then (it is the new file), and the interrupt, not a missing-file error, goes up."""
+    replace = os.replace
+
+    def replace_then_interrupt(src, dst):
+        replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fileio.write_bytes_atomic(str(tmp_path / "trial.json"), b"epoch 4")
+    assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]

@@ -85,7 +85,7 @@ def join(base: str, *parts: str) -> str:
 def _child_head(location: str) -> str:
     """What `join(location, rel)` puts before `rel`, computed once for a whole listing (a
     pathlib join per file was most of listing 6,440 shards)."""
-    return join(location, "x")[:-1]  # join drops a trailing "/" of `location` itself
+    return join(location, "x")[:-1]  # join drops a trailing "/" of the location itself
 
 
 def exists(location: str) -> bool:
