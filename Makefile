@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/train_speed.py $(SMOKE_FLAG)
 	$(BIN)/python benchmarks/data_pipeline.py $(SMOKE_FLAG)
 	$(BIN)/python benchmarks/gpu.py $(SMOKE_FLAG)
+	$(BIN)/python benchmarks/s3_requests.py $(SMOKE_FLAG)
 
 # requirements/cluster.txt: every dependency of pyproject.toml (and the `cluster` extra) pinned
 # with its hashes, for the cluster image's Python 3.11 on x86_64 Linux; cluster.yaml installs it

@@ -5,6 +5,7 @@ Run from the repository root (a benchmark, not a test; under a minute):
 
     .venv/bin/python benchmarks/s3_requests.py             # 200 files of 20 kB
     .venv/bin/python benchmarks/s3_requests.py --files 1000
+    .venv/bin/python benchmarks/s3_requests.py --smoke      # 20 files
 
 Each way writes the same files (a shard's path depth: <root>/certify/<trial>/<setting>/...),
 checks that one exists, lists them with sizes and reads every one back:
@@ -107,7 +108,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--kb", type=int, default=20, help="size of each file")
+    parser.add_argument("--smoke", action="store_true", help="20 files: does it run")
     args = parser.parse_args()
+    if args.smoke:
+        args.files = 20
 
     from moto.server import ThreadedMotoServer
 

@@ -121,13 +121,13 @@ def prepare() -> int:
             meta.with_suffix("").unlink(missing_ok=True)  # the mutated copy: regenerated
             continue
         codes = data["exit_code_by_key"]
-        stale = [name for name, code in codes.items() if _retest(name, code, equivalents)]
-        if stale:
-            codes.update(dict.fromkeys(stale))
+        retest = [name for name, code in codes.items() if _retest(name, code, equivalents)]
+        if retest:
+            codes.update(dict.fromkeys(retest))
             tmp = meta.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=4))
             tmp.replace(meta)
-            forgotten += len(stale)
+            forgotten += len(retest)
     (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     print(f"{forgotten} untested or surviving mutants will be tested again; test map dropped")
     return 0

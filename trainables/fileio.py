@@ -50,6 +50,10 @@ def _pafs() -> types.ModuleType:
     return pyarrow.fs
 
 
+# scheme, bucket, key of a plain bucket URI (no options, fragments, escapes or spaces)
+_BUCKET_URI = re.compile(r"(s3|gs|gcs)://([^/?#%\s]+)/?([^?#%\s]*)")
+
+
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) for any location. A plain bucket URI (s3://, gs://:
     no options, no escapes) shares its bucket's one filesystem (the region is looked up once,
@@ -62,9 +66,6 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         return _pafs().FileSystem.from_uri(location)
     scheme, bucket, key = plain.groups()
     return _bucket(scheme, bucket), f"{bucket}/{key}".rstrip("/")  # as from_uri spells it
-
-
-_BUCKET_URI = re.compile(r"(s3|gs|gcs)://([^/?#%\s]+)/?([^?#%\s]*)")
 
 
 @functools.lru_cache(maxsize=64)
