@@ -7,12 +7,14 @@ would be trained again from scratch. Only update them on purpose."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from trainables import checkpoint
 from trainables.config import TrialConfig
 from trainables.train import fit
 from trainables.trial_status import read_status
@@ -51,19 +53,43 @@ def test_trial_ids_of_every_kind_of_config_are_unchanged(name: str):
     assert again == cfg and again.trial_id == PINNED_IDS[name]
 
 
-def test_a_trial_written_before_resumes_and_finishes_as_an_uninterrupted_run(tmp_path):
+def test_a_trial_written_before_loads_and_resumes_to_the_end(tmp_path):
+    """What a stored trial can promise on any machine: its id is its config's hash, its
+    checkpoint loads (weights only) into the model the config builds, and training resumes at
+    its next epoch and finishes. Its weights were computed on another CPU, so nothing trained
+    from them is compared bit for bit (torch promises no equality across CPUs)."""
     status = read_status(str(STORED_TRIAL))
     cfg = TrialConfig.from_dict(status["config"])
     assert cfg.trial_id == status["trial_id"] == STORED_TRIAL.name
     assert (status["state"], status["epoch"], cfg.epochs) == ("running", 1, 2)
-    ckpt = tmp_path / "checkpoint.pt"  # written with 1 torch thread, as conftest sets
+    ckpt = tmp_path / "checkpoint.pt"
     shutil.copy(STORED_TRIAL / "checkpoint.pt", ckpt)
+    model, stored_cfg = checkpoint.load_model(ckpt)
+    assert stored_cfg == cfg and checkpoint.load(ckpt)["epoch"] == 1
+    resumed = fit(cfg, ckpt, device=torch.device("cpu"))
+    assert resumed.epoch == 2 and len(resumed.history) == 2
+    assert resumed.history[0] == status["metrics"]  # epoch 1 came from the stored checkpoint
+    assert resumed.history[1]["epoch"] == 2 and math.isfinite(resumed.history[1]["train_loss"])
+    before, after = model.state_dict(), resumed.model.state_dict()
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # epoch 2 trained them
+    assert checkpoint.load(ckpt)["epoch"] == 2  # and wrote them back
+
+
+def test_a_run_resumed_from_its_own_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    """The stored trial's config, trained here: stopped after epoch 1 and resumed from the
+    checkpoint this run wrote, it ends with the weights and metrics of a run never stopped."""
+    cfg = TrialConfig.from_dict(read_status(str(STORED_TRIAL))["config"])
     cpu = torch.device("cpu")
-    resumed = fit(cfg, ckpt, device=cpu)
+    ckpt = tmp_path / "stopped" / "checkpoint.pt"
+    assert fit(cfg, ckpt, device=cpu, stop_after=1).epoch == 1
+    trained: list[int] = []  # epochs the resumed call trained itself
+    resumed = fit(cfg, ckpt, device=cpu, on_epoch=lambda m, _: trained.append(m["epoch"]))
+    assert trained == [2]
     straight = fit(cfg, tmp_path / "straight" / "checkpoint.pt", device=cpu)
     assert resumed.epoch == straight.epoch == 2
-    assert resumed.history[0] == status["metrics"]  # epoch 1 came from the stored checkpoint
     state, again = resumed.model.state_dict(), straight.model.state_dict()
+    assert state.keys() == again.keys()
     assert all(torch.equal(state[k], again[k]) for k in again)
     for key in ("train_loss", "train_acc", "test_clean_acc", "test_noisy_acc"):
-        assert resumed.history[1][key] == straight.history[1][key]
+        assert [h[key] for h in resumed.history] == [h[key] for h in straight.history]
