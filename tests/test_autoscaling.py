@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -102,6 +103,15 @@ def _wait_for_gcs(address: str, head: subprocess.Popen, log: Path, timeout: floa
     raise AssertionError(f"the fake cluster's head did not come up:\n{log.read_text()[-3000:]}")
 
 
+def _auth_env(tmp: Path) -> dict[str, str]:
+    """Token authentication with a token of this test's own, in its temp dir: the cluster and
+    its drivers never read or write ~/.ray/auth_token (a fresh machine has none)."""
+    token = tmp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+
+
 @pytest.fixture(scope="module")
 def fake_cluster(tmp_path_factory):
     """A head with {CPU: 1} and no GPU, an autoscaler that can add one {CPU: 2, GPU: 1} worker.
@@ -115,8 +125,8 @@ def fake_cluster(tmp_path_factory):
     config["provider"]["gcs_address"] = address  # where the fake workers find the head
     (tmp / "cluster.json").write_text(json.dumps(config))
     temp_dir = tempfile.mkdtemp(prefix="sw-as-")  # short: Unix socket paths are limited
-    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-           "RAY_AUTH_MODE": "token"}  # fmt: skip
+    auth = _auth_env(tmp)
+    env = {**os.environ, **auth, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
     log = tmp / "head.log"
     head = subprocess.Popen(
         [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
@@ -127,8 +137,7 @@ def fake_cluster(tmp_path_factory):
     )  # fmt: skip
     try:
         _wait_for_gcs(address, head, log)
-        driver_env = {**os.environ, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token",
-                      "COLUMNS": "200"}  # fmt: skip
+        driver_env = {**os.environ, **auth, "RAY_ADDRESS": address, "COLUMNS": "200"}
         _wait_for_autoscaler(driver_env, head, log)
         yield driver_env
     finally:
