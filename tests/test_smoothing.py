@@ -13,6 +13,7 @@ from scipy.stats import beta, binom, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
+from trainables.certify_points import CertifySettings, certify_points
 from trainables.models import NormalizeLayer
 from trainables.smoothing import (
     ABSTAIN,
@@ -516,3 +517,47 @@ def test_predict_at_a_p_value_of_exactly_alpha_returns_the_class(counts, alpha):
 def test_smooth_rejects_non_positive_sigma(sigma):
     with pytest.raises(ValueError, match="sigma"):
         Smooth(ConstantClassifier(0), 10, sigma)
+
+
+# ---------------------------------------------------------------- certify_points: the rows
+
+
+def test_certify_points_rows_count_an_abstention_as_wrong_and_a_certified_class_by_its_label():
+    """CoinFlip on six points of a data set (items `(x, label, idx)`, as every data set):
+    pixel 0 at the threshold is a fair coin, so CERTIFY abstains, whatever the label; at ±10σ
+    the votes are unanimous, so the point is certified at σ·Φ⁻¹(α^(1/n)), right or wrong as
+    its label says. Two points per forward batch, so the rows come from three batches."""
+    sigma, n, alpha = 0.5, 200, 0.001
+    pixel = [0.0, 5.0, 5.0, 0.0, -5.0, -5.0]  # classes: coin, 1, 1, coin, 0, 0
+    labels = [1, 1, 0, 0, 0, 2]
+    data = []
+    for i, (p, label) in enumerate(zip(pixel, labels, strict=True)):
+        x = torch.full(SHAPE, 0.5)
+        x[0, 0, 0] = p
+        data.append((x, label, i))
+    indices = [0, 1, 2, 3, 4, 5]
+    settings = CertifySettings(
+        n0=20, n=n, alpha=alpha, sigma=sigma, batch_size=64, points_per_batch=2
+    )
+    cols = certify_points(CoinFlip(), data, indices, 3, settings, 7, torch.device("cpu"))
+    rows = [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
+    top = sigma * float(norm.ppf(beta.ppf(alpha, n, 1)))  # all n votes: p_lower = Beta quantile
+    expected = [  # predict, correct, radius of points 0 to 5
+        (ABSTAIN, False, 0.0),  # a coin, labelled 1
+        (1, True, top),
+        (1, False, top),  # class 1, labelled 0
+        (ABSTAIN, False, 0.0),  # a coin, labelled 0
+        (0, True, top),
+        (0, False, top),  # class 0, labelled 2
+    ]
+    assert [r["idx"] for r in rows] == indices and [r["label"] for r in rows] == labels
+    for row, (predict, correct, radius) in zip(rows, expected, strict=True):
+        assert (row["predict"], row["correct"]) == (predict, correct), row
+        assert type(row["correct"]) is bool
+        assert row["radius"] == pytest.approx(radius, rel=1e-9, abs=0.0), row
+        assert row["sigma_cert"] == sigma
+        if predict == ABSTAIN:  # a coin: about n/2 votes for the selected class
+            assert row["p_lower"] < 0.5 and 0.3 * n < row["count"] < 0.7 * n, row
+        else:
+            assert row["count"] == n and row["p_lower"] == pytest.approx(alpha ** (1 / n))
+    assert top == pytest.approx(0.5 * 1.8257, abs=1e-4)  # Φ⁻¹(0.001^(1/200)) by hand
