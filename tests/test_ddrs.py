@@ -22,6 +22,8 @@ import torch
 from scipy.stats import chi2, norm
 from torch import nn
 
+from trainables.certify_points import CertifySettings, certify_points
+from trainables.config_parts import DDRSSettings
 from trainables.ddrs import PROB_CLAMP, MemoryResult, memory_certify, optimize_sigma, proxy_radius
 from trainables.smoothing import ABSTAIN, Smooth, max_radius
 
@@ -492,3 +494,44 @@ def test_a_sigma_table_longer_than_the_points_is_refused():
         Smooth(Constant(1), 3, 0.25).certify_batch(
             xs, 5, 20, 0.01, 8, _gen(), torch.tensor([0.25, 0.5, 1.0])
         )
+
+
+# ------------------------------------------------------------------------------ certify_points
+
+
+class Keyed(nn.Module):
+    """Inputs near 100·k (k = 0, 1, ...) get logits `gaps[k]`·onehot(`classes[k]`): a vote the
+    noise cannot change, and a softmax p1 = sigmoid(gap) with no gradient in σ (the key is
+    rounded). So R(σ) = σ·Φ⁻¹(p1) exactly, and OptimizeSigma's every step adds lr·Φ⁻¹(p1):
+    σ_x = σ0 + K·lr·Φ⁻¹(sigmoid(gap)), a different σ for each gap."""
+
+    def __init__(self, classes: list[int], gaps: list[float]):
+        super().__init__()
+        self.classes, self.gaps = torch.tensor(classes), torch.tensor(gaps)
+
+    def forward(self, x):
+        key = torch.round(x.flatten(1).mean(dim=1) / 100).long()
+        onehot = nn.functional.one_hot(self.classes[key], 2).to(x.dtype)
+        return onehot * self.gaps[key].to(x.dtype).unsqueeze(1)
+
+
+def test_ddrs_rows_carry_each_points_own_sigma_and_its_radius():
+    """Five points with five different σ_x, two per forward batch: each row has the σ its own
+    point's gap gives (not a neighbour's) and the radius of that σ, σ_x·Φ⁻¹(α^(1/n))."""
+    classes, gaps = [1, 0, 0, 1, 0], [2.0, 0.5, 3.0, 1.0, 1.5]
+    data = [(torch.full(SHAPE, 100.0 * k), c, k) for k, c in enumerate(classes)]
+    ddrs = DDRSSettings(iterations=10, lr=0.05, samples=2)
+    sigma0, n, alpha = 0.25, 300, 0.01
+    settings = CertifySettings(
+        n0=10, n=n, alpha=alpha, sigma=sigma0, batch_size=64, points_per_batch=2, ddrs=ddrs
+    )
+    rows = certify_points(Keyed(classes, gaps), data, range(5), 2, settings, 3, torch.device("cpu"))
+    assert rows["idx"] == [0, 1, 2, 3, 4] and rows["predict"] == classes
+    expected = [sigma0 + 10 * 0.05 * norm.ppf(1 / (1 + math.exp(-g))) for g in gaps]
+    np.testing.assert_allclose(rows["sigma_cert"], expected, rtol=1e-5)
+    assert len(set(rows["sigma_cert"])) == 5  # all different: a mix-up would show
+    top = norm.ppf(alpha ** (1 / n))
+    np.testing.assert_allclose(rows["radius"], [s * top for s in expected], rtol=1e-5)
+    probit = norm.ppf(rows["p_lower"])
+    np.testing.assert_allclose(rows["radius"], np.array(rows["sigma_cert"]) * probit, rtol=1e-9)
+    assert rows["correct"] == [True] * 5 and rows["count"] == [n] * 5
