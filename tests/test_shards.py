@@ -12,10 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.plan.spec import CertifySpec
+from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.envelope import envelope
+from sweeper.results.failures import read_failures
 from sweeper.results.reader import read_stage, refresh_cache
 from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, max_radius, shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.status import stage_shards
 from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import compaction, shards
@@ -309,3 +311,67 @@ def test_sweeper_compact_migrates_an_experiment_written_before(exp):
     assert Path(exp.shard_path(B.trial_id, CID, 0, 2)).is_file()
     assert Path(exp.cache_path("certify")).is_file()
     assert certified(exp) == clean
+
+
+# ------------------------------------------------------------------------------ resuming
+class _Tasks:
+    """Stands in for `_remote(...)`: records the tasks a runner would start on Ray."""
+
+    def __init__(self):
+        self.started: list[tuple] = []
+
+    def __call__(self, fn, gpu):
+        return self
+
+    def options(self, **resources):
+        return self
+
+    def remote(self, *args):
+        self.started.append(args)
+        return object()
+
+
+def test_a_model_half_done_with_another_shard_size_is_refused_not_resumed(tmp_path, monkeypatch):
+    """8 test points in shards of 2 make 4 shards; a shard of 3 (written with shard_size 3)
+    is there: computing the 4 would count its points twice. Nothing is started, the model's
+    failure says why, in the run's failures.json too, and the old file is left as it was."""
+    exp = Experiment(str(tmp_path), "exp")
+    old = Path(exp.shard_path(A.trial_id, CID, 0, 3))
+    old.parent.mkdir(parents=True)
+    write_table(rows(A, [0, 1, 2], [0.3, 0.0, 0.2]), str(old))
+    saved = old.read_bytes()
+    assert shards.progress(exp, "certify", A.trial_id, CID, 4) == shards.Progress(
+        compacted=False, shards=frozenset(), other_counts=frozenset({3})
+    )
+    tasks, events = _Tasks(), []
+    monkeypatch.setattr(shards, "_remote", tasks)
+    runner = shards.StageRunner(
+        exp, [shards.Work(CERTIFY, SPEC)], Resources(), events.append, sizer=lambda d, _: 8
+    )
+    assert runner.submit(A) == 0
+    assert tasks.started == [] and runner.pending == {}
+    message = (
+        f"{CID} was computed in 3 shards, now 4: use the shard_size used before, "
+        "or move that directory away"
+    )
+    assert runner.failure_rows() == [(A.trial_id, "certify", message)]
+    assert [(e.kind, e.detail) for e in events] == [
+        ("certify_failed", message),
+        ("shards_planned", "0 to do"),
+    ]
+    failures, _ = read_failures(exp)
+    assert failures[(A.trial_id, "certify")].message == message
+    assert old.read_bytes() == saved and sorted(p.name for p in old.parent.iterdir()) == [old.name]
+
+
+def test_progress_tells_shards_of_the_planned_count_from_those_of_another(exp):
+    write(exp, A, 2, 3, rows(A, [4, 5, 6], [0.1, 0.2, 0.3]))
+    assert shards.progress(exp, "certify", A.trial_id, CID, 2) == shards.Progress(
+        compacted=False, shards=frozenset({0, 1}), other_counts=frozenset({3})
+    )
+    assert shards.progress(exp, "certify", A.trial_id, CID, 3) == shards.Progress(
+        compacted=False, shards=frozenset({2}), other_counts=frozenset({2})
+    )
+    assert shards.progress(exp, "certify", B.trial_id, CID, 1) == shards.Progress(
+        compacted=False, shards=frozenset({0}), other_counts=frozenset()
+    )
