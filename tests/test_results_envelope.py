@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy.stats import norm
+from typer.testing import CliRunner
 
+from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
 from sweeper.results.envelope import (
@@ -30,6 +32,7 @@ from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
 
 CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None)
 SIGMA_CERT = 1.0  # the hand-made radii (up to 2.0) are possible: at most 3.81·σ at n = 10^5
@@ -473,3 +476,50 @@ def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
     assert len(results.frame) == 8 and results.models == 2
     amp = results.frame.groupby("trial_id")["amp"].unique().to_dict()
     assert {k: list(v) for k, v in amp.items()} == {HI.trial_id: ["off"], fp16.trial_id: ["fp16"]}
+
+
+# ------------------------------------------------------------------------------ unsound rows
+DDRS_CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
+# HI certified again with DDRS: every point right at radius 2; it would win every radius <= 2.
+DDRS_POINTS = {"predict": [1, 2, 3, 4], "correct": [True] * 4, "radius": [2.0] * 4}
+
+
+def with_unsound_ddrs_rows(storage) -> Experiment:
+    """`write_experiment` and HI's DDRS shards as `certify --ddrs` writes them, before the
+    compaction that runs the memory pass (a run cut short there): no memory columns yet."""
+    exp = write_experiment(storage)
+    cid = DDRS_CERT.cert_id
+    constants = {"sigma_cert": SIGMA_CERT, "smoothing": "data-dependent", "n0": DDRS_CERT.n0,
+                 "n": DDRS_CERT.n, "alpha": DDRS_CERT.alpha}  # fmt: skip
+    for k in (0, 1):
+        cols = columns(_part(DDRS_POINTS, slice(2 * k, 2 * k + 2)), [2 * k, 2 * k + 1])
+        shard = shard_table(HI, "exp", cid, constants, cols, {"config": HI.to_dict()})
+        write_table(shard, exp.shard_path(HI.trial_id, cid, k, 2))
+    return exp
+
+
+def test_data_dependent_rows_before_their_memory_pass_are_read_as_unsound(tmp_path):
+    frame = load_results(with_unsound_ddrs_rows(tmp_path)).frame
+    dependent = (frame["cert_id"] == DDRS_CERT.cert_id).to_numpy()
+    assert dependent.sum() == 4 and frame["memory_changed"].isna().all()
+    assert frame["sound"].tolist() == (~dependent).tolist()
+    env = envelope(frame[frame["sound"]], RADII)  # as README's "Reading results" says
+    assert env["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
+    assert set(env["trial_id"].dropna()) == {HI.trial_id, LO.trial_id}
+
+
+def test_sweeper_envelope_leaves_out_rows_that_await_their_memory_pass(tmp_path):
+    """The fixed-σ models' envelope (test_envelope_by_hand), not the DDRS model's 1.0 up to
+    r = 2, and stderr says what was left out and how to finish it."""
+    with_unsound_ddrs_rows(tmp_path)
+    args = ["envelope", "--storage", str(tmp_path), "--experiment", "exp", "--format", "csv"]
+    result = CliRunner().invoke(app, [*args, "--radii", ",".join(map(str, RADII))])
+    assert result.exit_code == 0, result.output
+    env = pd.read_csv(io.StringIO(result.stdout))
+    assert env["radius"].tolist() == RADII and "smoothing" not in env.columns
+    assert env["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
+    winners = [HI.trial_id] * 3 + [LO.trial_id] * 2 + ["-"]  # nothing certified at 2.25
+    assert env["trial_id"].fillna("-").tolist() == winners
+    assert (env["models"] == 2).all() and set(env["cert_id"].dropna()) == {CID}
+    assert "1 data-dependent models await their memory pass and are left out" in result.stderr
+    assert "2 models, 8 certified points" in result.stderr
