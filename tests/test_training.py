@@ -81,6 +81,28 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, attack, s
     assert [h["epsilon"] for h in straight.history] == [0.25, 0.5, 0.5]  # min(ε, (e+1)ε/W)
 
 
+def test_the_method_is_given_each_epochs_warm_up_epsilon(monkeypatch):
+    """The ε the loss receives in epoch e (from 0), not a figure computed beside it: the
+    reference warm-up min(ε, (e+1)·ε/W), here ε/4, 2ε/4, 3ε/4, ε, ε (exact in binary). One
+    batch of one chunk per epoch: one loss call each. The history records the same ε."""
+    import trainables.methods.smoothadv as smoothadv
+
+    received: list[tuple[int, float]] = []
+    real = smoothadv.loss
+
+    def recording(model, x, y, ctx):
+        received.append((ctx.epoch, ctx.epsilon))
+        return real(model, x, y, ctx)
+
+    monkeypatch.setattr(smoothadv, "loss", recording)
+    small = {"m_train": 1, "steps": 1, "batch_size": 32, "train_subset": 32, "eval_subset": 16}
+    cfg = small_cfg(epsilon=0.5, warmup_epochs=4, epochs=5, **small)
+    history = fit(cfg, None, device=CPU).history
+    expected = [(e, min(0.5, (e + 1) * 0.5 / 4)) for e in range(5)]
+    assert received == expected == [(0, 0.125), (1, 0.25), (2, 0.375), (3, 0.5), (4, 0.5)]
+    assert [h["epsilon"] for h in history] == [eps for _, eps in expected]
+
+
 # ---------------------------------------------------------------------------- checkpoints
 
 
