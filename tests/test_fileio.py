@@ -183,10 +183,26 @@ def test_uris_join_with_one_slash():
     assert fileio.join("s3://bucket/XX/", "e") == "s3://bucket/XX/e"  # only "/" is stripped
 
 
-def test_a_write_makes_the_parent_folders_on_a_filesystem_that_has_folders():
+def test_a_write_makes_the_parent_folders_on_a_filesystem_that_has_folders(monkeypatch):
     """pyarrow's mock filesystem (in memory, folders required as on HDFS) stands in for
-    every non-object store: a write into folders that do not exist yet succeeds."""
+    every non-object store: a write into folders that do not exist yet succeeds, makes them,
+    and the file reads back. (Each mock:// URI opens a new, empty filesystem: here every one
+    is the first one opened, so the read sees the write.)"""
+    opened: list = []
+    real = fileio.filesystem
+
+    def one_mock(location):
+        fs, path = real(location)
+        opened.append(fs)
+        return opened[0], path
+
+    monkeypatch.setattr(fileio, "filesystem", one_mock)
     fileio.write_bytes_atomic("mock:///a/b/c.parquet", b"1")
+    fs = opened[0]
+    assert fs.type_name == "mock"
+    assert fs.get_file_info("a/b").type == pafs.FileType.Directory
+    assert fileio.read_bytes("mock:///a/b/c.parquet") == b"1"
+    assert fileio.exists("mock:///a/b/c.parquet") and not fileio.exists("mock:///a/b/d.parquet")
 
 
 def test_every_operation_on_an_s3_bucket(s3_endpoint):
