@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from scipy.stats import norm
+from scipy.stats import beta, norm
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -260,9 +260,15 @@ def test_envelope_by_hand(frame):
     assert (env["cert_id"] == CID).all()
 
 
-def _reach(sigma: float, n: int, alpha: float) -> float:
-    """σ·Φ⁻¹(α^(1/n)): CERTIFY's radius when all n votes go to one class."""
-    return sigma * float(norm.ppf(alpha ** (1 / n)))
+# CERTIFY's largest radius per unit σ: Φ⁻¹ of the Clopper–Pearson lower bound of n votes out
+# of n, written out (checked against scipy below, not against the code under test).
+REACH_1000 = 2.604935141811568  # n = 1000, α = 0.01
+REACH_100000 = 3.8114565633899145  # n = 100000, α = 0.001: the 3.81·σ above
+
+
+def test_the_written_out_reaches_are_scipys_clopper_pearson_bounds():
+    for reach, n, alpha in ((REACH_1000, 1000, 0.01), (REACH_100000, 100_000, 0.001)):
+        assert norm.ppf(beta.ppf(alpha, n, 1)) == pytest.approx(reach, rel=1e-12)
 
 
 @pytest.fixture
@@ -278,7 +284,7 @@ def ddrs_frame(frame) -> pd.DataFrame:
 def test_max_radii_are_each_models_largest_possible_radius(ddrs_frame):
     """Model order (by trial_id: LO first); a model's largest σ sets its bound; without the
     certification settings there is no bound (inf)."""
-    expected = [_reach(1.0, 1000, 0.01), _reach(0.5, CERT.n, CERT.alpha)]
+    expected = [1.0 * REACH_1000, 0.5 * REACH_100000]  # LO: σ = 1; HI: its largest σ, 0.5
     np.testing.assert_allclose(max_radii(ddrs_frame), expected, rtol=1e-12)
     assert max_radii(ddrs_frame).dtype == np.float64
     for setting in ("sigma_cert", "n", "alpha"):
@@ -286,12 +292,14 @@ def test_max_radii_are_each_models_largest_possible_radius(ddrs_frame):
 
 
 def test_envelope_rows_carry_the_largest_radius_their_group_can_certify(ddrs_frame):
-    reach = dict(zip([LO.trial_id, HI.trial_id], max_radii(ddrs_frame), strict=True))
+    """All models together: LO's 2.605 (σ = 1) beats HI's 1.906 (0.5·3.811); by the trials'
+    σ, each group has its one model's."""
+    reach = {LO.trial_id: 1.0 * REACH_1000, HI.trial_id: 0.5 * REACH_100000}
     env = envelope(ddrs_frame, RADII)
-    np.testing.assert_allclose(env["max_radius"], [max(reach.values())] * len(RADII))
+    np.testing.assert_allclose(env["max_radius"], [REACH_1000] * len(RADII), rtol=1e-12)
     by_sigma = envelope(ddrs_frame, [0.5], by="sigma")
     expected = [reach[cfg.trial_id] for cfg in sorted((HI, LO), key=lambda c: c.sigma)]
-    np.testing.assert_allclose(by_sigma["max_radius"], expected)
+    np.testing.assert_allclose(by_sigma["max_radius"], expected, rtol=1e-12)
 
 
 def test_envelope_tie_with_equal_clean_accuracy_goes_to_smaller_trial_id():
