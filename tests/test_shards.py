@@ -1,10 +1,15 @@
 """The sharded-stage engine without Ray: compaction (crash safety, idempotence, the DDRS memory
 folded in), the reader's validation of every file (forged, damaged, duplicated) and the
-results cache; status counted from file names."""
+results cache; status counted from file names; the runner (planning, resuming, compaction once
+a model's shards are written, progress events, failures, the cache's refreshes) with its tasks
+run in this process, and the calls it makes of Ray by default."""
 
 from __future__ import annotations
 
 import json
+import sys
+import types
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.results import attack_rows
 from sweeper.results.envelope import envelope
-from sweeper.results.failures import read_failures
+from sweeper.results.failures import FailureLog, read_failures
 from sweeper.results.reader import read_stage, refresh_cache
 from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.status import stage_shards
 from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import compaction, shards
+from sweeper.run.attack_stage import EMPIRICAL, EmpiricalSetting, empirical_table
 from sweeper.run.certify_stage import CERTIFY
+from sweeper.run.stage import Shard
 from trainables.config import TrialConfig
 from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
@@ -314,24 +322,7 @@ def test_sweeper_compact_migrates_an_experiment_written_before(exp):
 
 
 # ------------------------------------------------------------------------------ resuming
-class _Tasks:
-    """Stands in for `_remote(...)`: records the tasks a runner would start on Ray."""
-
-    def __init__(self):
-        self.started: list[tuple] = []
-
-    def __call__(self, fn, gpu):
-        return self
-
-    def options(self, **resources):
-        return self
-
-    def remote(self, *args):
-        self.started.append(args)
-        return object()
-
-
-def test_a_model_half_done_with_another_shard_size_is_refused_not_resumed(tmp_path, monkeypatch):
+def test_a_model_half_done_with_another_shard_size_is_refused_not_resumed(tmp_path):
     """8 test points in shards of 2 make 4 shards; a shard of 3 (written with shard_size 3)
     is there: computing the 4 would count its points twice. Nothing is started, the model's
     failure says why, in the run's failures.json too, and the old file is left as it was."""
@@ -343,13 +334,11 @@ def test_a_model_half_done_with_another_shard_size_is_refused_not_resumed(tmp_pa
     assert shards.progress(exp, "certify", A.trial_id, CID, 4) == shards.Progress(
         compacted=False, shards=frozenset(), other_counts=frozenset({3})
     )
-    tasks, events = _Tasks(), []
-    monkeypatch.setattr(shards, "_remote", tasks)
-    runner = shards.StageRunner(
-        exp, [shards.Work(CERTIFY, SPEC)], Resources(), events.append, sizer=lambda d, _: 8
-    )
+    tasks, events = InProcess(), []
+    work = [shards.Work(CERTIFY, SPEC)]
+    runner = shards.StageRunner(exp, work, Resources(), events.append, lambda d, _: 8, tasks=tasks)
     assert runner.submit(A) == 0
-    assert tasks.started == [] and runner.pending == {}
+    assert tasks.submitted == [] and runner.pending == {}
     message = (
         f"{CID} was computed in 3 shards, now 4: use the shard_size used before, "
         "or move that directory away"
@@ -375,3 +364,528 @@ def test_progress_tells_shards_of_the_planned_count_from_those_of_another(exp):
     assert shards.progress(exp, "certify", B.trial_id, CID, 1) == shards.Progress(
         compacted=False, shards=frozenset({0}), other_counts=frozenset()
     )
+
+
+# ------------------------------------------------------------------------------ the runner
+# StageRunner with its tasks run in this process (`InProcess`, a `shards.Tasks`): the real
+# run_shard, compaction, cache and failure log on an experiment in tmp_path, and stages whose
+# compute writes CERTIFY-like rows in no time. `RayTasks` is checked against Ray's calls below.
+C = TrialConfig(
+    dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=2, data_dir="elsewhere"
+)
+SIZES = {("digits", None): 8, ("digits", "elsewhere"): 6}  # A: 4 shards of 2, C: 3 shards
+SPEC2 = CertifySpec(n0=10, n=1000, alpha=0.001, skip=2, max_points=None, shard_size=2)
+CLEAN = EmpiricalSetting(
+    0.0, None, None, None, n=100, alpha=0.001, skip=1, max_points=None, shard_size=4, batch_size=10
+)
+
+
+def sizer(dataset: str, data_dir: str | None) -> int:
+    return SIZES[(dataset, data_dir)]
+
+
+class InProcess:
+    """Runs the runner's tasks here: a task runs when a `wait` lets it end, the newest first
+    (a schedule Ray may choose too), at most `per_wait` of them per wait (None: all); `get`
+    raises a task's exception as Ray's does. Records what was submitted, each wait's timeout
+    and the tasks cancelled."""
+
+    def __init__(self, per_wait: int | None = 1):
+        self.per_wait = per_wait
+        self.submitted: list[tuple[str, dict]] = []  # (function, options) in submission order
+        self.timeouts: list[float] = []
+        self.cancelled: list[int] = []
+        self.queued: dict[int, tuple] = {}
+        self.ended: dict[int, tuple] = {}  # handle -> (result, exception)
+
+    def submit(self, fn, options, *args):
+        handle = len(self.submitted)
+        self.submitted.append((fn.__name__, options))
+        self.queued[handle] = (fn, args)
+        return handle
+
+    def wait(self, handles, timeout):
+        self.timeouts.append(timeout)
+        for handle in sorted(set(handles) & set(self.queued), reverse=True)[: self.per_wait]:
+            fn, args = self.queued.pop(handle)
+            try:
+                self.ended[handle] = (fn(*args), None)
+            except Exception as e:
+                self.ended[handle] = (None, e)
+        return [h for h in handles if h in self.ended]
+
+    def get(self, handle):
+        result, error = self.ended.pop(handle)
+        if error is not None:
+            raise error
+        return result
+
+    def cancel(self, handle):
+        self.cancelled.append(handle)
+        del self.queued[handle]
+
+
+@dataclass
+class Bench:
+    """An experiment in tmp_path and the tiny stages' record: every shard they computed
+    (stage, trial_id, setting_id, index, cpus) and the exceptions some shards raise."""
+
+    exp: Experiment
+    computed: list[tuple] = field(default_factory=list)
+    fail: dict[tuple[str, str, int], Exception] = field(default_factory=dict)
+    models: dict[str, TrialConfig] = field(
+        default_factory=lambda: {c.trial_id: c for c in (A, B, C)}
+    )
+
+    def compute(self, exp: Experiment, shard: Shard, setting, cpus: float) -> pa.Table:
+        """Rows of the shard's points, point i with radius i/100 (0: abstains)."""
+        self.computed.append((shard.stage, shard.trial_id, shard.setting_id, shard.index, cpus))
+        if (shard.stage, shard.trial_id, shard.index) in self.fail:
+            raise self.fail[(shard.stage, shard.trial_id, shard.index)]
+        cfg, idx = self.models[shard.trial_id], list(shard.indices)
+        if shard.stage == "empirical":
+            cols = {
+                "idx": idx,
+                "label": [1] * len(idx),
+                "predict": [1] * len(idx),
+                "correct": [True] * len(idx),
+                "perturbation_norm": [0.0] * len(idx),
+                "time_s": [0.1] * len(idx),
+            }
+            return empirical_table(cfg, exp.name, setting, cols, {"config": cfg.to_dict()})
+        return rows(cfg, idx, [i / 100 for i in idx], exp.name, cert_id=setting.setting_id)
+
+    def work(self, *settings) -> list[shards.Work]:
+        """Certification (a CertifySpec) or the empirical stage, each shard in no time."""
+        stages = {CertifySpec: CERTIFY, EmpiricalSetting: EMPIRICAL}
+        return [shards.Work(replace(stages[type(s)], compute=self.compute), s) for s in settings]
+
+    def runner(self, work, tasks, on_event, **kwargs) -> shards.StageRunner:
+        resources = kwargs.pop("resources", Resources(cpu=1.5))
+        return shards.StageRunner(self.exp, work, resources, on_event, sizer, tasks=tasks, **kwargs)
+
+    def files(self, stage: str, cfg: TrialConfig, setting_id: str = CID) -> list[str]:
+        folder = Path(self.exp.setting_dir(stage, cfg.trial_id, setting_id))
+        return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+    def cached_models(self, stage: str = "certify") -> int:
+        """How many models the stage's cache holds (0: no cache)."""
+        path = Path(self.exp.cache_path(stage))
+        if not path.exists():
+            return 0
+        return len(set(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist()))
+
+
+@pytest.fixture
+def bench(tmp_path) -> Bench:
+    return Bench(Experiment(str(tmp_path), "exp"))
+
+
+def seen(events: list[shards.Event]) -> list[tuple]:
+    return [(e.kind, e.trial_id, e.detail, e.shards) for e in events]
+
+
+def test_every_shard_is_computed_then_each_model_compacted_once_its_shards_are_written(bench):
+    """A (8 points) and C (6 points, its own data_dir) in shards of 2; tasks end one at a
+    time, the newest first, so C's shards end before A's and a model's compaction is started
+    only after its last shard, then ends before any other task."""
+    tasks, events = InProcess(), []
+    runner = bench.runner(bench.work(SPEC), tasks, events.append)
+    assert (runner.submit(A), runner.submit(C)) == (4, 3)
+    runner.wait(poll_every=0.25)
+    a, c, certify = A.trial_id, C.trial_id, f"certify {CID}"
+    assert seen(events) == [
+        ("shards_planned", a, "4 to do", (0, 4, 0)),
+        ("shards_planned", c, "3 to do", (0, 7, 0)),
+        ("shard_done", c, "certify 3/3", (1, 7, 0)),
+        ("shard_done", c, "certify 2/3", (2, 7, 0)),
+        ("shard_done", c, "certify 1/3", (3, 7, 0)),
+        ("compacted", c, certify, (3, 7, 0)),
+        ("shard_done", a, "certify 4/4", (4, 7, 0)),
+        ("shard_done", a, "certify 3/4", (5, 7, 0)),
+        ("shard_done", a, "certify 2/4", (6, 7, 0)),
+        ("shard_done", a, "certify 1/4", (7, 7, 0)),
+        ("compacted", a, certify, (7, 7, 0)),
+    ]
+    assert tasks.timeouts == [0.25] * 9 and runner.pending == {}
+    shard_task = ("run_shard", {"num_cpus": 1.5, "num_gpus": 0.0})
+    compaction = ("compact", {"num_cpus": 1})  # one whole CPU, whatever a shard task asks
+    assert tasks.submitted == [shard_task] * 7 + [compaction] * 2
+    assert sorted(bench.computed) == sorted(
+        [("certify", a, CID, k, 1.5) for k in range(4)]
+        + [("certify", c, CID, k, 1.5) for k in range(3)]
+    )
+    assert bench.files("certify", A) == ["compacted-of-00004.parquet"]
+    assert bench.files("certify", C) == ["compacted-of-00003.parquet"]
+    exp = bench.exp
+    frame = load_results(exp).frame.sort_values(["trial_id", "idx"])
+    for cfg, points in ((A, 8), (C, 6)):
+        mine = frame[frame.trial_id == cfg.trial_id]
+        assert mine["idx"].tolist() == list(range(points))
+        assert mine["radius"].tolist() == [i / 100 for i in range(points)]
+    assert runner.failure_rows() == [] and read_failures(exp)[0] == {}
+    assert bench.cached_models() == 0  # 2 models: the cache waits for finish()
+    runner.finish()
+    assert bench.cached_models() == 2
+
+
+def test_resuming_computes_only_the_missing_shards(bench):
+    """A has shards 0 and 2 of 4, C is compacted, B (8 points) has all its shards but was
+    never compacted (a run stopped before): only A's shards 1 and 3 are computed, B is
+    compacted as it is submitted, and the counts start from what is on storage."""
+    exp = bench.exp
+    write(exp, A, 0, 4, rows(A, [0, 1], [0.0, 0.01]))
+    write(exp, A, 2, 4, rows(A, [4, 5], [0.04, 0.05]))
+    c_rows = Path(exp.compacted_path("certify", C.trial_id, CID, 3))
+    c_rows.parent.mkdir(parents=True)
+    write_table(rows(C, list(range(6)), [0.3] * 6), str(c_rows))
+    for k in range(4):
+        write(exp, B, k, 4, rows(B, [2 * k, 2 * k + 1], [0.2, 0.2]))
+    tasks, events = InProcess(), []
+    runner = bench.runner(bench.work(SPEC), tasks, events.append)
+    assert [runner.submit(cfg) for cfg in (A, C, B)] == [2, 0, 0]
+    runner.wait()
+    a, b, c, certify = A.trial_id, B.trial_id, C.trial_id, f"certify {CID}"
+    assert seen(events) == [
+        ("shards_planned", a, "2 to do", (2, 4, 0)),
+        ("shards_planned", c, "0 to do", (5, 7, 0)),
+        ("shards_planned", b, "0 to do", (9, 11, 0)),
+        ("compacted", b, certify, (9, 11, 0)),
+        ("shard_done", a, "certify 4/4", (10, 11, 0)),
+        ("shard_done", a, "certify 2/4", (11, 11, 0)),
+        ("compacted", a, certify, (11, 11, 0)),
+    ]
+    assert [name for name, _ in tasks.submitted] == ["run_shard", "run_shard", "compact", "compact"]
+    assert sorted(bench.computed) == [("certify", a, CID, k, 1.5) for k in (1, 3)]
+    frame = load_results(exp).frame
+    assert sorted(frame.loc[frame.trial_id == a, "radius"]) == [i / 100 for i in range(8)]
+    assert sorted(frame.loc[frame.trial_id == b, "idx"]) == list(range(8))
+    assert c_rows.exists() and bench.files("certify", C) == [c_rows.name]
+
+
+def test_each_stage_and_setting_of_a_model_has_its_own_shards_and_compaction(bench):
+    """Certification under two settings (every point; every 2nd) and the clean empirical
+    stage (shards of 4) for one model: 4 + 2 + 2 shards, three compacted files."""
+    tasks, events = InProcess(per_wait=None), []
+    runner = bench.runner(bench.work(SPEC, SPEC2, CLEAN), tasks, events.append)
+    assert runner.submit(A) == 8
+    runner.wait()
+    cid2, eid = SPEC2.cert_id, CLEAN.emp_id
+    assert [e.detail for e in events if e.kind == "compacted"] == [
+        f"certify {CID}",
+        f"certify {cid2}",
+        f"empirical {eid}",
+    ]
+    assert events[-1].shards == (8, 8, 0) and runner.failure_rows() == []
+    assert bench.files("certify", A) == ["compacted-of-00004.parquet"]
+    assert bench.files("certify", A, cid2) == ["compacted-of-00002.parquet"]
+    assert bench.files("empirical", A, eid) == ["compacted-of-00002.parquet"]
+    frame = load_results(bench.exp).frame
+    assert sorted(frame.loc[frame.cert_id == CID, "idx"]) == list(range(8))
+    assert sorted(frame.loc[frame.cert_id == cid2, "idx"]) == [0, 2, 4, 6]
+    assert sorted(attack_rows.load_empirical(bench.exp).frame["idx"]) == list(range(8))
+    assert {(s, k) for s, _, _, k, _ in bench.computed if s == "empirical"} == {
+        ("empirical", 0),
+        ("empirical", 1),
+    }
+    runner.finish()
+    assert (bench.cached_models("certify"), bench.cached_models("empirical")) == (1, 1)
+
+
+def test_failed_tasks_are_recorded_per_model_and_stage_with_one_event_each(bench):
+    """Shards 1 and 2 of A fail alike, C's shard 0 raises an exception without a message; a
+    training failure the launcher recorded in the same log is no stage's. One poll collects
+    every task that ended, failed or not; a model with a failed shard is not compacted."""
+    oom = "CUDA out of memory. Tried to allocate 2.00 GiB"
+    bench.fail = {
+        ("certify", A.trial_id, 1): ValueError(oom),
+        ("certify", A.trial_id, 2): ValueError(oom),
+        ("certify", C.trial_id, 0): RuntimeError(),
+    }
+    failure_log = FailureLog(bench.exp)
+    failure_log.add(B.trial_id, "train", "RuntimeError: loss is NaN")
+    tasks, events = InProcess(per_wait=None), []
+    runner = bench.runner(bench.work(SPEC), tasks, events.append, failure_log=failure_log)
+    runner.submit(A)
+    runner.submit(C)
+    runner.poll()
+    a, c = A.trial_id, C.trial_id
+    assert seen(events)[2:] == [
+        ("shard_done", a, "certify 1/4", (1, 7, 0)),
+        ("certify_failed", a, oom, (1, 7, 1)),
+        ("shard_done", a, "certify 4/4", (2, 7, 2)),
+        ("certify_failed", c, "RuntimeError", (2, 7, 3)),
+        ("shard_done", c, "certify 2/3", (3, 7, 3)),
+        ("shard_done", c, "certify 3/3", (4, 7, 3)),
+    ]
+    assert tasks.timeouts == [0] and runner.pending == {}  # poll() does not wait
+    assert runner.failure_rows() == [
+        (a, "certify", f"{oom} (2 tasks)"),
+        (c, "certify", "RuntimeError"),
+    ]
+    failures, _ = read_failures(bench.exp)
+    assert (failures[(a, "certify")].count, failures[(B.trial_id, "train")].count) == (2, 1)
+    assert bench.files("certify", A) == [
+        "shard-00000-of-00004.parquet",
+        "shard-00003-of-00004.parquet",
+    ]
+    assert [name for name, _ in tasks.submitted] == ["run_shard"] * 7  # no compaction
+
+
+def test_a_failed_compaction_is_the_stage_s_failure_and_keeps_the_shards(bench):
+    def finish(exp, trial_id, setting, table):
+        raise OSError(f"cannot write the memory pass of {trial_id}")
+
+    work = [replace(w, stage=replace(w.stage, finish=finish)) for w in bench.work(SPEC)]
+    events: list[shards.Event] = []
+    runner = bench.runner(work, InProcess(), events.append)
+    runner.submit(A)
+    runner.wait()
+    message = f"cannot write the memory pass of {A.trial_id}"
+    assert seen(events)[-1] == ("certify_failed", A.trial_id, message, (4, 4, 1))
+    assert "compacted" not in [e.kind for e in events]
+    assert runner.failure_rows() == [(A.trial_id, "certify", message)]
+    assert len(bench.files("certify", A)) == 4
+    runner.finish()
+    assert not Path(bench.exp.cache_path("certify")).exists()  # nothing new to cache
+
+
+def test_the_cache_is_refreshed_after_16_models_then_when_a_quarter_of_it_is_new(bench):
+    """81 models compacted before the run (not cached), then 41 compacted by it: the cache is
+    rewritten at the run's 16th compaction (97 models), then once 97 // 4 = 24 more are
+    compacted (121), and by finish() for the last one: a number of rewrites logarithmic in
+    the models, each reader opening one file for nearly all of them."""
+    small = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=2, shard_size=2)
+    models = [replace(A, epochs=k) for k in range(1, 123)]
+    bench.models.update({cfg.trial_id: cfg for cfg in models})
+    for cfg in models[:81]:
+        path = bench.exp.compacted_path("certify", cfg.trial_id, small.cert_id, 1)
+        Path(path).parent.mkdir(parents=True)
+        write_table(rows(cfg, [0, 1], [0.0, 0.01], cert_id=small.cert_id), path)
+    cached = []  # models in the cache at each compaction's event
+
+    def on_event(event: shards.Event) -> None:
+        if event.kind == "compacted":
+            cached.append(bench.cached_models())
+
+    runner = bench.runner(bench.work(small), InProcess(), on_event)
+    for cfg in models[81:]:
+        runner.submit(cfg)
+    runner.wait()
+    assert cached == [0] * 15 + [97] * 24 + [121] * 2
+    runner.finish()
+    assert bench.cached_models() == 122
+
+
+def test_finish_refreshes_only_the_caches_of_stages_that_compacted_models(bench, caplog):
+    """A's certification was compacted by an earlier run (and never cached); this run attacks
+    A: finish() caches the empirical rows and leaves certification's cache alone. A cache
+    that cannot be written is a warning: readers open the compacted files instead."""
+    done = Path(bench.exp.compacted_path("certify", A.trial_id, CID, 4))
+    done.parent.mkdir(parents=True)
+    write_table(rows(A, list(range(8)), [0.1] * 8), str(done))
+    events: list[shards.Event] = []
+    runner = bench.runner(bench.work(SPEC, CLEAN), InProcess(), events.append)
+    assert runner.submit(A) == 2
+    runner.wait()
+    assert events[0].shards == (4, 6, 0) and events[-1].kind == "compacted"
+    runner.finish()
+    assert (bench.cached_models("certify"), bench.cached_models("empirical")) == (0, 1)
+    runner.finish()  # nothing compacted since: nothing rewritten
+    assert not Path(bench.exp.cache_path("certify")).exists()
+
+    Path(bench.exp.cache_path("certify")).mkdir()  # a directory where the cache goes
+    runner = bench.runner(bench.work(SPEC), InProcess(), events.append)
+    runner.submit(B)
+    runner.wait()
+    runner.finish()
+    assert "could not refresh the certify cache" in caplog.text
+    assert sorted(load_results(bench.exp).frame["trial_id"].unique()) == sorted(
+        [A.trial_id, B.trial_id]
+    )
+
+
+def test_cancel_stops_every_pending_task_and_wait_then_returns(bench):
+    tasks, events = InProcess(), []
+    runner = bench.runner(bench.work(SPEC), tasks, events.append)
+    runner.submit(A)
+    runner.poll(timeout=2.0)  # A's shard 3 ends
+    runner.cancel()
+    assert sorted(tasks.cancelled) == [0, 1, 2] and runner.pending == {}
+    runner.wait()
+    runner.poll()
+    assert tasks.timeouts == [2.0]  # nothing pending: Ray is not asked
+    assert bench.files("certify", A) == ["shard-00003-of-00004.parquet"]
+    assert [e.kind for e in events] == ["shards_planned", "shard_done"]
+
+
+def test_a_setting_with_no_points_plans_nothing(bench):
+    """max_points 0: no shard, no task, no compacted file of zero shards."""
+    none = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=0, shard_size=2)
+    tasks, events = InProcess(), []
+    runner = bench.runner(bench.work(none), tasks, events.append)
+    assert runner.submit(A) == 0
+    assert seen(events) == [("shards_planned", A.trial_id, "0 to do", (0, 0, 0))]
+    assert tasks.submitted == [] and not Path(bench.exp.root, "certify").exists()
+
+
+def test_a_runner_starts_a_new_run_of_failures_unless_given_the_run_s_log(bench):
+    """The last run's failures.json no longer stands once a runner starts (its log stays);
+    the launcher's runner shares one log with training, whose failures it does not count."""
+    old = FailureLog(bench.exp)
+    old.add(A.trial_id, "certify", "RuntimeError: from the last run")
+    assert read_failures(bench.exp)[0] != {}
+    runner = bench.runner(bench.work(SPEC), InProcess(), print)
+    assert read_failures(bench.exp)[0] == {} and Path(old.log_path).exists()
+    runner.failure_log.add(B.trial_id, "train", "RuntimeError: loss is NaN")
+    assert runner.failure_rows() == [] and list(read_failures(bench.exp)[0]) == [
+        (B.trial_id, "train")
+    ]
+
+
+def test_shard_tasks_ask_for_the_gpu_share_and_compactions_for_one_cpu(bench):
+    tasks = InProcess()
+    runner = bench.runner(bench.work(SPEC2), tasks, print, resources=Resources(cpu=2, gpu=0.25))
+    runner.submit(A)
+    runner.wait()
+    assert tasks.submitted == [("run_shard", {"num_cpus": 2, "num_gpus": 0.25})] * 2 + [
+        ("compact", {"num_cpus": 1})
+    ]
+    assert {cpus for *_, cpus in bench.computed} == {2}
+
+
+class FakeRay(types.ModuleType):
+    """The calls of Ray's API that `RayTasks` makes, recorded (Ray's defaults where a call
+    may leave an argument out); a task runs when it is started, its exception kept for get."""
+
+    def __init__(self):
+        super().__init__("ray")
+        self.calls: list[tuple] = []
+        self.ended: list[tuple] = []  # per task: (result, exception)
+
+    def remote(self, **decorator):
+        return lambda fn: _FakeRemote(self, fn, decorator)
+
+    def wait(self, refs, *, num_returns=1, timeout=None):
+        self.calls.append(("wait", list(refs), num_returns, timeout))
+        return list(refs)[:num_returns], list(refs)[num_returns:]
+
+    def get(self, ref):
+        self.calls.append(("get", ref))
+        result, error = self.ended[ref]
+        if error is not None:
+            raise error
+        return result
+
+    def cancel(self, ref, *, force=False):
+        self.calls.append(("cancel", ref, force))
+
+
+@dataclass
+class _FakeRemote:
+    ray: FakeRay
+    fn: object
+    decorator: dict
+    options_: dict = field(default_factory=dict)
+
+    def options(self, **options):
+        return replace(self, options_=options)
+
+    def remote(self, *args):
+        self.ray.calls.append(("start", self.fn.__name__, self.decorator, self.options_))
+        try:
+            self.ray.ended.append((self.fn(*args), None))
+        except Exception as e:
+            self.ray.ended.append((None, e))
+        return len(self.ray.ended) - 1
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    ray = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    shards._remote.cache_clear()  # remote functions of the real Ray (or an earlier fake)
+    yield ray
+    shards._remote.cache_clear()
+
+
+def test_by_default_tasks_run_on_ray_retried_and_gpu_tasks_keep_their_worker(bench, fake_ray):
+    """A runner given no `tasks` runs them on Ray: a shard task with its CPUs and GPU share,
+    retried twice, and declared with max_calls=0 when it uses a GPU (Ray would otherwise
+    start a fresh worker, and a CUDA context, for every GPU task); a compaction with one CPU,
+    retried twice. A poll waits for all pending tasks at once, at most its timeout."""
+    bench.fail = {("certify", A.trial_id, 0): ValueError("no such checkpoint")}
+    work = bench.work(SPEC2)
+    runner = shards.StageRunner(bench.exp, work, Resources(cpu=2, gpu=0.5), print, sizer)
+    runner.submit(A)
+    runner.poll(timeout=3)
+    gpu_shard = ("start", "run_shard", {"max_retries": 2, "max_calls": 0})
+    assert fake_ray.calls == [
+        (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
+        (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
+        ("wait", [0, 1], 2, 3),
+        ("get", 0),
+        ("get", 1),
+    ]
+    assert runner.failure_rows() == [(A.trial_id, "certify", "no such checkpoint")]
+
+    fake_ray.calls.clear()
+    bench.fail.clear()
+    runner = shards.StageRunner(bench.exp, work, Resources(cpu=1), print, sizer)
+    runner.submit(A)  # shard 1 is written: shard 0 is computed, then A is compacted
+    runner.poll()
+    runner.cancel()
+    assert fake_ray.calls == [
+        ("start", "run_shard", {"max_retries": 2}, {"num_cpus": 1, "num_gpus": 0.0}),
+        ("wait", [2], 1, 0),
+        ("get", 2),
+        ("start", "compact", {"max_retries": 2}, {"num_cpus": 1}),
+        ("cancel", 3, True),
+    ]
+    assert runner.pending == {}
+
+
+# ------------------------------------------------------------------------------ one task
+def test_plan_takes_every_skip_th_point_up_to_max_points_in_shards(bench):
+    setting = replace(CLEAN, skip=3, max_points=5, shard_size=2)
+    planned = shards.plan(A, "empirical", setting, 20)
+    assert planned == [
+        Shard("empirical", A.trial_id, setting.emp_id, k, 3, points)
+        for k, points in enumerate([(0, 3), (6, 9), (12,)])
+    ]
+
+
+def test_a_shard_task_writes_its_rows_once_and_only_rows_of_its_stage(bench):
+    """run_shard writes the shard's file under its stage and returns its rows; a shard whose
+    file exists, or whose model is compacted, is not computed again (0 rows). Rows of another
+    schema are refused and nothing is written."""
+    [certify, attack] = bench.work(SPEC2, CLEAN)
+    shard = shards.plan(A, "empirical", CLEAN, 8)[1]
+    assert shards.run_shard(bench.exp, attack.stage, shard, CLEAN, 3) == 4
+    assert shards.run_shard(bench.exp, attack.stage, shard, CLEAN, 3) == 0
+    assert bench.files("empirical", A, CLEAN.emp_id) == ["shard-00001-of-00002.parquet"]
+    assert bench.computed == [("empirical", A.trial_id, CLEAN.emp_id, 1, 3)]
+    first = shards.plan(A, "certify", SPEC2, 8)[0]
+    done = Path(bench.exp.compacted_path("certify", A.trial_id, SPEC2.cert_id, 2))
+    done.parent.mkdir(parents=True)
+    write_table(rows(A, [0, 2, 4, 6], [0.1] * 4, cert_id=SPEC2.cert_id), str(done))
+    assert shards.run_shard(bench.exp, certify.stage, first, SPEC2, 1) == 0
+    assert bench.files("certify", A, SPEC2.cert_id) == [done.name] and len(bench.computed) == 1
+
+    wrong = replace(attack.stage, schema=SCHEMA)  # certification's columns, not the attack's
+    with pytest.raises(TypeError, match="stage empirical computed rows of another schema"):
+        shards.run_shard(bench.exp, wrong, shards.plan(A, "empirical", CLEAN, 8)[0], CLEAN, 1)
+    assert bench.files("empirical", A, CLEAN.emp_id) == ["shard-00001-of-00002.parquet"]
+
+
+def test_all_compacted_only_when_every_model_is_compacted_under_every_setting(exp):
+    """`sweeper run` and `sweeper empirical` start no Ray when it says so."""
+    settings = [("certify", CID)]
+    models = [A.trial_id, B.trial_id]
+    assert not shards.all_compacted(exp, models, settings)  # shards, not compacted
+    compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+    assert not shards.all_compacted(exp, models, settings)
+    compaction.compact(exp, CERTIFY, B.trial_id, SPEC, 1)
+    assert shards.all_compacted(exp, models, settings)
+    assert not shards.all_compacted(exp, models, [*settings, ("empirical", CLEAN.emp_id)])
+    assert not shards.all_compacted(exp, [*models, C.trial_id], settings)  # C never ran

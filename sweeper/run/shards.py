@@ -7,7 +7,9 @@ setting, an attack setting). The engine owns everything around that:
   `max_points`, `shard_size` per shard) and their files (named by `sweeper.results.storage`);
 - resuming: a shard whose file exists, or a model whose rows are compacted, is not computed
   again; a model half-done with another shard size is refused (its rows would count twice);
-- Ray tasks, one per shard (retried, fractional resources; GPU tasks keep their worker);
+- tasks, one per shard (retried, fractional resources; GPU tasks keep their worker), run on
+  Ray by `RayTasks`; the runner asks only the `Tasks` protocol (submit, wait, get, cancel), so
+  the tests run it in their own process;
 - progress events, and failures grouped per model and stage;
 - compacting each model once its shards are written (`sweeper.run.compaction`: one task
   folds them into one verified file), and refreshing the stage's cache of compacted rows.
@@ -23,13 +25,13 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sweeper.plan.spec import Resources
 from sweeper.results.failures import FailureLog
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, index_chunks
+from sweeper.results.storage import Experiment, StageFile, index_chunks
 from sweeper.run.compaction import compact
 from sweeper.run.stage import Setting, Shard, Stage
 from trainables import fileio
@@ -69,11 +71,19 @@ class Progress:
     other_counts: frozenset[int]  # shard counts other than the planned one
 
 
+def _model_files(exp: Experiment, stage: str, trial_id: str, setting_id: str) -> list[StageFile]:
+    return exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
+
+
+def _has_compacted(files: list[StageFile]) -> bool:
+    return any(f.kind == "compacted" for f in files)
+
+
 def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count: int) -> Progress:
-    files = exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
+    files = _model_files(exp, stage, trial_id, setting_id)
     shards = [f for f in files if f.kind == "shard"]
     return Progress(
-        any(f.kind == "compacted" for f in files),
+        _has_compacted(files),
         frozenset(f.index for f in shards if f.count == count and f.index is not None),
         frozenset(f.count for f in shards if f.count != count and f.count is not None),
     )
@@ -83,7 +93,7 @@ def all_compacted(exp: Experiment, trial_ids: list[str], settings: list[tuple[st
     """Whether every model's rows under every (stage, setting_id) are compacted: a command
     would compute nothing (the runner counts such a model done), so it need not start Ray."""
     return all(
-        progress(exp, stage, trial_id, setting_id, 0).compacted
+        _has_compacted(_model_files(exp, stage, trial_id, setting_id))
         for trial_id in trial_ids
         for stage, setting_id in settings
     )
@@ -112,6 +122,32 @@ class Work:
     setting: Setting
 
 
+@dataclass(frozen=True)
+class Job:
+    """What a submitted task does: `shard` of a model under `work`, or (`shard` None) the
+    compaction of the model's `count` shards."""
+
+    work: Work
+    trial_id: str
+    count: int
+    shard: Shard | None
+
+
+class Tasks(Protocol):
+    """Where the runner's tasks run: on Ray (`RayTasks`), or in the tests' process. A handle
+    names a submitted task; `get` returns a task's result or raises its exception."""
+
+    def submit(self, fn: Callable, options: dict[str, Any], *args: Any) -> Any:
+        """Start `fn(*args)` with Ray's resource `options` (num_cpus, num_gpus)."""
+
+    def wait(self, handles: list, timeout: float) -> list:
+        """The handles of tasks that have ended, waiting at most `timeout` seconds for one."""
+
+    def get(self, handle: Any) -> Any: ...
+
+    def cancel(self, handle: Any) -> None: ...
+
+
 @functools.cache
 def _remote(fn: Callable, gpu: bool):
     import ray
@@ -119,6 +155,30 @@ def _remote(fn: Callable, gpu: bool):
     # Ray gives every GPU task a fresh worker by default: keep it (and its CUDA context).
     options: dict[str, Any] = {"max_retries": 2, **({"max_calls": 0} if gpu else {})}
     return ray.remote(**options)(fn)
+
+
+class RayTasks:
+    """Tasks on Ray (initialized by the caller), each retried twice; a GPU task (`num_gpus`
+    in its options) leaves its worker to the next one, with its CUDA context."""
+
+    def submit(self, fn: Callable, options: dict[str, Any], *args: Any) -> Any:
+        return _remote(fn, bool(options.get("num_gpus"))).options(**options).remote(*args)
+
+    def wait(self, handles: list, timeout: float) -> list:
+        import ray
+
+        ready, _ = ray.wait(handles, num_returns=len(handles), timeout=timeout)
+        return ready
+
+    def get(self, handle: Any) -> Any:
+        import ray
+
+        return ray.get(handle)
+
+    def cancel(self, handle: Any) -> None:
+        import ray
+
+        ray.cancel(handle, force=True)
 
 
 @functools.lru_cache(maxsize=8)
@@ -132,20 +192,21 @@ def test_size(dataset: str, data_dir: str | None) -> int:
 class StageRunner:
     """Submits the shard tasks of every finished model for every `work` item, compacts each
     model once its shards are written, and collects outcomes; a task's failure is recorded
-    (grouped per model and stage), never raised. Ray must be initialized."""
+    (grouped per model and stage), never raised. Tasks run on Ray unless `tasks` says where
+    (Ray must then be initialized)."""
 
     def __init__(self, exp: Experiment, work: list[Work], resources: Resources,
                  on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size,
-                 failure_log: FailureLog | None = None):  # fmt: skip
+                 failure_log: FailureLog | None = None, tasks: Tasks | None = None):  # fmt: skip
         self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
         self.sizer = sizer
         if failure_log is None:
             failure_log = FailureLog(exp)
             failure_log.start()
         self.failure_log = failure_log  # grouped per model and stage, full texts in its log
-        self.pending: dict[Any, tuple[str, Shard | tuple[str, Work, int]]] = {}
+        self.tasks: Tasks = tasks or RayTasks()
+        self.pending: dict[Any, Job] = {}
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
-        self.compacted: list[tuple[str, str, str]] = []
         self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
         self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
         self.done = self.total = 0
@@ -176,52 +237,47 @@ class StageRunner:
         self.done += len(shards) - len(todo)
         self.remaining[(cfg.trial_id, stage, sid)] = len(todo)
         options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
-        task = _remote(run_shard, bool(self.resources.gpu)).options(**options)
         for shard in todo:
-            ref = task.remote(self.exp, work.stage, shard, work.setting, self.resources.cpu)
-            self.pending[ref] = ("shard", shard)
+            args = (self.exp, work.stage, shard, work.setting, self.resources.cpu)
+            handle = self.tasks.submit(run_shard, options, *args)
+            self.pending[handle] = Job(work, cfg.trial_id, len(shards), shard)
         if not todo:
-            self._submit_compaction(cfg.trial_id, work, len(shards))
+            self._submit_compaction(work, cfg.trial_id, len(shards))
         return len(todo)
 
-    def _submit_compaction(self, trial_id: str, work: Work, count: int) -> None:
+    def _submit_compaction(self, work: Work, trial_id: str, count: int) -> None:
         # One CPU each: compactions are short, and fractions would start a worker process
         # per concurrent compaction (each importing pyarrow) for no gain.
-        task = _remote(compact, False).options(num_cpus=1)
-        ref = task.remote(self.exp, work.stage, trial_id, work.setting, count)
-        self.pending[ref] = ("compact", (trial_id, work, count))
-
-    def _work_for(self, shard: Shard) -> Work:
-        return next(w for w in self.work if w.stage.name == shard.stage
-                    and w.setting.setting_id == shard.setting_id)  # fmt: skip
+        args = (self.exp, work.stage, trial_id, work.setting, count)
+        handle = self.tasks.submit(compact, {"num_cpus": 1}, *args)
+        self.pending[handle] = Job(work, trial_id, count, None)
 
     # -------------------------------------------------------------------- outcomes
     def poll(self, timeout: float = 0) -> None:
-        import ray
-
+        """Collect every task that has ended (waiting at most `timeout` seconds for one)."""
         if not self.pending:
             return
-        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=timeout)
-        for ref in ready:
-            _, what = self.pending.pop(ref)
+        for handle in self.tasks.wait(list(self.pending), timeout):
+            task = self.pending.pop(handle)
             try:
-                ray.get(ref)
+                self.tasks.get(handle)
             except Exception as e:  # reported in the outcome, grouped per model and stage
-                trial_id, stage = (what.trial_id, what.stage) if isinstance(what, Shard) else (what[0], what[1].stage.name)
-                self._fail(trial_id, stage, str(e) or type(e).__name__)
+                self._fail(task.trial_id, task.work.stage.name, str(e) or type(e).__name__)
                 continue
-            self._shard_done(what) if isinstance(what, Shard) else self._compacted(*what)
+            if task.shard is None:
+                self._compacted(task.work, task.trial_id)
+            else:
+                self._shard_done(task.work, task.shard)
 
-    def _shard_done(self, shard: Shard) -> None:
+    def _shard_done(self, work: Work, shard: Shard) -> None:
         self.done += 1
         key = (shard.trial_id, shard.stage, shard.setting_id)
         self.remaining[key] -= 1
         if self.remaining[key] == 0:
-            self._submit_compaction(shard.trial_id, self._work_for(shard), shard.count)
+            self._submit_compaction(work, shard.trial_id, shard.count)
         self._emit("shard_done", shard.trial_id, f"{shard.stage} {shard.index + 1}/{shard.count}")
 
-    def _compacted(self, trial_id: str, work: Work, count: int) -> None:
-        self.compacted.append((trial_id, work.stage.name, work.setting.setting_id))
+    def _compacted(self, work: Work, trial_id: str) -> None:
         self.fresh[work.stage.name] += 1
         if self.fresh[work.stage.name] >= max(16, self.cached[work.stage.name] // 4):
             self.refresh(work.stage)  # geometric: the cache is rewritten O(log models) times
@@ -255,14 +311,14 @@ class StageRunner:
         return [row for row in self.failure_log.rows() if row[1] != "train"]
 
     def wait(self, poll_every: float = 0.5) -> None:
+        """Collect outcomes until no task is left (at most `poll_every` seconds per poll)."""
         while self.pending:
             self.poll(timeout=poll_every)
 
     def cancel(self) -> None:
-        import ray
-
-        for ref in self.pending:
-            ray.cancel(ref, force=True)
+        """Cancel every task still pending (written shards are kept)."""
+        for handle in self.pending:
+            self.tasks.cancel(handle)
         self.pending.clear()
 
 
