@@ -194,6 +194,25 @@ def test_pgd_step_is_2eps_over_T_along_the_gradient(steps):
     assert len(rec.calls) == steps
 
 
+@pytest.mark.parametrize("gap", [0.0, 60.0, 90.0, 100.0])
+def test_pgd_step_keeps_the_direction_of_a_confident_models_tiny_gradient(gap):
+    """logits (0, v·x − gap) with v·x = 0 at x = 0.5, y = 0: the cross-entropy's input gradient
+    is p₁·v with p₁ ≈ e^−gap (1e-26 at gap 60, a subnormal 4e-44 at 100). Its fp32 sum of
+    squares underflows, which made the reference code step along a random draw; the step must
+    still go along +v."""
+    epsilon = 0.3
+    v = torch.where(torch.arange(D) % 2 == 0, 1.0, -1.0).view(1, *SHAPE)
+    model = two_class_model(v)
+    with torch.no_grad():
+        model[1].bias[1] = -gap
+    x = torch.full((1, *SHAPE), 0.5)
+    y = torch.zeros(1, dtype=torch.long)
+    x_adv = attacks.pgd(
+        model, x, y, torch.zeros(1, 1, *SHAPE), epsilon, 1, torch.Generator().manual_seed(0)
+    )
+    torch.testing.assert_close(x_adv - x, epsilon * v / v.norm(), atol=1e-6, rtol=0)
+
+
 def test_pgd_lowers_smoothed_probability_of_true_class():
     model = linear_model(scale=3.0)
     x = inputs(32)
@@ -314,6 +333,47 @@ def test_stein_pgd_descends_G_y_without_network_gradients():
     assert bool((cosine > 0.5).all())  # the loss of class 0 rises along +v
     fresh = noise_for(x, 2000, seed=11)
     assert bool((p_true(rec.inner, x_adv, y, fresh) < p_true(rec.inner, x, y, fresh) - 0.1).all())
+
+
+def constant_model(gap: float) -> nn.Module:
+    """Logits (−gap, 0, 0) whatever the input: class 0 has p₀ = e^−gap / (e^−gap + 2) for every
+    noisy copy (1e-20 at gap 45, 2e-25 at 56, a subnormal 2e-44 at 100, 0 in fp32 beyond 102)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, 3))
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[1].bias.copy_(torch.tensor([-gap, 0.0, 0.0]))
+    return model
+
+
+@pytest.mark.parametrize("gap", [0.0, 45.0, 50.0, 56.0, 80.0, 100.0])
+def test_stein_pgd_keeps_the_estimates_direction_however_confident_the_model(gap):
+    """A constant model: the Stein estimate is p₀/σ² times the mean noise n̄ (p₀ is the same for
+    every noise), so one step of 2ε from x = 0.5, then projected onto the ε-ball, is −ε·n̄/‖n̄‖.
+    At σ = 0.12 its entries are about 4e-20 at gap 45 and 7e-25 at 56: their fp32 sum of
+    squares is subnormal, then 0, where the reference code's arithmetic steps along a random
+    draw; the step must keep the estimate's direction however small p₀ is."""
+    x = torch.full((4, *SHAPE), 0.5)
+    noise = noise_for(x, 8, sigma=0.12)
+    y = torch.zeros(4, dtype=torch.long)
+    gen = torch.Generator().manual_seed(0)
+    x_adv = attacks.stein_pgd(constant_model(gap), x, y, noise, 0.25, 1, 0.12, gen)
+    mean = noise.mean(dim=1)
+    expected = -0.25 * mean / norms(mean).view(-1, 1, 1, 1)
+    torch.testing.assert_close(x_adv - x, expected, atol=1e-6, rtol=0)
+
+
+def test_stein_pgd_steps_along_a_draw_once_the_probability_itself_is_zero():
+    """At gap 110, p₀ is exactly 0 in fp32 (the reference code's softmax too): the estimate is
+    exactly zero, so the step is 2ε times a standard normal draw from the generator, clamped
+    to the box and projected onto the ε-ball."""
+    x = torch.full((4, *SHAPE), 0.5)
+    y = torch.zeros(4, dtype=torch.long)
+    gen = torch.Generator().manual_seed(6)
+    noise = noise_for(x, 8, sigma=0.12)
+    x_adv = attacks.stein_pgd(constant_model(110.0), x, y, noise, 0.25, 1, 0.12, gen)
+    r = torch.randn((4, *SHAPE), generator=torch.Generator().manual_seed(6))
+    expected = attacks.project_l2((x + 0.5 * r).clamp(0, 1) - x, 0.25)
+    torch.testing.assert_close(x_adv - x, expected, atol=1e-7, rtol=0)
 
 
 # ---------------------------------------------------------------------------- baselines
@@ -604,6 +664,51 @@ def test_unit_or_random_draws_zero_rows_in_the_gradients_dtype_from_the_generato
     assert unit.dtype == torch.float64
     assert torch.equal(unit[[0, 2]], draws)
     assert torch.equal(unit[1], grad[1] / 5.0)
+
+
+SCALES = [-146, -100, -70, 0, 70, 100]  # powers of two: 2^-146·v is subnormal in fp32
+
+
+def rows_at_scales(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the same row v at every scale 2^k of SCALES and a zero row last, v/‖v‖ computed in
+    fp64). v's entries are powers of two of different sizes, one negative: exact at any scale."""
+    v = torch.tensor([[4.0, -1.0], [0.5, 2.0]], dtype=torch.float64)
+    scaled = [torch.ldexp(v, torch.tensor(k)).to(dtype) for k in SCALES]
+    return torch.stack([*scaled, torch.zeros_like(v, dtype=dtype)]), (v / v.norm()).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_unit_or_random_keeps_the_direction_of_a_row_at_any_scale(dtype):
+    """Every nonzero row, from fp32's subnormals to 2^100 (whose squares under- or overflow),
+    is divided by its norm; rows of very different sizes share the batch. The zero row, and
+    only it, is the generator's draw."""
+    grad, unit_v = rows_at_scales(dtype)
+    unit = attacks.unit_or_random(grad, torch.Generator().manual_seed(5))
+    draw = torch.randn((1, 2, 2), generator=torch.Generator().manual_seed(5), dtype=dtype)
+    for row in unit[:-1]:
+        torch.testing.assert_close(row, unit_v, atol=0, rtol=2e-7)
+    assert torch.equal(unit[-1:], draw)
+
+
+def test_unit_or_random_is_the_plain_division_where_the_norm_is_in_range():
+    """Rows whose norm fp32 computes without under- or overflow come out bit for bit as
+    grad / ‖grad‖ (the reference code's division): scaling by a power of two is exact."""
+    g = torch.Generator().manual_seed(8)
+    grad = torch.randn((6, 3, 4, 4), generator=g) * torch.logspace(-15, 15, 6).view(-1, 1, 1, 1)
+    plain = grad / grad.flatten(1).norm(p=2, dim=1).view(-1, 1, 1, 1)
+    assert torch.equal(attacks.unit_or_random(grad, None), plain)
+
+
+def test_pow2_rows_scales_each_row_by_a_power_of_two_into_half_to_one():
+    grad, _ = rows_at_scales()
+    scaled = attacks.pow2_rows(grad)
+    top = scaled.flatten(1).abs().amax(dim=1)
+    assert bool((top[:-1] >= 0.5).all()) and bool((top[:-1] < 1.0).all())
+    assert torch.equal(scaled[-1], grad[-1])  # a zero row stays zero
+    for row, original in zip(scaled[:-1], grad[:-1], strict=True):
+        ratio = row.double() / original.double()
+        assert torch.equal(ratio, ratio[0, 0].expand_as(ratio))  # one factor per row, exactly
+        assert math.log2(ratio[0, 0].item()).is_integer()
 
 
 def test_quantize_rounds_to_the_nearest_of_the_levels():

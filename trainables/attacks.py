@@ -12,8 +12,10 @@ objective is the cross-entropy of F(x' + δ) summed over the batch (its single-n
 with m > 1 the batch mean of J with the probability clamped at 1e-20 inside the log (its
 `_attack_mutlinoise`); each step moves along the ℓ2-normalized gradient, and a row whose
 gradient is exactly zero moves along a standard normal draw instead (from `generator`, so runs
-stay reproducible). With zero noise and m = 1 the objective is the base classifier's
-cross-entropy ("vanilla PGD" of appendix C.1).
+stay reproducible). One difference: a nonzero gradient too small for fp32's sum of squares
+keeps its direction, where the reference draws at random (`unit_or_random`; README,
+Deviations 19). With zero noise and m = 1 the objective is the base classifier's cross-entropy
+("vanilla PGD" of appendix C.1).
 
 The objective is computed in fp32 from the logits whatever the autocast dtype; under autocast
 the gradient is sent back through the network scaled per input by a power of two (its largest
@@ -124,11 +126,28 @@ def _pow2_scale(g: torch.Tensor, m: int) -> torch.Tensor:
     return scale.repeat_interleave(m).view(-1, 1)
 
 
+def pow2_rows(v: torch.Tensor) -> torch.Tensor:
+    """Each row of v times the power of two that brings its largest |entry| into [0.5, 1) (a
+    zero row stays zero). Exact: every entry is rounded once, as a single multiplication by that
+    power would round it (a power fp32 may not hold: 2^146 for a subnormal row), so a row keeps
+    its direction however small or large it is."""
+    rows = v.flatten(1)
+    _, shift = torch.frexp(rows.abs().amax(dim=1, keepdim=True))
+    mantissa, exponent = torch.frexp(rows)
+    return torch.ldexp(mantissa, exponent - shift).view_as(v)
+
+
 def unit_or_random(grad: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Each row of grad divided by its ℓ2 norm; a row that is exactly zero becomes a standard
-    normal draw from `generator` (not normalized), as the reference code's randn_like."""
-    norms = grad.flatten(1).norm(p=2, dim=1)
-    unit = grad / norms.view(-1, *([1] * (grad.dim() - 1)))
+    normal draw from `generator` (not normalized), as the reference code's randn_like.
+
+    The norm is taken after `pow2_rows`, so a nonzero row keeps its direction however small:
+    the plain sum of squares underflows to 0 in fp32 once every entry is below ~1e-23, and the
+    reference code then draws at random (README, Deviations 19). For every other row the
+    result is the plain division's, bit for bit (scaling by a power of two is exact)."""
+    scaled = pow2_rows(grad)
+    norms = scaled.flatten(1).norm(p=2, dim=1)
+    unit = scaled / norms.view(-1, *([1] * (grad.dim() - 1)))
     zero = norms == 0
     if bool(zero.any()):
         shape = (int(zero.sum()), *grad.shape[1:])
@@ -228,7 +247,13 @@ def stein_pgd(
 ) -> torch.Tensor:
     """PGD with the gradient-free estimator (7) (Stein's lemma):
     ∇ G(x')_y ≈ (1/m) Σ_i δ_i / σ² · softmax(F(x' + δ_i))_y; steps descend G_y (a zero estimate
-    steps along a draw from `generator`). No network gradients are computed."""
+    steps along a draw from `generator`). No network gradients are computed.
+
+    The probabilities are fp32 (as the reference code's); the estimate is summed in fp64, where
+    the product of an fp32 probability and fp32 noise is exact and every sum of such products a
+    multiple of 2^-298: a nonzero estimate, however confident the model, stays nonzero and keeps
+    its direction, whatever positive factor (1/σ²) it carries. `pow2_rows` brings it back into
+    fp32's range (README, Deviations 19)."""
     if epsilon == 0:
         return x.detach()
     step_size = 2 * epsilon / steps
@@ -239,7 +264,8 @@ def stein_pgd(
         for _ in range(steps):
             logits = model((x + delta).unsqueeze(1).add(noise).flatten(0, 1))
             p_y = F.softmax(logits.float(), dim=1).view(B, m, -1)[torch.arange(B), :, y]  # (B, m)
-            grad = (noise * p_y.view(B, m, *([1] * (x.dim() - 1)))).mean(dim=1) / sigma**2
-            delta = delta + step_size * unit_or_random(-grad, generator)
+            weights = p_y.double().view(B, m, *([1] * (x.dim() - 1)))
+            grad = (noise.double() * weights).mean(dim=1) / sigma**2
+            delta = delta + step_size * unit_or_random(-pow2_rows(grad).to(x.dtype), generator)
             delta = project_l2((x + delta).clamp(0, 1) - x, epsilon)
     return (x + delta).detach()
