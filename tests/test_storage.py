@@ -165,6 +165,31 @@ def test_paths_below_the_experiment_parse_back_to_what_they_are(tmp_path):
     assert exp.cache_path("certify") == str(tmp_path.absolute() / "e" / "cache" / "certify.parquet")
 
 
+def test_names_with_anything_around_the_layouts_names_are_not_its_files(tmp_path):
+    """A trial folder or a file name with characters before or after the layout's name (here
+    "X", which stripping the wrong characters off the path would remove) is ignored, by
+    stage_files and parse_stage_file alike."""
+    exp = Experiment(str(tmp_path), "e")
+    trial, setting = "0123456789ab", "cert-1"
+    good = exp.shard_path(trial, setting, 0, 1)
+    stage = exp.stage_dir("certify")
+    outside = [
+        f"{stage}/X{trial}/{setting}/shard-00000-of-00001.parquet",
+        f"{stage}/XX{trial}/{setting}/compacted-of-00001.parquet",
+        f"{stage}/X/{trial}/{setting}/memory.parquet",
+    ]
+    setting_dir = exp.setting_dir("certify", trial, setting)
+    names = ("shard-00000-of-00001", "compacted-of-00001", "memory")
+    trailing = [fileio.join(setting_dir, f"{name}.parquetX") for name in names]
+    for path in [good, *outside, *trailing]:
+        fileio.write_bytes_atomic(path, b"")
+    assert [f.path for f in exp.stage_files("certify")] == [good]
+    assert [f.path for f in exp.stage_files("certify", within=setting_dir)] == [good]
+    for path in [*outside, *trailing]:
+        assert exp.parse_stage_file("certify", path) is None, path
+    assert exp.parse_stage_file("certify", good) is not None
+
+
 def test_each_kind_has_one_glob_matching_exactly_its_files(tmp_path):
     """`Experiment.glob(stage, kind)` matches that kind's files of that stage and nothing
     else (DuckDB, polars and Python's glob read the stage through it); certify's compacted
