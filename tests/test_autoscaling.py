@@ -128,13 +128,14 @@ def fake_cluster(tmp_path_factory):
     auth = _auth_env(tmp)
     env = {**os.environ, **auth, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
     log = tmp / "head.log"
-    head = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
-         "--num-cpus=1", "--num-gpus=0",
-         f"--autoscaling-config={tmp / 'cluster.json'}", "--include-dashboard=false",
-         f"--temp-dir={temp_dir}", "--disable-usage-stats", "--block"],
-        env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    with log.open("w") as out:  # the head writes to its own copy of the descriptor
+        head = subprocess.Popen(
+            [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
+             "--num-cpus=1", "--num-gpus=0",
+             f"--autoscaling-config={tmp / 'cluster.json'}", "--include-dashboard=false",
+             f"--temp-dir={temp_dir}", "--disable-usage-stats", "--block"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
         _wait_for_gcs(address, head, log)
         driver_env = {**os.environ, **auth, "RAY_ADDRESS": address, "COLUMNS": "200"}
