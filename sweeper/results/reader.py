@@ -252,11 +252,13 @@ def _cached_rows(exp, stage, entry, covered: list[StageFile], cols: list[str]):
 
 
 def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) -> np.ndarray:
-    """Per row, the index in `models` of its (trial_id, setting), or -1. Strings are
-    dictionary-encoded once per column, not joined per row (a cache holds millions)."""
+    """Per row, the index in `models` of its (trial_id, setting), or -1 (a null included).
+    Strings are dictionary-encoded once per column, not joined per row (a cache holds
+    millions); a null is encoded as a name of its own, which no model has."""
     codes, names = [], []
     for column in ("trial_id", setting_column):
-        encoded = pc.dictionary_encode(table.column(column)).combine_chunks()
+        encoded = pc.dictionary_encode(table.column(column), null_encoding="encode")
+        encoded = encoded.combine_chunks()
         codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
         names.append(encoded.dictionary.to_pylist())
     where = {m.model: i for i, m in enumerate(models)}
