@@ -6,7 +6,9 @@ migrated by `sweeper compact`)."""
 from __future__ import annotations
 
 import glob
+import json
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +21,20 @@ from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results import Experiment, load_results
 from sweeper.results.envelope import envelope
-from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, shard_table
-from sweeper.results.storage import MEMORY
+from sweeper.results.reader import (
+    COVERS,
+    LEGACY_OPTIONAL,
+    _model_index,
+    read_stage,
+    refresh_cache,
+    uncovered,
+)
+from sweeper.results.rows import CERTIFIED, MEMORY_SCHEMA, SCHEMA, identity_fields, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import MEMORY, StageFile
 from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
-from trainables.config import TrialConfig
+from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
 
@@ -172,3 +183,261 @@ def test_a_ddrs_models_largest_radius_is_at_its_largest_per_point_sigma(ddrs_exp
     assert reach[A.trial_id] == pytest.approx(max_radius(1.2, 1000, 0.001))  # σ_x up to 1.2
     assert reach[B.trial_id] == pytest.approx(max_radius(0.25, 1000, 0.001))
     assert reach[C.trial_id] == pytest.approx(max_radius(1.0, 1000, 0.001))
+
+
+# ------------------------------------------------------------------ the validated reading
+SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None)
+CID = SPEC.cert_id
+D = A.replace(sigma=2.0)
+E = A.replace(sigma=0.75)
+LABELS = [2, 0, 4, 9, 4]
+# What read_stage(columns=["radius"]) gives: the column asked for, then what validation reads
+RADIUS_AND_CHECKED = [
+    "radius",
+    "experiment",
+    "trial_id",
+    "cert_id",
+    "idx",
+    "dataset",
+    "label",
+    "predict",
+    "correct",
+    "sigma_cert",
+    "n",
+    "alpha",
+]
+
+
+def _rows(exp: Experiment, cfg: TrialConfig, radius: list[float], idx: list[int] | None = None):
+    """Fixed-σ CERTIFY rows of `cfg` on test points `idx` (default 0, 1, ...), all right."""
+    idx = list(range(len(radius))) if idx is None else idx
+    labels = [LABELS[i] for i in idx]
+    cols = {
+        "idx": idx,
+        "label": labels,
+        "predict": labels,
+        "count": [990] * len(idx),
+        "p_lower": [0.99] * len(idx),
+        "radius": radius,
+        "sigma_cert": [cfg.sigma] * len(idx),
+        "correct": [True] * len(idx),
+        "time_s": [0.1] * len(idx),
+    }
+    constants = {"smoothing": "fixed", "n0": SPEC.n0, "n": SPEC.n, "alpha": SPEC.alpha}
+    return shard_table(cfg, exp.name, CID, constants, cols, {"config": cfg.to_dict()})
+
+
+def _model(exp: Experiment, cfg: TrialConfig, radius: list[float]) -> str:
+    """A model compacted from one shard, written with the project's writers (local or S3);
+    returns its compacted file."""
+    write_table(_rows(exp, cfg, radius), exp.shard_path(cfg.trial_id, CID, 0, 1))
+    compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, 1)
+    return exp.compacted_path("certify", cfg.trial_id, CID, 1)
+
+
+@pytest.fixture
+def two_models(tmp_path) -> Experiment:
+    """Models A (points 0, 1) and B (points 0-2), compacted; no cache yet."""
+    exp = Experiment(str(tmp_path), "exp")
+    _model(exp, A, [0.3, 0.2])
+    _model(exp, B, [0.1, 0.2, 0.3])
+    return exp
+
+
+def _covers(exp: Experiment) -> dict:
+    return json.loads(pq.read_schema(exp.cache_path("certify")).metadata[COVERS])
+
+
+def _garble(path: str) -> None:
+    """Same size, not Parquet: a reader that opens it fails; one that takes the cache's
+    record of it (path and size) never opens it."""
+    Path(path).write_bytes(b"\0" * Path(path).stat().st_size)
+
+
+def _points(table: pa.Table) -> dict[str, list[int]]:
+    """trial_id -> its test points, as read."""
+    out: dict[str, list[int]] = {}
+    for row in table.select(["trial_id", "idx"]).to_pylist():
+        out.setdefault(row["trial_id"], []).append(row["idx"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _rewrite_cache(exp: Experiment, change) -> None:
+    """The cache's rows changed by `change(table)`, its record of the files kept."""
+    path = exp.cache_path("certify")
+    table = pq.read_table(path)
+    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), path)
+
+
+def test_the_cache_folds_in_only_files_that_validate_and_every_read_names_the_others(
+    two_models,
+):
+    """Beside A and B: model D's file has `time_s` as a list (its problem's text has a ": "
+    of its own), model E's a radius no CERTIFY at its σ gives. The cache holds A and B only,
+    so every later read opens D and E again and names them."""
+    exp = two_models
+    lists = _rows(exp, D, [0.5, 0.5])
+    lists = lists.set_column(
+        lists.schema.get_field_index("time_s"),
+        "time_s",
+        pa.array([[0.1], [0.1]], pa.list_(pa.float64())),
+    )
+    bad_type = exp.compacted_path("certify", D.trial_id, CID, 1)
+    write_table(lists, bad_type)
+    too_far = _model(exp, E, [0.5, 9.0])  # at σ = 0.75 nothing certifies beyond 1.9
+    assert refresh_cache(exp, CERTIFIED) == 2
+    good = [exp.compacted_path("certify", cfg.trial_id, CID, 1) for cfg in (A, B)]
+    assert _covers(exp) == {exp.relative(p): Path(p).stat().st_size for p in good}
+    expected = sorted(
+        [
+            f"{bad_type}: column 'time_s' is list<element: double>, not double",
+            f"{too_far}: a radius larger than n and alpha allow for its sigma",
+        ]
+    )
+    for _ in range(2):  # the read after the refresh, and after another one
+        result = read_stage(exp, CERTIFIED)
+        assert sorted(result.invalid) == expected
+        assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
+        assert sorted(result.files) == sorted(good)
+        assert refresh_cache(exp, CERTIFIED) == 2
+
+
+def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_models):
+    """A's file, once cached, is not opened again (garbled here, at its size): a refresh after
+    C is compacted keeps A's cached rows beside B's and C's."""
+    exp = two_models
+    assert refresh_cache(exp, CERTIFIED) == 2
+    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
+    _model(exp, C, [0.4, 0.5, 0.6, 0.7])
+    assert refresh_cache(exp, CERTIFIED) == 3
+    expected = {A.trial_id: [0, 1], B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
+    assert _points(pq.read_table(exp.cache_path("certify"))) == expected
+    assert len(_covers(exp)) == 3 and refresh_cache(exp, CERTIFIED) == 3
+    result = read_stage(exp, CERTIFIED)
+    assert _points(result.table) == expected and not result.invalid
+
+
+def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_and_files(
+    two_models,
+):
+    exp = two_models
+    refresh_cache(exp, CERTIFIED)
+    cached = read_stage(exp, CERTIFIED, ["radius"])  # every model from the cache
+    assert cached.table.column_names == RADIUS_AND_CHECKED
+    _model(exp, C, [0.4])  # and one from its file
+    both = read_stage(exp, CERTIFIED, ["radius"])
+    assert both.table.column_names == RADIUS_AND_CHECKED and not both.invalid
+    assert sorted(both.table.column("radius").to_pylist()) == [0.1, 0.2, 0.2, 0.3, 0.3, 0.4]
+
+
+def test_a_cache_written_before_the_newer_columns_is_read_as_a_legacy_file(two_models):
+    """A cache without the columns added since (DDRS's, `smoothing`) and with `amp` as the
+    bool it was: read with those columns null and amp as the off it meant."""
+    exp = two_models
+    refresh_cache(exp, CERTIFIED)
+    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
+
+    def legacy(table: pa.Table) -> pa.Table:
+        table = table.drop_columns(sorted(LEGACY_OPTIONAL))
+        amp = pa.array([False] * table.num_rows)
+        return table.set_column(table.schema.get_field_index("amp"), "amp", amp)
+
+    _rewrite_cache(exp, legacy)
+    result = read_stage(exp, CERTIFIED)
+    assert not result.invalid
+    assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
+    assert set(result.table.column("amp").to_pylist()) == {"off"}
+    for name in LEGACY_OPTIONAL:
+        assert result.table.column(name).null_count == 5, name
+
+
+def test_a_cache_row_without_a_trial_id_belongs_to_no_model(two_models):
+    """A damaged cache (A's point 0 without its trial_id) is read, not a crash: that row
+    counts for no model, A's other row and B's are served (the files are not opened)."""
+    exp = two_models
+    refresh_cache(exp, CERTIFIED)
+    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
+
+    def forget_a_trial(table: pa.Table) -> pa.Table:
+        trial = table.column("trial_id").to_pylist()
+        first = next(i for i, t in enumerate(trial) if t == A.trial_id)
+        trial[first] = None
+        return table.set_column(0, "trial_id", pa.array(trial, pa.string()))
+
+    _rewrite_cache(exp, forget_a_trial)
+    result = read_stage(exp, CERTIFIED)
+    assert not result.invalid
+    assert _points(result.table) == {A.trial_id: [1], B.trial_id: [0, 1, 2]}
+
+
+def test_model_index_finds_each_rows_model_and_minus_one_for_others():
+    def model(trial_id: str) -> StageFile:
+        return StageFile(f"{trial_id}.parquet", "certify", trial_id, CID, "compacted")
+
+    table = pa.table(
+        {"trial_id": ["a", "b", "a", None, "b", "c"], "cert_id": [CID, CID, "other", CID, CID, CID]}
+    )
+    index = _model_index(table, "cert_id", [model("b"), model("a")])
+    assert index.tolist() == [1, 0, -1, -1, 0, -1] and index.dtype == np.int64
+    empty = _model_index(table.slice(0, 0), "cert_id", [model("a")])
+    assert empty.dtype == np.int64 and empty.shape == (0,)
+
+
+def test_uncovered_counts_the_compacted_files_the_cache_does_not_hold(two_models):
+    """Compacted files only (not a model's shards), each held while its size is the one the
+    cache recorded; without a readable cache, every one."""
+    exp = two_models
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2  # no cache yet
+    refresh_cache(exp, CERTIFIED)
+    _model(exp, C, [0.4])
+    for k in (0, 1):  # D: two shards of three, not compacted
+        write_table(_rows(exp, D, [0.5], [k]), exp.shard_path(D.trial_id, CID, k, 3))
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 1  # C
+    with open(exp.compacted_path("certify", A.trial_id, CID, 1), "ab") as f:
+        f.write(b"\0")  # changed since the cache was written
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
+    cache = exp.cache_path("certify")
+    pq.write_table(pq.read_table(cache).replace_schema_metadata({}), cache)  # not a cache
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 3
+    Path(cache).write_bytes(b"not parquet")
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 3
+
+
+def test_the_reading_path_reads_an_experiment_in_a_bucket(s3_endpoint):
+    """On S3 (moto): the cache is written and read through the bucket's filesystem, files it
+    does not hold are read and validated, a model's shards tell its missing ones."""
+    exp = Experiment("s3://sweeper-test/reading", "exp")
+    _model(exp, A, [0.3, 0.2])
+    _model(exp, B, [0.1, 0.2, 0.3])
+    assert refresh_cache(exp, CERTIFIED) == 2
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 0
+    _model(exp, C, [0.4])
+    bad = _model(exp, E, [0.5, 9.0])
+    write_table(_rows(exp, D, [0.5], [1]), exp.shard_path(D.trial_id, CID, 1, 3))
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
+    result = read_stage(exp, CERTIFIED)
+    assert result.invalid == [f"{bad}: a radius larger than n and alpha allow for its sigma"]
+    assert _points(result.table) == {
+        A.trial_id: [0, 1],
+        B.trial_id: [0, 1, 2],
+        C.trial_id: [0],
+        D.trial_id: [1],
+    }
+    assert result.missing == {(D.trial_id, CID): [0, 2]}
+    frame = load_results(exp).frame
+    assert len(frame) == 7 and frame["sound"].all()
+
+
+def test_identity_columns_are_the_trials_hyperparameters_typed_as_declared():
+    """Every TrialConfig field but those of the environment it ran in (paths, workers, how
+    the model was run), typed from its annotation (an optional int is an int64 column)."""
+    got = {f.name: f.type for f in identity_fields()}
+    assert list(got) == [f.name for f in fields(TrialConfig) if f.name not in ENVIRONMENT_FIELDS]
+    assert not {"data_dir", "num_workers", "channels_last", "compile"} & set(got)
+    assert (got["dataset"], got["sigma"], got["m_train"], got["mix_detach"]) == (
+        pa.string(),
+        pa.float64(),
+        pa.int64(),
+        pa.bool_(),
+    )
+    assert (got["epochs"], got["amp"], got["init_from"]) == (pa.int64(), pa.string(), pa.string())
