@@ -535,3 +535,25 @@ def test_ddrs_rows_carry_each_points_own_sigma_and_its_radius():
     probit = norm.ppf(rows["p_lower"])
     np.testing.assert_allclose(rows["radius"], np.array(rows["sigma_cert"]) * probit, rtol=1e-9)
     assert rows["correct"] == [True] * 5 and rows["count"] == [n] * 5
+
+
+def test_a_ddrs_run_draws_its_sigmas_and_votes_from_its_seed_alone():
+    """ProbitLinear near its hyperplane: σ_x follows the noise OptimizeSigma draws and the
+    votes the noise CERTIFY draws. The same seed gives the same σ_x and counts whatever the
+    global RNG's state; another seed gives others."""
+    model = ProbitLinear(sharpness=5.0)
+    xs = model.at_distances([0.05, -0.1, 0.2])
+    data = [(x, int(d > 0), i) for i, (x, d) in enumerate(zip(xs, [0.05, -0.1, 0.2], strict=True))]
+    ddrs = DDRSSettings(iterations=3, lr=0.05, samples=2)
+    settings = CertifySettings(10, 100, 0.01, 0.25, 64, points_per_batch=2, ddrs=ddrs)
+
+    def run(seed: int, global_seed: int) -> tuple[list, list]:
+        torch.manual_seed(global_seed)
+        rows = certify_points(model, data, range(3), 2, settings, seed, torch.device("cpu"))
+        return rows["sigma_cert"], rows["count"]
+
+    sigmas, counts = run(5, 0)
+    assert run(5, 1) == (sigmas, counts)
+    other_sigmas, other_counts = run(6, 0)
+    assert all(a != b for a, b in zip(sigmas, other_sigmas, strict=True))
+    assert other_counts != counts

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from scipy.stats import beta, binom, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
-from trainables.certify_points import CertifySettings, certify_points
+from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
 from trainables.models import NormalizeLayer
 from trainables.smoothing import (
     ABSTAIN,
@@ -561,3 +563,221 @@ def test_certify_points_rows_count_an_abstention_as_wrong_and_a_certified_class_
         else:
             assert row["count"] == n and row["p_lower"] == pytest.approx(alpha ** (1 / n))
     assert top == pytest.approx(0.5 * 1.8257, abs=1e-4)  # Φ⁻¹(0.001^(1/200)) by hand
+
+
+def _coin_points(count: int) -> list:
+    """`count` data-set items (x, label, idx) at CoinFlip's threshold: every vote a coin."""
+    return [(torch.full(SHAPE, 0.0), i % 2, i) for i in range(count)]
+
+
+def test_certify_points_time_s_is_each_batchs_clock_split_evenly_over_its_points(monkeypatch):
+    """The clock read around each forward batch (σ optimization and CERTIFY), here a fake
+    one: 3 s for the batch of points 0 and 1, 1 s for point 2 alone."""
+    import trainables.certify_points as module
+
+    ticks = iter([10.0, 13.0, 20.0, 21.0])
+    monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    settings = CertifySettings(
+        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
+    )
+    cols = certify_points(
+        CoinFlip(), _coin_points(3), [0, 1, 2], 3, settings, 1, torch.device("cpu")
+    )
+    assert cols["time_s"] == [1.5, 1.5, 1.0]
+    assert next(ticks, None) is None  # two readings per batch, no more
+
+
+def test_certify_points_time_s_on_the_real_clock_is_shared_within_a_batch():
+    settings = CertifySettings(
+        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
+    )
+    times = certify_points(
+        CoinFlip(), _coin_points(3), [0, 1, 2], 3, settings, 1, torch.device("cpu")
+    )["time_s"]
+    assert all(type(t) is float and t >= 0.0 for t in times) and times[0] == times[1]
+
+
+def test_certify_points_never_pairs_a_point_with_another_points_certificate(monkeypatch):
+    """A batch that comes back with fewer certificates than points is an error, not rows
+    cut to the shorter list (every later point would then be missing or shifted)."""
+    certify_batch = Smooth.certify_batch
+    monkeypatch.setattr(Smooth, "certify_batch", lambda *a, **k: certify_batch(*a, **k)[:-1])
+    settings = CertifySettings(
+        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
+    )
+    with pytest.raises(ValueError, match="zip"):
+        certify_points(CoinFlip(), _coin_points(2), [0, 1], 3, settings, 1, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "per_batch", "available", "expected"),
+    [
+        (400, None, 10, 4),
+        (400, None, 3, 3),
+        (50, None, 10, 1),
+        (400, 5, 10, 5),
+        (400, 5, 1, 1),
+        (400, None, 0, 1),
+    ],
+)
+def test_points_per_batch_fill_a_batch_of_n0_draws_at_least_one_at_most_those_available(
+    batch_size, per_batch, available, expected
+):
+    """Unset, a batch holds batch_size // n0 points (n0 = 100), never fewer than one, even
+    when n0 alone exceeds the batch."""
+    settings = CertifySettings(100, 1000, 0.01, 0.25, batch_size, points_per_batch=per_batch)
+    assert settings.points(available) == expected
+
+
+def _crc32(data: bytes) -> int:
+    """CRC-32 (ISO-HDLC, as zlib and PNG), bit by bit from its specification."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_seed_for_is_the_crc32_of_the_slash_joined_parts_spread_over_63_bits():
+    """seed = CRC-32("a/b/...") · 2654435761 mod (2⁶³ − 1): the same everywhere. CRC-32 of
+    "123456789" is the specification's check value 0xCBF43926; times the multiplier it is
+    below the modulus. The shard seed of (trial, setting, 1) has CRC-32 0xD0E11D31, whose
+    product 9302241845603489761 exceeds 2⁶³ − 1 and wraps once."""
+    assert _crc32(b"123456789") == 0xCBF43926
+    assert seed_for("123456789") == 0xCBF43926 * 2654435761 == 9082895893736749382
+    assert seed_for(123456789) == seed_for("123456789")
+    shard = ("0123456789ab", "sigma-train_n0-100")
+    assert _crc32(b"0123456789ab/sigma-train_n0-100/1") == 0xD0E11D31
+    assert seed_for(*shard, 1) == 9302241845603489761 - (2**63 - 1) == 78869808748713954
+    assert seed_for(*shard, 0) == 7477227109968674679  # CRC-32 0xA7E62DA7, no wrap
+    assert seed_for("a", "b") == seed_for("a/b") == _crc32(b"a/b") * 2654435761
+    seeds = [seed_for(*shard, k) for k in range(2000)]
+    assert all(0 <= s < 2**63 - 1 for s in seeds) and len(set(seeds)) == 2000
+    assert max(seeds) > 2**62  # spread over the 63 bits, not the 32 of the CRC
+
+
+def test_run_mode_records_precision_layout_and_whether_the_model_compiles(monkeypatch):
+    from trainables import runtime
+
+    cpu = torch.device("cpu")
+    asked = []
+    monkeypatch.setattr(runtime, "compile_problem", lambda kind: asked.append(kind))
+    compiled = CertifySettings(10, 20, 0.01, 0.25, 20, precision="bf16", compile=True)
+    assert run_mode(compiled, cpu) == {
+        "precision": "bf16",
+        "channels_last": "false",
+        "compile": "compiled",
+    }
+    assert asked == ["cpu"]
+    monkeypatch.setattr(runtime, "compile_problem", lambda kind: "no C++ compiler")
+    assert run_mode(compiled, cpu)["compile"] == "eager (compile unavailable)"
+    eager = CertifySettings(10, 20, 0.01, 0.25, 20, channels_last=True)
+    assert run_mode(eager, cpu) == {
+        "precision": "fp32",
+        "channels_last": "true",
+        "compile": "eager",
+    }
+
+
+def test_certify_points_tries_to_compile_on_its_device_when_asked(monkeypatch, caplog):
+    """compile=True: the device's compile problem is looked up (here: there is one) and the
+    model runs eagerly after one warning line; compile=False asks nothing."""
+    from trainables import runtime
+
+    asked = []
+    monkeypatch.setattr(runtime, "compile_problem", lambda kind: asked.append(kind) or "no cc")
+    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, compile=True)
+    with caplog.at_level("WARNING"):
+        cols = certify_points(
+            CoinFlip(), _coin_points(2), [0, 1], 3, settings, 1, torch.device("cpu")
+        )
+    assert asked == ["cpu", "cpu"] and cols["idx"] == [0, 1]  # prepare's, and its mode's
+    assert [r.getMessage() for r in caplog.records] == [
+        "compile: torch.compile cannot run on cpu here (no cc); running eagerly"
+    ]
+    certify_points(
+        CoinFlip(),
+        _coin_points(2),
+        [0, 1],
+        3,
+        replace(settings, compile=False),
+        1,
+        torch.device("cpu"),
+    )
+    assert asked == ["cpu", "cpu"]
+
+
+class TwoChannelConv(nn.Module):
+    """A 2-channel convolution (a 1-channel weight is channels-last whatever its layout)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(2, 3, 2)
+
+    def forward(self, x):
+        return self.conv(x).mean(dim=(2, 3))
+
+
+def test_certify_points_puts_the_model_channels_last_when_asked():
+    model, cpu = TwoChannelConv(), torch.device("cpu")
+    data = [(torch.rand(2, 4, 4, generator=_gen(i)), 0, i) for i in range(2)]
+    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
+    certify_points(model, data, [0, 1], 3, settings, 1, cpu)
+    assert not model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    certify_points(model, data, [0, 1], 3, replace(settings, channels_last=True), 1, cpu)
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+class DtypeSeen(nn.Module):
+    """CoinFlip's votes; remembers the dtype of every noisy batch it is shown."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set = set()
+
+    def forward(self, x):
+        self.seen.add(x.dtype)
+        return CoinFlip()(x)
+
+
+def test_certify_points_runs_the_model_at_the_settings_precision(monkeypatch):
+    """bf16: the noisy batches are bf16 (checked on any CPU: its bf16 check is waived)."""
+    from trainables import runtime
+
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: True)
+    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        model = DtypeSeen()
+        certify_points(
+            model,
+            _coin_points(2),
+            [0, 1],
+            3,
+            replace(settings, precision=precision),
+            1,
+            torch.device("cpu"),
+        )
+        assert model.seen == {dtype}, precision
+
+
+def test_certify_points_draws_every_sample_from_its_seed_alone():
+    """The same seed gives the same votes whatever the global RNG's state; another seed
+    other votes (coins: the counts are random)."""
+    settings = CertifySettings(
+        n0=10, n=200, alpha=0.01, sigma=0.5, batch_size=64, points_per_batch=2
+    )
+
+    def counts(seed: int, global_seed: int) -> list[int]:
+        torch.manual_seed(global_seed)
+        return certify_points(
+            CoinFlip(), _coin_points(4), range(4), 3, settings, seed, torch.device("cpu")
+        )["count"]
+
+    first = counts(5, 0)
+    assert counts(5, 1) == first and counts(6, 0) != first
+    expected = Smooth(CoinFlip(), 3, 0.5).certify_batch(
+        torch.zeros(2, *SHAPE), 10, 200, 0.01, 64, torch.Generator().manual_seed(5)
+    )
+    assert first[:2] == [c.nA for c in expected]  # the first batch: the seed's first draws
