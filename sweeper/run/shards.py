@@ -125,11 +125,10 @@ class Work:
 @dataclass(frozen=True)
 class Job:
     """What a submitted task does: `shard` of a model under `work`, or (`shard` None) the
-    compaction of the model's `count` shards."""
+    compaction of the model's shards."""
 
     work: Work
     trial_id: str
-    count: int
     shard: Shard | None
 
 
@@ -240,7 +239,7 @@ class StageRunner:
         for shard in todo:
             args = (self.exp, work.stage, shard, work.setting, self.resources.cpu)
             handle = self.tasks.submit(run_shard, options, *args)
-            self.pending[handle] = Job(work, cfg.trial_id, len(shards), shard)
+            self.pending[handle] = Job(work, cfg.trial_id, shard)
         if not todo:
             self._submit_compaction(work, cfg.trial_id, len(shards))
         return len(todo)
@@ -250,7 +249,7 @@ class StageRunner:
         # per concurrent compaction (each importing pyarrow) for no gain.
         args = (self.exp, work.stage, trial_id, work.setting, count)
         handle = self.tasks.submit(compact, {"num_cpus": 1}, *args)
-        self.pending[handle] = Job(work, trial_id, count, None)
+        self.pending[handle] = Job(work, trial_id, None)
 
     # -------------------------------------------------------------------- outcomes
     def poll(self, timeout: float = 0) -> None:
