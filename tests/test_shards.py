@@ -495,7 +495,9 @@ def test_every_shard_is_computed_then_each_model_compacted_once_its_shards_are_w
     tasks, events = InProcess(), []
     runner = bench.runner(bench.work(SPEC), tasks, events.append)
     assert (runner.submit(A), runner.submit(C)) == (4, 3)
-    runner.wait(poll_every=0.25)
+    runner.poll()  # what has ended (C's last shard), without waiting
+    assert [e.kind for e in events] == ["shards_planned", "shards_planned", "shard_done"]
+    runner.wait(poll_every=0.25)  # the rest, waiting at most 0.25 s per poll
     a, c, certify = A.trial_id, C.trial_id, f"certify {CID}"
     assert seen(events) == [
         ("shards_planned", a, "4 to do", (0, 4, 0)),
@@ -510,7 +512,7 @@ def test_every_shard_is_computed_then_each_model_compacted_once_its_shards_are_w
         ("shard_done", a, "certify 1/4", (7, 7, 0)),
         ("compacted", a, certify, (7, 7, 0)),
     ]
-    assert tasks.timeouts == [0.25] * 9 and runner.pending == {}
+    assert tasks.timeouts == [0] + [0.25] * 8 and runner.pending == {}
     shard_task = ("run_shard", {"num_cpus": 1.5, "num_gpus": 0.0})
     compaction = ("compact", {"num_cpus": 1})  # one whole CPU, whatever a shard task asks
     assert tasks.submitted == [shard_task] * 7 + [compaction] * 2
