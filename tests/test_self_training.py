@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from trainables.datasets import DataError, load_dataset
 from trainables.errors import ConfigError
 from trainables.methods import REGISTRY
 from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, main, pseudo_problems
-from trainables.train import fit, make_loaders, train_epoch
+from trainables.train import fit, make_loaders, pseudo_metrics, train_epoch
 from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
@@ -410,3 +411,40 @@ def test_stream_state_round_trip_with_augmentation_leaves_the_global_rng_alone(t
     for a, b in zip(first, [again.next_batch(13) for _ in range(3)], strict=True):
         assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
     assert stream.passes == again.passes == (7 + 39) / 20
+
+
+def test_pseudo_metrics_are_the_means_over_the_pseudo_samples_trained_on():
+    stream = SimpleNamespace(passes=0.02)
+    one = {"pseudo_loss": 0.75, "pseudo_acc": 1.0, "pseudo_inputs": 1, "pseudo_passes": 0.02}
+    assert pseudo_metrics(stream, (0.75, 1, 1, 1)) == one
+    assert pseudo_metrics(stream, (6.0, 3, 4, 2))["pseudo_loss"] == 1.5
+    assert pseudo_metrics(stream, (0.0, 0, 0, 0))["pseudo_acc"] == 0.0  # nothing trained
+
+
+def test_a_pseudo_batch_of_one_input_is_trained_on_in_its_one_nonempty_chunk(
+    monkeypatch, pseudo_npz
+):
+    """65 labelled inputs in batches of 64: the last labelled batch, and so its pseudo batch,
+    holds one input; split in m_train = 2 chunks it is a chunk of one and an empty one."""
+    cfg = small_cfg(pseudo_npz, epochs=1, train_subset=65)
+    steps: list[tuple[str, int, float, int, int]] = []  # kind, inputs, loss, right, samples
+    row = REGISTRY[cfg.method]
+    module = importlib.import_module(f"trainables.methods.{row.module}")
+    real_loss = getattr(module, row.function)
+
+    def loss(model, x, y, ctx):
+        out = real_loss(model, x, y, ctx)
+        right = int((out.logits.argmax(1) == out.targets).sum())
+        steps.append((kind(x), len(x), out.loss.item(), right, len(out.targets)))
+        return out
+
+    monkeypatch.setattr(module, row.function, loss)
+    state = build_state(cfg, CPU)
+    train, _ = make_loaders(state)
+    metrics = train_epoch(state, train)
+    assert [s[:2] for s in steps] == [("L", 32)] * 2 + [("P", 32)] * 2 + [("L", 1), ("P", 1)]
+    pseudo = [s[2:] for s in steps if s[0] == "P"]  # m_train = 2 noisy copies per input
+    samples = sum(n for _, _, n in pseudo)
+    assert metrics["pseudo_inputs"] == 65 and samples == 130
+    assert metrics["pseudo_loss"] == pytest.approx(sum(v * n for v, _, n in pseudo) / samples)
+    assert metrics["pseudo_acc"] == sum(right for _, right, _ in pseudo) / samples

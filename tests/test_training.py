@@ -11,7 +11,7 @@ import torch
 from trainables import checkpoint
 from trainables.config import TrialConfig
 from trainables.methods import REGISTRY
-from trainables.train import fit, make_loaders, train_epoch
+from trainables.train import evaluate, fit, make_loaders, train_epoch
 from trainables.train_state import build_state
 
 CPU = torch.device("cpu")
@@ -224,3 +224,29 @@ def test_batch_is_split_into_m_train_chunks_each_a_full_optimizer_step(method):
     assert len(steps) == 8
     attack_calls = [n for training, n in seen if not training]
     assert attack_calls == ([] if method == "gaussian" else [64] * 8 + [8] * 4 + [4] * 4)
+
+
+class _SumSign(torch.nn.Module):
+    """Class 0 iff the input's pixels sum to 0 or more (argmax takes the first of a tie): right
+    on clean zero images of class 0, and under noise as the noise drawn decides, image by image."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x.flatten(1).sum(1)
+        return torch.stack([s, -s], dim=1)
+
+
+def test_evaluate_draws_its_noise_from_its_own_seed_not_the_global_generator():
+    batches = [
+        (torch.zeros(40, 1, 4, 4), torch.zeros(40, dtype=torch.long), torch.arange(40))
+        for _ in range(3)
+    ]
+    generator = torch.Generator().manual_seed(11)
+    right = 0
+    for x, _, _ in batches:  # the noise evaluate must draw: N(0, σ²) from seed 11, in order
+        noise = torch.randn(x.shape, generator=generator) * 0.5
+        right += int((noise.flatten(1).sum(1) > 0).sum())
+    expected = {"test_clean_acc": 1.0, "test_noisy_acc": right / 120}
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        assert evaluate(_SumSign(), batches, 0.5, CPU, seed=11) == expected
+    assert evaluate(_SumSign(), batches, 0.5, CPU, seed=12) != expected
