@@ -21,6 +21,7 @@ from trainables.certify_points import CertifySettings, certify_points
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.models import build_model
+from trainables.pseudo import fingerprint, load_pseudo
 from trainables.smoothing import Smooth, max_radius
 from trainables.train import fit
 
@@ -189,3 +190,27 @@ def test_two_nccl_ranks_train_in_sync(tmp_path, monkeypatch):
     assert payload["history"][-1]["test_noisy_acc"] > 0.5
     for name, tensor in state.model.module.state_dict().items():
         assert torch.equal(tensor.cpu(), payload["model"][name])
+
+
+def test_ddrs_and_self_training_run_on_cuda(tmp_path):
+    """DDRS training and self-training with the model on CUDA: each chunk's σ_x is optimized
+    on the GPU from the CPU σ table and written back to it; pseudo-labelled batches are moved
+    to the GPU like labelled ones."""
+    ddrs_settings = {"ddrs_start_epoch": 1, "ddrs_iterations": 2, "ddrs_lr": 0.01}
+    ddrs = TrialConfig(**{**CFG, "epochs": 2, "train_subset": 64}, **ddrs_settings)
+    state = fit(ddrs, tmp_path / "ddrs" / "checkpoint.pt", CUDA)
+    table = state.ddrs_sigma
+    assert table is not None and table.device.type == "cpu" and table.dtype == torch.float32
+    assert bool((table[:64] != 0.25).any()) and bool(torch.isfinite(table).all())
+    test = load_dataset("digits", "test")
+    images = (test.images[:50] * 255).round().to(torch.uint8).numpy()
+    np.savez(tmp_path / "pseudo.npz", images=images, labels=test.labels[:50].numpy())
+    path = tmp_path / "pseudo.npz"
+    pseudo_settings = {
+        "pseudo_data": str(path),
+        "pseudo_fingerprint": fingerprint(*load_pseudo(path, "digits")),
+        "pseudo_eta": 0.5,
+    }
+    pseudo = TrialConfig(**{**CFG, "epochs": 1, "train_subset": 128}, **pseudo_settings)
+    history = fit(pseudo, tmp_path / "pseudo" / "checkpoint.pt", CUDA).history
+    assert history[0]["pseudo_inputs"] == 128 and math.isfinite(history[0]["pseudo_loss"])
