@@ -76,12 +76,11 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
     the training passes update the batch-norm statistics."""
     cfg, table = state.cfg, state.ddrs_sigma
     assert table is not None, "TrainState.sigma_table creates the table before the first chunk"
-    start = table[idx].to(device=x.device, dtype=x.dtype)
     with attacks.frozen_eval(state.model) as model:
-        sigma = optimize_sigma(
+        sigma = optimize_sigma(  # starts from the table's σ on the chunk's device, in its dtype
             model,
             x,
-            start,
+            table[idx],
             iterations=setting(cfg.ddrs_iterations, "ddrs_iterations"),
             lr=setting(cfg.ddrs_lr, "ddrs_lr"),
             samples=setting(cfg.ddrs_samples, "ddrs_samples"),
