@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,51 @@ def test_an_official_sized_file_with_another_md5_is_named_before_unpickling(tmp_
     assert message.startswith(f"cannot read CIFAR-10 file {path}: ValueError: it has the size of the official test_batch but MD5 ")  # fmt: skip
     assert "not the published 40351d587109b95175f43aff81a1287e" in message
     assert not marker.exists()
+
+
+# ------------------------------------------------ arrays: numbers only, at most a batch's shape
+# Hand-written pickles (protocol 0/2 opcodes) of what numpy's own pickles never do.
+NDARRAY_OVER_BYTES = b"cnumpy\nndarray\n(K\x01\x85X\x01\x00\x00\x00OC\x08AAAAAAAAtR."  # segfaults
+NDARRAY_OF_1E9 = b"cnumpy\nndarray\n(J\x00\xca\x9a;\x85tR."  # 8 GB of float64
+RECONSTRUCT_1E9 = (
+    b"cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\nJ\x00\xca\x9a;\x85C\x01b\x87R."
+)
+SETSTATE_1E9 = (  # numpy's (0,)-shaped array, then BUILD with a state of 10^9 values
+    b"cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R"
+    b"(K\x01J\x00\xca\x9a;\x85cnumpy\ndtype\nX\x02\x00\x00\x00u1\x89\x88\x87R\x89C\x00tb."
+)
+CRAFTED_ARRAYS = {
+    "ndarray over bytes": (NDARRAY_OVER_BYTES, "refused numpy.ndarray called directly"),
+    "object array": (pickle.dumps(np.array([1, "x"], dtype=object)), "refused array dtype |O"),
+    "ndarray of 1e9": (NDARRAY_OF_1E9, "refused numpy.ndarray called directly"),
+    "reconstruct of 1e9": (RECONSTRUCT_1E9, "refused an array of shape (1000000000,)"),
+    "setstate of 1e9": (SETSTATE_1E9, "refused an array of shape (1000000000,)"),
+}
+
+
+@pytest.mark.parametrize("kind", CRAFTED_ARRAYS)
+def test_object_arrays_and_arrays_beyond_a_batch_are_refused_before_allocating(tmp_path, kind):
+    import tracemalloc
+
+    crafted, why = CRAFTED_ARRAYS[kind]
+    assert len(crafted) < 250  # a few bytes ask for a segfault or gigabytes
+    tracemalloc.start()  # numpy reports its allocations to tracemalloc
+    try:
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(why)):
+            load_plain(crafted)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    path = write_cifar(tmp_path / "data", crafted)
+    message = refused(tmp_path / "data")
+    assert message.startswith(f"cannot read CIFAR-10 file {path}: UnpicklingError: {why}")
+
+
+def test_a_full_size_batch_still_loads():
+    data = np.zeros((10_000, 3072), np.uint8)
+    for protocol in (2, 5):
+        loaded = load_plain(pickle.dumps({"data": data, "labels": [0] * 10_000}, protocol=protocol))
+        assert np.array_equal(np.asarray(loaded["data"]), data)
+    with pytest.raises(pickle.UnpicklingError, match="more than a CIFAR-10 batch's"):
+        load_plain(pickle.dumps(np.zeros(10_000 * 3072 + 1, np.uint8), protocol=2))

@@ -8,6 +8,12 @@ only the callables that rebuild a numpy array (`numpy._core.multiarray._reconstr
 `numpy._core.numeric._frombuffer`) and `_codecs.encode` to latin-1 (how Python 3 writes bytes
 in protocol 2). Any other global is refused before it is looked up, let alone called.
 
+Those numpy callables are wrapped, so that an array is checked before any memory is given to
+it: numbers only (bool, integers, floats of at most 8 bytes; an object array built over raw
+bytes is a pointer dereference, a segfault), at most a batch's shape of values (`MAX_VALUES`:
+10,000 images of 3072), `numpy.ndarray` never called directly (numpy's own pickles call
+`_reconstruct`, whose array is filled by `__setstate__`, checked too).
+
 Where a file has the official name and size of a batch of the CIFAR-10 python version, its MD5
 must also be the one torchvision lists for it (`torchvision.datasets.CIFAR10.train_list` /
 `test_list`): a damaged or altered official file is named, not read. Other files (smaller
@@ -18,8 +24,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import importlib
 import io
+import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -39,16 +45,81 @@ def _latin1_encode(obj: str, encoding: str = "utf-8", errors: str = "strict") ->
     return codecs.encode(obj, "latin1", errors)
 
 
-def _numpy_core(module: str) -> Any:
-    """numpy's internal module: its numpy 2 name first (numpy.core.* is a deprecated alias
-    there), else the numpy 1 one."""
-    modern = module.replace("numpy.core.", "numpy._core.", 1)
-    try:
-        return importlib.import_module(modern)
-    except ImportError:
-        return importlib.import_module(modern.replace("numpy._core.", "numpy.core.", 1))
+# A CIFAR-10 batch's `data`: 10,000 rows of 3072 values. No array of a data file is larger.
+MAX_VALUES = 10_000 * 3072
+NUMBER_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 
 
+def _dtype_problem(dtype: Any) -> str | None:
+    if not isinstance(dtype, np.dtype):
+        return f"refused array dtype {type(dtype).__name__}: not a numpy dtype"
+    if dtype.kind not in NUMBER_KINDS or dtype.hasobject or dtype.itemsize > 8:
+        return f"refused array dtype {dtype.str}: a data file's arrays hold numbers only"
+    return None
+
+
+def _checked(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of an array a data file may hold; UnpicklingError before any memory is
+    given to one that is not."""
+    dims = (shape,) if isinstance(shape, int) else shape
+    if not isinstance(dims, tuple) or not all(type(d) is int and d >= 0 for d in dims):
+        raise pickle.UnpicklingError(f"refused array shape {shape!r}")
+    if (problem := _dtype_problem(dtype)) is not None:
+        raise pickle.UnpicklingError(problem)
+    if math.prod(dims) > MAX_VALUES:
+        raise pickle.UnpicklingError(
+            f"refused an array of shape {dims}: more than a CIFAR-10 batch's {MAX_VALUES:,} values"
+        )
+    return dims, dtype
+
+
+class CheckedArray(np.ndarray):
+    """What `_reconstruct` makes: an ndarray whose `__setstate__` (the pickle's BUILD) checks
+    the shape, dtype and data before numpy fills it. `np.asarray` of one is a plain array."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise pickle.UnpicklingError("refused an array state that is not numpy's")
+        shape, dtype, _, data = state[-4:]
+        dims, dtype = _checked(shape, dtype)
+        size = math.prod(dims) * dtype.itemsize  # Python 2's str arrives as str (latin-1)
+        if not isinstance(data, (bytes, bytearray, str)) or len(data) != size:
+            raise pickle.UnpicklingError(f"refused array data that does not fill shape {dims}")
+        super().__setstate__(state)
+
+
+def _reconstruct(subtype: Any, shape: Any, dtype: Any) -> CheckedArray:
+    if subtype is not _ndarray:
+        raise pickle.UnpicklingError("refused an array of a type other than numpy.ndarray")
+    if isinstance(dtype, bytes):
+        dtype = dtype.decode("latin1")
+    dims, checked = _checked(shape, np.dtype(dtype) if isinstance(dtype, str) else dtype)
+    return np.ndarray.__new__(CheckedArray, dims, checked)
+
+
+def _frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+    dims, checked = _checked(shape, dtype)
+    return np.frombuffer(buffer, dtype=checked).reshape(dims, order=order)
+
+
+def _ndarray(*args: Any, **kwargs: Any) -> Any:
+    """`numpy.ndarray` as a pickle names it: an argument of `_reconstruct`, never called."""
+    raise pickle.UnpicklingError("refused numpy.ndarray called directly (numpy's pickles never do)")
+
+
+def _dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype:
+    dtype = np.dtype(spec, align, copy)
+    if (problem := _dtype_problem(dtype)) is not None:
+        raise pickle.UnpicklingError(problem)
+    return dtype
+
+
+WRAPPED = {
+    "_reconstruct": _reconstruct,
+    "_frombuffer": _frombuffer,
+    "ndarray": _ndarray,
+    "dtype": _dtype,
+}
 ALLOWED = {
     ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
     ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
@@ -67,9 +138,7 @@ class PlainUnpickler(pickle.Unpickler):
             )
         if module == "_codecs":
             return _latin1_encode
-        if module == "numpy":
-            return getattr(np, name)
-        return getattr(_numpy_core(module), name)
+        return WRAPPED[name]
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("refused a persistent id")
