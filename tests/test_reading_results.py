@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results import Experiment, load_results
+from sweeper.results import rows as rows_module
 from sweeper.results.envelope import envelope
 from sweeper.results.reader import (
     COVERS,
@@ -29,11 +30,20 @@ from sweeper.results.reader import (
     refresh_cache,
     uncovered,
 )
-from sweeper.results.rows import CERTIFIED, MEMORY_SCHEMA, SCHEMA, identity_fields, shard_table
+from sweeper.results.rows import (
+    CERTIFIED,
+    MEMORY_SCHEMA,
+    SCHEMA,
+    ResultsError,
+    identity_fields,
+    read_tables,
+    shard_table,
+)
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, StageFile
 from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
+from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.config_parts import DDRSSettings
 from trainables.trial_status import write_status
@@ -441,3 +451,108 @@ def test_identity_columns_are_the_trials_hyperparameters_typed_as_declared():
         pa.bool_(),
     )
     assert (got["epochs"], got["amp"], got["init_from"]) == (pa.int64(), pa.string(), pa.string())
+
+
+# ------------------------------------------------------------------ the results table
+def _memory(trial_id: str, idx: list[int], idx_type: pa.DataType | None = None) -> pa.Table:
+    """A legacy DDRS memory file's rows (the memory pass changed nothing)."""
+    k = len(idx)
+    return pa.table(
+        {
+            "trial_id": [trial_id] * k,
+            "cert_id": [CID] * k,
+            "idx": pa.array(idx, idx_type or pa.int64()),
+            "predict_memory": [1] * k,
+            "radius_memory": [0.5] * k,
+            "correct_memory": [True] * k,
+            "memory_changed": [False] * k,
+        }
+    )
+
+
+def _memory_files(root: str) -> list[str]:
+    """Two memory files (one with idx as int32, as another writer may have typed it) and a
+    third that is not Parquet; returns their paths."""
+    exp = Experiment(root, "exp")
+    paths = [exp.memory_path(cfg.trial_id, CID) for cfg in (A, B, C)]
+    write_table(_memory(A.trial_id, [0, 1], pa.int32()), paths[0])
+    write_table(_memory(B.trial_id, [2]), paths[1])
+    fileio.write_bytes_atomic(paths[2], b"not parquet")
+    return paths
+
+
+def test_read_tables_reads_files_as_one_table_of_the_schema_and_names_a_corrupt_one(tmp_path):
+    a, b, corrupt = _memory_files(str(tmp_path))
+    table = read_tables([a, b], MEMORY_SCHEMA)
+    assert table.schema == MEMORY_SCHEMA and table.column("idx").to_pylist() == [0, 1, 2]
+    assert read_tables([], MEMORY_SCHEMA).equals(MEMORY_SCHEMA.empty_table())
+    with pytest.raises(ResultsError) as error:
+        read_tables([a, corrupt, b], MEMORY_SCHEMA)
+    assert str(error.value) == (
+        f"corrupt results file {corrupt}: Could not open Parquet input source '{corrupt}': "
+        "Parquet magic bytes not found in footer. Either the file is corrupted or this is not "
+        "a parquet file."
+    )
+
+
+def test_read_tables_reads_file_by_file_when_the_one_scan_fails(tmp_path, monkeypatch):
+    """The files as one table of the schema all the same (here the scan of all of them at
+    once fails, as it does when one of them is corrupt)."""
+    a, b, _ = _memory_files(str(tmp_path))
+    expected = read_tables([a, b], MEMORY_SCHEMA)
+
+    def failing(*args, **kwargs):
+        raise OSError("the listing failed")
+
+    monkeypatch.setattr(rows_module.pads, "dataset", failing)
+    table = read_tables([a, b], MEMORY_SCHEMA)
+    assert table.schema == MEMORY_SCHEMA and table.equals(expected)
+
+
+def test_read_tables_reads_through_the_buckets_filesystem(s3_endpoint):
+    a, b, corrupt = _memory_files("s3://sweeper-test/memory")
+    assert read_tables([a, b], MEMORY_SCHEMA).column("idx").to_pylist() == [0, 1, 2]
+    with pytest.raises(ResultsError, match=f"^corrupt results file {corrupt}: "):
+        read_tables([a, b, corrupt], MEMORY_SCHEMA)  # the good ones read from the bucket
+
+
+def test_load_results_of_some_columns_has_those_and_what_the_reading_needs(ddrs_experiment):
+    frame = load_results(ddrs_experiment, ["radius"]).frame
+    assert list(frame.columns) == [
+        "radius",
+        "smoothing",
+        "predict_raw",
+        "radius_raw",
+        "correct_raw",
+        "memory_changed",
+        *RADIUS_AND_CHECKED[1:],
+        "sound",
+    ]
+    assert len(frame) == 15
+
+
+def test_raw_certificates_keep_their_types_beside_models_without_them(ddrs_experiment):
+    """predict/radius/correct_raw of a fixed-σ model (none stored: its own values) and of
+    DDRS models (the Monte-Carlo ones) in one frame: ints, floats and bools, not floats."""
+    frame = load_results(ddrs_experiment).frame.sort_values(["trial_id", "idx"])
+    assert (frame["predict_raw"].dtype, frame["radius_raw"].dtype, frame["correct_raw"].dtype) == (
+        np.int64,
+        np.float64,
+        np.bool_,
+    )
+    by_model = {t: g for t, g in frame.groupby("trial_id")}
+    assert by_model[B.trial_id]["predict_raw"].tolist() == [2, 0, 1, 9, -1]  # fixed: predict
+    assert by_model[A.trial_id]["predict_raw"].tolist() == [2, 0, 4, -1, 9]  # as certified
+    assert by_model[A.trial_id]["correct_raw"].tolist() == [True, True, True, False, False]
+
+
+def test_a_legacy_file_without_the_newer_columns_is_read_as_fixed_sigma_and_sound(tmp_path):
+    """A compacted file written before DDRS: no `smoothing` nor raw columns."""
+    exp = Experiment(str(tmp_path), "exp")
+    legacy = _rows(exp, A, [0.3, 0.0, 0.2]).drop_columns(sorted(LEGACY_OPTIONAL))
+    write_table(legacy, exp.compacted_path("certify", A.trial_id, CID, 1))
+    results = load_results(exp)
+    assert not results.invalid and len(results.frame) == 3
+    assert results.frame["smoothing"].tolist() == ["fixed"] * 3
+    assert results.frame["radius_raw"].tolist() == [0.3, 0.0, 0.2]
+    assert results.frame["sound"].all()
