@@ -237,3 +237,38 @@ def test_shard_name_is_what_the_layout_reads(tmp_path):
     exp = Experiment(str(tmp_path), "x")
     path = exp.shard_path("a" * 12, "s", 3, 10, "certify")
     assert path.endswith(shard_name(3, 10))
+
+
+DAMAGED_TRIAL_JSON = {
+    "truncated": b'{"trial_id": "x", "state": "runn',
+    "not an object": b"[]",
+    "no state": b'{"epoch": 1}',
+    "epoch a word": b'{"state": "finished", "epoch": "five"}',
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED_TRIAL_JSON)
+def test_a_damaged_trial_json_is_one_line_naming_it(tmp_path, kind):
+    exp = known_experiment(tmp_path)
+    path = os.path.join(exp.trial_dir(C.trial_id), "trial.json")
+    Path(path).write_bytes(DAMAGED_TRIAL_JSON[kind])
+    line = f"error: cannot read {path} ("
+    fix = "delete it and re-run; the trial resumes from its checkpoint (or starts over without one)"
+    result = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", exp.name])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1
+    assert fix in result.stderr
+    # The planner reads it too (`run grid`, `certify`, `empirical`), before Ray starts.
+    spec = load_space("digits").smoked()
+    trials = expand(spec)
+    first = trials[0]
+    smoke = Experiment(exp.storage, "digits-smoke")
+    write_sweep(smoke, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})
+    planted = os.path.join(smoke.trial_dir(first.trial_id), "trial.json")
+    os.makedirs(os.path.dirname(planted))
+    Path(planted).write_bytes(DAMAGED_TRIAL_JSON[kind])
+    for command in (["run", "grid", "digits", "--dry-run"], ["certify", "digits"]):
+        result = runner.invoke(app, [*command, "--smoke", "--storage", exp.storage])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.stderr == f"error: cannot read {planted} ({result.stderr.split(' (', 1)[1]}"
+        assert result.stderr.count("\n") == 1 and fix in result.stderr

@@ -12,6 +12,11 @@ from typing import Any
 
 from trainables import fileio
 from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
+
+
+class TrialStatusError(ProblemsError):
+    """A trial.json that cannot be read (damaged, or not written by a trial)."""
 
 
 def trial_dir(experiment_root: str, trial_id: str) -> str:
@@ -50,7 +55,39 @@ def experiment_relative(location: str, experiment_root: str) -> str:
 
 
 def read_status(directory: str) -> dict[str, Any] | None:
+    """The trial's `trial.json` (None if it never started); TrialStatusError naming the file
+    if it is not one (what the planner and the driver read of it: a state and epochs done)."""
     path = fileio.join(directory, "trial.json")
     if not fileio.exists(path):
         return None
-    return json.loads(fileio.read_bytes(path))
+    return parse_status(path, fileio.read_bytes(path))
+
+
+def parse_status(path: str, raw: bytes) -> dict[str, Any]:
+    """The document of trial.json `path` read as `raw`; TrialStatusError if it is not one."""
+    try:
+        doc = json.loads(raw)
+        why = _status_problem(doc)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        why = f"not JSON: {str(e).splitlines()[0]}"
+    if why is None:
+        return doc
+    raise TrialStatusError(
+        [
+            f"cannot read {path} ({why}): delete it and re-run; the trial resumes from its "
+            "checkpoint (or starts over without one)"
+        ]
+    )
+
+
+def _status_problem(doc: Any) -> str | None:
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    if not isinstance(doc.get("state"), str):
+        return "no state"
+    epoch = doc.get("epoch")
+    if type(epoch) is not int or epoch < 0:
+        return f"epoch {epoch!r} is not a count of epochs"
+    if not isinstance(doc.get("metrics", {}), dict):
+        return "metrics is not a JSON object"
+    return None

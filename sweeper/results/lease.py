@@ -47,6 +47,10 @@ class LeaseHeld(ProblemsError):
     """Another live driver holds the experiment."""
 
 
+class LeaseError(ProblemsError):
+    """A lease.json that is not a lease (damaged, or written by something else)."""
+
+
 @dataclass(frozen=True)
 class Holder:
     pid: int
@@ -91,11 +95,53 @@ def _interrupt(_: Holder) -> None:
 
 
 def read_holder(exp: Experiment) -> Holder | None:
-    """Who holds (or last held) the experiment's lease; None if nobody or unreadable."""
+    """Who holds (or last held) the experiment's lease; None if nobody (or it cannot be read
+    right now); LeaseError naming the file if what is there is not a lease."""
     try:
-        doc: dict[str, Any] = json.loads(fileio.read_bytes(exp.lease_json))
-        return Holder(**{k: doc[k] for k in Holder.__dataclass_fields__ if k in doc})
-    except (OSError, ValueError, KeyError, TypeError):
+        raw = fileio.read_bytes(exp.lease_json)
+    except OSError:
+        return None
+    try:
+        return _holder(json.loads(raw))
+    except ValueError as e:  # JSONDecodeError too
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LeaseError(
+            [
+                f"cannot read the lease {exp.lease_json} ({why}): if no sweeper command is running "
+                f"on experiment {exp.name!r}, delete it and re-run"
+            ]
+        ) from None
+
+
+# A lease's timestamps: seconds since the epoch, before the year 5000 (`describe` prints them).
+LAST_TIME = 95_617_584_000.0
+
+
+def _holder(doc: Any) -> Holder:
+    """The Holder a lease.json's document says; ValueError saying what is wrong with it."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in ("pid", "host", "command", "since", "heartbeat", "token") if k not in doc]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    if type(doc["pid"]) is not int or doc["pid"] <= 0:
+        raise ValueError(f"pid {doc['pid']!r} is not a process id")
+    if not all(isinstance(doc[k], str) for k in ("host", "command", "token")):
+        raise ValueError("host, command and token must be strings")
+    for key in ("since", "heartbeat", "released"):
+        value = doc.get(key)
+        if value is not None and (
+            type(value) not in (int, float) or not 0 <= value <= LAST_TIME  # NaN fails too
+        ):
+            raise ValueError(f"{key} {value!r} is not a time")
+    return Holder(**{k: doc[k] for k in Holder.__dataclass_fields__ if k in doc})
+
+
+def _current(exp: Experiment) -> Holder | None:
+    """read_holder for a driver that holds the lease: what is not a lease is no other's."""
+    try:
+        return read_holder(exp)
+    except LeaseError:
         return None
 
 
@@ -181,7 +227,7 @@ class Lease:
         """Renew the heartbeat; False once the lease is lost (on an object store, another
         driver's token is in the lease object)."""
         try:
-            current = read_holder(self.exp)
+            current = _current(self.exp)
             if fileio.is_uri(self.exp.root) and current and current.token != self.me.token:
                 self._lose(current)
                 return False
@@ -200,7 +246,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self.lost is None:
-            current = read_holder(self.exp)
+            current = _current(self.exp)
             if current is not None and current.token == self.me.token:
                 done = {**asdict(self.me), "heartbeat": time.time(), "released": time.time()}
                 fileio.write_bytes_atomic(self.exp.lease_json, json.dumps(done, indent=1).encode())

@@ -29,6 +29,7 @@ from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks
 from trainables import fileio
 from trainables.catalog import STANDARD_TEST_SIZE
 from trainables.config import TrialConfig
+from trainables.trial_status import parse_status
 
 STATES = ("pending", "blocked", "training", "interrupted", "certifying", "trained", "failed",
           "finished")  # fmt: skip
@@ -174,8 +175,8 @@ class StatusReader:
             cached = self._trials.get(path)
             if cached is None or cached[0] != stat:
                 try:
-                    cached = (stat, json.loads(fileio.read_bytes(path)))
-                except (OSError, ValueError):  # being replaced right now: the next read has it
+                    cached = (stat, parse_status(path, fileio.read_bytes(path)))
+                except OSError:  # being replaced right now: the next read has it
                     continue
                 self._trials[path] = cached
             docs[str(cached[1].get("trial_id", ""))] = cached[1]
