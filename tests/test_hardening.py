@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.table import Table
 from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.cli.common import os_error_line
+from sweeper.cli.display import TerminalConsole, printable
 from sweeper.cli.reports import report_dir
 from sweeper.plan.sweep_plan import PlanError, move_aside
 from sweeper.results.storage import Experiment, StorageError, redact, storage_problem
@@ -282,3 +284,35 @@ def test_a_full_disk_line_names_the_file_and_the_free_space(tmp_path):
     number, unit = line.split(" (")[1].split(" free")[0].split()
     scale = {"GB": 1e9, "MB": 1e6, "kB": 1e3, "bytes": 1}[unit]
     assert abs(float(number) * scale - free) <= 0.1 * scale + 1e8  # the disk may change a little
+
+
+# ------------------------------------------------------------------------ nothing from storage drives the terminal
+def test_printable_escapes_what_could_drive_a_terminal():
+    assert printable("a\x1b]0;pwned\x07b") == "a\\x1b]0;pwned\\x07b"
+    assert printable("\x1b[2J\r\x9b1m\x7f\u202etxt") == "\\x1b[2J\\r\\x9b1m\\x7f\\u202etxt"
+    assert printable("σ=0.25\tε\nnext line") == "σ=0.25\tε\nnext line"  # text, tabs, lines stay
+    assert printable("one\nline", one_line=True) == "one\\nline"
+
+
+def test_the_console_escapes_text_and_keeps_its_own_styles():
+    console = TerminalConsole(force_terminal=True, width=60, color_system="standard")
+    table = Table("trial")
+    table.add_row("evil\x1b]0;pwned")
+    with console.capture() as captured:
+        console.print("[red]failed[/]: x\x1b[2Jy", highlight=False)
+        console.print(table)
+    out = captured.get()
+    assert "\x1b[31mfailed" in out  # rich's own colour
+    assert "x\\x1b[2Jy" in out and "evil\\x1b]0;pwned" in out
+    assert "\x1b]" not in out and "\x1b[2J" not in out
+
+
+# What prints a plain line: display.echo, common.fail (and typer.echo's --version).
+# reads.py is edited elsewhere at the moment: its typer.echo lines are still to move to echo.
+PLAIN_PRINTERS = {"display.py", "common.py", "reads.py"}
+
+
+def test_the_commands_print_plain_lines_through_echo():
+    for path in sorted((ROOT / "sweeper" / "cli").glob("*.py")):
+        if path.name not in PLAIN_PRINTERS:
+            assert "typer.echo(" not in path.read_text(), f"{path.name}: print with display.echo"

@@ -18,11 +18,12 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results import lease as lease_module
-from sweeper.results.lease import Holder, Lease, LeaseHeld, read_holder
+from sweeper.results.lease import Holder, Lease, LeaseError, LeaseHeld, read_holder
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from trainables import fileio
 
+runner = CliRunner()
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
 
 
@@ -107,6 +108,59 @@ def test_s3_lease_taken_by_another_driver_is_lost_at_the_next_heartbeat(s3_endpo
     assert lost == [thief] and lease.lost == thief
     lease.release()
     assert read_holder(exp) == thief  # the thief's lease is left alone
+
+
+# ------------------------------------------------------------------------ what a lease.json holds
+PWNED = "\x1b]0;pwned\x07"  # OSC 0: sets the terminal's title; any escape could follow
+
+
+def test_a_lease_holders_command_is_printed_with_its_control_characters_escaped(tmp_path):
+    exp = Experiment(str(tmp_path), "digits-smoke")
+    with Lease(exp, f"sweeper run grid {PWNED}"):  # what another driver wrote in lease.json
+        result = runner.invoke(app, ["run", "grid", "digits", "--smoke", "--restart",
+                                     "--storage", str(tmp_path)])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert result.stderr.count("\n") == 1
+    assert "in use by pid" in result.stderr
+    assert "(`sweeper run grid \\x1b]0;pwned\\x07`)" in result.stderr
+
+
+def test_a_lease_holders_host_is_printed_escaped_by_status(tmp_path):
+    exp = _experiment(str(tmp_path))
+    _plant(exp, host=f"evil{PWNED}")  # alive: another host, a heartbeat now
+    result = runner.invoke(app, ["status", "--storage", str(tmp_path), "--experiment", "e"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "driver: pid 1 on host evil\\x1b]0;pwned" in result.output  # (rich drops the BEL)
+
+
+LEASE = {"pid": 1, "host": "x", "command": "c", "since": 1, "heartbeat": 1, "token": "t"}
+DAMAGED = {
+    "truncated": b'{"pid": 1, "host": "x", "comm',
+    "not an object": b"[1, 2]",
+    "no token": json.dumps({k: v for k, v in LEASE.items() if k != "token"}),
+    "pid a string": json.dumps({**LEASE, "pid": "1"}),
+    "pid 0": json.dumps({**LEASE, "pid": 0}),
+    "since a word": json.dumps({**LEASE, "since": "yesterday"}),
+    "since 1e300": json.dumps({**LEASE, "since": 1e300}),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED)
+def test_a_damaged_lease_json_is_one_line_naming_it(tmp_path, kind):
+    exp = _experiment(str(tmp_path))
+    raw = DAMAGED[kind]
+    fileio.write_bytes_atomic(exp.lease_json, raw if isinstance(raw, bytes) else raw.encode())
+    line = f"cannot read the lease {exp.lease_json} ("
+    fix = "if no sweeper command is running on experiment 'e', delete it and re-run"
+    with pytest.raises(LeaseError) as raised:
+        Lease(exp, "sweeper certify x").acquire()
+    assert raised.value.problems[0].startswith(line) and fix in raised.value.problems[0]
+    result = runner.invoke(app, ["status", "--storage", str(tmp_path), "--experiment", "e"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith(f"error: {line}") and result.stderr.count("\n") == 1
+    assert fix in result.stderr
 
 
 # ------------------------------------------------------------------------ two real drivers

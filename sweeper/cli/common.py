@@ -10,9 +10,9 @@ import sys
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
+from sweeper.cli.display import TerminalConsole, echo, printable
 from sweeper.results.storage import Experiment, check_storage, experiments, plain_name_problem
 from trainables import fileio
 from trainables.errors import ProblemsError
@@ -45,7 +45,7 @@ class GuardedGroup(TyperGroup):
         except OSError as e:
             if e.errno == errno.EPIPE:  # click's own handling of a closed pipe
                 raise
-            typer.echo(f"error: {os_error_line(e)}", err=True)
+            echo(f"error: {os_error_line(e)}", err=True)
             raise typer.Exit(1) from None
 
 
@@ -140,7 +140,7 @@ def _main(
     pass
 app.add_typer(run_app, name="run")
 # Piped output keeps whole rows instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = TerminalConsole(width=None if sys.stdout.isatty() else 160)
 DISPLAY = {
     "radius": "radius", "certified_accuracy": "cert. acc", "clean_acc": "clean acc", "trial_id": "winner",
     "method": "method", "attack": "attack", "sigma": "σ", "epsilon": "ε", "steps": "T", "m_train": "m",
@@ -190,7 +190,7 @@ def refuse_invalid(invalid: list[str], skip: bool) -> None:
     """Result files that failed validation: exit 2 naming each, or (--skip-invalid) warn."""
     if skip:
         for line in invalid:
-            typer.echo(f"warning: left out {line}", err=True)
+            echo(f"warning: left out {line}", err=True)
         return
     if invalid:
         fail([f"invalid results file {line}: move it away (`sweeper certify` or `sweeper "
@@ -198,8 +198,8 @@ def refuse_invalid(invalid: list[str], skip: bool) -> None:
 
 
 def fail(problems: list[str], code: int = 2) -> NoReturn:
-    for p in problems:
-        typer.echo(f"error: {p}", err=True)
+    for p in problems:  # one line each, whatever a file read from storage put in it
+        typer.echo(f"error: {printable(p, one_line=True)}", err=True)
     raise typer.Exit(code)
 
 
@@ -212,7 +212,7 @@ def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
     if not names:
         fail([f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"])
     name = names[-1]
-    typer.echo(f"experiment: {name} (pass --experiment to choose another)", err=True)
+    echo(f"experiment: {name} (pass --experiment to choose another)", err=True)
     return Experiment(storage, name)
 
 

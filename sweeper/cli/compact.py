@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import typer
-
 from sweeper.cli.common import LatestExperiment, Storage, app, fail, resolve_experiment
+from sweeper.cli.display import echo
 from sweeper.results.storage import DEFAULT_STORAGE
 from trainables.errors import ProblemsError
 
@@ -30,4 +29,4 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
     except RuntimeError as e:  # a model that cannot be compacted: its shards are kept
         fail([f"{e}: its shards are kept; re-run `sweeper certify` or `sweeper empirical`"])
     for line in lines:
-        typer.echo(line)
+        echo(line)

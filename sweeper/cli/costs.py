@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from sweeper.cli.common import app, console, fail
+from sweeper.cli.display import echo
 from sweeper.plan import throughput
 from sweeper.plan.cost import Devices, SweepCost, groups, price_sweep, wall_clock
 from sweeper.plan.spec import Resources
@@ -51,7 +52,7 @@ def _figures(kind: str, archs: list[str]) -> dict:
     path = throughput.figures_path()
     measured, problem = throughput.read_measured(path)
     if problem:
-        typer.echo(
+        echo(
             f"warning: ignoring the measured figures in {path} ({problem}): using the shipped "
             "table; re-run `sweeper bench` to measure again",
             err=True,

@@ -1,4 +1,12 @@
-"""Terminal tables that fit: whole numbers and ids, never an ellipsis.
+"""What reaches the terminal: text that cannot drive it, and tables that fit.
+
+Text read from storage (a lease's command, trial and setting directory names, error messages,
+imported file names) is printed, and a file can hold anything: `ESC ] 0 ; ... BEL` retitles
+the window, other sequences move the cursor or rewrite what is shown. Every line the commands
+print passes through `printable`, which writes control characters as escapes (`\\x1b`): rich's
+output through `TerminalConsole` (the console of every command), plain lines through `echo`.
+
+Tables that fit: whole numbers and ids, never an ellipsis.
 
 A table shows the columns that fit the terminal (80 columns when the output is piped or the
 width is unknown), chosen by priority and kept in their order; `--wide` shows them all. A
@@ -11,14 +19,59 @@ further lines (never cutting them).
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
+
+# C0 controls but newline and tab, DEL, C1 (0x9b is a CSI on some terminals), and the
+# bidirectional overrides, which reorder what is shown.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+CONTROL_OR_NEWLINE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return {10: "\\n", 9: "\\t", 13: "\\r"}.get(code) or (
+        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    )
+
+
+def printable(text: str, one_line: bool = False) -> str:
+    """`text` with its control characters written as escapes (`\\x1b]0;x\\x07`), so that
+    printing it cannot drive the terminal; `one_line`: newlines too."""
+    return (CONTROL_OR_NEWLINE if one_line else CONTROL).sub(_escape, text)
+
+
+class TerminalConsole(Console):
+    """A rich console whose text passes through `printable` (its own styles and cursor
+    movements are control segments, rendered after: untouched). Strings are escaped before
+    they are measured (a table's column fits the escaped text); anything else as rendered."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and CONTROL.search(segment.text):
+                yield Segment(printable(segment.text), segment.style)
+            else:
+                yield segment
+
+
+def echo(message: str, err: bool = False) -> None:
+    """A plain line (typer.echo) through `printable`."""
+    typer.echo(printable(message), err=err)
+
 
 PIPED_WIDTH = 80  # what a default table fits when piped: a file or a pager shows it whole
 
@@ -78,10 +131,10 @@ def print_table(title: str, columns: list[Column], priority: list[str], wide: bo
     for i in range(rows):
         out.add_row(*(Text(c.cells[i], style="bold" if i in c.bold else "") for c in shown))
     natural = max(table_width(shown), len(title))
-    console = Console(width=None if sys.stdout.isatty() else natural, soft_wrap=False)
+    console = TerminalConsole(width=None if sys.stdout.isatty() else natural, soft_wrap=False)
     console.print(out)
     if left:
-        typer.echo(
+        echo(
             f"{len(left)} more columns with --wide ({', '.join(left)}); "
             f"this table fits {width} columns",
             err=True,

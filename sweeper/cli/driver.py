@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from sweeper.cli.common import console, fail
+from sweeper.cli.display import echo
 from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
 from sweeper.run.launch_options import LaunchOptions
@@ -90,8 +91,8 @@ def check_node_versions() -> None:
 
     problems, silent = version_problems()
     for node in silent:
-        typer.echo(f"warning: node {node} did not report its versions within "
-                   f"{CHECK_TIMEOUT_S:.0f} s: not checked", err=True)  # fmt: skip
+        echo(f"warning: node {node} did not report its versions within "
+             f"{CHECK_TIMEOUT_S:.0f} s: not checked", err=True)  # fmt: skip
     if problems:
         raise ProblemsError(problems)
 
@@ -112,8 +113,8 @@ def driving(
     try:
         with Lease(exp, command_line()) as lease, ray_cluster(address):
             if lease.took_over is not None:
-                typer.echo(f"warning: took over the lease of {lease.took_over.describe()}, "
-                           "which is gone", err=True)  # fmt: skip
+                echo(f"warning: took over the lease of {lease.took_over.describe()}, "
+                     "which is gone", err=True)  # fmt: skip
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
                 check_node_versions()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sweeper.cli.common import Storage, app, fail
+from sweeper.cli.display import echo
 from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
 from sweeper.ingest.sets import IngestError
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -59,7 +60,7 @@ def import_(
         fail(e.problems)
     _print_report(report)
     if not report.imported and not report.already:
-        typer.echo(
+        echo(
             f"error: nothing imported from {directory}: every log was skipped (reasons above); "
             f"no experiment written at {exp.root}",
             err=True,
@@ -69,21 +70,21 @@ def import_(
 
 def _print_report(report: ImportReport) -> None:
     exp = report.experiment
-    typer.echo(
+    echo(
         f"imported {len(report.imported)} logs ({report.rows} rows) into {exp.name} at {exp.root}"
     )
     for m in report.imported:
-        typer.echo(f"  {m.rel} -> {m.cfg.trial_id} {m.cert_id}: {_summary(m)}, {m.rows} rows")
+        echo(f"  {m.rel} -> {m.cfg.trial_id} {m.cert_id}: {_summary(m)}, {m.rows} rows")
     for m in report.already:
-        typer.echo(f"skipped {m.rel}: already imported ({m.cfg.trial_id} {m.cert_id})")
+        echo(f"skipped {m.rel}: already imported ({m.cfg.trial_id} {m.cert_id})")
     for rel, why in report.skipped:
-        typer.echo(f"skipped {rel}: {why}")
+        echo(f"skipped {rel}: {why}")
     if report.ignored:
-        typer.echo(f"{report.ignored} other files (not certification logs) ignored")
+        echo(f"{report.ignored} other files (not certification logs) ignored")
     if report.wrote_sweep:
-        typer.echo(f"new experiment {exp.name}: wrote {exp.sweep_json}")
+        echo(f"new experiment {exp.name}: wrote {exp.sweep_json}")
     if report.imported or report.already:
-        typer.echo(f"next: sweeper envelope --storage {exp.storage} --experiment {exp.name}")
+        echo(f"next: sweeper envelope --storage {exp.storage} --experiment {exp.name}")
 
 
 def _summary(m: Model) -> str:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sweeper.cli.common import LatestExperiment, Only, SkipInvalid, Storage, app, fail
+from sweeper.cli.display import echo
 from sweeper.cli.reads import load_selected, print_coverage, radii_option
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
@@ -92,7 +93,7 @@ def report(
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
     built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch)
     for location in write_report(built, report_dir(exp.reports_dir, only)):
-        typer.echo(location)
+        echo(location)
     for note in built.notes:
-        typer.echo(f"note: {note}", err=True)
+        echo(f"note: {note}", err=True)
     print_coverage(exp, results, frame)

@@ -10,12 +10,15 @@ import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
+from sweeper.cli.display import echo
 from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.results.summary import summarize
+from trainables.errors import ProblemsError
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -32,6 +35,8 @@ def read_status(reader: StatusReader) -> Status:
         return reader.read()
     except FileNotFoundError as e:
         fail([str(e)])
+    except ProblemsError as e:  # a lease.json that is no lease: it says which and the fix
+        fail(e.problems)
     except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
         fail([f"cannot read the experiment at {reader.exp.root} ({type(e).__name__}: {e})"])
 
@@ -59,7 +64,7 @@ def status(
         return
     st = read_status(reader)
     if fmt == "json":
-        typer.echo(json.dumps(as_json(st, summarize(st), everything), indent=1))
+        echo(json.dumps(as_json(st, summarize(st), everything), indent=1))
     else:
         console.print(view(st, summarize(st), everything, st.space))
 
@@ -148,7 +153,7 @@ class RunDisplay:
         line = event_line(event)
         if self.terminal:
             if event.kind.endswith("_failed") and self.live is not None:
-                self.live.console.print(f"[red]{line}[/]", soft_wrap=True, highlight=False)
+                self.live.console.print(Text(line, style="red"), soft_wrap=True)
             return
         console.print(f"{time.strftime('%H:%M:%S')} {line}", soft_wrap=True, highlight=False,
                       markup=False)  # fmt: skip
