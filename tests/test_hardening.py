@@ -286,7 +286,7 @@ def test_a_full_disk_line_names_the_file_and_the_free_space(tmp_path):
     assert abs(float(number) * scale - free) <= 0.1 * scale + 1e8  # the disk may change a little
 
 
-# ------------------------------------------------------------------------ nothing from storage drives the terminal
+# ---------------------------------------------------------- nothing from storage drives the terminal
 def test_printable_escapes_what_could_drive_a_terminal():
     assert printable("a\x1b]0;pwned\x07b") == "a\\x1b]0;pwned\\x07b"
     assert printable("\x1b[2J\r\x9b1m\x7f\u202etxt") == "\\x1b[2J\\r\\x9b1m\\x7f\\u202etxt"

@@ -117,8 +117,8 @@ PWNED = "\x1b]0;pwned\x07"  # OSC 0: sets the terminal's title; any escape could
 def test_a_lease_holders_command_is_printed_with_its_control_characters_escaped(tmp_path):
     exp = Experiment(str(tmp_path), "digits-smoke")
     with Lease(exp, f"sweeper run grid {PWNED}"):  # what another driver wrote in lease.json
-        result = runner.invoke(app, ["run", "grid", "digits", "--smoke", "--restart",
-                                     "--storage", str(tmp_path)])  # fmt: skip
+        args = ["run", "grid", "digits", "--smoke", "--restart", "--storage", str(tmp_path)]
+        result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
     assert result.stderr.count("\n") == 1

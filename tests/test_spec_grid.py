@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from sweeper.plan.grid import expand, expansion_problems, parse_only, select
+from sweeper.plan.grid import expand, expansion_problems, parse_only, select, trial_count
 from sweeper.plan.spaces import (
     SPACES_DIR,
     SpecError,
@@ -427,3 +427,111 @@ def test_spec_to_json_round_trips(specs):
     assert doc["name"] == "imagenet"
     assert doc["certify"]["n"] == 100_000
     assert [g["name"] for g in doc["grids"]] == ["smoothadv", "gaussian"]
+
+
+# ------------------------------------------------------------------------ bounded reading
+HEADER = "fixed: {dataset: digits, method: gaussian, epochs: 1}\n"
+
+
+def _laughs(levels: int) -> str:
+    """A billion laughs: each anchor a list of ten aliases of the one before (10^levels)."""
+    lines = ['l0: &l0 ["ha"]'] + [
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels + 1)
+    ]
+    return "x-anchors:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+BOUNDED = {
+    "billion laughs in an axis": (
+        HEADER + _laughs(9) + "grids:\n  - name: g\n    axes: {sigma: *l9}\n",
+        "line 8, column 7: more than 100,000 values once its aliases are expanded",  # at l5
+    ),
+    "nested 10,000 deep": (
+        HEADER + "grids:\n  - name: g\n    axes: {sigma: " + "[" * 10_000 + "]" * 10_000 + "}\n",
+        "nested deeper than 32 levels",
+    ),
+    "nested deep through aliases": (
+        HEADER
+        + "x:\n  a0: &a0 [1]\n"
+        + "".join(f"  a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 40))
+        + "grids:\n  - name: g\n    axes: {sigma: *a39}\n",
+        "nested deeper than 32 levels through its aliases",
+    ),
+    "recursive alias": (
+        HEADER + "grids:\n  - name: g\n    axes: {sigma: &s [0.25, *s]}\n",
+        "an alias inside the value it names (a recursive alias)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", BOUNDED)
+def test_yaml_that_would_blow_up_is_refused_while_it_is_read(tmp_path, kind):
+    text, why = BOUNDED[kind]
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_space(str(path))
+    [problem] = info.value.problems
+    assert problem.startswith(f"{path}: refused at line ") and why in problem, problem
+    assert problem.endswith("a space is a few mappings and lists of values")
+
+
+def test_anchors_and_merge_keys_still_read(tmp_path):
+    path = tmp_path / "anchored.yaml"
+    path.write_text(
+        "fixed: &base {dataset: digits, method: gaussian, epochs: 1}\n"
+        "grids:\n"
+        "  - name: a\n    axes: {sigma: &sigmas [0.25, 0.5]}\n"
+        "  - name: b\n    fixed: {<<: *base, epochs: 2}\n    axes: {sigma: *sigmas}\n"
+    )
+    trials = expand(load_space(str(path)))
+    assert [(t.sigma, t.epochs) for t in trials] == [(0.25, 1), (0.5, 1), (0.25, 2), (0.5, 2)]
+
+
+SEVEN_AXES = ("batch_size", "seed", "steps", "m_train", "epochs", "train_subset", "eval_subset")
+TEN_VALUES = ", ".join(str(v) for v in range(1, 11))
+SEVEN_BY_TEN = HEADER + "grids:\n  - name: g\n    axes:\n"
+SEVEN_BY_TEN += "".join(f"      {axis}: [{TEN_VALUES}]\n" for axis in SEVEN_AXES)
+
+
+def test_a_grid_over_the_limit_is_refused_before_it_is_expanded(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+    from sweeper.plan import grid
+
+    def no_expanding(*args, **kwargs):
+        raise AssertionError("expanded")
+
+    space = tmp_path / "huge.yaml"
+    space.write_text(SEVEN_BY_TEN)
+    monkeypatch.setattr(grid, "_raw_trials", no_expanding)
+    args = ["run", "grid", str(space), "--dry-run", "--storage", str(tmp_path / "store")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr == (
+        "error: huge.yaml: the grids describe 10,000,000 trials (10 x 10 x 10 x 10 x 10 x 10 x 10 "
+        "values of their axes), more than --max-trials 20,000: narrow the axes, or pass "
+        "--max-trials 10000000 if the sweep is meant to be this large\n"
+    )
+    assert not (tmp_path / "store").exists()
+
+
+def test_max_trials_raises_the_limit(tmp_path):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    space = tmp_path / "staged.yaml"
+    space.write_text(
+        HEADER + "grids:\n  - name: a\n    axes: {sigma: [0.25, 0.5, 1.0], seed: [1, 2]}\n"
+        "  - name: b\n    parent: a\n    inherit: [sigma]\n    axes: {epochs: [2, 3]}\n"
+    )
+    spec = load_space(str(space))
+    assert trial_count(spec) == 6 + 6 * 2 == len(expand(spec))
+    with pytest.raises(SpecError, match=r"the grids describe 18 trials .* --max-trials 17: "):
+        load_space(str(space), max_trials=17)
+    args = ["run", "grid", str(space), "--dry-run", "--storage", str(tmp_path / "store")]
+    for extra, code in (["--max-trials", "17"], 2), (["--max-trials", "18"], 0):
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code == code, result.output

@@ -263,7 +263,8 @@ def test_a_damaged_trial_json_is_one_line_naming_it(tmp_path, kind):
     trials = expand(spec)
     first = trials[0]
     smoke = Experiment(exp.storage, "digits-smoke")
-    write_sweep(smoke, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})
+    sweep = {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]}
+    write_sweep(smoke, sweep)
     planted = os.path.join(smoke.trial_dir(first.trial_id), "trial.json")
     os.makedirs(os.path.dirname(planted))
     Path(planted).write_bytes(DAMAGED_TRIAL_JSON[kind])

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sweeper.run.capacity import Capacity
 
 # The launch settings of every command that drives work on Ray (`run grid` takes them all).
-DRIVER = ("address", "cpu_only", "wait_for_nodes")
+DRIVER = ("address", "cpu_only", "wait_for_nodes", "max_trials")
 
 
 def launch_options(options: dict[str, Any]) -> LaunchOptions:

@@ -61,7 +61,7 @@ def empirical(
     launch = launch_options(options)
     overrides, problems = given(EmpiricalSpec, options)
     request = PlanRequest(space, storage, experiment, smoke, only, data_dir, False, None,
-                          launch.address)  # fmt: skip
+                          launch.address, max_trials=launch.max_trials)  # fmt: skip
     plan, spec = _plan(request, overrides, problems)
     states = trial_states(plan.exp, plan.trials)
     ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]

@@ -151,7 +151,7 @@ def run_grid(
     """
     launch = launch_options(options)
     request = PlanRequest(space, storage, experiment, smoke, only, data_dir, download, None,
-                          launch.address, restart_, dry_run)  # fmt: skip
+                          launch.address, restart_, dry_run, launch.max_trials)  # fmt: skip
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     plan = _plan(request)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
@@ -273,7 +273,7 @@ def certify(
     if problems:
         fail(problems)
     plan = _plan(PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides,
-                             launch.address))  # fmt: skip
+                             launch.address, max_trials=launch.max_trials))  # fmt: skip
     ready = finished_trials(plan, space)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
     _check_precision(plan, resources)

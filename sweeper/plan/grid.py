@@ -85,6 +85,22 @@ def _raw_trials(
         built[grid.name] = list(configs.values())
 
 
+# The most trials a space may describe unless `--max-trials` says more: 31 times the largest
+# shipped space (cifar10, 644). Loading a space expands it twice (with and without the smoke
+# overrides): 100,000 trials took 14 s and 225 MB here, 10^7 would take hours and gigabytes.
+MAX_TRIALS = 20_000
+
+
+def trial_count(spec: SweepSpec) -> int:
+    """How many trials the grids describe, from their axes' lengths alone (nothing expanded;
+    configs that resolve to the same trial counted each time: at least `len(expand(spec))`)."""
+    counts: dict[str, int] = {}
+    for grid in spec.grids:
+        parents = counts.get(grid.parent, 0) if grid.parent else 1
+        counts[grid.name] = parents * math.prod(len(values) for _, values in grid.axes)
+    return sum(counts.values())
+
+
 def expand(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> list[TrialConfig]:
     """Every distinct trial of the sweep, in order. `overrides` (e.g. data_dir) apply to all;
     ConfigError with the first problem's messages if any config is invalid."""

@@ -3,6 +3,11 @@
 A space is a shipped name (`search_spaces/<name>.yaml`) or a path to the user's own file. Every
 problem in a file is reported at once, each with its place in the file, including the problems
 of the trials its grids expand to (with and without the smoke overrides).
+
+Reading is bounded before anything is built: a document nested deeper than `MAX_DEPTH` or of
+more than `MAX_NODES` values once its aliases are expanded (a "billion laughs") is refused
+while it is composed, and grids that describe more than `max_trials` trials (counted from
+their axes' lengths) are refused before they are expanded.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sweeper.plan.grid import expansion_problems
+from sweeper.plan.grid import MAX_TRIALS, expansion_problems, trial_count
 from sweeper.plan.run_settings import precision_problem
 from sweeper.plan.spec import TRIAL_KEYS, CertifySpec, EmpiricalSpec, Grid, Resources, SweepSpec
 from trainables.config_parts import DDRSSettings
@@ -27,6 +32,81 @@ GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
 class SpecError(ProblemsError):
     """Problems with a search space."""
+
+
+# A space is a few levels of mappings and lists (the shipped ones: 6) of a few hundred values.
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+
+class _TooLarge(Exception):
+    def __init__(self, what: str, mark: Any):
+        super().__init__(what)
+        self.what, self.mark = what, mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that measures each node as it is composed (an alias is the node it
+    names, measured already), so a document too deep or too large once its aliases are
+    expanded is refused before PyYAML recurses into it or anything is built from it."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (nodes, height), expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        alias = self.check_event(yaml.AliasEvent)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooLarge(f"nested deeper than {MAX_DEPTH} levels", mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if alias and id(node) not in self._sizes:
+            raise _TooLarge("an alias inside the value it names (a recursive alias)", mark)
+        if not alias:
+            self._measure(node, mark)
+        return node
+
+    def _measure(self, node: Any, mark: Any) -> None:
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes = [self._sizes[id(c)] for c in children]
+        count = 1 + sum(n for n, _ in sizes)
+        height = 1 + max((h for _, h in sizes), default=0)
+        if count > MAX_NODES:
+            raise _TooLarge(f"more than {MAX_NODES:,} values once its aliases are expanded", mark)
+        if height > MAX_DEPTH:
+            raise _TooLarge(f"nested deeper than {MAX_DEPTH} levels through its aliases", mark)
+        self._sizes[id(node)] = (count, height)
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document of `path`, read with safe_load's types; SpecError (one line) if it
+    cannot be read, is malformed, or is too deep or too large (see `_BoundedLoader`)."""
+    try:
+        loader = _BoundedLoader(path.read_text())
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except _TooLarge as e:
+        where = f"line {e.mark.line + 1}, column {e.mark.column + 1}"
+        raise SpecError(
+            [f"{path}: refused at {where}: {e.what}; a space is a few mappings and lists of values"]
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError([f"{path}: malformed YAML{where}: {problem}"]) from None
+    except OSError as e:
+        raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
 
 
 def available_spaces() -> list[str]:
@@ -51,25 +131,19 @@ def resolve_space_path(space: str) -> Path:
     return shipped
 
 
-def load_space(space: str) -> SweepSpec:
-    """Read and validate a search space; raises SpecError listing every problem."""
+def load_space(space: str, max_trials: int = MAX_TRIALS) -> SweepSpec:
+    """Read and validate a search space; raises SpecError listing every problem. Grids that
+    describe more than `max_trials` trials are refused before they are expanded."""
     path = resolve_space_path(space)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError([f"{path}: malformed YAML{where}: {problem}"]) from None
-    except OSError as e:
-        raise SpecError([f"cannot read {path}: {e.strerror}"]) from None
-    spec, problems = parse_spec(path.stem, raw)
+    spec, problems = parse_spec(path.stem, read_yaml(path), max_trials)
     if problems or spec is None:
         raise SpecError([f"{path.name}: {p}" for p in problems])
     return spec
 
 
-def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
+def parse_spec(
+    name: str, raw: Any, max_trials: int = MAX_TRIALS
+) -> tuple[SweepSpec | None, list[str]]:
     """(spec, []) or (None, every problem)."""
     if not isinstance(raw, dict):
         return None, ["a search space must be a mapping with keys: " + ", ".join(TOP_KEYS)]
@@ -105,6 +179,8 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
         name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify,
         empirical=empirical,
     )  # fmt: skip
+    if (problem := size_problem(spec, max_trials)) is not None:
+        return None, [*problems, problem]  # not expanded: that is what the limit prevents
     # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural
     # ones above: unknown keys were dropped, so what is left can still be checked.
     prefix = "with smoke overrides: "
@@ -114,6 +190,19 @@ def parse_spec(name: str, raw: Any) -> tuple[SweepSpec | None, list[str]]:
     if (problem := precision_problem(certify, resources)) is not None:
         problems.append(problem)
     return (None, problems) if problems else (spec, [])
+
+
+def size_problem(spec: SweepSpec, max_trials: int) -> str | None:
+    """Grids that describe more than `max_trials` trials, counted from their axes' lengths."""
+    count = trial_count(spec)
+    if count <= max_trials:
+        return None
+    shapes = [" x ".join(str(len(values)) for _, values in g.axes) or "1" for g in spec.grids]
+    return (
+        f"the grids describe {count:,} trials ({' + '.join(shapes)} values of their axes), "
+        f"more than --max-trials {max_trials:,}: narrow the axes, or pass --max-trials {count} "
+        "if the sweep is meant to be this large"
+    )
 
 
 def _trial_mapping(value: Any, where: str, problems: list[str]) -> dict[str, Any]:

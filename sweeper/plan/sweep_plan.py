@@ -11,7 +11,7 @@ import socket
 import time
 from pathlib import Path
 
-from sweeper.plan.grid import expand, parse_only, select
+from sweeper.plan.grid import MAX_TRIALS, expand, parse_only, select
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import SweepSpec
 from sweeper.results.storage import (
@@ -55,13 +55,14 @@ class PlanRequest:
     address: str | None = None
     restarting: bool = False
     dry_run: bool = False  # nothing is read from the data sets (no --data-dir needed)
+    max_trials: int = MAX_TRIALS  # --max-trials: more trials than this are refused unexpanded
 
 
 def make_plan(req: PlanRequest) -> Plan:
     """Validate everything that can be checked without Ray; raise PlanError with every problem."""
     problems = address_problems(req.address)
     try:
-        spec = load_space(req.space)
+        spec = load_space(req.space, req.max_trials)
     except SpecError as e:
         raise PlanError(e.problems + problems) from None
     spec = spec.smoked() if req.smoke else spec

@@ -1,11 +1,13 @@
 """How a run is launched on Ray: the cluster, how many trials at once, retries, GPUs, how
-long to wait for an autoscaler, and which trackers besides TensorBoard get the curves. Declared once (`setting`): the commands' options and their
+long to wait for an autoscaler, which trackers besides TensorBoard get the curves, and how
+many trials a space may describe. Declared once (`setting`): the commands' options and their
 --help are read from here. No Ray imported: the command line reads this at start-up."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.setting_fields import AtLeast, NotBelow, setting
 
 
@@ -23,6 +25,9 @@ class LaunchOptions:
     mlflow: str | None = setting(
         None, "Also log every trial's per-epoch metrics to MLflow at this tracking URI "
         "(file:/path or http://host:5000; needs the mlflow package).")
+    max_trials: int = setting(
+        MAX_TRIALS, "Refuse a space whose grids describe more trials than this (counted from "
+        "its axes, before expanding them).", AtLeast(1))
     wandb: str | None = setting(
         None, "Also log every trial's per-epoch metrics to this Weights & Biases project "
         "(needs the wandb package and a login, or WANDB_MODE=offline).")
