@@ -186,7 +186,7 @@ class Lease:
             self._acquire_lock(previous)
         if previous is not None and previous.released is None:
             self.took_over = previous
-            log.info("taking over the lease of %s: it is gone", previous.describe())
+            log.info("taking over the lease of %r: it is gone", previous.describe())
         self._thread = threading.Thread(target=self._beat, name="sweeper-lease", daemon=True)
         self._thread.start()
 
@@ -238,7 +238,8 @@ class Lease:
 
     def _lose(self, thief: Holder) -> None:
         self.lost = thief
-        log.error("lost the lease of %r to %s: stopping", self.exp.name, thief.describe())
+        # %r: the thief's host is read from storage, and repr escapes its control characters
+        log.error("lost the lease of %r to %r: stopping", self.exp.name, thief.describe())
         self.on_lost(thief)
 
     def release(self) -> None:
