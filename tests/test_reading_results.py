@@ -36,6 +36,7 @@ from sweeper.results.rows import (
     SCHEMA,
     ResultsError,
     identity_fields,
+    max_radius,
     read_tables,
     shard_table,
 )
@@ -218,8 +219,15 @@ RADIUS_AND_CHECKED = [
 ]
 
 
-def _rows(exp: Experiment, cfg: TrialConfig, radius: list[float], idx: list[int] | None = None):
-    """Fixed-σ CERTIFY rows of `cfg` on test points `idx` (default 0, 1, ...), all right."""
+def _rows(
+    exp: Experiment,
+    cfg: TrialConfig,
+    radius: list[float],
+    idx: list[int] | None = None,
+    cert_id: str = CID,
+) -> pa.Table:
+    """Fixed-σ CERTIFY rows of `cfg` on test points `idx` (default 0, 1, ...), all right,
+    under the setting `cert_id` (that of SPEC unless given)."""
     idx = list(range(len(radius))) if idx is None else idx
     labels = [LABELS[i] for i in idx]
     cols = {
@@ -234,7 +242,7 @@ def _rows(exp: Experiment, cfg: TrialConfig, radius: list[float], idx: list[int]
         "time_s": [0.1] * len(idx),
     }
     constants = {"smoothing": "fixed", "n0": SPEC.n0, "n": SPEC.n, "alpha": SPEC.alpha}
-    return shard_table(cfg, exp.name, CID, constants, cols, {"config": cfg.to_dict()})
+    return shard_table(cfg, exp.name, cert_id, constants, cols, {"config": cfg.to_dict()})
 
 
 def _model(exp: Experiment, cfg: TrialConfig, radius: list[float]) -> str:
@@ -342,21 +350,21 @@ def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_a
 
 def test_a_cache_written_before_the_newer_columns_is_read_as_a_legacy_file(two_models):
     """A cache without the columns added since (DDRS's, `smoothing`) and with `amp` as the
-    bool it was: read with those columns null and amp as the off it meant."""
+    bool it was: read with those columns null and amp as the off or fp16 it meant."""
     exp = two_models
     refresh_cache(exp, CERTIFIED)
     _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
 
     def legacy(table: pa.Table) -> pa.Table:
         table = table.drop_columns(sorted(LEGACY_OPTIONAL))
-        amp = pa.array([False] * table.num_rows)
+        amp = pa.array([k % 2 == 1 for k in range(table.num_rows)])  # off, fp16, off, ...
         return table.set_column(table.schema.get_field_index("amp"), "amp", amp)
 
     _rewrite_cache(exp, legacy)
     result = read_stage(exp, CERTIFIED)
     assert not result.invalid
     assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
-    assert set(result.table.column("amp").to_pylist()) == {"off"}
+    assert result.table.column("amp").to_pylist() == ["off", "fp16", "off", "fp16", "off"]
     for name in LEGACY_OPTIONAL:
         assert result.table.column(name).null_count == 5, name
 
@@ -451,6 +459,55 @@ def test_identity_columns_are_the_trials_hyperparameters_typed_as_declared():
         pa.bool_(),
     )
     assert (got["epochs"], got["amp"], got["init_from"]) == (pa.int64(), pa.string(), pa.string())
+
+
+def test_radii_up_to_what_certify_can_give_are_kept_and_each_problem_is_named(tmp_path):
+    """Models at σ = 0.5, n = 1000, α = 0.001, whose largest radius is L = σ·Φ⁻¹(α^(1/n)):
+    a computed radius may reach L plus float slack (L·1e-9 + 1e-12), an imported one (printed
+    to 3 digits) L plus L·6e-3 + 5e-4; anything beyond, and rows or files no CERTIFY wrote,
+    are named and left out."""
+    exp = Experiment(str(tmp_path), "exp")
+    big = max_radius(0.5, 1000, 0.001)
+    computed, printed = big * 1e-9 + 1e-12, big * 6e-3 + 5e-4
+    imported = "imported-sigma-0.5-n-1000-alpha-0.001"
+    too_far = "a radius larger than n and alpha allow for its sigma"
+    models = [  # radius of points 0 and 1, cert_id, predict of point 1; problem or None
+        ([big, big + computed], CID, 0, None),
+        ([0.1, big + 1e-6], CID, 0, too_far),
+        ([big, big + printed - 1e-4], imported, 0, None),
+        ([0.1, big + printed + 1e-4], imported, 0, too_far),
+        ([0.1, -0.1], CID, 0, "a radius that is negative, NaN or infinite"),
+        ([0.1, 0.2], CID, -1, "an abstention with a radius"),
+    ]
+    expected, kept = [], {}
+    for epochs, (radius, cert_id, predict, problem) in enumerate(models, 2):
+        cfg = A.replace(epochs=epochs, amp="bf16")
+        table = _rows(exp, cfg, radius, cert_id=cert_id)
+        table = table.set_column(
+            table.schema.get_field_index("predict"), "predict", pa.array([2, predict])
+        )
+        table = table.set_column(
+            table.schema.get_field_index("correct"), "correct", pa.array([True, predict == 0])
+        )
+        path = exp.shard_path(cfg.trial_id, cert_id, 0, 1)
+        write_table(table, path)
+        if problem is None:
+            kept[cfg.trial_id] = [0, 1]
+        else:
+            expected.append(f"{path}: {problem}")
+    garbage = exp.shard_path(B.trial_id, CID, 0, 1)
+    fileio.write_bytes_atomic(garbage, b"not parquet")
+    expected.append(
+        f"{garbage}: not a readable Parquet file (Parquet magic bytes not found in "
+        "footer. Either the file is corrupted or this is not a parquet file.)"
+    )
+    extra = exp.shard_path(C.trial_id, CID, 0, 1)
+    write_table(_rows(exp, C, [0.1]).append_column("note", pa.array(["hi"])), extra)
+    expected.append(f"{extra}: unexpected columns ['note']")
+    result = read_stage(exp, CERTIFIED)
+    assert sorted(result.invalid) == sorted(expected)
+    assert _points(result.table) == kept
+    assert set(result.table.column("amp").to_pylist()) == {"bf16"}
 
 
 # ------------------------------------------------------------------ the results table
