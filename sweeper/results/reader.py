@@ -169,10 +169,11 @@ def _identity_checks(exp, stage, table, files, frag, identified) -> list[tuple[n
         ]  # fmt: skip
     models = {m: i for i, m in enumerate(dict.fromkeys(f.model for f in files))}
     model = np.array([models[f.model] for f in files], dtype=np.int64)[frag]
-    key = model * (1 << 40) + table.column("idx").fill_null(-1).to_numpy()
-    order = np.argsort(key, kind="stable")
-    repeated = np.zeros(len(key), dtype=bool)
-    repeated[order[1:]] = key[order[1:]] == key[order[:-1]]
+    idx = int_column(table, "idx")
+    order = np.lexsort((idx, model))  # by model, then test point; a stable sort: in row order
+    first, then = order[:-1], order[1:]
+    repeated = np.zeros(len(idx), dtype=bool)
+    repeated[then] = (model[then] == model[first]) & (idx[then] == idx[first])
     return [*checks, (repeated, "test points the model already has (duplicated rows)")]
 
 
