@@ -510,6 +510,65 @@ def test_radii_up_to_what_certify_can_give_are_kept_and_each_problem_is_named(tm
     assert set(result.table.column("amp").to_pylist()) == {"bf16"}
 
 
+def _with(table: pa.Table, **columns) -> pa.Table:
+    """`table` with the given columns' values replaced (typed as the schema says)."""
+    for name, values in columns.items():
+        field = table.schema.get_field_index(name)
+        table = table.set_column(field, name, pa.array(values, table.schema.field(name).type))
+    return table
+
+
+def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out(tmp_path):
+    """Models of two points (0 and 1: labels 2 and 0, predicted right), each with one thing
+    no CERTIFY of this experiment writes; beside them a model whose second shard repeats a
+    point of its first (only the second is left out)."""
+    exp = Experiment(str(tmp_path), "exp")
+    cases = [
+        ({"trial_id": [B.trial_id] * 2}, "trial_id is not the one its path names"),
+        ({"cert_id": ["another"] * 2}, "cert_id is not the one its path names"),
+        ({"experiment": [None, "exp"]}, "experiment is not 'exp'"),
+        ({"idx": [1, 1]}, "test points the model already has (duplicated rows)"),
+        ({"correct": [None, True]}, "correct is missing"),
+        ({"label": [10, 0], "correct": [False, True]}, "a label outside the data set's classes"),
+        ({"dataset": ["no-such-set"] * 2}, "a label outside the data set's classes"),
+        (
+            {"predict": [10, 0], "correct": [False, True]},
+            "a prediction outside the data set's classes",
+        ),
+        (
+            {"predict": [-2, 0], "correct": [False, True]},
+            "a prediction outside the data set's classes",
+        ),
+        ({"correct": [False, True]}, "correct disagrees with predict and label"),
+    ]
+    expected = []
+    for epochs, (columns, problem) in enumerate(cases, 2):
+        cfg = A.replace(epochs=epochs)
+        path = exp.shard_path(cfg.trial_id, CID, 0, 1)
+        write_table(_with(_rows(exp, cfg, [0.1, 0.2]), **columns), path)
+        expected.append(f"{path}: {problem}")
+    split = A.replace(epochs=22)
+    write_table(_rows(exp, split, [0.1, 0.2]), exp.shard_path(split.trial_id, CID, 0, 2))
+    again = exp.shard_path(split.trial_id, CID, 1, 2)
+    write_table(_rows(exp, split, [0.3, 0.4], [1, 2]), again)
+    expected.append(f"{again}: test points the model already has (duplicated rows)")
+    result = read_stage(exp, CERTIFIED)
+    assert sorted(result.invalid) == sorted(expected)
+    assert _points(result.table) == {split.trial_id: [0, 1]}
+
+
+def test_test_points_are_compared_within_a_model_however_large_their_numbers(tmp_path):
+    """Two models with points 0 and 2⁴⁰ each: no point twice in a model, whatever the two
+    models' order (a key of model·2⁴⁰ + point made one model's 2⁴⁰ the next one's 0)."""
+    exp = Experiment(str(tmp_path), "exp")
+    for cfg in (A, B):
+        table = _with(_rows(exp, cfg, [0.1, 0.2]), idx=[0, 2**40])
+        write_table(table, exp.shard_path(cfg.trial_id, CID, 0, 1))
+    result = read_stage(exp, CERTIFIED)
+    assert not result.invalid
+    assert _points(result.table) == {A.trial_id: [0, 2**40], B.trial_id: [0, 2**40]}
+
+
 # ------------------------------------------------------------------ the results table
 def _memory(trial_id: str, idx: list[int], idx_type: pa.DataType | None = None) -> pa.Table:
     """A legacy DDRS memory file's rows (the memory pass changed nothing)."""
