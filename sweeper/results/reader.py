@@ -9,8 +9,9 @@ files it does not cover, and the shards of unfinished models.
 Every file is validated before its rows are used: its schema exactly the stage's (a legacy file
 may lack the columns added since), its `experiment`, trial_id and setting equal to what its
 path says, its rows passing the stage's own checks (certified radii in [0, the largest radius
-n and α allow], labels within the class count, ...), no test point twice for a model. A file
-that fails is named with what is wrong and left out, never merged (`StageRows.invalid`).
+n and α allow], labels within the class count, ...), every row's test point a number ≥ 0 and
+none twice for a model. A file that fails is named with what is wrong and left out, never
+merged (`StageRows.invalid`).
 """
 
 from __future__ import annotations
@@ -155,8 +156,9 @@ def row_problems(exp: Experiment, stage: StageTable, table: pa.Table, files: lis
 
 
 def _identity_checks(exp, stage, table, files, frag, identified) -> list[tuple[np.ndarray, str]]:
-    """Rows whose experiment, trial_id or setting is not what their file's path says, and
-    test points a model already has (within a file, or in an earlier file of the model)."""
+    """Rows whose experiment, trial_id or setting is not what their file's path says, rows
+    without a test point (its number null or negative), and test points a model already has
+    (within a file, or in an earlier file of the model)."""
     checks = [(_differs(table.column("experiment"), exp.name), f"experiment is not {exp.name!r}")]
     if not identified:
         take = pa.array(frag)
@@ -174,7 +176,11 @@ def _identity_checks(exp, stage, table, files, frag, identified) -> list[tuple[n
     first, then = order[:-1], order[1:]
     repeated = np.zeros(len(idx), dtype=bool)
     repeated[then] = (model[then] == model[first]) & (idx[then] == idx[first])
-    return [*checks, (repeated, "test points the model already has (duplicated rows)")]
+    return [
+        *checks,
+        (idx < 0, "a test point number that is missing or negative"),
+        (repeated, "test points the model already has (duplicated rows)"),
+    ]
 
 
 def _differs(column, expected) -> np.ndarray:
