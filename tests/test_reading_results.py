@@ -528,6 +528,13 @@ def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out
         ({"cert_id": ["another"] * 2}, "cert_id is not the one its path names"),
         ({"experiment": [None, "exp"]}, "experiment is not 'exp'"),
         ({"idx": [1, 1]}, "test points the model already has (duplicated rows)"),
+        ({"idx": [None, 1]}, "a test point number that is missing or negative"),
+        ({"idx": [-1, 1]}, "a test point number that is missing or negative"),
+        ({"label": [None, 0]}, "a label outside the data set's classes"),
+        (
+            {"predict": [None, 0], "correct": [False, True]},
+            "a prediction outside the data set's classes",
+        ),
         ({"correct": [None, True]}, "correct is missing"),
         ({"label": [10, 0], "correct": [False, True]}, "a label outside the data set's classes"),
         ({"dataset": ["no-such-set"] * 2}, "a label outside the data set's classes"),
@@ -558,15 +565,17 @@ def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out
 
 
 def test_test_points_are_compared_within_a_model_however_large_their_numbers(tmp_path):
-    """Two models with points 0 and 2⁴⁰ each: no point twice in a model, whatever the two
-    models' order (a key of model·2⁴⁰ + point made one model's 2⁴⁰ the next one's 0)."""
+    """Two models with points 0, 2⁴⁰, 2⁵³ and 2⁵³ + 1 each: no point twice in a model,
+    whatever the two models' order (a key of model·2⁴⁰ + point made one model's 2⁴⁰ the next
+    one's 0) and however large the number (as floats, 2⁵³ + 1 would be 2⁵³)."""
     exp = Experiment(str(tmp_path), "exp")
+    points = [0, 2**40, 2**53, 2**53 + 1]
     for cfg in (A, B):
-        table = _with(_rows(exp, cfg, [0.1, 0.2]), idx=[0, 2**40])
+        table = _with(_rows(exp, cfg, [0.1, 0.2, 0.3, 0.4]), idx=points)
         write_table(table, exp.shard_path(cfg.trial_id, CID, 0, 1))
     result = read_stage(exp, CERTIFIED)
     assert not result.invalid
-    assert _points(result.table) == {A.trial_id: [0, 2**40], B.trial_id: [0, 2**40]}
+    assert _points(result.table) == {A.trial_id: points, B.trial_id: points}
 
 
 # ------------------------------------------------------------------ the results table
