@@ -250,3 +250,22 @@ def test_evaluate_draws_its_noise_from_its_own_seed_not_the_global_generator():
         torch.manual_seed(global_seed)
         assert evaluate(_SumSign(), batches, 0.5, CPU, seed=11) == expected
     assert evaluate(_SumSign(), batches, 0.5, CPU, seed=12) != expected
+
+
+def test_evaluate_of_a_single_test_input_is_its_own_accuracy():
+    batches = [(torch.zeros(1, 1, 4, 4), torch.zeros(1, dtype=torch.long), torch.arange(1))]
+    result = evaluate(_SumSign(), batches, 0.0, CPU, seed=0)  # σ = 0: noisy is clean
+    assert result == {"test_clean_acc": 1.0, "test_noisy_acc": 1.0}
+
+
+def test_a_compiled_trial_compiles_the_unwrapped_model_on_its_device(monkeypatch):
+    """`compile: true` hands the network itself (not a data-parallel wrapper) and the trial's
+    device to `runtime.compile_module`, once, before the first epoch."""
+    calls = []
+    monkeypatch.setattr(
+        "trainables.train.runtime.compile_module", lambda m, d: calls.append((m, d))
+    )
+    state = fit(small_cfg(epochs=1, compile=True, train_subset=64, eval_subset=32), device=CPU)
+    assert len(calls) == 1
+    model, device = calls[0]
+    assert model is state.model and device == CPU
