@@ -60,7 +60,7 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     rest = [f for f in compacted if f.path not in covered] + shards
     table, rest_invalid = read_valid(exp, stage, rest, cols)
     invalid += rest_invalid
-    bad = {p.split(": ", 1)[0] for p in invalid}
+    bad = {p.partition(": ")[0] for p in invalid}
     table = pa.concat_tables([cached, table]) if cached.num_rows else table
     used = [f.path for f in compacted if f.path in covered] + [f.path for f in rest if f.path not in bad]
     valid_shards = [f for f in shards if f.path not in bad]
@@ -236,18 +236,17 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
     covered = [f for f in compacted if covers.get(exp.relative(f.path)) == f.size]
     if not covered:
         return empty, set(), []
-    entry = StageFile(path, stage.name, "", "", "cache")
-    table, problems = _cached_rows(exp, stage, entry, covered, cols)
+    table, problems = _cached_rows(exp, stage, path, covered, cols)
     if problems:
         return empty, set(), [f"{path}: {problems[0]}; reading the files instead"]
     return table, {f.path for f in covered}, []
 
 
-def _cached_rows(exp, stage, entry, covered: list[StageFile], cols: list[str]):
+def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str]):
     """The cache's rows of the `covered` models, validated like files (one per model)."""
-    if problem := _schema_problem(entry.path, stage.schema):
+    if problem := _schema_problem(path, stage.schema):
         return None, [problem]
-    table = _scan([entry.path], stage.schema, cols)
+    table = _scan([path], stage.schema, cols)
     frag = _model_index(table, stage.setting_column, covered)
     table = table.append_column("__fragment_index", pa.array(frag))
     if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
@@ -285,7 +284,7 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     if not new:
         return len(covered)
     table, invalid = read_valid(exp, stage, new, cols)
-    bad = {p.split(": ", 1)[0] for p in invalid}
+    bad = {p.partition(": ")[0] for p in invalid}
     held = [f for f in compacted if f.path in covered or f.path not in bad]
     covers = {exp.relative(f.path): f.size for f in held}
     rows = pa.concat_tables([cached, table]) if cached.num_rows else table

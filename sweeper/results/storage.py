@@ -114,7 +114,7 @@ class StageFile:
     stage: str
     trial_id: str
     setting_id: str
-    kind: str  # "shard" | "compacted" | "memory"; the reader names a stage's cache "cache"
+    kind: str  # "shard" | "compacted" | "memory"
     index: int | None = None  # shard k of `count`
     count: int | None = None  # shards of the model (a compacted file: how many it folded)
     size: int = 0  # bytes
