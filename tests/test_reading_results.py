@@ -681,3 +681,24 @@ def test_a_legacy_file_without_the_newer_columns_is_read_as_fixed_sigma_and_soun
     assert results.frame["smoothing"].tolist() == ["fixed"] * 3
     assert results.frame["radius_raw"].tolist() == [0.3, 0.0, 0.2]
     assert results.frame["sound"].all()
+
+
+def test_a_shard_table_without_a_smoothing_is_fixed_sigma_with_no_raw_certificates():
+    """Rows of CERTIFY's columns for a trial: its identity and the constants on every row,
+    "fixed" σ unless the constants say otherwise, the DDRS columns null; metadata as given
+    (strings as they are, anything else as JSON)."""
+    columns = _rows(Experiment("results", "exp"), A, [0.3, 0.0]).select(
+        ["idx", "label", "predict", "count", "p_lower", "radius", "correct", "sigma_cert", "time_s"]
+    )
+    constants = {"n0": SPEC.n0, "n": SPEC.n, "alpha": SPEC.alpha}
+    table = shard_table(
+        A, "exp", CID, constants, columns.to_pydict(), {"backend": "torch", "config": {"a": 1}}
+    )
+    assert table.schema.remove_metadata().equals(SCHEMA)
+    assert table.schema.metadata == {b"sweeper.backend": b"torch", b"sweeper.config": b'{"a": 1}'}
+    assert table.column("smoothing").to_pylist() == ["fixed", "fixed"]
+    assert table.column("trial_id").to_pylist() == [A.trial_id] * 2
+    assert table.column("sigma").to_pylist() == [0.5] * 2  # A's σ, an identity column
+    assert table.column("n").to_pylist() == [1000] * 2  # a constant
+    for name in ("predict_raw", "radius_raw", "correct_raw", "memory_changed"):
+        assert table.column(name).null_count == 2, name
