@@ -537,7 +537,10 @@ def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out
         ),
         ({"correct": [None, True]}, "correct is missing"),
         ({"label": [10, 0], "correct": [False, True]}, "a label outside the data set's classes"),
-        ({"dataset": ["no-such-set"] * 2}, "a label outside the data set's classes"),
+        (  # no class count: even label 0, predicted 0, is outside it
+            {"dataset": ["no-such-set"] * 2, "label": [0, 0], "predict": [0, 0]},
+            "a label outside the data set's classes",
+        ),
         (
             {"predict": [10, 0], "correct": [False, True]},
             "a prediction outside the data set's classes",
