@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import Experiment
@@ -11,9 +13,11 @@ from sweeper.run.launch import run_sweep
 from sweeper.run.launch_options import LaunchOptions
 from trainables import checkpoint
 from trainables.config import TrialConfig
-from trainables.distributed import TIMEOUT_ENV
+from trainables.distributed import TIMEOUT_ENV, free_port
 from trainables.distributed_fit import fit_data_parallel
 from trainables.errors import ConfigError
+from trainables.train import _ready
+from trainables.train_state import build_state
 from trainables.trial_status import read_status
 
 
@@ -35,6 +39,33 @@ def test_data_parallel_config():
         TrialConfig(**CFG, data_parallel=3)
     with pytest.raises(ConfigError, match="data_parallel must be >= 1"):
         TrialConfig(**CFG, data_parallel=0)
+
+
+@pytest.fixture
+def one_process_group():
+    """A gloo group of this process alone: enough for DistributedDataParallel to wrap a model,
+    so one rank's view of data-parallel training is testable in process."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    dist.init_process_group("gloo", init_method=address, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_each_rank_trains_on_its_own_half_of_every_epoch(one_process_group):
+    """`fit`'s set-up for rank r of k: the model wrapped in DistributedDataParallel, and a
+    loader over every k-th input of the epoch's order from r, batch_size / k per step."""
+    cfg = TrialConfig(**CFG, data_parallel=2)
+    seen = []
+    for rank in (0, 1):
+        state = build_state(cfg, torch.device("cpu"))
+        train_loader, _ = _ready(state, rank, 2)
+        assert isinstance(state.model, DistributedDataParallel)
+        assert (state.rank, state.world_size) == (rank, 2)
+        batches = [idx.tolist() for _, _, idx in train_loader]
+        assert {len(b) for b in batches[:-1]} == {32}  # batch_size 64 / 2 ranks
+        seen.append(sorted(i for b in batches for i in b))
+    assert len(seen[0]) == len(seen[1]) == 256  # 512 training inputs, half each
+    assert not set(seen[0]) & set(seen[1])
 
 
 def test_two_gloo_processes_train_in_sync(tmp_path):

@@ -269,3 +269,22 @@ def test_a_compiled_trial_compiles_the_unwrapped_model_on_its_device(monkeypatch
     assert len(calls) == 1
     model, device = calls[0]
     assert model is state.model and device == CPU
+
+
+def test_a_fresh_fine_tune_starts_from_its_parents_weights_but_its_own_last_layer():
+    """`init_weights` (the parent's state dict) is loaded before the first epoch, except the
+    input normalization and the logit layer; a resumed fine-tune ignores it (its checkpoint
+    already holds the trained weights)."""
+    parent = build_state(small_cfg(seed=1), CPU).model.state_dict()
+    cfg = small_cfg(seed=2, init_from="0123456789ab")
+    own = build_state(cfg, CPU).model.state_dict()
+    state = fit(cfg, device=CPU, stop_after=0, init_weights=parent)
+    loaded = state.model.state_dict()
+    kept = {"0.means", "0.sds", "1.classifier.3.weight", "1.classifier.3.bias"}  # LeNet's
+    for key, tensor in loaded.items():
+        assert torch.equal(tensor, (own if key in kept else parent)[key]), key
+    for key in ("1.features.0.weight", "1.classifier.3.weight"):  # the two seeds differ
+        assert not torch.equal(parent[key], own[key])
+    resumed = fit(cfg, device=CPU, stop_after=0, init_weights=parent, resume_from=state.payload())
+    for key, tensor in resumed.model.state_dict().items():
+        assert torch.equal(tensor, loaded[key])
