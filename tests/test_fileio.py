@@ -146,14 +146,19 @@ def test_the_temp_file_is_hidden_beside_its_target_so_the_rename_is_atomic(tmp_p
     filesystem) under a hidden ".<name>.<random>.tmp" name, which listings skip."""
     renames = []
     replace = os.replace
-    monkeypatch.setattr(
-        os, "replace", lambda src, dst: (renames.append((src, dst)), replace(src, dst))
-    )
+
+    def recording(src, dst, **fds):
+        same = os.fstat(fds["src_dir_fd"]).st_ino == os.fstat(fds["dst_dir_fd"]).st_ino
+        renames.append((src, dst, same, os.fstat(fds["dst_dir_fd"]).st_ino))
+        replace(src, dst, **fds)
+
+    monkeypatch.setattr(os, "replace", recording)
     target = tmp_path / "y" / "a.parquet"
     fileio.write_bytes_atomic(f"file://{target}", b"1")
-    [(src, dst)] = renames
-    assert Path(dst) == target and Path(src).parent == target.parent
-    assert Path(src).name.startswith(".a.parquet.") and Path(src).name.endswith(".tmp")
+    [(src, dst, same, folder)] = renames
+    assert dst == target.name and same and folder == target.parent.stat().st_ino
+    assert src.startswith(".a.parquet.") and src.endswith(".tmp")
+    assert target.read_bytes() == b"1" and os.listdir(target.parent) == ["a.parquet"]
 
 
 @pytest.mark.parametrize(
@@ -266,11 +271,37 @@ def test_an_interrupt_just_after_the_rename_stays_an_interrupt(tmp_path, monkeyp
     then (it is the new file), and the interrupt, not a missing-file error, goes up."""
     replace = os.replace
 
-    def replace_then_interrupt(src, dst):
-        replace(src, dst)
+    def replace_then_interrupt(src, dst, **fds):
+        replace(src, dst, **fds)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "replace", replace_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         fileio.write_bytes_atomic(str(tmp_path / "trial.json"), b"epoch 4")
     assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]
+
+
+def test_a_write_below_a_confined_root_never_follows_a_link(tmp_path):
+    """The primitive under every command: each component below the root is opened with
+    O_NOFOLLOW; a link at the final name is replaced, not written through."""
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    (root / "a").mkdir(parents=True)
+    elsewhere.mkdir()
+    fileio.confine(root)
+    (root / "a" / "b").symlink_to(elsewhere, target_is_directory=True)
+    for write in (
+        lambda: fileio.write_bytes_atomic(str(root / "a" / "b" / "c" / "f"), b"x"),
+        lambda: fileio.move_confined(str(root / "a"), str(root / "a" / "b" / "g")),
+        lambda: fileio.delete(str(root / "a" / "b" / "f")),
+        lambda: os.close(fileio.open_confined(str(root / "a" / "b" / "lock"), os.O_CREAT)),
+    ):
+        with pytest.raises(fileio.LinkError, match="is a symlink"):
+            write()
+    (elsewhere / "f").write_bytes(b"theirs")
+    (root / "a" / "f").symlink_to(elsewhere / "f")
+    fileio.write_bytes_atomic(str(root / "a" / "f"), b"ours")
+    assert (elsewhere / "f").read_bytes() == b"theirs"
+    assert not (root / "a" / "f").is_symlink() and (root / "a" / "f").read_bytes() == b"ours"
+    with pytest.raises(fileio.LinkError):
+        fileio.open_confined(str(root / "a" / "b"), os.O_RDONLY)  # the link itself
+    assert list(elsewhere.iterdir()) == [elsewhere / "f"]

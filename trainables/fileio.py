@@ -1,22 +1,32 @@
-"""Byte-level file access on a local path or a URI (file://, s3://, gs://, ...).
+"""Byte-level file access on a local path or a URI (s3://, gs://, ...).
 
-Local paths use the OS directly (rename is atomic); URIs go through pyarrow's filesystems,
-where one PUT is the atomic unit. Writers never leave a half-written file at the final name.
-pyarrow is imported on first use of a filesystem, so that commands which only plan (`--help`,
-`spaces`, `--dry-run`) start fast.
+Local paths (plain, or `file:///abs` and `local:///abs` in any case) use the OS directly
+(rename is atomic); URIs go through pyarrow's filesystems, where one PUT is the atomic unit.
+Writers never leave a half-written file at the final name. pyarrow is imported on first use of
+a filesystem, so that commands which only plan (`--help`, `spaces`, `--dry-run`) start fast.
+
+Confinement: below a local root given to `confine` (the storage; `Experiment` confines its
+own), every write, delete, move and lock reaches its directory one component at a time from
+the root with `O_NOFOLLOW`, so a symlink planted anywhere below the root (`reports ->
+/elsewhere`) is refused (`LinkError`), never followed; a symlink at the final name is replaced,
+never written through. The root itself, and the path above it, are the user's choice and may
+be links.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
-import tempfile
 import types
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trainables.errors import ProblemsError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -34,14 +44,132 @@ FILE_MODE = _file_mode()  # what open() would give a new file under this process
 OBJECT_STORES = frozenset({"s3", "gcs"})
 
 
+# URI schemes that name a local path (pyarrow's own spelling of its local file system too)
+LOCAL_SCHEMES = ("file://", "local://")
+
+
+class LinkError(ProblemsError):
+    """A symlink below a confined root on the way to a write (`confine`)."""
+
+
+def _local_scheme(location: str) -> str | None:
+    head = str(location)[:8].lower()
+    return next((scheme for scheme in LOCAL_SCHEMES if head.startswith(scheme)), None)
+
+
 def is_uri(location: str) -> bool:
-    return "://" in str(location) and not str(location).startswith("file://")
+    """A remote location (s3://, gs://, ...): not a plain path nor a local URI."""
+    return "://" in str(location) and _local_scheme(location) is None
 
 
 def local_path(location: str) -> Path:
-    """The local path of a plain path or a file:// URI."""
+    """The local path of a plain path or a local URI (`file:///abs`, `LOCAL:///abs`)."""
     location = str(location)
-    return Path(location[len("file://") :] if location.startswith("file://") else location)
+    scheme = _local_scheme(location)
+    return Path(location[len(scheme) :] if scheme else location)
+
+
+def local_uri_problem(location: str) -> str | None:
+    """Why a local URI names no absolute local path (`file://host/x`, `file://rel`), or None."""
+    scheme = _local_scheme(location)
+    if scheme is None or str(location)[len(scheme) :].startswith("/"):
+        return None
+    return (
+        f"{location!r}: a local URI names an absolute path on this machine, as "
+        f"{scheme}/path/to/storage (three slashes); or give the path itself"
+    )
+
+
+_CONFINED: set[Path] = set()
+
+
+def confine(root: str | Path) -> None:
+    """From now on, refuse to follow a symlink below the local directory `root` on the way to
+    any write, delete, move or lock of this process (see the module docstring)."""
+    _CONFINED.add(Path(os.path.abspath(local_path(str(root)))))
+
+
+def _confining_root(path: Path) -> Path | None:
+    """The confined root that `path` (absolute) lies strictly below, the innermost one."""
+    roots = [r for r in _CONFINED if r in path.parents]
+    return max(roots, key=lambda r: len(r.parts)) if roots else None
+
+
+@contextlib.contextmanager
+def directory_fd(directory: Path, create: bool = False) -> Iterator[int]:
+    """An open fd of the local `directory` (made, with its parents, if `create`), reached from
+    its confining root one component at a time without following a symlink; LinkError if a
+    component below the root is a link or not a directory."""
+    directory = Path(os.path.abspath(directory))
+    root = _confining_root(directory) or (directory if directory in _CONFINED else None)
+    if root is None:
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in directory.relative_to(root).parts:
+                child = _step_down(fd, part, root, create)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _step_down(fd: int, part: str, root: Path, create: bool) -> int:
+    """A new fd of directory `part` inside directory `fd`, never through a link."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, dir_fd=fd)
+    try:
+        return os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+    raise LinkError(
+        [
+            f"{part!r} under the storage {root} is a symlink or not a directory: sweeper never "
+            "writes through a link inside the storage; remove it (or move the real directory "
+            "there) and re-run"
+        ]
+    )
+
+
+def links_below(root: str, limit: int = 5) -> list[str]:
+    """Up to `limit` symlinks found below the local directory `root` (walked without following
+    any): what a driver refuses before Ray starts, since Ray Tune writes under the experiment
+    through its own file system calls, which `confine` does not reach."""
+    found: list[str] = []
+    for top, dirs, files in os.walk(local_path(root)):
+        for name in [*dirs, *files]:
+            if os.path.islink(os.path.join(top, name)):
+                found.append(os.path.join(top, name))
+                if len(found) == limit:
+                    return found
+    return found
+
+
+def open_confined(location: str, flags: int, mode: int = 0o666) -> int:
+    """`os.open` of a local file with O_NOFOLLOW, its directory reached by `directory_fd`
+    (made if missing): a symlink at the name or above it, below a confined root, is refused."""
+    local = Path(os.path.abspath(local_path(location)))
+    with directory_fd(local.parent, create=True) as parent:
+        try:
+            return os.open(local.name, flags | os.O_NOFOLLOW, mode, dir_fd=parent)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise LinkError(
+                [f"{local} is a symlink: sweeper never writes through a link; remove it and re-run"]
+            ) from None
 
 
 def _pafs() -> types.ModuleType:
@@ -123,29 +251,46 @@ def _write_atomic(location: str, data: bytes) -> None:
         with fs.open_output_stream(path) as f:
             f.write(data)
         return
-    local = local_path(location)
-    local.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 files; results are shared (EFS, colleagues)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, local)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    local = Path(os.path.abspath(local_path(location)))
+    with directory_fd(local.parent, create=True) as parent:
+        tmp = f".{local.name}.{uuid.uuid4().hex[:12]}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        # FILE_MODE: what open() gives under the umask; results are shared (EFS, colleagues)
+        fd = os.open(tmp, flags, FILE_MODE, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            # rename replaces a link at the final name itself: nothing is written through it
+            os.replace(tmp, local.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
 
 
 def delete(location: str) -> None:
     """Remove one file (no error if it is already gone)."""
     if not is_uri(location):
-        local_path(location).unlink(missing_ok=True)
+        local = Path(os.path.abspath(local_path(location)))
+        try:
+            with directory_fd(local.parent) as parent:
+                os.unlink(local.name, dir_fd=parent)  # a link itself, never what it names
+        except FileNotFoundError:
+            pass
         return
     fs, path = filesystem(location)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_file(path)
+
+
+def move_confined(source: str, target: str) -> None:
+    """Rename the local `source` (a file or directory) to `target`, making target's parent;
+    both reached by `directory_fd`, so no link below a confined root is followed."""
+    src, dst = (Path(os.path.abspath(local_path(p))) for p in (source, target))
+    with directory_fd(src.parent) as a, directory_fd(dst.parent, create=True) as b:
+        os.rename(src.name, dst.name, src_dir_fd=a, dst_dir_fd=b)
 
 
 def _listing(location: str, suffix: str) -> Iterator[tuple[str, Any]]:

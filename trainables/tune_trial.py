@@ -9,6 +9,7 @@ redoes a finished trial. A small `trial.json` next to it says how far the trial 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -40,6 +41,8 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     from ray import tune
 
     cfg = TrialConfig.from_dict(config["trial"])
+    if not fileio.is_uri(experiment_root):  # as the driver: no write follows a planted link
+        fileio.confine(os.path.dirname(os.path.abspath(fileio.local_path(experiment_root))))
     directory = trial_dir(experiment_root, cfg.trial_id)
     ckpt = fileio.join(directory, checkpoint.CHECKPOINT_NAME)
     cpus = int(config.get("cpus_per_trial") or 1)

@@ -109,6 +109,8 @@ def driving(
     from sweeper.run.capacity import capacity_for
     from sweeper.run.launch import ray_cluster
 
+    if links := exp.link_problems():  # before the lease: its lock file is inside too
+        fail(links)
     display = WaitDisplay()
     try:
         with Lease(exp, command_line()) as lease, ray_cluster(address):

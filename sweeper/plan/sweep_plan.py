@@ -242,10 +242,8 @@ def retire_trials(exp: Experiment, trials: list[TrialConfig]) -> str | None:
         raise PlanError([f"--retrain cannot move files on remote storage ({exp.root}): move "
                          "trials/<trial_id>/ and certify/<trial_id>/ aside yourself"])  # fmt: skip
     present = [(src, rel) for src, rel in moves if fileio.local_path(src).exists()]
-    for src, rel in present:
-        target = fileio.local_path(fileio.join(dst, *rel))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fileio.local_path(src).rename(target)
+    for src, rel in present:  # refuses a link planted below the storage (`retired -> /x`)
+        fileio.move_confined(src, fileio.join(dst, *rel))
     return dst if present else None
 
 

@@ -17,8 +17,11 @@
 
 Nothing outside `<storage>/<experiment>/` is ever written: an experiment name is one plain path
 component (`plain_name_problem`), the experiment's resolved root must lie strictly inside the
-storage (a symlink out of it is refused), and a storage URI may not carry credentials.
-Constructing an `Experiment` checks all three and raises `StorageError` (bad input, exit 2).
+storage (a symlink out of it is refused), a local URI names an absolute path, and a storage
+URI may not carry credentials. Constructing an `Experiment` checks all four and raises
+`StorageError` (bad input, exit 2); for local storage it also confines every later write of
+the process below the storage (`fileio.confine`: a symlink planted inside is refused, never
+followed).
 
 Every stage (certify, empirical) keeps one directory per model and setting. Each kind of file
 has its own name pattern, and a glob of one kind (`Experiment.glob`) is one table of one schema:
@@ -156,11 +159,14 @@ class Experiment:
 
     def __post_init__(self) -> None:
         check_storage(self.storage)
-        problem = plain_name_problem(self.name, "--experiment")
+        local = fileio.local_uri_problem(self.storage)
+        problem = f"--storage {local}" if local else plain_name_problem(self.name, "--experiment")
         if problem is None and not fileio.is_uri(self.storage):
             problem = outside_problem(self.base, self.root)
         if problem:
             raise StorageError([problem])
+        if not fileio.is_uri(self.storage):
+            fileio.confine(self.base)  # no write below the storage follows a planted link
 
     @functools.cached_property
     def base(self) -> str:
@@ -280,6 +286,17 @@ class Experiment:
 
     def exists(self) -> bool:
         return fileio.exists(self.sweep_json)
+
+    def link_problems(self) -> list[str]:
+        """A line per symlink planted inside the (local) experiment: a command that writes
+        refuses to start (Ray Tune's writes under `tune/` do not go through `fileio`)."""
+        if fileio.is_uri(self.root) or not os.path.isdir(self.root):
+            return []
+        return [
+            f"{link} is a symlink inside the experiment: sweeper never writes through a link "
+            "inside the storage; remove it (or move the real directory there) and re-run"
+            for link in fileio.links_below(self.root)
+        ]
 
 
 def experiments(storage: str) -> list[str]:
