@@ -15,16 +15,25 @@ jh-jeong/smoothmix) writes, one file per model and certification σ, one row per
 - LF, CRLF or CR line ends, a UTF-8 BOM; blank lines are ignored.
 
 Every row must be one CERTIFY can write (sweeper.ingest.log_reader): idx unique and
-inside the data set's test split, label and predict classes of the data set, the radius at most
-what n, α and the certification σ allow (σ·Φ⁻¹(α^(1/n)), 3.8σ for the papers' n and α, plus
-the printing's rounding), at most --max-rows rows (default 100,000). Logs are streamed and
-re-read to be written, so an import holds one log's rows in memory at a time.
+inside the data set's test split, label and predict classes of the data set, at most --max-rows
+rows (default 100,000), and the radius at most what the n, α and σ_cert its rows are stored
+with allow (σ_cert·Φ⁻¹(α^(1/n)), 3.8σ_cert for the papers' n and α, plus the printing's
+rounding). Logs are streamed and re-read to be written, so an import holds one log's rows in
+memory at a time.
+
+The certification σ (σ_cert, stored per row and in the cert_id) is --set sigma_cert, else the
+σ of the log's name `sigma_<σ>`, else the training σ. The reference code names the log by
+certify.py's `sigma` argument and the model directory `noise_<σ>` by the training σ; the two
+may differ (Cohen et al.'s published noise_0.25/test/sigma_0.50 reaches radius 1.62, beyond
+what σ = 0.25 allows; SmoothAdv's noise_0.00/test/sigma_0.12), so the bound is σ_cert's.
 
 A log is any file under DIR whose first line is that header (DIR may also be one log file).
 Skipped, with the reason: empty files, header-only files, files with an unparseable or
 impossible line (its number is given), logs certified on the training split (a `train`
 directory), and files named `sigma_*` without the header. Other files (checkpoints,
-stdout.txt, ...) are counted and ignored.
+stdout.txt, ...) are counted and ignored. A radius beyond the bound is not skipped: it means
+the n, α or σ_cert the import would store are not the log's, so the import is refused (the
+file, the line and the --set to pass named; nothing written).
 
 Hyperparameters come from the directory and file names (`path_names`: one module per layout
 of the reference code in `layouts/`, e.g. noise_0.25/, PGD_10steps/, eps_255/, 4-multitrain/).
@@ -56,7 +65,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS, HEADER, LogLimits, LogSkip, read_log
+from sweeper.ingest.log_reader import (
+    DEFAULT_MAX_ROWS,
+    HEADER,
+    LogLimits,
+    LogRefused,
+    LogSkip,
+    read_log,
+)
 from sweeper.ingest.path_names import NEEDS, path_values
 from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_sets
 from sweeper.results.rows import shard_table
@@ -89,7 +105,14 @@ class Model:
     def columns(self) -> dict[str, list]:
         """The shard's columns; the first call sets `rows` and `digest`, later ones check that
         the log did not change since (IngestError if it did)."""
-        cols = read_log(self.source, self.limits)
+        try:
+            cols = read_log(self.source, self.limits)
+        except (LogSkip, LogRefused) as e:
+            if not self.digest:
+                raise
+            raise IngestError(
+                [f"{self.rel} changed during the import ({e}): import it again"]
+            ) from None
         n = len(cols["idx"])
         cols["sigma_cert"] = [self.sigma_cert] * n
         cols["count"] = cols["p_lower"] = [None] * n
@@ -165,8 +188,25 @@ def _config(values: dict, methods: set[str], trial_sets: dict) -> TrialConfig:
     return TrialConfig.from_dict(values | trial_sets)
 
 
+def _sigma_cert(given: float | None, named: float | None, trained: float) -> float:
+    """The σ the log was certified with: --set sigma_cert, else the σ of the log's name
+    (`sigma_<σ>`: certify.py's `sigma` argument, which may differ from the training σ of the
+    model directory, as in Cohen et al.'s noise_0.25/test/sigma_0.50), else the training σ
+    (jh-jeong's `noise_<σ>` logs are certified at the training σ). LogRefused for a name's
+    σ of 0, which CERTIFY cannot certify with."""
+    if given is not None:
+        return float(given)  # sets.parse_sets checked it is > 0
+    if named is not None and not named > 0:
+        raise LogRefused(
+            f"the file name says certification σ {named:g}; CERTIFY needs σ > 0: "
+            "pass --set sigma_cert=... as the log was certified"
+        )
+    return float(named if named is not None else trained)
+
+
 def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_rows: int) -> Model:
-    """The log's model, its rows read and checked (LogSkip: why the log is not imported)."""
+    """The log's model, its rows read and checked (LogSkip: why the log is skipped;
+    LogRefused: a row its stored n, α and σ_cert cannot give, which refuses the import)."""
     trial_sets, cert_sets = sets
     rel = str(log.relative_to(root))
     values, methods = path_values(log, root)
@@ -178,7 +218,8 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
             raise LogSkip(f"{what} ({part}) is not described by the path alone: pass --set {keys}")
     cfg = _config(values, methods, trial_sets)
     cert = {**PAPER_CERTIFY, **cert_sets}
-    sigma_cert = float(cert.pop("sigma_cert", None) or values.get("sigma_cert") or cfg.sigma)
+    sigma_cert = _sigma_cert(cert.pop("sigma_cert", None), values.get("sigma_cert"), cfg.sigma)
+    # The bound follows from exactly the σ_cert, n and α the rows are stored with.
     cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
     limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
     constants = {"smoothing": "fixed", **cert}
@@ -258,6 +299,8 @@ def plan_import(
             _place(_model(log, base, exp, parsed, max_rows), seen, report, problems)
         except LogSkip as e:
             report.skipped.append((rel, str(e)))
+        except LogRefused as e:
+            problems.append(f"{rel}: {e}")
         except ConfigError as e:
             for p in e.problems:
                 rejected.setdefault(p, []).append(rel)

@@ -3,10 +3,12 @@
 A log is read line by line (never whole into memory), and each row is checked as it is read:
 its fields (see sweeper.ingest.importer), idx unique and inside the data set's test split, label and
 prediction classes of the data set, the radius no larger than CERTIFY can certify with the
-log's n, α and σ (`max_printed_radius`), at most `max_rows` rows and `MAX_LINE` characters a
-line.
-The first violation skips the log (`LogSkip` says the line and why), so the memory a log takes
-is bounded by the row cap whatever the file's size.
+n, α and certification σ its rows will be stored with (`max_printed_radius`), at most
+`max_rows` rows and `MAX_LINE` characters a line.
+The first violation stops the read, so the memory a log takes is bounded by the row cap
+whatever the file's size. A radius beyond the bound raises `LogRefused` (the settings the
+import would store contradict the log: the whole import is refused); any other violation
+raises `LogSkip` (the file is no log CERTIFY wrote: it is skipped). Both say the line and why.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ class LogSkip(ValueError):
     """A file that is not imported; the message says why."""
 
 
+class LogRefused(ValueError):
+    """A log with a row that the certification settings it would be stored with cannot give
+    (a radius above their bound); the message says the line, the bound and the --set that
+    fixes it. The import refuses it rather than skipping it: storing the rows would claim a
+    certificate the stored n, α and σ_cert do not allow."""
+
+
 @dataclass(frozen=True)
 class LogLimits:
     """What the rows of one log may hold (the defaults check the fields only)."""
@@ -51,28 +60,35 @@ class LogLimits:
     max_rows: int = DEFAULT_MAX_ROWS
     dataset: str | None = None  # idx and classes are checked against its test split
     max_radius: float = math.inf
-    certified_with: str = ""  # "n=100000, α=0.001, σ=0.25": what max_radius follows from
+    certified_with: str = ""  # "n=100000, α=0.001, σ_cert=0.25": what max_radius follows from
 
     @classmethod
     def of(cls, max_rows: int, dataset: str, n: int, alpha: float, sigma: float) -> LogLimits:
+        """The limits of a log whose rows will be stored with n, α and σ_cert = `sigma`."""
         bound = max_printed_radius(n, alpha, sigma)
-        return cls(max_rows, dataset, bound, f"n={n}, α={alpha:g}, σ={sigma:g}")
+        return cls(max_rows, dataset, bound, f"n={n}, α={alpha:g}, σ_cert={sigma:g}")
 
     def problem(self, row: tuple) -> str | None:
         """Why a parsed row cannot come from CERTIFY on this data set (None: it can)."""
-        idx, label, predict, radius, _, _ = row
+        idx, label, predict, _, _, _ = row
         if self.dataset is not None:
             size, classes = STANDARD_TEST_SIZE[self.dataset], NUM_CLASSES[self.dataset]
             if idx >= size:
                 return f"idx {idx} is past the {self.dataset} test set ({size:,} points, idx 0..{size - 1})"
             if label >= classes or predict >= classes:
                 return f"label {label} or predict {predict} is not a {self.dataset} class (0..{classes - 1})"
-        if radius > self.max_radius:
-            return (
-                f"radius {radius:g} is larger than CERTIFY can certify with {self.certified_with} "
-                f"({self.max_radius:.4g}): if the log used more samples, pass --set n=..."
-            )
         return None
+
+    def radius_problem(self, radius: float) -> str | None:
+        """Why CERTIFY cannot print `radius` with the n, α and σ_cert of these limits (None:
+        it can); the text names the bound and the --set that fixes it."""
+        if radius <= self.max_radius:
+            return None
+        return (
+            f"radius {radius:g} is larger than CERTIFY can certify with {self.certified_with} "
+            f"(at most {self.max_radius:.4g} as printed): pass --set n=..., alpha=... or "
+            "sigma_cert=... as the log was certified"
+        )
 
 
 def parse_time(text: str) -> float:
@@ -133,7 +149,8 @@ def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
 
 def read_log(source: str | Path, limits: LogLimits = LogLimits()) -> dict[str, list]:
     """A log's columns (idx, label, predict, radius, correct, time_s) from its text (a str)
-    or its file (a Path, streamed); LogSkip says why not. LF, CRLF or CR line ends, a BOM."""
+    or its file (a Path, streamed); LogSkip or LogRefused says why not. LF, CRLF or CR line
+    ends, a BOM."""
     if isinstance(source, Path):
         try:
             with source.open(encoding="utf-8-sig", errors="replace", newline=None) as stream:
@@ -160,6 +177,9 @@ def _read_rows(stream: TextIO, limits: LogLimits) -> dict[str, list]:
             problem = limits.problem(row)
         except ValueError as e:
             problem = str(e)
+        beyond = limits.radius_problem(row[3]) if problem is None else None
+        if beyond is not None:  # the settings to store are wrong, not the file: refuse
+            raise LogRefused(f"line {number}: {beyond}")
         if problem is None and row[0] in first:
             problem = f"idx {row[0]} again (first on line {first[row[0]]})"
         if problem is None and len(first) >= limits.max_rows:

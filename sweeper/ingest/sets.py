@@ -1,8 +1,10 @@
 """`sweeper import --set key=value`: what the path cannot say, checked before any log is read.
 
 A key is a TrialConfig field or a certification setting (n0, n, alpha: default the papers'
-100, 100000, 0.001; sigma_cert: default the σ in the log's name); a value is a YAML scalar,
-and a word that reads as a number (1e-3) is that number.
+100, 100000, 0.001; sigma_cert: default the σ in the log's name, else the training σ); a value
+is a YAML scalar, and a word that reads as a number (1e-3) is that number. The certification
+settings are stored with the rows and bound their radii, so each is checked here: n0 and n
+integers >= 1, alpha in (0, 1), sigma_cert > 0.
 """
 
 from __future__ import annotations
