@@ -18,7 +18,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results import lease as lease_module
-from sweeper.results.lease import Holder, Lease, LeaseError, LeaseHeld, read_holder
+from sweeper.results.lease import LAST_TIME, Holder, Lease, LeaseError, LeaseHeld, read_holder
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from trainables import fileio
@@ -53,8 +53,15 @@ def test_a_second_driver_is_refused_while_the_first_holds(tmp_path):
     exp = _experiment(str(tmp_path))
     with Lease(exp, "sweeper run grid a"):
         holder = read_holder(exp)
-        assert (holder.pid, holder.command, holder.released) == (os.getpid(), "sweeper run grid a", None)
-        with pytest.raises(LeaseHeld, match=rf"'e' is in use by pid {os.getpid()} on host .* \(`sweeper run grid a`\)"):
+        assert (holder.pid, holder.command, holder.released) == (
+            os.getpid(),
+            "sweeper run grid a",
+            None,
+        )
+        with pytest.raises(
+            LeaseHeld,
+            match=rf"'e' is in use by pid {os.getpid()} on host .* \(`sweeper run grid a`\)",
+        ):
             Lease(exp, "sweeper run grid b").acquire()
     assert read_holder(exp).released is not None  # let go: the next driver takes it quietly
     with Lease(exp, "again") as again:
@@ -76,6 +83,98 @@ def test_a_run_that_wrote_nothing_leaves_no_directory(tmp_path):
     with Lease(exp, "sweeper run grid x"):
         assert (tmp_path / "never-ran" / "lease.json").is_file()
     assert not (tmp_path / "never-ran").exists()
+
+
+def test_a_lock_file_removed_under_a_waiting_driver_is_not_the_lease(tmp_path, monkeypatch):
+    """Issue 25: A holds; B opens `.lease.lock` and is paused before its flock; A lets go and
+    removes the lock file (its run wrote nothing), C makes a new one and locks it; B's flock
+    then locks the removed file. B sees that its file is no longer the one at the path, opens
+    that one, and is refused: C alone holds the lease."""
+    import threading
+
+    exp = Experiment(str(tmp_path), "e")  # empty: A's release removes the lock file
+    a = Lease(exp, "sweeper run grid a")
+    a.acquire()
+    opened, go, removed_file_locked = threading.Event(), threading.Event(), []
+    flock = lease_module._flock
+
+    def paused_flock(fd: int) -> None:
+        if threading.current_thread() is worker and not opened.is_set():
+            opened.set()
+            assert go.wait(30)
+            flock(fd)  # succeeds: A has closed the removed file
+            removed_file_locked.append(os.fstat(fd).st_nlink == 0)
+            return
+        flock(fd)
+
+    monkeypatch.setattr(lease_module, "_flock", paused_flock)
+    b, refused = Lease(exp, "sweeper run grid b"), []
+    worker = threading.Thread(target=lambda: _refused(b, refused))
+    worker.start()
+    assert opened.wait(30)
+    a.release()
+    assert not (tmp_path / "e").exists()  # the lock file B has open is gone
+    with Lease(exp, "sweeper run grid c") as c:
+        go.set()
+        worker.join(30)
+        assert removed_file_locked == [True]  # B did lock the removed file...
+        assert not b.held and len(refused) == 1  # ...and still does not hold the lease
+        assert "(`sweeper run grid c`)" in refused[0]
+        assert read_holder(exp).token == c.me.token
+
+
+def _refused(lease: Lease, said: list[str]) -> None:
+    try:
+        lease.acquire()
+    except LeaseHeld as e:
+        said.append(e.problems[0])
+
+
+def test_a_symlink_at_the_lock_file_is_refused_and_nothing_is_made_outside(tmp_path):
+    exp = _experiment(str(tmp_path / "store"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "store" / "e" / ".lease.lock"
+    link.symlink_to(elsewhere / "x")
+    with pytest.raises(fileio.LinkError) as raised:
+        Lease(exp, "sweeper certify x").acquire()
+    fix = f"{link} is a symlink: sweeper never writes through a link; remove it and re-run"
+    assert raised.value.problems == [fix]
+    result = runner.invoke(
+        app, ["compact", "--storage", str(tmp_path / "store"), "--experiment", "e"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {fix}\n"
+    assert list(elsewhere.iterdir()) == [] and link.is_symlink()
+    link.unlink()  # the fix
+    with Lease(exp, "sweeper certify x"):
+        assert read_holder(exp).pid == os.getpid()
+
+
+def test_a_lock_file_that_is_no_plain_file_is_refused(tmp_path):
+    exp = _experiment(str(tmp_path))
+    os.mkfifo(tmp_path / "e" / ".lease.lock")
+    with pytest.raises(
+        LeaseError, match=r"\.lease\.lock is not a plain file: remove it and re-run"
+    ):
+        Lease(exp, "sweeper certify x").acquire()
+
+
+def test_a_heartbeat_far_in_the_future_is_stale():
+    """A clock a little ahead is tolerated (up to STALE_S), but a heartbeat written once keeps
+    a lease at most 2 * STALE_S; one further ahead (a skewed clock, or forged) keeps none."""
+    now, stale = time.time(), lease_module.STALE_S
+    ahead = _elsewhere(now, heartbeat=now + stale / 2)
+    assert _elsewhere(now).alive(now) and ahead.alive(now)
+    assert not ahead.alive(now + stale / 2 + stale)
+    assert not _elsewhere(now, heartbeat=now + stale + 1).alive(now)
+    assert not _elsewhere(now, heartbeat=LAST_TIME).alive(now)  # the latest a lease may say
+    assert not _elsewhere(now, since=now + stale + 1).alive(now)
+
+
+def _elsewhere(now: float, **changes) -> Holder:
+    fields = {"pid": 1, "host": "elsewhere", "command": "c", "since": now, "heartbeat": now}
+    return Holder(**{**fields, "token": "t", **changes})
 
 
 # ------------------------------------------------------------------------ S3 (moto)
@@ -144,6 +243,7 @@ DAMAGED = {
     "pid 0": json.dumps({**LEASE, "pid": 0}),
     "since a word": json.dumps({**LEASE, "since": "yesterday"}),
     "since 1e300": json.dumps({**LEASE, "since": 1e300}),
+    "heartbeat 1e12": json.dumps({**LEASE, "heartbeat": 1e12}),  # forged: refused, named
 }
 
 
@@ -200,7 +300,9 @@ def test_two_drivers_on_one_experiment(tmp_path):
         _wait_for_lease(exp, first)
         first.send_signal(signal.SIGSTOP)
         second = subprocess.run(args, capture_output=True, text=True, timeout=300)
-        status = CliRunner().invoke(app, ["status", "--storage", exp.storage, "--experiment", "shared"])
+        status = CliRunner().invoke(
+            app, ["status", "--storage", exp.storage, "--experiment", "shared"]
+        )
     finally:
         first.send_signal(signal.SIGCONT)
     out, err = first.communicate(timeout=600)

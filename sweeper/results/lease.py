@@ -8,30 +8,44 @@ rewrites it every `HEARTBEAT_S`. How the lease is taken depends on the storage:
   while the driver lives. The kernel (or the NFS server, after its client lease of about 90 s)
   frees it when the holder dies, so a dead holder's lease is simply taken over. Guarantee: two
   live drivers never hold it at once (on NFS, as far as its locking is honoured: NFSv4 and EFS
-  do; a file system mounted with `nolock` does not).
-- An object store (s3://...) has no locks. The lease object is written whole (one PUT) and read
-  back after `SETTLE_S`: the driver whose token is there holds it. A lease whose heartbeat is
-  older than `STALE_S` (or whose pid is dead on this host) is taken over. Every heartbeat
-  re-reads the object; a driver that finds another's token there has lost the lease and stops
-  (as on Ctrl-C: state saved, resumable). What it cannot guarantee: two drivers starting within
-  the same moment can both run until the next heartbeat (at most `HEARTBEAT_S`); a holder
-  paused for longer than `STALE_S` (a suspended laptop) loses its lease to a newcomer.
+  do; `nolock` mounts do not). A holder that leaves nothing else behind removes the lock file
+  as it lets go, so after `flock` a driver checks that its file is still the one at the path
+  (else it locked a removed file) and opens it again if not. A symlink at `.lease.lock` (or
+  below the storage) is refused (`fileio.LinkError`), never followed.
+- S3 (a plain s3://bucket/key, with boto3: the `cluster` extra; `lease_s3`): the lease object
+  is created only if there is none (`If-None-Match: *`), and renewed, released or taken over
+  only if it is still the version read (`If-Match: <ETag>`). Guarantee: two drivers never both
+  hold it; of drivers racing for it one PUT lands, the others get LeaseHeld. A holder whose
+  lease was taken over (it paused beyond `STALE_S`) learns so at its next heartbeat, when its
+  renewal is refused, and stops as on Ctrl-C (state saved, resumable).
+- Any other object store (gs://, s3:// with options, S3 without boto3): the lease object is
+  written whole (one PUT) and read back after `SETTLE_S`: the driver whose token is there holds
+  it; a heartbeat that finds another's token there has lost it. Not guaranteed: two drivers
+  starting within the same moment can both run until the next heartbeat (`HEARTBEAT_S`).
+
+On an object store a lease is taken over once it is gone: released, its pid dead on this host,
+its heartbeat older than `STALE_S`, or its heartbeat or start more than `STALE_S` in the future
+(a skewed clock or a forged time would otherwise keep it until then).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import socket
+import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from sweeper.results.lease_s3 import ConditionalObject, conditional_object
 from sweeper.results.storage import Experiment
 from trainables import fileio
 from trainables.errors import ProblemsError
@@ -41,6 +55,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = float(os.environ.get("SWEEPER_LEASE_HEARTBEAT_S", "30"))
 STALE_S = float(os.environ.get("SWEEPER_LEASE_STALE_S", "300"))  # no heartbeat for 5 min: gone
 SETTLE_S = float(os.environ.get("SWEEPER_LEASE_SETTLE_S", "2"))
+LOCK_ATTEMPTS = 20  # `.lease.lock` removed under us this often in a row: someone keeps at it
 
 
 class LeaseHeld(ProblemsError):
@@ -48,7 +63,7 @@ class LeaseHeld(ProblemsError):
 
 
 class LeaseError(ProblemsError):
-    """A lease.json that is not a lease (damaged, or written by something else)."""
+    """A lease.json that is no lease (damaged, or not sweeper's), or a bad `.lease.lock`."""
 
 
 @dataclass(frozen=True)
@@ -71,13 +86,17 @@ class Holder:
         return f"pid {self.pid} on host {self.host} since {since}"
 
     def alive(self, now: float | None = None) -> bool:
-        """Is the holder still there? (not released; its pid on this host, else a recent
-        heartbeat)"""
+        """Is the holder still there? Not once released; on this host, while its pid lives;
+        elsewhere, while its heartbeat is under STALE_S old and neither it nor `since` is over
+        STALE_S ahead (a skewed clock or a forged time keeps it at most 2 * STALE_S)."""
         if self.released is not None:
             return False
         if self.host == socket.gethostname():
             return _pid_alive(self.pid)
-        return (now or time.time()) - self.heartbeat < STALE_S
+        now = time.time() if now is None else now
+        if max(self.since, self.heartbeat) > now + STALE_S:
+            return False
+        return now - self.heartbeat < STALE_S
 
 
 def _pid_alive(pid: int) -> bool:
@@ -86,11 +105,11 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
     return True
 
 
-def _interrupt(_: Holder) -> None:
+def _interrupt(_: Holder | None) -> None:
     os.kill(os.getpid(), signal.SIGINT)  # stop like Ctrl-C: Tune saves state, exit 130
 
 
@@ -101,6 +120,11 @@ def read_holder(exp: Experiment) -> Holder | None:
         raw = fileio.read_bytes(exp.lease_json)
     except OSError:
         return None
+    return _parse(exp, raw)
+
+
+def _parse(exp: Experiment, raw: bytes) -> Holder:
+    """The Holder in a lease.json's bytes; LeaseError naming the file and the fix if none."""
     try:
         return _holder(json.loads(raw))
     except ValueError as e:  # JSONDecodeError too
@@ -146,27 +170,63 @@ def _current(exp: Experiment) -> Holder | None:
 
 
 def held_message(exp: Experiment, holder: Holder | None) -> str:
-    who = "another driver that is starting" if holder is None else (
-        f"{holder.describe()} (`{holder.command}`)"
-    )
+    who = "another driver that is starting"
+    if holder is not None:
+        who = f"{holder.describe()} (`{holder.command}`)"
     return (
         f"experiment {exp.name!r} is in use by {who}: wait for it to end, stop it (Ctrl-C; "
         "re-running resumes), or pass another --experiment"
     )
 
 
+def _flock(fd: int) -> None:
+    """Lock `fd` exclusively, or OSError at once if another open file holds the lock."""
+    import fcntl
+
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _open_lock(path: Path) -> int | None:
+    """An fd of the lock file `path` (made if missing), never through a symlink (LinkError
+    naming it, if one is planted there or below the storage); None if its directory was
+    removed meanwhile (a releasing holder's `_tidy`); LeaseError if it is not a plain file."""
+    try:
+        fd = fileio.open_confined(str(path), os.O_RDWR | os.O_CREAT, fileio.FILE_MODE)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there
+        os.close(fd)
+        raise LeaseError([f"{path} is not a plain file: remove it and re-run"])
+    return fd
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    """Is the file open as `fd` still the one at `path` (not removed, nor replaced)?"""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino)
+
+
 class Lease:
-    """Hold `exp` for one command: `with Lease(exp, command) as lease: ...`. `lost` is set if
-    another driver took the lease (object stores only); the process then gets SIGINT."""
+    """Hold `exp` for one command: `with Lease(exp, command) as lease: ...`. `held` while it
+    is ours; `lost` is the driver that took it from us (on an object store only; None while
+    not lost, or if what replaced ours is no lease), and `on_lost` is then called with it
+    (by default: SIGINT to this process)."""
 
     def __init__(
-        self, exp: Experiment, command: str, on_lost: Callable[[Holder], None] | None = None
+        self, exp: Experiment, command: str, on_lost: Callable[[Holder | None], None] | None = None
     ):
         self.exp, self.me = exp, Holder.me(command)
         self.on_lost = on_lost or _interrupt
         self.took_over: Holder | None = None  # the gone holder we replaced, if any
         self.lost: Holder | None = None
+        self.held = False
         self._lock_fd: int | None = None
+        self._object: ConditionalObject | None = None  # S3, written on conditions
+        self._etag = ""  # the version of the lease object that is ours
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -179,32 +239,42 @@ class Lease:
 
     def acquire(self) -> None:
         """Take the lease or raise LeaseHeld naming the holder."""
-        previous = read_holder(self.exp)
         if fileio.is_uri(self.exp.root):
-            self._acquire_object(previous)
+            self._object = conditional_object(self.exp.lease_json)
+        if self._object is not None:
+            previous = self._acquire_conditional(self._object)
         else:
-            self._acquire_lock(previous)
+            previous = read_holder(self.exp)
+            if fileio.is_uri(self.exp.root):
+                self._acquire_object(previous)
+            else:
+                self._acquire_lock()
+        self.held = True
         if previous is not None and previous.released is None:
             self.took_over = previous
             log.info("taking over the lease of %r: it is gone", previous.describe())
         self._thread = threading.Thread(target=self._beat, name="sweeper-lease", daemon=True)
         self._thread.start()
 
-    def _acquire_lock(self, previous: Holder | None) -> None:
-        import fcntl
-
+    def _acquire_lock(self) -> None:
         path = fileio.local_path(self.exp.root) / ".lease.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, fileio.FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            holder = read_holder(self.exp)
-            live = holder if holder is not None and holder.released is None else None
-            raise LeaseHeld([held_message(self.exp, live)]) from None
-        self._lock_fd = fd
-        self._write()
+        for _ in range(LOCK_ATTEMPTS):
+            fd = _open_lock(path)
+            if fd is None:
+                continue
+            try:
+                _flock(fd)
+            except OSError:
+                os.close(fd)
+                holder = read_holder(self.exp)
+                live = holder if holder is not None and holder.released is None else None
+                raise LeaseHeld([held_message(self.exp, live)]) from None
+            if _still_there(fd, path):
+                self._lock_fd = fd
+                self._write()
+                return
+            os.close(fd)  # a removed file's lock guards nothing: lock the one there now
+        raise LeaseHeld([held_message(self.exp, None)])
 
     def _acquire_object(self, previous: Holder | None) -> None:
         if previous is not None and previous.alive():
@@ -215,9 +285,53 @@ class Lease:
         if now is None or now.token != self.me.token:
             raise LeaseHeld([held_message(self.exp, now)])
 
-    def _write(self) -> None:
-        beat = {**asdict(self.me), "heartbeat": time.time()}
-        fileio.write_bytes_atomic(self.exp.lease_json, json.dumps(beat, indent=1).encode())
+    def _acquire_conditional(self, obj: ConditionalObject) -> Holder | None:
+        """Create the lease object, or replace a gone holder's: each PUT is conditional on
+        the version read, so of drivers racing for it one lands. The holder replaced."""
+        found = obj.read()
+        previous = None if found is None else _parse(self.exp, found[0])
+        if previous is not None and previous.alive():
+            raise LeaseHeld([held_message(self.exp, previous)])
+        body = self._body()
+        etag = obj.create(body) if found is None else obj.replace(body, found[1])
+        if etag is None:
+            there, etag = self._there(obj)
+            if there is None or there.token != self.me.token:  # else a retried PUT of ours
+                raise LeaseHeld([held_message(self.exp, there)])
+        self._etag = etag
+        return previous
+
+    def _there(self, obj: ConditionalObject) -> tuple[Holder | None, str]:
+        """The holder in the lease object (None if none, or not a lease) and its ETag ("" if
+        there is no object)."""
+        found = obj.read()
+        if found is None:
+            return None, ""
+        try:
+            return _parse(self.exp, found[0]), found[1]
+        except LeaseError:
+            return None, found[1]
+
+    def _ours(self, raw: bytes) -> bool:
+        """Is this version of the lease object one that we wrote?"""
+        with contextlib.suppress(ValueError):
+            return _holder(json.loads(raw)).token == self.me.token
+        return False
+
+    def _renew(self, obj: ConditionalObject, body: bytes) -> bool:
+        """Write `body` if the lease object is still ours; False if another's is there."""
+        etag = obj.rewrite(body, self._etag, self._ours)
+        if etag is not None:
+            self._etag = etag
+        return etag is not None
+
+    def _body(self, released: bool = False) -> bytes:
+        now = time.time()
+        doc = {**asdict(self.me), "heartbeat": now, "released": now if released else None}
+        return json.dumps(doc, indent=1).encode()
+
+    def _write(self, released: bool = False) -> None:
+        fileio.write_bytes_atomic(self.exp.lease_json, self._body(released))
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S) and self.beat():
@@ -225,8 +339,13 @@ class Lease:
 
     def beat(self) -> bool:
         """Renew the heartbeat; False once the lease is lost (on an object store, another
-        driver's token is in the lease object)."""
+        driver's version of the lease object is there)."""
         try:
+            if self._object is not None:
+                if not self._renew(self._object, self._body()):
+                    self._lose(self._there(self._object)[0])
+                    return False
+                return True
             current = _current(self.exp)
             if fileio.is_uri(self.exp.root) and current and current.token != self.me.token:
                 self._lose(current)
@@ -236,31 +355,38 @@ class Lease:
             log.warning("lease heartbeat failed: %s", e)
         return True
 
-    def _lose(self, thief: Holder) -> None:
-        self.lost = thief
+    def _lose(self, thief: Holder | None) -> None:
+        self.lost, self.held = thief, False
         # %r: the thief's host is read from storage, and repr escapes its control characters
-        log.error("lost the lease of %r to %r: stopping", self.exp.name, thief.describe())
+        who = "a lease.json that is no lease" if thief is None else thief.describe()
+        log.error("lost the lease of %r to %r: stopping", self.exp.name, who)
         self.on_lost(thief)
 
     def release(self) -> None:
+        """Let go: the lease says so (if it is still ours), and the lock is freed."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self.lost is None:
+        if self.held and self._object is not None:
+            with contextlib.suppress(OSError):  # unreachable: it goes stale, as if we died
+                self._renew(self._object, self._body(released=True))
+        elif self.held:
             current = _current(self.exp)
             if current is not None and current.token == self.me.token:
-                done = {**asdict(self.me), "heartbeat": time.time(), "released": time.time()}
-                fileio.write_bytes_atomic(self.exp.lease_json, json.dumps(done, indent=1).encode())
+                self._write(released=True)
+        self.held = False
         if self._lock_fd is not None:
             self._tidy()  # while the flock is still ours
             os.close(self._lock_fd)  # closing frees the flock
             self._lock_fd = None
 
     def _tidy(self) -> None:
-        """A run that wrote nothing (it stopped before starting) leaves no directory behind."""
+        """A run that wrote nothing (it stopped before starting) leaves no directory behind.
+        The lock goes after lease.json: a driver that locks a new one keeps the lease.json it
+        writes (and the directory is removed only if empty)."""
         root = fileio.local_path(self.exp.root)
-        ours = {".lease.lock", "lease.json"}
-        if root.is_dir() and {p.name for p in root.iterdir()} <= ours:
-            for name in ours:
+        if root.is_dir() and {p.name for p in root.iterdir()} <= {".lease.lock", "lease.json"}:
+            for name in ("lease.json", ".lease.lock"):
                 (root / name).unlink(missing_ok=True)
-            root.rmdir()
+            with contextlib.suppress(OSError):  # not empty: another driver has come
+                root.rmdir()
