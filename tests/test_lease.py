@@ -123,6 +123,51 @@ def test_a_lock_file_removed_under_a_waiting_driver_is_not_the_lease(tmp_path, m
         assert read_holder(exp).token == c.me.token
 
 
+# A second driver that opens `.lease.lock`, says so, and waits for a line before its flock.
+PAUSED_DRIVER = """
+import os, sys
+from sweeper.results import lease
+from sweeper.results.storage import Experiment
+
+flock = lease._flock
+
+def paused_flock(fd):
+    print("opened", flush=True)
+    sys.stdin.readline()
+    flock(fd)
+    print("locked a removed file" if os.fstat(fd).st_nlink == 0 else "locked", flush=True)
+    lease._flock = flock
+
+lease._flock = paused_flock
+try:
+    with lease.Lease(Experiment(sys.argv[1], "e"), "sweeper run grid b"):
+        print("held", flush=True)
+except lease.LeaseHeld as e:
+    print("refused:", e.problems[0], flush=True)
+"""
+
+
+def test_two_processes_never_hold_the_lease_through_a_removed_lock_file(tmp_path):
+    """The same race between processes, as issue 25 reproduced it (a delay before flock)."""
+    exp = Experiment(str(tmp_path), "e")
+    a = Lease(exp, "sweeper run grid a")
+    a.acquire()
+    args = [sys.executable, "-c", PAUSED_DRIVER, str(tmp_path)]
+    b = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert b.stdout.readline() == "opened\n"
+        a.release()  # removes the lock file b has open
+        with Lease(exp, "sweeper run grid c") as c:
+            out, _ = b.communicate("go\n", timeout=60)
+            assert read_holder(exp).token == c.me.token
+    finally:
+        if b.poll() is None:
+            b.kill()
+    lines = out.splitlines()
+    assert lines[0] == "locked a removed file" and len(lines) == 2, out
+    assert lines[1].startswith("refused:") and "(`sweeper run grid c`)" in lines[1], out
+
+
 def _refused(lease: Lease, said: list[str]) -> None:
     try:
         lease.acquire()

@@ -313,9 +313,10 @@ class Lease:
             return None, found[1]
 
     def _ours(self, raw: bytes) -> bool:
-        """Is this version of the lease object one that we wrote?"""
+        """Is this version of the lease object one that we wrote, and not let go of?"""
         with contextlib.suppress(ValueError):
-            return _holder(json.loads(raw)).token == self.me.token
+            holder = _holder(json.loads(raw))
+            return holder.token == self.me.token and holder.released is None
         return False
 
     def _renew(self, obj: ConditionalObject, body: bytes) -> bool:
@@ -342,10 +343,11 @@ class Lease:
         driver's version of the lease object is there)."""
         try:
             if self._object is not None:
-                if not self._renew(self._object, self._body()):
+                if self._renew(self._object, self._body()):
+                    return True
+                if not self._stop.is_set():  # (a beat that outlived release: not a loss)
                     self._lose(self._there(self._object)[0])
-                    return False
-                return True
+                return False
             current = _current(self.exp)
             if fileio.is_uri(self.exp.root) and current and current.token != self.me.token:
                 self._lose(current)
