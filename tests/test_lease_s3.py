@@ -10,7 +10,6 @@ in two steps, where S3 does both at once, so two PUTs at the same instant would 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
@@ -159,15 +158,17 @@ def test_a_lease_in_a_missing_bucket_is_an_error_naming_it(s3_endpoint):
         Lease(exp, "sweeper run grid x").acquire()
 
 
-def test_without_boto3_the_s3_lease_is_written_as_on_any_object_store(s3_endpoint, monkeypatch):
+def test_without_boto3_the_s3_lease_is_written_as_on_any_object_store(
+    s3_endpoint, monkeypatch, caplog
+):
     """boto3 is the cluster extra: without it the lease is pyarrow's check-then-put, as
     before, and a warning says what is not guaranteed."""
     monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` raises ImportError
     monkeypatch.setattr(lease_module, "SETTLE_S", 0.1)
     exp = _experiment()
     stale = _plant(exp, heartbeat=time.time() - lease_module.STALE_S - 1)
-    with contextlib.ExitStack() as stack:
-        lease = stack.enter_context(Lease(exp, "sweeper run grid x"))
+    with Lease(exp, "sweeper run grid x") as lease:
         assert lease._object is None and lease.took_over == stale
         assert read_holder(exp).token == lease.me.token
     assert read_holder(exp).released is not None
+    assert "boto3 is not installed (pip install 'sweeper[cluster]')" in caplog.text

@@ -118,4 +118,5 @@ def conditional_object(location: str) -> ConditionalObject | None:
             location,
         )
         return None
-    return ConditionalObject(boto3.client("s3"), *plain.groups())
+    # A session of its own: creating clients from boto3's default session is not thread-safe
+    return ConditionalObject(boto3.session.Session().client("s3"), *plain.groups())
