@@ -6,11 +6,13 @@ migrated by `sweeper compact`)."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import re
 from dataclasses import fields
 from pathlib import Path
 
+import certified_rows
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,6 +49,7 @@ from sweeper.run.certify_stage import CERTIFY
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.config_parts import DDRSSettings
+from trainables.smoothing import radius_from_counts
 from trainables.trial_status import write_status
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -59,10 +62,8 @@ RADII = [0.0, 0.25, 0.5, 1.0, 1.5, 1.7]
 
 
 def _shard(exp, cfg, spec, k, count, idx, predict, label, radius, sigma_cert, smoothing):
-    cols = {"idx": idx, "label": label, "predict": predict, "count": [990] * len(idx),
-            "p_lower": [0.99] * len(idx), "radius": radius, "sigma_cert": sigma_cert,
-            "correct": [p == y and p != -1 for p, y in zip(predict, label, strict=True)],
-            "time_s": [0.1] * len(idx)}  # fmt: skip
+    certified_rows.trained(exp, cfg)
+    cols = certified_rows.reaching(spec.n, spec.alpha, idx, label, predict, radius, sigma_cert)
     constants = {"smoothing": smoothing, "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
     table = shard_table(cfg, exp.name, spec.cert_id, constants, cols, {"config": cfg.to_dict()})
     path = Path(exp.shard_path(cfg.trial_id, spec.cert_id, k, count))
@@ -83,16 +84,19 @@ def ddrs_experiment(tmp_path, monkeypatch) -> Experiment:
     sigmas = [1.0, 1.1, 0.9, 1.0, 1.2]
     _shard(exp, A, DDRS, 0, 2, [0, 1, 2], [2, 0, 4], labels[:3], [1.2, 1.9, 1.5], sigmas[:3],
            "data-dependent")  # fmt: skip
-    _shard(exp, A, DDRS, 1, 2, [3, 4], [-1, 9], labels[3:], [0.0, 0.8], sigmas[3:], "data-dependent")
+    _shard(
+        exp, A, DDRS, 1, 2, [3, 4], [-1, 9], labels[3:], [0.0, 0.8], sigmas[3:], "data-dependent"
+    )
     compaction.compact(exp, CERTIFY, A.trial_id, DDRS, 2)
     _shard(exp, B, FIXED, 0, 1, [0, 1, 2, 3, 4], [2, 0, 1, 9, -1], labels, [0.3, 0.6, 0.2, 0.1, 0.0],
            [0.25] * 5, "fixed")  # fmt: skip
     compaction.compact(exp, CERTIFY, B.trial_id, FIXED, 1)
     _shard(exp, C, DDRS, 0, 1, [0, 1, 2, 3, 4], [2, 0, 4, 9, 4], labels, [1.6, 1.6, 1.6, 1.6, 1.6],
            [1.0] * 5, "data-dependent")  # fmt: skip
+    raw = pq.read_table(exp.shard_path(C.trial_id, DDRS.cert_id, 0, 1)).column("radius").to_pylist()
     memory = pa.Table.from_pydict(
         {"trial_id": [C.trial_id] * 5, "cert_id": [DDRS.cert_id] * 5, "idx": [0, 1, 2, 3, 4],
-         "predict_memory": [2, 0, -1, 9, 4], "radius_memory": [1.6, 0.4, 0.0, 1.6, 1.0],
+         "predict_memory": [2, 0, -1, 9, 4], "radius_memory": [raw[0], 0.4, 0.0, raw[3], 1.0],
          "correct_memory": [True, True, False, True, True],
          "memory_changed": [False, True, True, False, True]}, schema=MEMORY_SCHEMA,
     )  # fmt: skip
@@ -117,7 +121,9 @@ def test_each_kind_of_file_is_its_own_glob_of_one_schema(ddrs_experiment):
     for path in compacted + shards:
         assert pq.read_schema(path).remove_metadata().equals(SCHEMA)
     assert pq.read_schema(memory[0]).remove_metadata().equals(MEMORY_SCHEMA)
-    assert exp.glob("empirical", "shard").endswith(str(Path("empirical", "*", "*", "shard-*-of-*.parquet")))
+    assert exp.glob("empirical", "shard").endswith(
+        str(Path("empirical", "*", "*", "shard-*-of-*.parquet"))
+    )
 
 
 def test_sweeper_compact_migrates_the_legacy_memory_file_and_says_so(ddrs_experiment):
@@ -164,10 +170,17 @@ def _best(library: str, namespace: dict) -> float:
 
 
 @pytest.mark.parametrize("library", ["pandas", "duckdb", "polars"])
-def test_the_readme_recipes_give_the_envelope_of_a_ddrs_experiment(ddrs_experiment, library, capsys):
+def test_the_readme_recipes_give_the_envelope_of_a_ddrs_experiment(
+    ddrs_experiment, library, capsys
+):
     pytest.importorskip(library)
     exp = ddrs_experiment
-    assert CliRunner().invoke(app, ["compact", "--storage", "results", "--experiment", "digits"]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(app, ["compact", "--storage", "results", "--experiment", "digits"])
+        .exit_code
+        == 0
+    )
     expected = _envelope(exp)
     # The adjusted rows matter: read from the Monte-Carlo certificates (*_raw) the envelope
     # would be [1, 1, 1, 1, 1, 0.2] (C right everywhere with radius 1.6, A's 1.9 at point 1).
@@ -216,6 +229,14 @@ RADIUS_AND_CHECKED = [
     "sigma_cert",
     "n",
     "alpha",
+    "n0",
+    "count",
+    "p_lower",
+    "smoothing",
+    "predict_raw",
+    "radius_raw",
+    "correct_raw",
+    "memory_changed",
 ]
 
 
@@ -226,29 +247,37 @@ def _rows(
     idx: list[int] | None = None,
     cert_id: str = CID,
 ) -> pa.Table:
-    """Fixed-σ CERTIFY rows of `cfg` on test points `idx` (default 0, 1, ...), all right,
-    under the setting `cert_id` (that of SPEC unless given)."""
+    """Fixed-σ CERTIFY rows of `cfg` on test points `idx` (default 0, 1, ...) under the
+    setting `cert_id` (that of SPEC unless given): CERTIFY's arithmetic on the fewest votes
+    whose radius reaches each of `radius` (0: an abstention; `_reach` says what it gives),
+    the label predicted; the trial's trial.json written. An imported setting's rows have no
+    counts, their radii as given, and the import record `sweeper import` writes."""
     idx = list(range(len(radius))) if idx is None else idx
     labels = [LABELS[i] for i in idx]
-    cols = {
-        "idx": idx,
-        "label": labels,
-        "predict": labels,
-        "count": [990] * len(idx),
-        "p_lower": [0.99] * len(idx),
-        "radius": radius,
-        "sigma_cert": [cfg.sigma] * len(idx),
-        "correct": [True] * len(idx),
-        "time_s": [0.1] * len(idx),
-    }
+    certified_rows.trained(exp, cfg)
+    sigmas = [cfg.sigma] * len(idx)
+    imported = cert_id.startswith("imported-")
+    reached = [min(r, 1.0) for r in radius] if imported else radius
+    cols = certified_rows.reaching(SPEC.n, SPEC.alpha, idx, labels, labels, reached, sigmas)
+    metadata: dict = {"config": cfg.to_dict()}
+    if imported:
+        cols.update(count=[None] * len(idx), p_lower=[None] * len(idx), radius=radius)
+        metadata["certify_backend"] = "imported from a test's log"
     constants = {"smoothing": "fixed", "n0": SPEC.n0, "n": SPEC.n, "alpha": SPEC.alpha}
-    return shard_table(cfg, exp.name, cert_id, constants, cols, {"config": cfg.to_dict()})
+    return shard_table(cfg, exp.name, cert_id, constants, cols, metadata)
 
 
-def _model(exp: Experiment, cfg: TrialConfig, radius: list[float]) -> str:
-    """A model compacted from one shard, written with the project's writers (local or S3);
-    returns its compacted file."""
-    write_table(_rows(exp, cfg, radius), exp.shard_path(cfg.trial_id, CID, 0, 1))
+def _reach(radius: float, sigma: float) -> float:
+    """The radius `_rows` gives for `radius` at σ (n = 1000, α = 0.001)."""
+    count = certified_rows.count_for(radius, sigma, SPEC.n, SPEC.alpha)
+    return float(radius_from_counts(count, SPEC.n, SPEC.alpha, sigma)[1])
+
+
+def _model(exp: Experiment, cfg: TrialConfig, reaching: list[float], **columns) -> str:
+    """A model compacted from one shard (`_rows`, then `columns` replaced), written with the
+    project's writers (local or S3); returns its compacted file."""
+    table = _with(_rows(exp, cfg, reaching), **columns)
+    write_table(table, exp.shard_path(cfg.trial_id, CID, 0, 1))
     compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, 1)
     return exp.compacted_path("certify", cfg.trial_id, CID, 1)
 
@@ -264,6 +293,14 @@ def two_models(tmp_path) -> Experiment:
 
 def _covers(exp: Experiment) -> dict:
     return json.loads(pq.read_schema(exp.cache_path("certify")).metadata[COVERS])
+
+
+def _recorded(exp: Experiment, paths: list[str]) -> dict:
+    """What a cache records of the files it holds: each one's size and bytes' SHA-256."""
+    return {
+        exp.relative(p): [Path(p).stat().st_size, hashlib.sha256(Path(p).read_bytes()).hexdigest()]
+        for p in paths
+    }
 
 
 def _garble(path: str) -> None:
@@ -302,10 +339,10 @@ def test_the_cache_folds_in_only_files_that_validate_and_every_read_names_the_ot
     )
     bad_type = exp.compacted_path("certify", D.trial_id, CID, 1)
     write_table(lists, bad_type)
-    too_far = _model(exp, E, [0.5, 9.0])  # at σ = 0.75 nothing certifies beyond 1.9
+    too_far = _model(exp, E, [0.5, 0.5], radius=[_reach(0.5, 0.75), 9.0])  # nothing beyond 1.9
     assert refresh_cache(exp, CERTIFIED) == 2
     good = [exp.compacted_path("certify", cfg.trial_id, CID, 1) for cfg in (A, B)]
-    assert _covers(exp) == {exp.relative(p): Path(p).stat().st_size for p in good}
+    assert _covers(exp) == _recorded(exp, good)
     expected = sorted(
         [
             f"{bad_type}: column 'time_s' is list<element: double>, not double",
@@ -321,11 +358,11 @@ def test_the_cache_folds_in_only_files_that_validate_and_every_read_names_the_ot
 
 
 def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_models):
-    """A's file, once cached, is not opened again (garbled here, at its size): a refresh after
-    C is compacted keeps A's cached rows beside B's and C's."""
+    """A refresh after C is compacted keeps A's and B's cached rows beside C's. A file the
+    cache holds is served from it only while its bytes are those cached: A's garbled at its
+    size is read (and named), B's and C's rows still come from the cache."""
     exp = two_models
     assert refresh_cache(exp, CERTIFIED) == 2
-    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
     _model(exp, C, [0.4, 0.5, 0.6, 0.7])
     assert refresh_cache(exp, CERTIFIED) == 3
     expected = {A.trial_id: [0, 1], B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
@@ -333,6 +370,11 @@ def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_mo
     assert len(_covers(exp)) == 3 and refresh_cache(exp, CERTIFIED) == 3
     result = read_stage(exp, CERTIFIED)
     assert _points(result.table) == expected and not result.invalid
+    garbled = exp.compacted_path("certify", A.trial_id, CID, 1)
+    _garble(garbled)
+    result = read_stage(exp, CERTIFIED)
+    assert [line.partition(": ")[0] for line in result.invalid] == [garbled]
+    assert _points(result.table) == {B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
 
 
 def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_and_files(
@@ -345,47 +387,49 @@ def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_a
     _model(exp, C, [0.4])  # and one from its file
     both = read_stage(exp, CERTIFIED, ["radius"])
     assert both.table.column_names == RADIUS_AND_CHECKED and not both.invalid
-    assert sorted(both.table.column("radius").to_pylist()) == [0.1, 0.2, 0.2, 0.3, 0.3, 0.4]
+    reached = [(0.3, 0.5), (0.2, 0.5), (0.1, 0.25), (0.2, 0.25), (0.3, 0.25), (0.4, 1.0)]
+    expected = sorted(_reach(r, sigma) for r, sigma in reached)
+    assert sorted(both.table.column("radius").to_pylist()) == expected
 
 
-def test_a_cache_written_before_the_newer_columns_is_read_as_a_legacy_file(two_models):
-    """A cache without the columns added since (DDRS's, `smoothing`) and with `amp` as the
-    bool it was: read with those columns null and amp as the off or fp16 it meant."""
+def test_a_cache_that_records_sizes_only_is_not_used_and_a_refresh_rebuilds_it(two_models):
+    """A cache written before content digests (its record: path -> size) vouches for no file:
+    the files are read (nothing is named: they are valid), and a refresh records digests."""
     exp = two_models
     refresh_cache(exp, CERTIFIED)
-    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
-
-    def legacy(table: pa.Table) -> pa.Table:
-        table = table.drop_columns(sorted(LEGACY_OPTIONAL))
-        amp = pa.array([k % 2 == 1 for k in range(table.num_rows)])  # off, fp16, off, ...
-        return table.set_column(table.schema.get_field_index("amp"), "amp", amp)
-
-    _rewrite_cache(exp, legacy)
+    sizes = {rel: record[0] for rel, record in _covers(exp).items()}
+    cache = exp.cache_path("certify")
+    pq.write_table(pq.read_table(cache).replace_schema_metadata({COVERS: json.dumps(sizes)}), cache)
+    garbled = exp.compacted_path("certify", A.trial_id, CID, 1)
+    _garble(garbled)  # read: not served from the old cache
     result = read_stage(exp, CERTIFIED)
-    assert not result.invalid
-    assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
-    assert result.table.column("amp").to_pylist() == ["off", "fp16", "off", "fp16", "off"]
-    for name in LEGACY_OPTIONAL:
-        assert result.table.column(name).null_count == 5, name
+    assert [line.partition(": ")[0] for line in result.invalid] == [garbled]
+    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
+    assert refresh_cache(exp, CERTIFIED) == 1
+    assert _covers(exp) == _recorded(exp, [exp.compacted_path("certify", B.trial_id, CID, 1)])
 
 
-def test_a_cache_row_without_a_trial_id_belongs_to_no_model(two_models):
-    """A damaged cache (A's point 0 without its trial_id) is read, not a crash: that row
-    counts for no model, A's other row and B's are served (the files are not opened)."""
+def test_a_cache_whose_rows_were_edited_is_named_and_the_files_read(two_models):
+    """The cache edited (A's point 0 without its trial_id; a row appended) with its record of
+    the files kept: its rows no longer have the digests it was written with, so it is
+    named and every model is read from its file."""
     exp = two_models
     refresh_cache(exp, CERTIFIED)
-    _garble(exp.compacted_path("certify", A.trial_id, CID, 1))
 
     def forget_a_trial(table: pa.Table) -> pa.Table:
         trial = table.column("trial_id").to_pylist()
-        first = next(i for i, t in enumerate(trial) if t == A.trial_id)
-        trial[first] = None
+        trial[0] = None
         return table.set_column(0, "trial_id", pa.array(trial, pa.string()))
 
-    _rewrite_cache(exp, forget_a_trial)
-    result = read_stage(exp, CERTIFIED)
-    assert not result.invalid
-    assert _points(result.table) == {A.trial_id: [1], B.trial_id: [0, 1, 2]}
+    cache = exp.cache_path("certify")
+    for change in (forget_a_trial, lambda t: pa.concat_tables([t, t.slice(0, 1)])):
+        _rewrite_cache(exp, change)
+        result = read_stage(exp, CERTIFIED)
+        assert result.invalid == [
+            f"{cache}: its rows are not those it was written with; reading the files instead"
+        ]
+        assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
+        refresh_cache(exp, CERTIFIED)
 
 
 def test_model_index_finds_each_rows_model_and_minus_one_for_others():
@@ -430,7 +474,7 @@ def test_the_reading_path_reads_an_experiment_in_a_bucket(s3_endpoint):
     assert refresh_cache(exp, CERTIFIED) == 2
     assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 0
     _model(exp, C, [0.4])
-    bad = _model(exp, E, [0.5, 9.0])
+    bad = _model(exp, E, [0.5, 0.5], radius=[_reach(0.5, 0.75), 9.0])
     write_table(_rows(exp, D, [0.5], [1]), exp.shard_path(D.trial_id, CID, 1, 3))
     assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
     result = read_stage(exp, CERTIFIED)
@@ -482,7 +526,8 @@ def test_radii_up_to_what_certify_can_give_are_kept_and_each_problem_is_named(tm
     expected, kept = [], {}
     for epochs, (radius, cert_id, predict, problem) in enumerate(models, 2):
         cfg = A.replace(epochs=epochs, amp="bf16")
-        table = _rows(exp, cfg, radius, cert_id=cert_id)
+        reached = [min(max(r, 0.1), big * (1 - 1e-9)) for r in radius]
+        table = _with(_rows(exp, cfg, reached, cert_id=cert_id), radius=radius)
         table = table.set_column(
             table.schema.get_field_index("predict"), "predict", pa.array([2, predict])
         )
@@ -570,15 +615,18 @@ def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out
 def test_test_points_are_compared_within_a_model_however_large_their_numbers(tmp_path):
     """Two models with points 0, 2⁴⁰, 2⁵³ and 2⁵³ + 1 each: no point twice in a model,
     whatever the two models' order (a key of model·2⁴⁰ + point made one model's 2⁴⁰ the next
-    one's 0) and however large the number (as floats, 2⁵³ + 1 would be 2⁵³)."""
+    one's 0) and however large the number (as floats, 2⁵³ + 1 would be 2⁵³): each file is named
+    for what is wrong, points outside the test split."""
     exp = Experiment(str(tmp_path), "exp")
     points = [0, 2**40, 2**53, 2**53 + 1]
+    paths = []
     for cfg in (A, B):
         table = _with(_rows(exp, cfg, [0.1, 0.2, 0.3, 0.4]), idx=points)
-        write_table(table, exp.shard_path(cfg.trial_id, CID, 0, 1))
+        paths.append(exp.shard_path(cfg.trial_id, CID, 0, 1))
+        write_table(table, paths[-1])
     result = read_stage(exp, CERTIFIED)
-    assert not result.invalid
-    assert _points(result.table) == {A.trial_id: points, B.trial_id: points}
+    outside = "a test point outside the data set's test split"  # not "duplicated rows"
+    assert sorted(result.invalid) == sorted(f"{p}: {outside}" for p in paths)
 
 
 # ------------------------------------------------------------------ the results table
@@ -653,7 +701,10 @@ def test_load_results_of_some_columns_has_those_and_what_the_reading_needs(ddrs_
         "radius_raw",
         "correct_raw",
         "memory_changed",
-        *RADIUS_AND_CHECKED[1:],
+        *RADIUS_AND_CHECKED[1:-8],
+        "n0",
+        "count",
+        "p_lower",
         "sound",
     ]
     assert len(frame) == 15
@@ -677,12 +728,13 @@ def test_raw_certificates_keep_their_types_beside_models_without_them(ddrs_exper
 def test_a_legacy_file_without_the_newer_columns_is_read_as_fixed_sigma_and_sound(tmp_path):
     """A compacted file written before DDRS: no `smoothing` nor raw columns."""
     exp = Experiment(str(tmp_path), "exp")
-    legacy = _rows(exp, A, [0.3, 0.0, 0.2]).drop_columns(sorted(LEGACY_OPTIONAL))
+    legacy = _rows(exp, A, [0.3, 0.3, 0.2]).drop_columns(sorted(LEGACY_OPTIONAL))
     write_table(legacy, exp.compacted_path("certify", A.trial_id, CID, 1))
     results = load_results(exp)
     assert not results.invalid and len(results.frame) == 3
     assert results.frame["smoothing"].tolist() == ["fixed"] * 3
-    assert results.frame["radius_raw"].tolist() == [0.3, 0.0, 0.2]
+    expected = [_reach(0.3, 0.5), _reach(0.3, 0.5), _reach(0.2, 0.5)]
+    assert results.frame["radius_raw"].tolist() == expected
     assert results.frame["sound"].all()
 
 

@@ -3,15 +3,17 @@
 A finished model's rows are one compacted file; the experiment's cache (`cache/<stage>.parquet`)
 holds the rows of many compacted files in one, so a 644-model sweep is read from one file
 instead of 644 (or 6,440 shards). The reader lists the stage once, takes from the cache the
-models whose compacted file it covers (same path and size), and opens only the rest: compacted
-files it does not cover, and the shards of unfinished models.
+models whose compacted file it covers (same path, size and bytes: `digests`), and opens only
+the rest: compacted files it does not cover, and the shards of unfinished models. The cache's
+own rows must have the digests it was written with, else it is named and the files are read.
 
 Every file is validated before its rows are used: its schema exactly the stage's (a legacy file
 may lack the columns added since), its `experiment`, trial_id and setting equal to what its
 path says, its rows passing the stage's own checks (certified radii in [0, the largest radius
 n and α allow], labels within the class count, ...), every row's test point a number ≥ 0 and
-none twice for a model. A file that fails is named with what is wrong and left out, never
-merged (`StageRows.invalid`).
+none twice for a model, and against the experiment's records (the stage's `consistent`: for
+certification, `provenance`). A file that fails is named with what is wrong and left out,
+never merged (`StageRows.invalid`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
 
-COVERS = b"sweeper.covers"  # cache metadata: {path relative to the experiment: size}
+# Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
+# compacted files it holds, and {column: digest of its rows} (`digests`).
+COVERS = b"sweeper.covers"
+ROWS = b"sweeper.rows"
 LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",
                              "memory_changed"})  # fmt: skip  (columns older files lack)
 # Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
@@ -88,10 +94,12 @@ def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols:
     """(the rows of the files that validate, ["path: problem" of those that do not])."""
     if not files:
         return stage.schema.empty_table().select(cols), []
-    invalid = {f.path: p for f in files if (p := _schema_problem(f.path, stage.schema))}
+    schemas = {f.path: _file_schema(f.path) for f in files}
+    invalid = {f.path: p for f in files if (p := _schema_problem(schemas[f.path], stage.schema))}
     good = [f for f in files if f.path not in invalid]
     table = _scan([f.path for f in good], stage.schema, [*cols, "__fragment_index"])
-    problems = row_problems(exp, stage, table, good)
+    metadata = [schemas[f.path].metadata for f in good]  # type: ignore[union-attr]
+    problems = row_problems(exp, stage, table, good, metadata=metadata)
     invalid.update({good[i].path: p for i, p in problems.items()})
     keep = np.isin(table.column("__fragment_index").to_numpy(), list(problems), invert=True)
     table = table.filter(pa.array(keep)).drop_columns(["__fragment_index"])
@@ -108,13 +116,20 @@ def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
     return _legacy_values(table)
 
 
-def _schema_problem(path: str, schema: pa.Schema) -> str | None:
-    """Why a file is not one of the stage's (None: its schema is exactly the stage's)."""
+def _file_schema(path: str) -> pa.Schema | str:
+    """A file's schema (with its metadata), or why it cannot be read."""
     fs, local = fileio.filesystem(path)
     try:
-        have = pq.read_schema(local, filesystem=fs)
+        return pq.read_schema(local, filesystem=fs)
     except (pa.ArrowInvalid, OSError) as e:
         return f"not a readable Parquet file ({str(e).splitlines()[0]})"
+
+
+def _schema_problem(have: pa.Schema | str, schema: pa.Schema) -> str | None:
+    """Why a file of schema `have` (or unreadable: why) is not one of the stage's (None:
+    its schema is exactly the stage's)."""
+    if isinstance(have, str):
+        return have
     for f in schema:
         if f.name not in have.names:
             if f.name not in LEGACY_OPTIONAL:
@@ -141,14 +156,17 @@ def _legacy_values(table: pa.Table) -> pa.Table:
 
 
 def row_problems(exp: Experiment, stage: StageTable, table: pa.Table, files: list[StageFile],
-                 identified: bool = False) -> dict[int, str]:  # fmt: skip
+                 identified: bool = False, metadata: list | None = None) -> dict[int, str]:  # fmt: skip
     """fragment (file) index -> the first thing wrong with its rows. `identified`: each row's
-    fragment was found from its own trial_id and setting (cache rows), so they match."""
+    fragment was found from its own trial_id and setting (cache rows), so they match;
+    `metadata`: each file's Parquet metadata (None: not read), for the stage's `consistent`."""
     if not table.num_rows:
         return {}
     frag = table.column("__fragment_index").to_numpy()
     problems: dict[int, str] = {}
     checks = _identity_checks(exp, stage, table, files, frag, identified) + stage.check(table)
+    if stage.consistent is not None:
+        checks += stage.consistent(exp, table, files, frag, metadata)
     for bad, what in checks:
         for i in np.unique(frag[np.asarray(bad, dtype=bool)]):
             problems.setdefault(int(i), what)
@@ -222,36 +240,81 @@ def float_column(table: pa.Table, name: str) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ the cache
 def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], cols: list[str]):
-    """(the cached rows of compacted files still present and unchanged, their paths,
-    problems). A cache that cannot be trusted is named and ignored: the files are read."""
+    """(the cached rows of compacted files still present with the bytes they were cached
+    with, their paths, problems). A cache that cannot be trusted is named and ignored: the
+    files are read."""
     path = exp.cache_path(stage.name)
     empty = stage.schema.empty_table().select(cols)
     if not compacted or not fileio.exists(path):
         return empty, set(), []
-    fs, local = fileio.filesystem(path)
     try:
-        covers = json.loads((pq.read_schema(local, filesystem=fs).metadata or {})[COVERS])
+        covers, rows = _cache_records(path)
+    except OldCache:  # replaced by the next refresh (`sweeper compact`, or a run's)
+        return empty, set(), []
     except (KeyError, ValueError, pa.ArrowInvalid, OSError) as e:
         return empty, set(), [f"{path}: not a cache of this experiment ({e}); reading the files"]
-    covered = [f for f in compacted if covers.get(exp.relative(f.path)) == f.size]
+    covered, metadata = _unchanged(exp, compacted, covers)
     if not covered:
         return empty, set(), []
-    table, problems = _cached_rows(exp, stage, path, covered, cols)
+    table, problems = _cached_rows(exp, stage, path, covered, cols, (rows, metadata))
     if problems:
         return empty, set(), [f"{path}: {problems[0]}; reading the files instead"]
     return table, {f.path for f in covered}, []
 
 
-def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str]):
-    """The cache's rows of the `covered` models, validated like files (one per model)."""
-    if problem := _schema_problem(path, stage.schema):
+class OldCache(ValueError):
+    """A cache written before content digests: it records sizes only, so it vouches for
+    nothing (not a problem: the files are read until a refresh replaces it)."""
+
+
+def _cache_records(path: str) -> tuple[dict, dict]:
+    """(its COVERS: relative path -> [size, SHA-256 of the bytes], its ROWS: column ->
+    digest); OldCache if it records sizes only, KeyError/ValueError if it is no cache."""
+    fs, local = fileio.filesystem(path)
+    meta = pq.read_schema(local, filesystem=fs).metadata or {}
+    covers = json.loads(meta[COVERS])
+    if ROWS not in meta and all(isinstance(v, int) for v in covers.values()):
+        raise OldCache("a record of sizes only")
+    rows = json.loads(meta[ROWS])
+    if not all(isinstance(v, list) and len(v) == 2 for v in covers.values()):
+        raise ValueError("a record of the files that is not [size, digest] each")
+    return covers, rows
+
+
+def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
+    """(the compacted files whose bytes are those the cache recorded, each one's Parquet
+    metadata where an import record may be needed). The size first, so a file that
+    changed size is not read."""
+    covered, metadata = [], []
+    for f in compacted:
+        record = covers.get(exp.relative(f.path))
+        if record is None or record[0] != f.size:
+            continue
+        try:
+            data = fileio.read_bytes(f.path)
+        except OSError:
+            continue
+        if file_digest(data) == record[1]:
+            covered.append(f)
+            imported = f.setting_id.startswith("imported-")
+            metadata.append(pq.read_schema(pa.BufferReader(data)).metadata if imported else None)
+    return covered, metadata
+
+
+def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records):
+    """The cache's rows of the `covered` models: its columns' digests those it was written
+    with, then validated like files (one per model)."""
+    if problem := _schema_problem(_file_schema(path), stage.schema):
         return None, [problem]
     table = _scan([path], stage.schema, cols)
+    digests, metadata = records
+    if column_digests(table) != {c: digests.get(c) for c in table.column_names}:
+        return None, ["its rows are not those it was written with"]
     frag = _model_index(table, stage.setting_column, covered)
     table = table.append_column("__fragment_index", pa.array(frag))
     if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
         table = table.filter(pa.array(frag >= 0))
-    problems = row_problems(exp, stage, table, covered, identified=True)
+    problems = row_problems(exp, stage, table, covered, identified=True, metadata=metadata)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
@@ -273,8 +336,10 @@ def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) 
 
 
 def refresh_cache(exp: Experiment, stage: StageTable) -> int:
-    """Fold every valid compacted file into the stage's cache (atomically); returns how many
-    models the cache holds. Only the driver holding the experiment's lease calls this."""
+    """Fold every valid compacted file into the stage's cache (atomically), each recorded with
+    its size and the digest of its bytes as validated, the cache's columns with theirs;
+    returns how many models the cache holds. Only the driver holding the experiment's lease
+    calls this."""
     compacted = [f for f in exp.stage_files(stage.name) if f.kind == "compacted"]
     if not compacted:
         return 0
@@ -283,21 +348,25 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     new = [f for f in compacted if f.path not in covered]
     if not new:
         return len(covered)
+    old = _cache_records(exp.cache_path(stage.name))[0] if covered else {}
+    # Digests before the rows are read: a file rewritten meanwhile then fails its digest.
+    digests = {f.path: file_digest(fileio.read_bytes(f.path)) for f in new}
     table, invalid = read_valid(exp, stage, new, cols)
     bad = {p.partition(": ")[0] for p in invalid}
-    held = [f for f in compacted if f.path in covered or f.path not in bad]
-    covers = {exp.relative(f.path): f.size for f in held}
+    covers = {exp.relative(f.path): old[exp.relative(f.path)] for f in compacted if f.path in covered}
+    covers.update({exp.relative(f.path): [f.size, digests[f.path]] for f in new if f.path not in bad})
     rows = pa.concat_tables([cached, table]) if cached.num_rows else table
-    write_table(rows.replace_schema_metadata({COVERS: json.dumps(covers)}), exp.cache_path(stage.name))
-    return len(held)
+    meta = {COVERS: json.dumps(covers), ROWS: json.dumps(column_digests(rows))}
+    write_table(rows.replace_schema_metadata(meta), exp.cache_path(stage.name))
+    return len(covers)
 
 
 def uncovered(exp: Experiment, stage: StageTable, files: Iterable[StageFile]) -> int:
-    """How many compacted files the cache does not hold (the driver refreshes it when many)."""
-    path = exp.cache_path(stage.name)
+    """How many compacted files the cache does not hold, by their sizes (the driver
+    refreshes it when many; a reader checks the bytes too)."""
     try:
-        fs, local = fileio.filesystem(path)
-        covers = json.loads((pq.read_schema(local, filesystem=fs).metadata or {})[COVERS])
+        covers = _cache_records(exp.cache_path(stage.name))[0]
     except (KeyError, ValueError, pa.ArrowInvalid, OSError):
         covers = {}
-    return sum(covers.get(exp.relative(f.path)) != f.size for f in files if f.kind == "compacted")
+    sizes = {rel: record[0] for rel, record in covers.items()}
+    return sum(sizes.get(exp.relative(f.path)) != f.size for f in files if f.kind == "compacted")

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from sweeper.results.provenance import certified_checks
 from sweeper.results.reader import float_column, int_column, prediction_checks, read_stage
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
@@ -141,8 +142,12 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     ]
 
 
-CHECKED = ("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id")
-CERTIFIED = StageTable("certify", "cert_id", SCHEMA, check, CHECKED)
+# What `check` and `certified_checks` read (a read of some columns adds these).
+CHECKED = (
+    *("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id"),
+    *("n0", "count", "p_lower", "smoothing", *RAW),
+)
+CERTIFIED = StageTable("certify", "cert_id", SCHEMA, check, CHECKED, certified_checks)
 
 
 @dataclass

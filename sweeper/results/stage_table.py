@@ -27,7 +27,9 @@ def no_problems(table: pa.Table) -> list:
 class StageTable:
     """A stage's rows. `check(rows) -> [(bad-row mask, what is wrong)]` finds rows the stage
     could not have written, applied when reading (the file of any such row is left out); it
-    reads `checked_columns`. Functions must be module-level ones (Ray pickles a stage by
+    reads `checked_columns`. `consistent(exp, rows, files, file_of_row, metadata)` checks the
+    rows against the experiment's own records (the trial behind each file, the setting its
+    path names), alike. Functions must be module-level ones (Ray pickles a stage by
     reference)."""
 
     name: str  # its directory under the experiment
@@ -35,6 +37,7 @@ class StageTable:
     schema: pa.Schema
     check: Callable[[pa.Table], list] = no_problems
     checked_columns: tuple[str, ...] = ()
+    consistent: Callable[..., list] | None = None
 
 
 def write_table(table: pa.Table, location: str) -> None:

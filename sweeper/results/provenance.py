@@ -1,0 +1,375 @@
+"""Certification rows checked against what they claim to be: a real CERTIFY of a real trial.
+
+A row's own n, α or σ cannot vouch for itself, so each check takes its truth from elsewhere:
+
+- the setting: the cert_id in the file's path (checked equal to the rows' by the reader) names
+  it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`, run
+  tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only the
+  canonical spelling names one (`setting_of` parses it and writes it back);
+- the test points: the data set's test-split size (`trainables.catalog.STANDARD_TEST_SIZE`)
+  and the grid the cert_id names (every skip-th point, at most max of them);
+- the trial: `trials/<trial_id>/trial.json`, whose config must hash to the trial_id; an
+  imported model (cert_id `imported-…`) instead by its file's import record (the metadata
+  `sweeper import` writes: `certify_backend` "imported from <log>" and the config, hashing to
+  the trial_id). Its σ is the training σ of a `sigma-train` setting, and the rows' identity
+  columns must be its hyperparameters;
+- the certificate: p_lower, the abstention and the radius recomputed from the count, n, α and
+  the row's σ (`sigma_cert`: σ_x per point under DDRS, at least its min σ), exactly as
+  `trainables.smoothing` computes them (float rounding aside); the memory pass may change a
+  DDRS certificate only where `memory_changed` says so, never to a larger ball of the class.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sweeper.results.storage import Experiment, StageFile
+from trainables.catalog import STANDARD_TEST_SIZE
+
+OWN = re.compile(
+    r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
+    r"_skip-(?P<skip>\d+)_max-(?P<max>all|\d+)(?P<tags>(?:_prec-[a-z0-9]+)?(?:_cl)?(?:_compiled)?)"
+    r"(?:_ddrs-K(?P<K>\d+)-lr(?P<lr>.+?)-n(?P<samples>\d+)-min(?P<min>[^_]+))?"
+)
+IMPORTED = re.compile(r"imported-sigma-(?P<sigma>.+)-n-(?P<n>\d+)-alpha-(?P<alpha>.+)")
+IMPORT_BACKEND = "imported from "  # how `sweeper import` marks the files it writes
+ALPHA_RTOL = 5e-6  # a cert_id prints α and σ with 6 significant digits (`:g`)
+P_RTOL, RADIUS_ATOL = 1e-9, 1e-9  # recomputed with the same scipy functions: rounding only
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a cert_id names. `sigma` None: each model's training σ; `n0` None: imported (the
+    log does not say); `ddrs_min_sigma`: data-dependent σ_x per point, at least this."""
+
+    n: int
+    alpha: float
+    sigma: float | None
+    n0: int | None = None
+    skip: int = 1
+    max_points: float = np.inf
+    ddrs_min_sigma: float | None = None
+
+    @property
+    def imported(self) -> bool:
+        return self.n0 is None
+
+
+def setting_of(cert_id: str) -> Setting | None:
+    """The setting `cert_id` names, or None if it names none (not a spelling the driver or
+    the importer writes, or values no setting takes: n < 1, α outside (0, 1), σ ≤ 0, ...)."""
+    if m := IMPORTED.fullmatch(cert_id):
+        setting = Setting(int(m["n"]), _number(m["alpha"]), _number(m["sigma"]))
+        spelled = f"imported-sigma-{setting.sigma:g}-n-{setting.n}-alpha-{setting.alpha:g}"
+    elif m := OWN.fullmatch(cert_id):
+        sigma = None if m["sigma"] == "train" else _number(m["sigma"])
+        top = np.inf if m["max"] == "all" else int(m["max"])
+        lowest = None if m["K"] is None else _number(m["min"])
+        setting = Setting(
+            int(m["n"]), _number(m["alpha"]), sigma, int(m["n0"]), int(m["skip"]), top, lowest
+        )
+        spelled = _own_spelling(setting, m)
+    else:
+        return None
+    return setting if spelled == cert_id and _sane(setting) else None
+
+
+def _own_spelling(s: Setting, m: re.Match) -> str:
+    """The cert_id `CertifySpec.cert_id` writes for what `m` parsed (numbers re-printed)."""
+    sigma = "train" if s.sigma is None else f"{s.sigma:g}"
+    top = "all" if s.max_points == np.inf else int(s.max_points)
+    text = f"sigma-{sigma}_n0-{s.n0}_n-{s.n}_alpha-{s.alpha:g}_skip-{s.skip}_max-{top}{m['tags']}"
+    if m["K"] is None:
+        return text
+    return f"{text}_ddrs-K{int(m['K'])}-lr{_number(m['lr']):g}-n{int(m['samples'])}-min{s.ddrs_min_sigma:g}"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
+def _sane(s: Setting) -> bool:
+    positive = [s.sigma if s.sigma is not None else 1.0, s.ddrs_min_sigma or 1.0]
+    counts = [s.n, s.n0 or 1, s.skip, s.max_points]
+    return 0 < s.alpha < 1 and all(np.isfinite(v) and v > 0 for v in positive) and min(counts) >= 1
+
+
+# ------------------------------------------------------------------------------ the trials
+def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict | None]):
+    """(trial_id -> its config, file index -> why no trial is behind it). A trial is behind a
+    file when trials/<trial_id>/trial.json's config hashes to the trial_id, or (an imported
+    setting) when the file's import record's config does."""
+    configs: dict[str, Any] = {}
+    problems: dict[int, str] = {}
+    stored: dict[str, Any] = {}
+    for i, f in enumerate(files):
+        if f.trial_id not in stored:
+            stored[f.trial_id] = _stored_trial(exp, f.trial_id)
+        found = stored[f.trial_id]
+        if not isinstance(found, str):
+            configs[f.trial_id] = found
+        elif f.setting_id.startswith("imported-") and not isinstance(
+            record := _import_record(f.trial_id, metadata[i] if metadata else None), str
+        ):
+            configs[f.trial_id] = record
+        else:
+            problems[i] = found
+    return configs, problems
+
+
+def _stored_trial(exp: Experiment, trial_id: str):
+    """The config of trials/<trial_id>/trial.json if it hashes to `trial_id`, else why not."""
+    from trainables.errors import ProblemsError
+    from trainables.trial_status import read_status
+
+    try:
+        doc = read_status(exp.trial_dir(trial_id))
+        if doc is None:
+            return f"no trial behind it (no trials/{trial_id}/trial.json)"
+        return _config_with_id(doc.get("config"), trial_id, f"trials/{trial_id}/trial.json")
+    except (ProblemsError, OSError) as e:
+        return f"no trial behind it (trials/{trial_id}/trial.json: {e})"
+
+
+def _import_record(trial_id: str, metadata: dict | None):
+    """The config of an imported file's import record if it hashes to `trial_id`, else why."""
+    meta = metadata or {}
+    backend = meta.get(b"sweeper.certify_backend", b"").decode(errors="replace")
+    if not backend.startswith(IMPORT_BACKEND):
+        return "no trial behind it (no trial.json, and no import record in the file)"
+    try:
+        config = json.loads(meta.get(b"sweeper.config", b"null"))
+    except ValueError:
+        config = None
+    return _config_with_id(config, trial_id, "the file's import record")
+
+
+def _config_with_id(config: Any, trial_id: str, where: str):
+    from trainables.config import TrialConfig
+    from trainables.errors import ProblemsError
+
+    try:
+        cfg = TrialConfig.from_dict(config)
+    except (ProblemsError, TypeError, AttributeError) as e:
+        return f"no trial behind it ({where}: not a trial's config: {e})"
+    if cfg.trial_id != trial_id:
+        return f"no trial behind it ({where} is the config of {cfg.trial_id})"
+    return cfg
+
+
+# ------------------------------------------------------------------------------ the rows
+Check = tuple[np.ndarray, str]
+
+
+def certified_checks(
+    exp: Experiment,
+    table: pa.Table,
+    files: list[StageFile],
+    frag: np.ndarray,
+    metadata: list[dict | None] | None = None,
+) -> list[Check]:
+    """[(bad-row mask, what is wrong)] of certification rows against their setting, their
+    trial and their own counts (the module docstring); `frag` is each row's file in `files`,
+    whose path names its trial and setting, `metadata` each file's (for import records)."""
+    configs, no_trial = trial_configs(exp, files, metadata or [None] * len(files))
+    checks = [
+        (np.isin(frag, [i for i, p in no_trial.items() if p == what]), what)
+        for what in sorted(set(no_trial.values()))
+    ]
+    settings = [setting_of(f.setting_id) for f in files]
+    unknown = np.array([s is None for s in settings] + [False])[frag]
+    checks.append((unknown, "its cert_id names no certification setting"))
+    trial_sigma = [getattr(configs.get(f.trial_id), "sigma", np.nan) for f in files]
+    per = _per_row([s or Setting(1, 0.5, 1.0) for s in settings], trial_sigma, frag)
+    return [
+        *checks,
+        *_identity_checks(table, [configs.get(f.trial_id) for f in files], frag),
+        *_point_checks(table, per),
+        *_setting_checks(table, per),
+        *_certificate_checks(table, per["imported"]),
+        *_memory_checks(table),
+    ]
+
+
+def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray) -> dict:
+    """Each row's setting as arrays (from its file's): n, n0, α, σ (the trial's for
+    `sigma-train`), skip, max, DDRS min σ (NaN: fixed σ), imported."""
+
+    def column(values: list) -> np.ndarray:
+        return np.asarray(values)[frag] if len(frag) else np.asarray(values)[:0]
+
+    return {
+        "n": column([s.n for s in settings]),
+        "n0": column([s.n0 or 0 for s in settings]),
+        "alpha": column([s.alpha for s in settings]),
+        "sigma": column(
+            [t if s.sigma is None else s.sigma for s, t in zip(settings, trial_sigma, strict=True)]
+        ),
+        "skip": column([s.skip for s in settings]),
+        "max": column([s.max_points for s in settings]),
+        "ddrs": column(
+            [np.nan if s.ddrs_min_sigma is None else s.ddrs_min_sigma for s in settings]
+        ),
+        "imported": column([s.imported for s in settings]).astype(bool),
+    }
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _floats(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False).astype(float)  # null: NaN
+
+
+def _point_checks(table: pa.Table, per: dict) -> list[Check]:
+    """Test points inside the data set's test split and on the grid the cert_id names."""
+    idx = _ints(table, "idx")
+    names = list(STANDARD_TEST_SIZE)
+    where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
+    size = np.array([*STANDARD_TEST_SIZE.values(), 0])[where.to_numpy(zero_copy_only=False)]
+    skip = np.maximum(per["skip"], 1)
+    off = ~per["imported"] & ((idx % skip != 0) | (idx // skip >= per["max"]))
+    return [
+        (idx >= size, "a test point outside the data set's test split"),
+        (off, "a test point off the grid its cert_id names (every skip-th, at most max)"),
+    ]
+
+
+def _setting_checks(table: pa.Table, per: dict) -> list[Check]:
+    """n, n0, α, σ_cert and the smoothing of each row: the ones its cert_id names."""
+    sigma = _floats(table, "sigma_cert")
+    ddrs = ~np.isnan(per["ddrs"])
+    smoothing = pc.fill_null(table.column("smoothing"), "fixed").to_numpy(zero_copy_only=False)
+    return [
+        (_ints(table, "n") != per["n"], "n is not the one its cert_id names"),
+        (
+            ~per["imported"] & (_ints(table, "n0") != per["n0"]),
+            "n0 is not the one its cert_id names",
+        ),
+        (_ints(table, "n0") < 1, "n0 is not a sample count"),
+        (
+            ~np.isclose(_floats(table, "alpha"), per["alpha"], rtol=ALPHA_RTOL, atol=0),
+            "alpha is not the one its cert_id names",
+        ),
+        (
+            ~ddrs & ~np.isclose(sigma, per["sigma"], rtol=ALPHA_RTOL, atol=0),
+            "sigma_cert is not the one its cert_id names",
+        ),
+        (
+            ddrs & ~(sigma >= per["ddrs"]),
+            "sigma_cert below the least sigma its DDRS setting allows",
+        ),
+        (ddrs != (smoothing == "data-dependent"), "smoothing is not the one its cert_id names"),
+    ]
+
+
+def _certificate_checks(table: pa.Table, imported: np.ndarray) -> list[Check]:
+    """p_lower, the abstention and the (Monte-Carlo) radius recomputed from count, n, α, σ."""
+    from scipy.special import ndtri
+
+    has = table.column("count").is_valid().to_numpy(zero_copy_only=False)
+    count, n, alpha = _ints(table, "count"), _ints(table, "n"), _floats(table, "alpha")
+    possible = has & (count >= 0) & (count <= n) & (n >= 1)
+    p = np.where(possible, lower_bounds(count, n, alpha), np.nan)
+    predict, radius = _monte_carlo(table)
+    abstain = p < 0.5
+    with np.errstate(invalid="ignore"):
+        expected = np.where(abstain, 0.0, _floats(table, "sigma_cert") * ndtri(p))
+    stored = _floats(table, "p_lower")
+    return [
+        (~has & ~imported, "no count to recompute its certificate from"),
+        (has & ~possible, "a count outside 0..n"),
+        (
+            possible & ~np.isclose(stored, p, rtol=P_RTOL, atol=1e-12),
+            "a p_lower its count, n and alpha do not give",
+        ),
+        (
+            possible & (abstain != (predict == -1)),
+            "a prediction its p_lower does not give (abstain exactly when p_lower < 1/2)",
+        ),
+        (
+            possible & ~np.isclose(radius, expected, rtol=P_RTOL, atol=RADIUS_ATOL),
+            "a radius its p_lower and sigma_cert do not give",
+        ),
+    ]
+
+
+def lower_bounds(count: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The one-sided (1 − α) Clopper–Pearson lower bound per row, 0 where count = 0, as
+    `trainables.smoothing.lower_confidence_bound` (scipy's beta.ppf) gives it; computed once
+    per distinct count of each distinct (n, α): a sweep has few settings, and sorting one
+    integer column is far faster than sorting rows of three."""
+    from scipy.stats import beta
+
+    bound = np.zeros(len(count))
+    pairs, pair = np.unique(n.astype(float) + 1j * alpha.astype(float), return_inverse=True)
+    for code, setting in enumerate(pairs):
+        rows = pair.reshape(-1) == code
+        k, where = np.unique(count[rows], return_inverse=True)
+        total, level = setting.real, setting.imag
+        with np.errstate(invalid="ignore"):
+            p = np.where(k > 0, beta.ppf(level, np.where(k > 0, k, 1), total - k + 1), 0.0)
+        bound[rows] = p[where.reshape(-1)]
+    return bound
+
+
+def _monte_carlo(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(predict, radius) as CERTIFY gave them: the *_raw ones where the memory pass ran."""
+    predict = pc.coalesce(table.column("predict_raw"), table.column("predict"))
+    radius = pc.coalesce(table.column("radius_raw"), table.column("radius"))
+    return (
+        predict.fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64),
+        radius.to_numpy(zero_copy_only=False).astype(float),
+    )
+
+
+def _memory_checks(table: pa.Table) -> list[Check]:
+    """What the DDRS memory pass may do: change a certificate only where memory_changed
+    says so, and never grow a ball of the class CERTIFY gave."""
+    changed = table.column("memory_changed")
+    ran = changed.is_valid().to_numpy(zero_copy_only=False)
+    unchanged = ran & ~changed.fill_null(True).to_numpy(zero_copy_only=False)
+    predict, radius = _ints(table, "predict"), _floats(table, "radius")
+    raw_predict, raw_radius = _monte_carlo(table)
+    same_class = ran & (predict == raw_predict) & (predict != -1)
+    return [
+        (
+            unchanged & ((predict != raw_predict) | (radius != raw_radius)),
+            "memory_changed is false but the certificate is not CERTIFY's",
+        ),
+        (same_class & (radius > raw_radius), "the memory pass made a ball larger"),
+    ]
+
+
+def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[Check]:
+    """Rows whose hyperparameter columns are not their trial's (files without a trial are
+    named for that already)."""
+    from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+
+    known = np.array([c is not None for c in configs] + [False])[frag]
+    names = [
+        n
+        for n in TrialConfig.__dataclass_fields__
+        if n not in ENVIRONMENT_FIELDS and n in table.column_names
+    ]
+    checks = []
+    for name in names:
+        column = table.column(name)
+        values = [None if c is None else c.to_dict()[name] for c in configs]
+        expected = pa.array(values, column.type).take(pa.array(frag))
+        both_null = pc.and_(column.is_null(), expected.is_null())
+        differs = pc.fill_null(pc.not_equal(column, expected), True)
+        bad = pc.and_(differs, pc.invert(both_null)).to_numpy(zero_copy_only=False)
+        checks.append((known & bad, f"{name} is not its trial's"))
+    return checks
