@@ -38,7 +38,7 @@ class _Refused(Exception):
 @contextlib.contextmanager
 def _answers(uri: str) -> Iterator[None]:
     """S3's refusals on a condition as _Refused; any other failure as OSError naming `uri`."""
-    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         yield
@@ -109,7 +109,7 @@ def conditional_object(location: str) -> ConditionalObject | None:
     if plain is None:
         return None
     try:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
     except ImportError:
         log.warning(
             "boto3 is not installed (pip install 'sweeper[cluster]'): the lease on %s is "
