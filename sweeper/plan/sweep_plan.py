@@ -14,6 +14,7 @@ from pathlib import Path
 from sweeper.plan.grid import MAX_TRIALS, expand, parse_only, select
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import SweepSpec
+from sweeper.results.credentials import credentials_problem, redact, without_credentials
 from sweeper.results.storage import (
     STAGES,
     Experiment,
@@ -145,21 +146,37 @@ def data_problems(trials: list[TrialConfig], data_dir: str | None, download: boo
 
 
 def address_problems(address: str | None) -> list[str]:
-    """Reachability of a `host:port` or `ray://host:port` address (checked before ray.init)."""
+    """Credentials in `address` (refused, shown redacted), else reachability of a
+    `host:port` or `ray://host:port` address (checked before ray.init)."""
     if address in (None, "auto", "local"):
         return []
+    if problem := address_credentials_problem(address):
+        return [problem]
     hostport = address.removeprefix("ray://")
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
-        return [f"--address {address!r} is not host:port, ray://host:port or auto"]
+        return [f"--address {redact(address)!r} is not host:port, ray://host:port or auto"]
     try:
         socket.create_connection((host, int(port)), timeout=3).close()
     except OSError as e:
         return [
-            f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}): "
+            f"cannot reach the Ray cluster at --address {redact(address)} ({e.strerror or e}): "
             "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
         ]
     return []
+
+
+def address_credentials_problem(address: str | None, flag: str = "--address") -> str | None:
+    """`ray://user:pass@host:10001` (or a secret query parameter) given as `flag`: Ray takes
+    no credentials in an address; refused, the address redacted."""
+    if not address:
+        return None
+    fix = (
+        f"give {without_credentials(address)}; a cluster with token authentication reads its "
+        "token from the environment (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or "
+        "RAY_AUTH_TOKEN_PATH)"
+    )
+    return credentials_problem(flag, address, "Ray takes none there", fix, "address")
 
 
 def sweep_conflict(exp: Experiment, trials: list[TrialConfig], name: str = "") -> list[str]:

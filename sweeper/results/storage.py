@@ -43,16 +43,15 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
+from sweeper.results.credentials import credentials_problem
+from sweeper.results.credentials import redact as redact  # re-exported: imported from here
 from trainables import fileio
 from trainables.errors import ProblemsError
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
-# Query keys through which pyarrow's filesystems (or a user) could pass secrets in a URI.
-SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "password", "token"})
 COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
 STAGES = ("certify", "empirical")
 MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
@@ -76,29 +75,19 @@ def plain_name_problem(name: str, what: str) -> str | None:
     )
 
 
-def redact(location: str) -> str:
-    """`location` with any user:password@ and query part of a URI hidden, for messages."""
-    parts = urlsplit(str(location))
-    if not fileio.is_uri(location) or ("@" not in parts.netloc and not parts.query):
-        return str(location)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://***@{host}{parts.path}" + ("?***" if parts.query else "")
-
-
 def storage_problem(storage: str) -> str | None:
-    """Credentials in a storage URI (they would be written to trial.json and Tune's state)."""
-    if not fileio.is_uri(storage):
+    """Credentials in a storage URI (`sweeper.results.credentials`: userinfo, a secret query
+    parameter, userinfo inside `endpoint_override=`): they would be written to trial.json and
+    Ray Tune's state. A plain path is never a problem (`/data/user@host` is a directory)."""
+    if "://" not in str(storage):
         return None
-    parts = urlsplit(str(storage))
-    keys = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
-    if "@" not in parts.netloc and not keys & SECRET_KEYS:
-        return None
-    return (
-        f"--storage {redact(storage)}: credentials in the URI are refused (they would be stored "
-        "in trial.json and Ray Tune's state): give s3://bucket/prefix and set the credentials "
-        "the AWS way, in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile "
-        "(AWS_PROFILE) or the node's instance profile"
+    why = "they would be stored in trial.json and Ray Tune's state"
+    fix = (
+        "give s3://bucket/prefix and set the credentials the AWS way, in the environment "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile (AWS_PROFILE) or the node's "
+        "instance profile"
     )
+    return credentials_problem("--storage", storage, why, fix)
 
 
 def check_storage(storage: str) -> None:

@@ -29,7 +29,8 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from sweeper.plan.spec import CertifySpec, Resources
-from sweeper.plan.sweep_plan import is_finished
+from sweeper.plan.sweep_plan import address_credentials_problem, is_finished
+from sweeper.results.credentials import redact, scrub
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
@@ -77,18 +78,22 @@ def ray_cluster(address: str | None) -> Iterator[None]:
     """Use an already-initialized Ray, join `address` (or $RAY_ADDRESS, as `ray job submit`
     sets it), or else start a local Ray; shut down what we started. Without an address this
     never joins the cluster a `ray start` on this machine last recorded (Ray's own default):
-    the README promises a local Ray, and a stale record must not capture a sweep."""
+    the README promises a local Ray, and a stale record must not capture a sweep. An address
+    with credentials (`ray://user:pass@host`, from either) is LaunchError before Ray starts,
+    and an error shows the address redacted."""
     if ray.is_initialized():
         yield
         return
     target = address or os.environ.get("RAY_ADDRESS") or "local"
+    if problem := address_credentials_problem(target, "--address" if address else "RAY_ADDRESS"):
+        raise LaunchError([problem])  # before Ray: its errors would quote the address
     try:
         ray.init(address=target, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR)  # fmt: skip
-    except (ConnectionError, RuntimeError) as e:
-        where = f"--address {address}" if address else f"RAY_ADDRESS={target}"
+    except (ConnectionError, RuntimeError) as e:  # Ray's text may quote the address: scrubbed
+        where = f"--address {redact(address)}" if address else f"RAY_ADDRESS={redact(target)}"
         what = "cannot start a local Ray" if target == "local" else f"cannot connect to Ray at {where}"
-        raise LaunchError([f"{what}: {str(e).splitlines()[0]}"]) from None
+        raise LaunchError([f"{what}: {scrub(str(e).splitlines()[0], target)}"]) from None
     try:
         yield
     finally:

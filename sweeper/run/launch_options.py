@@ -1,7 +1,11 @@
 """How a run is launched on Ray: the cluster, how many trials at once, retries, GPUs, how
 long to wait for an autoscaler, which trackers besides TensorBoard get the curves, and how
 many trials a space may describe. Declared once (`setting`): the commands' options and their
---help are read from here. No Ray imported: the command line reads this at start-up."""
+--help are read from here. No Ray imported: the command line reads this at start-up.
+
+Credentials in --address or --mlflow are refused as the options are made (`CredentialsError`,
+before anything is written): Ray takes none in an address, Tune would keep the tracking URI
+in its state (`tuner.pkl`), and the environment carries them instead."""
 
 from __future__ import annotations
 
@@ -9,6 +13,13 @@ from dataclasses import dataclass
 
 from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.setting_fields import AtLeast, NotBelow, setting
+from sweeper.plan.sweep_plan import address_credentials_problem
+from sweeper.results.credentials import credentials_problem, without_credentials
+from trainables.errors import ProblemsError
+
+
+class CredentialsError(ProblemsError):
+    """Credentials given in an option that would store or echo them; one line each."""
 
 
 @dataclass(frozen=True)
@@ -24,10 +35,30 @@ class LaunchOptions:
         NotBelow(0))
     mlflow: str | None = setting(
         None, "Also log every trial's per-epoch metrics to MLflow at this tracking URI "
-        "(file:/path or http://host:5000; needs the mlflow package).")
+        "(file:/path or http://host:5000; needs the mlflow package; a user and password go in "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, never in the URI).")
     max_trials: int = setting(
         MAX_TRIALS, "Refuse a space whose grids describe more trials than this (counted from "
         "its axes, before expanding them).", AtLeast(1))
     wandb: str | None = setting(
         None, "Also log every trial's per-epoch metrics to this Weights & Biases project "
         "(needs the wandb package and a login, or WANDB_MODE=offline).")
+
+    def __post_init__(self) -> None:
+        problems = [address_credentials_problem(self.address), mlflow_problem(self.mlflow)]
+        if any(problems):
+            raise CredentialsError([p for p in problems if p])
+
+
+def mlflow_problem(uri: str | None) -> str | None:
+    """Credentials in the --mlflow tracking URI (`http://user:pass@host:5000`, a secret
+    parameter): Ray Tune pickles the URI into `tuner.pkl`. MLflow reads them from the
+    environment of the process that logs, the driver (Tune's callbacks run there)."""
+    if not uri:
+        return None
+    fix = (
+        f"give {without_credentials(uri)} and set MLFLOW_TRACKING_USERNAME and "
+        "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment of the "
+        "sweeper command, which logs to MLflow"
+    )
+    return credentials_problem("--mlflow", uri, "they would be stored in Ray Tune's state", fix)
