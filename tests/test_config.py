@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from trainables.catalog import ARCHS, DATASETS, DEFAULT_ARCH
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
 from trainables.errors import ConfigError
 from trainables.methods import ATTACKS, DDRS_METHODS, METHOD_SETTINGS, METHODS, REGISTRY
 
@@ -32,7 +32,7 @@ ALTERNATIVES = dict(
     epsilon=1.0, steps=5, warmup_epochs=4, warmup_schedule="paper", ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
     train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
-    data_parallel=2,
+    data_parallel=2, normalize_input=False, lr_step_offset=1,
 )  # fmt: skip
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
@@ -268,7 +268,14 @@ UNAFFECTED_IDS = [
 
 @pytest.mark.parametrize(("trial_id", "fields"), UNAFFECTED_IDS, ids=lambda v: str(v)[:12])
 def test_methods_without_an_attack_keep_their_trial_ids(trial_id: str, fields: dict):
+    """Since issue 26 SmoothMix, MACER, consistency and stability training follow their code's
+    schedule (and loss, input layer): their ids hold with the former behaviour spelled out."""
     cfg = TrialConfig(**fields)
+    if fields["method"] == "gaussian":
+        assert cfg.trial_id == trial_id
+    else:
+        assert cfg.trial_id != trial_id
+        cfg = TrialConfig(**fields, **ADDED_FIELDS)
     assert cfg.trial_id == trial_id
     assert cfg.warmup_schedule is None and cfg.ddn_init_norm is None
 
@@ -282,8 +289,9 @@ def test_trial_id_equal_for_int_and_float():
 # Hyperparameters of the other methods: a base config per method and another valid value.
 METHOD_ALTERNATIVES = {
     "smoothmix": dict(eta=2.0, mix_alpha=0.3, mix_step=1, mix_maxnorm=1.5, mix_detach=True),
-    "macer": dict(lam=4.0, macer_beta=8.0, macer_gamma=4.0),
+    "macer": dict(lam=4.0, macer_beta=8.0, macer_gamma=4.0, macer_deferred=True),
     "consistency": dict(lam=20.0, eta=0.1),
+    "stability": dict(stability_loss="kl"),
 }
 # DDRS training's settings, which only count when it is on: another value of each for PINNED
 # with DDRS training from epoch 5.
@@ -332,7 +340,8 @@ def test_trial_id_ignores_environment_fields():
     assert moved.trial_id == base.trial_id == PINNED_ID
     assert moved != base, "environment fields still take part in equality"
     unset = {k for k, v in base.to_dict().items() if v is None}
-    assert set(base.identity()) == ALL_FIELDS - ENVIRONMENT_FIELDS - unset
+    as_before = {k for k, v in ADDED_FIELDS.items() if base.to_dict()[k] == v}
+    assert set(base.identity()) == ALL_FIELDS - ENVIRONMENT_FIELDS - unset - as_before
 
 
 def test_unused_fields_do_not_change_trial_id():
@@ -346,7 +355,10 @@ def test_new_optional_fields_keep_existing_ids():
     so adding hyperparameters for new methods leaves every existing trial_id unchanged."""
     cfg = TrialConfig(**PINNED)
     blob = {k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None}
-    assert cfg.identity() == {**blob, "amp": False}  # amp "off" in its former (bool) form
+    # amp "off" in its former (bool) form; fields added later at their former behaviour left out
+    as_before = {k: v for k, v in blob.items() if k in ADDED_FIELDS and v == ADDED_FIELDS[k]}
+    assert as_before.keys() == {"normalize_input", "lr_step_offset"}
+    assert cfg.identity() == {**{k: blob[k] for k in blob.keys() - as_before}, "amp": False}
     assert "train_subset" not in cfg.identity()
     assert TrialConfig(**PINNED, train_subset=100).trial_id != PINNED_ID
 
@@ -375,6 +387,9 @@ SHIPPED_IDS = [
     ("cifar10-methods", "gaussian", "ef8ed503e823", "d8e25e5226bf"),
     ("cifar10-methods", "macer", "0d498241eee6", "6e1318b3a565"),
 ]
+# Issue 26: the space's MACER trials follow RuntianZ/macer main.py (weight decay 5e-4, its LR
+# drops, no input standardization); spelled out, their former configs keep the ids above.
+BEFORE_ISSUE_26 = {"macer": dict(weight_decay=1e-4, **ADDED_FIELDS)}
 
 
 @pytest.mark.parametrize(("space", "method", "off_id", "fp16_id"), SHIPPED_IDS)
@@ -383,6 +398,8 @@ def test_shipped_trial_ids_survive_the_amp_and_run_settings(space, method, off_i
     from sweeper.plan.spaces import load_space
 
     cfg = next(t for t in expand(load_space(space)) if t.method == method)
+    if space == "cifar10-methods" and method in BEFORE_ISSUE_26:
+        cfg = cfg.replace(**BEFORE_ISSUE_26[method])
     assert cfg.amp == "off" and cfg.trial_id == off_id
     for amp in ("fp16", True):
         assert cfg.replace(amp=amp).trial_id == fp16_id

@@ -560,26 +560,45 @@ def test_stability_kl_from_clean_to_noisy_by_hand(monkeypatch):
     would be ¾·ln(3/2) + ¼·ln(½)); cross-entropy on the clean input ln 2."""
     fix_noise(monkeypatch, stability, [[[LOG3, 0.0]]])
     model = linear_model(np.eye(2), [0.0, 0.0])
-    out = stability.loss(model, *batch(HALF), context("stability", sigma=0.25, lam=2.0))
+    ctx = context("stability", sigma=0.25, lam=2.0, stability_loss="kl")
+    out = stability.loss(model, *batch(HALF), ctx)
     assert out.loss.item() == pytest.approx(math.log(2) + 2.0 * 0.5 * math.log(4 / 3), rel=1e-12)
     assert out.logits.tolist() == [[0.5, 0.5]]  # trained accuracy is on the clean input
 
 
-def test_stability_with_seeded_noise_equals_the_hand_computation():
+def test_stability_cross_entropy_from_clean_to_noisy_by_hand(monkeypatch):
+    """The default (train_stab.py): −Σ p·log q = KL(p ‖ q) + H(p) = ½·ln(4/3) + ln 2 for the
+    same p = (½, ½), q = (¾, ¼)."""
+    fix_noise(monkeypatch, stability, [[[LOG3, 0.0]]])
+    model = linear_model(np.eye(2), [0.0, 0.0])
+    out = stability.loss(model, *batch(HALF), context("stability", sigma=0.25, lam=2.0))
+    regularizer = 0.5 * math.log(4 / 3) + math.log(2)
+    assert out.loss.item() == pytest.approx(math.log(2) + 2.0 * regularizer, rel=1e-12)
+
+
+@pytest.mark.parametrize("loss_name", ["cross_entropy", "kl"])
+def test_stability_with_seeded_noise_equals_the_hand_computation(loss_name):
     cases = (RIGHT_0, RIGHT_1, WRONG_1)
-    ctx = context("stability", seed=7, sigma=0.5, lam=2.0)
+    ctx = context("stability", seed=7, sigma=0.5, lam=2.0, stability_loss=loss_name)
     out = stability.loss(linear_model(), *batch(*cases), ctx)
     gen = torch.Generator().manual_seed(7)
     noise = (torch.randn((3, 1, 1, 1, 2), generator=gen, dtype=DT) * 0.5).view(3, 2).numpy()
     x = np.array([pixels for pixels, _ in cases])
     p, q = np_softmax(logits_of(x)), np_softmax(logits_of(x + noise))
     xent = -np.log(p[np.arange(3), [0, 1, 1]]).mean()
-    assert out.loss.item() == pytest.approx(xent + 2.0 * np_kl(p, q).mean(), rel=1e-12)
+    reg = np_kl(p, q) if loss_name == "kl" else -(p * np.log(q)).sum(axis=1)
+    assert out.loss.item() == pytest.approx(xent + 2.0 * reg.mean(), rel=1e-12)
 
 
-def test_stability_without_noise_is_clean_cross_entropy(monkeypatch):
+@pytest.mark.parametrize("loss_name", ["cross_entropy", "kl"])
+def test_stability_without_noise_is_clean_cross_entropy_plus_the_entropy_or_not(
+    monkeypatch, loss_name
+):
     cases = (RIGHT_0, WRONG_1)
     fix_noise(monkeypatch, stability, [[[0.0, 0.0]], [[0.0, 0.0]]])
-    out = stability.loss(linear_model(), *batch(*cases), context("stability", lam=2.0))
+    ctx = context("stability", lam=2.0, stability_loss=loss_name)
+    out = stability.loss(linear_model(), *batch(*cases), ctx)
     p = np_softmax(logits_of(np.array([pixels for pixels, _ in cases])))
-    assert out.loss.item() == pytest.approx(-np.log(p[[0, 1], [0, 1]]).mean(), rel=1e-12)
+    entropy = -(p * np.log(p)).sum(axis=1).mean() if loss_name == "cross_entropy" else 0.0
+    expected = -np.log(p[[0, 1], [0, 1]]).mean() + 2.0 * entropy
+    assert out.loss.item() == pytest.approx(expected, rel=1e-12)

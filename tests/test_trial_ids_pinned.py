@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from trainables import checkpoint
-from trainables.config import TrialConfig
+from trainables.config import ADDED_FIELDS, TrialConfig
 from trainables.train import fit
 from trainables.trial_status import read_status
 
@@ -43,13 +43,32 @@ PINNED_IDS = {
 }
 
 
+# Issue 26: these methods' defaults now follow their reference code (the LR drops, stability's
+# cross-entropy, MACER's inputs without standardization), so the configs as given train
+# otherwise and have these ids; with the fields added since at their former behaviour
+# (`ADDED_FIELDS`) they keep the pinned ones.
+NEW_DEFAULT_IDS = {
+    "smoothmix": "871a5ad37169",
+    "macer": "17c8190d19cb",
+    "consistency": "5b822480a628",
+    "stability": "eaf4c75d34b4",
+    "ddrs_macer": "33bd10f939d3",
+}
+
+
 @pytest.mark.parametrize("name", sorted(PINNED_IDS))
 def test_trial_ids_of_every_kind_of_config_are_unchanged(name: str):
     case = CONFIGS[name]
-    cfg = TrialConfig(**case["given"])
+    given = case["given"]
+    assert TrialConfig(**given).trial_id == NEW_DEFAULT_IDS.get(name, PINNED_IDS[name])
+    cfg = TrialConfig(**given, **{k: v for k, v in ADDED_FIELDS.items() if k not in given})
     assert cfg.trial_id == case["trial_id"] == PINNED_IDS[name]
-    assert list(cfg.to_dict().items()) == list(case["resolved"].items())  # values and order
-    again = TrialConfig.from_dict(case["resolved"])
+    resolved, now = case["resolved"], cfg.to_dict()
+    assert [(k, now[k]) for k in now if k in resolved] == list(resolved.items())  # and order
+    added = {k: v for k, v in now.items() if k not in resolved}
+    assert added.keys() == ADDED_FIELDS.keys()
+    assert all(v in (None, ADDED_FIELDS[k]) for k, v in added.items())  # None: unused
+    again = TrialConfig.from_dict(resolved)  # stored before the fields: read as trained
     assert again == cfg and again.trial_id == PINNED_IDS[name]
 
 

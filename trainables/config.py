@@ -31,7 +31,18 @@ from trainables.config_parts import (
 )
 from trainables.errors import ConfigError
 from trainables.field_types import float_fields, type_problems
-from trainables.methods import DDN_SETTINGS, METHOD_SETTINGS, REGISTRY, SigmaTimes
+from trainables.methods import DDN_SETTINGS, METHOD_SETTINGS, PROTOCOL, REGISTRY, SigmaTimes
+
+# Fields added after trials were stored, each with the value its behaviour had before it
+# existed. At that value a field is no part of the trial_id (a config that trains as before
+# keeps its id), and a stored resolved config (every other field present, as `to_dict` wrote
+# it) that lacks the field reads it with that value (it was trained that way).
+ADDED_FIELDS: dict[str, Any] = {
+    "normalize_input": True,
+    "stability_loss": "kl",
+    "macer_deferred": False,
+    "lr_step_offset": 0,
+}
 
 
 # The parts are listed last to first: a dataclass takes its bases' fields from the last base
@@ -64,7 +75,8 @@ class TrialConfig(
         fill in; before validation (a method's required settings then count as set)."""
         method = REGISTRY.get(self.method)
         changes: dict[str, Any] = {}
-        for name, value in (method.defaults if method else {}).items():
+        protocol = {**PROTOCOL, **(method.protocol if method else {})}
+        for name, value in (protocol | dict(method.defaults if method else {})).items():
             if getattr(self, name) is None:
                 if isinstance(value, SigmaTimes):
                     value = value.factor * self.sigma if self.sigma > 0 else None
@@ -120,10 +132,13 @@ class TrialConfig(
         """The resolved hyperparameters that determine the trained model.
 
         Fields a method does not use (None) are left out, so adding a new method's
-        hyperparameters later keeps every existing trial_id (and its results) valid. `amp`
+        hyperparameters later keeps every existing trial_id (and its results) valid; so are
+        fields added later at the value their behaviour had before (`ADDED_FIELDS`). `amp`
         off/fp16 take the form they were hashed in when it was a bool (false/true)."""
         identity = {
-            k: v for k, v in self.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in ENVIRONMENT_FIELDS and v is not None and not _as_before(k, v)
         }
         identity["amp"] = _AMP_IDENTITY.get(self.amp, self.amp)
         return identity
@@ -136,8 +151,13 @@ class TrialConfig(
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrialConfig:
-        """Build from a plain mapping; unknown keys are reported with the other problems."""
+        """Build from a plain mapping; unknown keys are reported with the other problems. A
+        stored resolved config written before some fields existed (it holds every other field)
+        reads those with the value their behaviour had then (`ADDED_FIELDS`), so it keeps its
+        trial_id rather than taking today's defaults."""
         names = {f.name for f in fields(cls)}
+        if d.keys() >= _STORED_BEFORE:
+            d = {**ADDED_FIELDS, **d}
         unknown = sorted(set(d) - names)
         problems = [f"unknown key {k!r} (valid: {', '.join(sorted(names))})" for k in unknown]
         try:
@@ -168,6 +188,17 @@ _FIELD_NAMES = tuple(f.name for f in fields(TrialConfig))
 # The fields marked as environment in config_parts: no part of the trial_id.
 ENVIRONMENT_FIELDS = frozenset(f.name for f in fields(TrialConfig) if f.metadata.get("environment"))
 _AMP_IDENTITY = {"off": False, "fp16": True}
+# The fields every stored resolved config has held (those of the first stored trials).
+_STORED_BEFORE = frozenset(_FIELD_NAMES) - set(ADDED_FIELDS)
+
+
+def _as_before(name: str, value: Any) -> bool:
+    """Whether `value` of field `name` is the behaviour from before that field existed."""
+    return (
+        name in ADDED_FIELDS
+        and value == ADDED_FIELDS[name]
+        and type(value) is type(ADDED_FIELDS[name])
+    )
 
 
 def pipeline_for(cfg: TrialConfig) -> str:

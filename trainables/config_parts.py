@@ -27,6 +27,9 @@ from trainables.methods import DDRS_METHODS, METHODS, Method
 ENVIRONMENT = {"environment": True}
 
 WARMUP_SCHEDULES = ("reference", "paper")  # `methods.base.warmup_factor`
+# Stability training's regularizer (`methods.stability`): the cross-entropy of the noisy
+# prediction against the clean one (jh-jeong's train_stab.py, the default) or the paper's KL.
+STABILITY_LOSSES = ("cross_entropy", "kl")
 # Mixed-precision training (`amp`): off (fp32), fp16 (autocast + GradScaler, CUDA only) or bf16
 # (autocast, no scaler: CUDA with bf16, or a CPU with bf16 instructions). `amp` was a bool
 # before: true/false (and YAML's on/off) still mean fp16/off.
@@ -73,6 +76,9 @@ class ModelPart:
     method: str = "smoothadv"  # a row of trainables.methods.REGISTRY (METHODS)
     sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
     m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
+    # Standardize inputs by the data set's channel statistics (the model's first layer); None:
+    # the method's reference code (`Method.protocol`): true but for MACER, whose has none.
+    normalize_input: bool | None = None
 
     def model_problems(self, method: Method | None) -> list[str]:
         p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)
@@ -130,6 +136,10 @@ class MethodPart:
     mix_detach: bool | None = None  # SmoothMix: stop gradients through the mixed target
     macer_beta: float | None = None  # MACER inverse temperature β (16)
     macer_gamma: float | None = None  # MACER hinge margin γ (8)
+    stability_loss: str | None = None  # cross_entropy (train_stab.py) | kl (the paper)
+    # MACER: λ = 0 until the first LR drop (epochs < lr_step_size + lr_step_offset), as
+    # jh-jeong's train_macer.py --deferred and the SmoothMix appendix C.2's σ = 1.0 model
+    macer_deferred: bool | None = None
 
     _METHOD_BOUNDS: ClassVar[tuple[Bound, ...]] = (
         ("lam", lambda v: v >= 0, ">= 0"),
@@ -139,6 +149,8 @@ class MethodPart:
         ("mix_detach", lambda v: True, "true or false"),
         ("macer_beta", lambda v: v > 0, "> 0"),
         ("macer_gamma", lambda v: v > 0, "> 0"),
+        ("stability_loss", lambda v: v in STABILITY_LOSSES, " or ".join(STABILITY_LOSSES)),
+        ("macer_deferred", lambda v: True, "true or false"),
     )
 
     def method_problems(self, method: Method | None, steps: int | None) -> list[str]:
@@ -259,7 +271,8 @@ class SelfTrainingPart:
 
 @dataclass(frozen=True)
 class OptimisationPart:
-    """SGD with momentum and a step schedule."""
+    """SGD with momentum and a step schedule: the LR is multiplied by lr_gamma entering each
+    0-based epoch k·lr_step_size + lr_step_offset (k = 1, 2, ...)."""
 
     epochs: int = 150
     batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
@@ -268,9 +281,24 @@ class OptimisationPart:
     weight_decay: float = 1e-4
     lr_step_size: int = 50  # epochs between lr drops
     lr_gamma: float = 0.1
+    # Where the drops fall, as the method's reference code steps its scheduler (None: the
+    # method's, `Method.protocol`): 0 Cohen's and SmoothAdv's (step(epoch) before the epoch),
+    # 1 jh-jeong's (after it), -1 MACER's (step() before each 1-based epoch).
+    lr_step_offset: int | None = None
+
+    def lr_drops(self) -> list[int]:
+        """The 0-based epochs entering which the LR is multiplied by lr_gamma."""
+        first, offset = self.lr_step_size, self.lr_step_offset or 0
+        return list(range(first + offset, self.epochs, self.lr_step_size))
 
     def optimisation_problems(self) -> list[str]:
         p = []
+        offset, size = self.lr_step_offset, self.lr_step_size
+        if offset is not None and size >= 1 and not -size < offset < size:
+            p.append(
+                f"lr_step_offset must be in (-lr_step_size, lr_step_size) = "
+                f"({-self.lr_step_size}, {self.lr_step_size}) (got {offset})"
+            )
         for name in ("epochs", "batch_size", "lr_step_size"):
             if getattr(self, name) < 1:
                 p.append(f"{name} must be >= 1 (got {getattr(self, name)})")

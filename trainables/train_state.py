@@ -133,13 +133,14 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     device = device or default_device()
     torch.manual_seed(cfg.seed)
     info = INFO[cfg.dataset]
-    model = build_model(setting(cfg.arch, "arch"), info.num_classes, info.mean, info.std).to(device)
+    mean, std = (info.mean, info.std) if cfg.normalize_input else _unit(len(info.mean))
+    model = build_model(setting(cfg.arch, "arch"), info.num_classes, mean, std).to(device)
     if cfg.channels_last:
         runtime.to_channels_last(model)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
+    scheduler = build_scheduler(cfg, optimizer)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
     loader_gen = torch.Generator().manual_seed(cfg.seed)
     noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
@@ -149,6 +150,25 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     state.augment_generator = torch.Generator(device=device).manual_seed(cfg.seed + 2)
     check_amp(state)
     return state
+
+
+def _unit(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """normalize_input false (MACER's model has no input layer): statistics for which the
+    NormalizeLayer computes (x − 0) / 1 = x exactly; its buffers travel with the checkpoint,
+    so certification and fine-tuning load the same model as ever."""
+    return (0.0,) * channels, (1.0,) * channels
+
+
+def build_scheduler(
+    cfg: TrialConfig, optimizer: torch.optim.Optimizer
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """The LR schedule, stepped once after every epoch (`trainables.train.fit`): the LR is
+    multiplied by lr_gamma entering each epoch of `cfg.lr_drops()`. At lr_step_offset 0 a
+    StepLR, as before the offset existed (its checkpoints resume); otherwise a MultiStepLR
+    at those epochs (MACER's own scheduler class)."""
+    if not cfg.lr_step_offset:
+        return torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
+    return torch.optim.lr_scheduler.MultiStepLR(optimizer, cfg.lr_drops(), cfg.lr_gamma)
 
 
 def check_amp(state: TrainState) -> None:

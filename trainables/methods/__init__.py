@@ -5,6 +5,9 @@ A row names, once, everything the rest of the code knows about a method:
   None for it, so it is no part of its trial_id (adding a method's setting later keeps every
   existing trial_id). DDN's two settings count only with attack ddn.
 - `defaults`: values of its settings left unset (null): the papers' CIFAR-10 values.
+- `protocol`: values of the fields every method shares (`PROTOCOL`) left unset, where its
+  reference code differs from the others: where its LR drops fall (`lr_step_offset`) and
+  whether its model standardizes inputs (`normalize_input`).
 - `attacks`: the attacks it accepts (the first is the default where it has one).
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
@@ -48,6 +51,7 @@ class Method:
     function: str
     splits_batch: bool
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    protocol: Mapping[str, Any] = field(default_factory=dict)
     attacks: tuple[str, ...] = ()
     ddrs: bool = False
 
@@ -63,6 +67,12 @@ ATTACKS = ("pgd", "ddn")
 ATTACK_SETTINGS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
 DDN_SETTINGS = ("ddn_init_norm", "ddn_gamma")
 _MIX = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
+# The shared fields a method's `protocol` may set, and their value for the others: the LR
+# drops where Cohen's and SmoothAdv's code puts them, inputs standardized.
+PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True}
+# jh-jeong's scripts call scheduler.step(epoch) after each epoch (StepLR's closed form): the
+# LR drops entering 0-based epoch lr_step_size + 1 (SmoothMix code/train.py:104).
+_JEONG = {"lr_step_offset": 1}
 
 # fmt: off
 _ROWS = (
@@ -83,18 +93,22 @@ _ROWS = (
         "smoothmix", ("m_train", "steps", "warmup_epochs", *_MIX), "smoothmix", "loss",
         splits_batch=True,
         defaults={"eta": 5.0, "mix_step": 0, "mix_detach": False, "mix_alpha": SigmaTimes(2.0)},
+        protocol=_JEONG,
     ),
-    Method(  # Zhai et al. 2020
-        "macer", ("m_train", "lam", "macer_beta", "macer_gamma"), "macer", "loss",
-        splits_batch=False, defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0},
-        ddrs=True,
+    Method(  # Zhai et al. 2020; RuntianZ/macer main.py: MultiStepLR stepped before each
+        # 1-based epoch (the LR drops entering 0-based lr_step_size − 1), no normalization
+        "macer", ("m_train", "lam", "macer_beta", "macer_gamma", "macer_deferred"), "macer",
+        "loss", splits_batch=False, ddrs=True,
+        defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0, "macer_deferred": False},
+        protocol={"lr_step_offset": -1, "normalize_input": False},
     ),
     Method(  # Jeong & Shin 2020 (λ = 20 at σ = 0.25)
         "consistency", ("m_train", "lam", "eta"), "consistency", "loss",
-        splits_batch=True, defaults={"lam": 10.0, "eta": 0.5},
+        splits_batch=True, defaults={"lam": 10.0, "eta": 0.5}, protocol=_JEONG,
     ),
-    Method(  # Li et al. 2019, as the SmoothMix paper ran it
-        "stability", ("lam",), "stability", "loss", splits_batch=False, defaults={"lam": 2.0}
+    Method(  # Li et al. 2019, as the SmoothMix paper ran it (jh-jeong's train_stab.py)
+        "stability", ("lam", "stability_loss"), "stability", "loss", splits_batch=False,
+        defaults={"lam": 2.0, "stability_loss": "cross_entropy"}, protocol=_JEONG,
     ),
 )
 # fmt: on

@@ -6,6 +6,7 @@ With k = m_train noises per input and F the logits:
 where p̂ = mean_i softmax(β·F(x + δ_i)) (inverse temperature β), "correct" means argmax p̂ = y,
 p̂_2 is the largest other class and the gap must be finite (p̂_y = 1 gives Φ⁻¹ = ∞ and no
 term), as in the authors' code. The hinge is zero once the gap exceeds the margin γ.
+With `macer_deferred`, λ = 0 before the first LR drop (`lam_in_epoch`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.config import setting
+from trainables.config import TrialConfig, setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 LOG_FLOOR = 1e-10
@@ -42,6 +43,18 @@ def radius_hinge(
     return sigma / 2 * torch.relu(gamma - gap) * keep
 
 
+def lam_in_epoch(cfg: TrialConfig, epoch: int) -> float:
+    """λ in 0-based `epoch`: 0 before the first epoch trained at the dropped LR when
+    macer_deferred (jh-jeong's train_macer.py: `if args.deferred and epoch <=
+    args.lr_step_size: lbd = 0`, its LR dropping entering lr_step_size + 1; the SmoothMix
+    appendix C.2: "λ is initially set to 0, and changed to λ = 12.0 after the first learning
+    rate decay"), else `lam`."""
+    first_drop = cfg.lr_step_size + (cfg.lr_step_offset or 0)
+    if setting(cfg.macer_deferred, "macer_deferred") and epoch < first_drop:
+        return 0.0
+    return setting(cfg.lam, "lam")
+
+
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
     k = setting(cfg.m_train, "m_train")
@@ -52,4 +65,4 @@ def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepCont
     p = F.softmax(logits, dim=1).view(x.shape[0], k, -1).mean(dim=1)
     classification = -torch.log(p.gather(1, y.unsqueeze(1)).squeeze(1) + LOG_FLOOR).mean()
     robustness = radius_hinge(logits, y, k, ctx.sigma, beta, gamma).mean()
-    return StepOutput(classification + setting(cfg.lam, "lam") * robustness, logits, targets)
+    return StepOutput(classification + lam_in_epoch(cfg, ctx.epoch) * robustness, logits, targets)
