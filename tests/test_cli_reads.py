@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import certified_rows
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,23 +59,17 @@ def write_shard(
     cert: CertifySpec = CERT,
     **extra,
 ) -> None:
-    """`points` = (predict, label, radius) as CERTIFY writes them for shard `shard` of `of`;
-    `extra`: columns to set (smoothing, sigma_cert per point)."""
+    """`points` = (predict, label, radius) as CERTIFY writes them for shard `shard` of `of`
+    (its arithmetic on the fewest votes whose radius reaches each radius: `REACHED`), the
+    trial's trial.json beside; `extra`: columns to set (smoothing, sigma_cert per point)."""
     predict, label, radius = points
     k = len(predict)
-    cols = {
-        "idx": list(range(shard * k, shard * k + k)),
-        "label": label,
-        "predict": predict,
-        "count": [90] * k,
-        "p_lower": [0.9] * k,
-        "radius": radius,
-        "time_s": [0.01] * k,
-        "correct": [p == y for p, y in zip(predict, label, strict=True)],
-        **extra,
-    }
-    constants = {"sigma_cert": cfg.sigma, "n0": cert.n0, "n": cert.n, "alpha": cert.alpha}
-    constants = {k: v for k, v in constants.items() if k not in cols}
+    idx = list(range(shard * k, shard * k + k))
+    sigmas = extra.get("sigma_cert", [cfg.sigma] * k)
+    cols = certified_rows.reaching(cert.n, cert.alpha, idx, label, predict, radius, sigmas)
+    cols = {**cols, "time_s": [0.01] * k, **extra}
+    certified_rows.trained(exp, cfg)
+    constants = {"n0": cert.n0, "n": cert.n, "alpha": cert.alpha}
     table = shard_table(cfg, exp.name, cert.cert_id, constants, cols, {"config": cfg.to_dict()})
     write_table(table, exp.shard_path(cfg.trial_id, cert.cert_id, shard, of))
 
@@ -309,12 +304,14 @@ def ddrs_storage(tmp_path, monkeypatch) -> Path:
         sigma_cert=[1.0, 1.2, 1.1, 1.0],
         **DEPENDENT,
     )
+    shard = exp.shard_path(D.trial_id, DDRS.cert_id, 0, 1)
+    raw = pq.read_table(shard).column("radius").to_pylist()  # the points it did not change
     memory = {
         "trial_id": [D.trial_id] * 4,
         "cert_id": [DDRS.cert_id] * 4,
         "idx": [0, 1, 2, 3],
         "predict_memory": [1, 2, -1, 4],
-        "radius_memory": [0.9, 0.7, 0.0, 0.2],
+        "radius_memory": [raw[0], 0.7, 0.0, raw[3]],
         "correct_memory": [True, True, False, True],
         "memory_changed": [False, True, True, False],
     }
@@ -401,7 +398,7 @@ def test_columns_with_nothing_in_them_are_left_out_even_wide(tmp_path):
     shown = ["radius", "cert. acc", "winner", "clean acc", "ACR", "method", "σ", "m"]
     assert [[c.strip() for c in row[1:-1].split(row[0])] for row in rows] == [
         [*shown, "models", "max r"],
-        ["0", "0.750", G.trial_id, "0.750", "0.150", "gaussian", "0.25", "1", "1", "0.375"],
+        ["0", "0.750", G.trial_id, "0.750", "0.154", "gaussian", "0.25", "1", "1", "0.375"],
         ["0.5", "n/a", "-", "-", "-", "-", "-", "-", "1", "0.375"],
     ]
 

@@ -153,3 +153,14 @@ def _parse(f: dataclasses.Field, hint: Any, value: Any, problems: list[str]) -> 
         except yaml.YAMLError:
             return value
     return value
+
+
+# Declared once, for every command that reads results (`sweeper envelope`, `sweeper table`).
+Strict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Exit 1 (after the output) if anything was left out: a results file that failed "
+        "validation (with --skip-invalid), a data-dependent model awaiting its memory pass.",
+    ),
+]

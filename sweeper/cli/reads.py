@@ -23,6 +23,7 @@ from sweeper.cli.common import (
     refuse_invalid,
     resolve_experiment,
 )
+from sweeper.cli.options import Strict
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
@@ -56,6 +57,7 @@ def envelope(
         ),
     ] = False,
     skip_invalid: SkipInvalid = False,
+    strict: Strict = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
 ) -> None:
@@ -79,6 +81,7 @@ def envelope(
     print_coverage(exp, results, frame)
     if plot:
         _plot(exp, frame, plot, by, curve, grid)
+    exit_if_left_out(results, strict)
 
 
 def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float]) -> None:
@@ -100,6 +103,7 @@ def table(
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
     skip_invalid: SkipInvalid = False,
+    strict: Strict = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
 ) -> None:
@@ -136,6 +140,7 @@ def table(
         typer.echo(render(rows, fmt).rstrip("\n"))
     print_settings(frame)
     print_coverage(exp, results, frame)
+    exit_if_left_out(results, strict)
 
 
 def _envelope_options(fmt: str, radius: float | None, radii: str | None,
@@ -243,6 +248,17 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
                for c in cols]  # fmt: skip
     priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
     display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
+
+
+def exit_if_left_out(results, strict: bool) -> None:
+    """--strict: exit 1, after the output, when any file or model was left out (each named
+    on stderr already)."""
+    frame = results.frame
+    unsound = frame.loc[~frame["sound"], ["trial_id", "cert_id"]].drop_duplicates()
+    if strict and (results.invalid or len(unsound)):
+        left = f"{len(results.invalid)} files and {len(unsound)} models were left out"
+        typer.echo(f"error: --strict: {left} (named above)", err=True)
+        raise typer.Exit(1)
 
 
 def _models_of(frame) -> int:

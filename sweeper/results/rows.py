@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks
 from sweeper.results.reader import float_column, int_column, prediction_checks, read_stage
 from sweeper.results.stage_table import StageTable
@@ -191,16 +192,17 @@ def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
 def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     """Every valid certification row of an experiment (only `columns`, if given, plus what
     validation and the DDRS columns need), with the shards still missing and the files left
-    out as invalid."""
+    out as invalid (legacy DDRS memory files among them: `legacy_memory`)."""
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
     wanted = None if columns is None else [*columns, "smoothing", *RAW]
     rows = read_stage(exp, CERTIFIED, wanted)
     frame = rows.table.to_pandas()
     frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS
-    memory = read_tables([f.path for f in rows.memory], MEMORY_SCHEMA)
-    frame = apply_memory(frame, memory.to_pandas())
-    return Results(frame, rows.files, rows.missing, rows.invalid)
+    memory, unreadable = read_memory(rows.memory, MEMORY_SCHEMA)
+    memory, wrong = valid_memory(frame, memory)
+    frame = apply_memory(frame, memory[list(MEMORY_SCHEMA.names)])
+    return Results(frame, rows.files, rows.missing, rows.invalid + unreadable + wrong)
 
 
 def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,9 @@ predict/radius/correct and the Monte-Carlo ones as predict_raw/radius_raw/correc
 adjusted certificates; the order here is fixed.
 
 Experiments certified before compaction existed have a `memory.parquet` beside the shards
-(idx, predict_memory, radius_memory, correct_memory, memory_changed): it is used as it is.
+(idx, predict_memory, radius_memory, correct_memory, memory_changed): it is used once it passes
+the reader's checks (`sweeper.results.legacy_memory`); one that fails stops the compaction,
+named, so that nothing it says reaches a compacted file.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from sweeper.results.rows import MEMORY_SCHEMA, read_tables
+from sweeper.results.legacy_memory import read_memory, valid_memory
+from sweeper.results.rows import MEMORY_SCHEMA
 from sweeper.results.storage import Experiment
 from trainables import fileio
 
@@ -27,15 +30,25 @@ def sound_rows(exp: Experiment, trial_id: str, cert_id: str, table: pa.Table) ->
     """One data-dependent model's complete rows (sorted by idx), made sound."""
     legacy = exp.memory_path(trial_id, cert_id)
     if fileio.exists(legacy):
-        memory = read_tables([legacy], MEMORY_SCHEMA).sort_by("idx")
-        prediction = memory.column("predict_memory").to_numpy()
-        radius = memory.column("radius_memory").to_numpy()
-        changed = memory.column("memory_changed").to_numpy(zero_copy_only=False)
-        if memory.column("idx").to_pylist() != table.column("idx").to_pylist():
-            raise RuntimeError(f"{legacy} does not hold the points of its model's shards")
+        memory = _legacy(exp, legacy, table).sort_values("idx")
+        prediction = memory["predict_memory"].to_numpy()
+        radius = memory["radius_memory"].to_numpy()
+        changed = memory["memory_changed"].to_numpy()
     else:
         prediction, radius, changed = _memory_pass(exp, trial_id, table)
     return with_memory(table, prediction, radius, changed)
+
+
+def _legacy(exp: Experiment, legacy: str, table: pa.Table):
+    """The legacy memory file's rows, checked against the model's rows as a reader checks
+    them (`sweeper.results.legacy_memory`); RuntimeError naming it and why if they fail."""
+    memory, invalid = read_memory([exp.parse_stage_file("certify", legacy)], MEMORY_SCHEMA)
+    if not invalid:
+        memory, invalid = valid_memory(table.to_pandas(), memory)
+    if invalid or memory.empty:
+        why = invalid[0] if invalid else f"{legacy}: not the points of its model"
+        raise RuntimeError(f"{why}: move it away (the memory pass then runs again)")
+    return memory
 
 
 def _memory_pass(exp: Experiment, trial_id: str, table: pa.Table):

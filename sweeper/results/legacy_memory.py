@@ -1,0 +1,107 @@
+"""Legacy DDRS memory files (`memory.parquet`, written before compaction existed), checked like
+shards before they change any certificate.
+
+A memory file holds the memory pass's certificates of one data-dependent model: the model whose
+directory holds it (`certify/<trial_id>/<cert_id>/`). It is applied to that model only, and only
+if every row could be the memory pass's over that model's rows: the columns exactly
+`MEMORY_SCHEMA`'s, rows naming the model of its directory, one row per point of the model
+(no more, no fewer), predictions within the data set's classes (−1 abstains, radius 0), finite
+radii ≥ 0, `correct_memory` true exactly when the prediction is the label, a certificate
+unchanged where `memory_changed` is false, and no ball of CERTIFY's class made larger. A file
+that fails is named with why and left out (its model's rows are then not sound yet).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sweeper.results.storage import StageFile
+from trainables import fileio
+from trainables.catalog import NUM_CLASSES
+
+
+def read_memory(files: list[StageFile], schema: pa.Schema) -> tuple[pd.DataFrame, list[str]]:
+    """(the rows of each memory file that reads with exactly `schema`'s columns, their
+    trial_id and cert_id those of its directory; ["path: problem"] of the others)."""
+    tables, invalid = [], []
+    for f in files:
+        fs, local = fileio.filesystem(f.path)
+        try:
+            have = pq.read_schema(local, filesystem=fs)
+            if sorted(have.names) != sorted(schema.names):
+                invalid.append(f"{f.path}: columns {have.names}, not {schema.names}")
+                continue
+            table = pq.read_table(local, filesystem=fs, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+            invalid.append(f"{f.path}: not a readable memory file ({str(e).splitlines()[0]})")
+            continue
+        frame = table.to_pandas()
+        frame["path"] = f.path
+        frame["own"] = (frame["trial_id"] == f.trial_id) & (frame["cert_id"] == f.setting_id)
+        frame["trial_id"], frame["cert_id"] = f.trial_id, f.setting_id
+        tables.append(frame)
+    empty = (
+        schema.empty_table()
+        .to_pandas()
+        .assign(path=pd.Series(dtype=str), own=pd.Series(dtype=bool))
+    )
+    return (pd.concat(tables, ignore_index=True) if tables else empty), invalid
+
+
+def valid_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the memory rows of files whose every row the memory pass could have written over its
+    model's rows in `frame`, ["path: problem"] of the others). Files of models without rows
+    are left aside unnamed (nothing to apply them to)."""
+    if memory.empty:
+        return memory, []
+    model = frame[
+        ["trial_id", "cert_id", "idx", "dataset", "label", "predict", "radius", "smoothing"]
+    ]
+    merged = memory.merge(model, on=["trial_id", "cert_id", "idx"], how="left", indicator=True)
+    problems = {}
+    for path, rows in merged.groupby("path", sort=True):
+        points = frame.loc[
+            (frame["trial_id"] == rows["trial_id"].iloc[0])
+            & (frame["cert_id"] == rows["cert_id"].iloc[0]),
+            "idx",
+        ]
+        if len(points) and (problem := memory_problem(rows, points)):
+            problems[path] = problem
+    usable = memory["path"].isin(merged.loc[merged["_merge"] == "both", "path"])
+    keep = usable & ~memory["path"].isin(problems)
+    return memory[keep], [f"{path}: {problem}" for path, problem in problems.items()]
+
+
+def memory_problem(rows: pd.DataFrame, points: pd.Series) -> str | None:
+    """The first thing wrong with one memory file's `rows` (merged with its model's rows:
+    dataset, label, predict, radius as CERTIFY gave them, smoothing) given all the points
+    `points` of its model; None if the memory pass could have written them."""
+    predict, radius = rows["predict_memory"].to_numpy(), rows["radius_memory"].to_numpy(dtype=float)
+    classes = rows["dataset"].map(NUM_CLASSES).fillna(-1).to_numpy()
+    right = (predict == rows["label"].to_numpy()) & (predict != -1)
+    unchanged = rows["memory_changed"].eq(False).to_numpy()
+    same = (predict == rows["predict"].to_numpy()) & (predict != -1)
+    checks = [
+        (~rows["own"].to_numpy(), "rows of another model than the one whose directory holds it"),
+        ((rows["smoothing"] != "data-dependent").to_numpy(), "its model is not data-dependent"),
+        (rows["idx"].duplicated().to_numpy(), "a test point twice"),
+        (np.array([set(rows["idx"]) != set(points)]), "not the points of its model"),
+        ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
+        (~np.isfinite(radius) | (radius < 0), "a radius that is negative, NaN or infinite"),
+        ((predict == -1) & (radius != 0), "an abstention with a radius"),
+        (
+            rows["correct_memory"].ne(right).to_numpy(),
+            "correct_memory disagrees with its prediction",
+        ),
+        (
+            unchanged
+            & ((predict != rows["predict"].to_numpy()) | (radius != rows["radius"].to_numpy())),
+            "memory_changed is false but the certificate is not CERTIFY's",
+        ),
+        (same & (radius > rows["radius"].to_numpy()), "a ball of CERTIFY's class made larger"),
+        (rows["memory_changed"].isna().to_numpy(), "memory_changed is missing"),
+    ]
+    return next((what for bad, what in checks if bad.any()), None)
