@@ -23,6 +23,7 @@ from sweeper.plan.sweep_plan import address_problems
 from sweeper.results.credentials import (
     has_credentials,
     redact,
+    redact_args,
     scrub,
     secret_params,
     userinfo,
@@ -130,6 +131,31 @@ def test_the_parts_found_and_what_to_give_instead_on_exact_strings():
     assert without_credentials(f"http://u:p@mlflow/#access_token={SECRET}") == "http://mlflow/"
     assert without_credentials(f"http://u:p@mlflow/?x=1#{SECRET}") == "http://mlflow/?x=1"
     assert without_credentials("file://u@host/a?b#c") == "file://host/a?b"
+
+
+def test_redact_args_hides_only_credentials_and_keeps_the_rest_as_typed():
+    args = [
+        "x",
+        f"--storage=s3://a:{SECRET}@b/p",
+        "--address",
+        f"u:{SECRET}@h:1",
+        "runs@v2",
+        "--storage",
+        "s3://b/p?region=x",
+        "--mlflow",
+        f"http://m/?token={SECRET}",
+    ]
+    assert redact_args(args) == [
+        "x",
+        "--storage=s3://***@b/p",
+        "--address",
+        "***@h:1",
+        "runs@v2",
+        "--storage",
+        "s3://b/p?region=x",
+        "--mlflow",
+        "http://***@m/?***",
+    ]
 
 
 def test_scrub_hides_each_secret_part_of_a_value_in_a_third_party_text():

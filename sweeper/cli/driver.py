@@ -15,7 +15,7 @@ import typer
 from sweeper.cli.common import console, fail
 from sweeper.cli.display import echo
 from sweeper.plan.spec import Resources
-from sweeper.results.credentials import has_credentials, redact
+from sweeper.results.credentials import redact_args
 from sweeper.results.storage import Experiment
 from sweeper.run.launch_options import LaunchOptions
 from trainables.errors import ProblemsError
@@ -36,24 +36,9 @@ def launch_options(options: dict[str, Any]) -> LaunchOptions:
 
 def command_line() -> str:
     """The command as typed, for the lease (`lease.json`) and the messages that say how to
-    re-run it, with the credentials of any URI or --address redacted (`redact`): the lease
-    and the terminal never hold them, even where an option let them through."""
-    args, shown = sys.argv[1:], []
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if eq and flag.startswith("--"):  # --storage=s3://...
-            shown.append(f"{flag}={_redacted(value, flag)}")
-        else:
-            shown.append(_redacted(arg, args[i - 1] if i else ""))
-    return "sweeper " + " ".join(shown)
-
-
-def _redacted(value: str, flag: str) -> str:
-    """A URI, or the value of --address (`user:pass@host:port` has no scheme), redacted if it
-    carries credentials; any other argument (a path such as `runs@v2`) as it is."""
-    if ("://" in value or flag == "--address") and has_credentials(value):
-        return redact(value)
-    return value
+    re-run it, with the credentials of any URI or --address redacted (`redact_args`): the
+    lease and the terminal never hold them, even where an option let them through."""
+    return "sweeper " + " ".join(redact_args(sys.argv[1:]))
 
 
 def finish(interrupted: bool, failures: list[tuple[str, str, str]], notes: Sequence[str] = ()) -> None:

@@ -114,6 +114,22 @@ def scrub(text: str, *values: str | None) -> str:
     return text
 
 
+def redact_args(args: list[str]) -> list[str]:
+    """A command line's arguments with each URI and each value of --address (whose
+    `user:pass@host:port` has no scheme) redacted if it carries credentials, `--flag=value`
+    alike. Anything else (a path such as `runs@v2`) is kept: a command without secrets reads
+    back as typed. (A lease written before this check may hold secrets: show its command
+    through `redact_args(command.split())`.)"""
+    shown = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not (eq and flag.startswith("--")):
+            flag, value = (args[i - 1] if i else ""), arg
+        secret = ("://" in value or flag == "--address") and has_credentials(value)
+        shown.append(arg[: len(arg) - len(value)] + redact(value) if secret else arg)
+    return shown
+
+
 def credentials_problem(
     flag: str, value: str | None, why: str, fix: str, what: str = "URI"
 ) -> str | None:
