@@ -441,3 +441,33 @@ def test_auto_pipeline_is_the_device_one_for_small_in_memory_sets(dataset, pipel
 
     assert pipeline_for(TrialConfig(dataset=dataset)) == pipeline
     assert pipeline_for(TrialConfig(dataset=dataset, data_pipeline="loader")) == "loader"
+
+
+# ------------------------------------------------------------ fields added later (issue 26)
+def test_a_stored_config_from_before_a_field_reads_it_as_it_was_trained():
+    """A resolved config stored before the fields existed (every other field present) takes
+    their former behaviour and keeps its id; a partial one (a space's) takes today's
+    defaults, the reference code's."""
+    stored = TrialConfig(dataset="digits", method="stability", sigma=0.25, lam=2.0).to_dict()
+    for name in ADDED_FIELDS:
+        del stored[name]
+    old = TrialConfig.from_dict(stored)
+    assert (old.stability_loss, old.lr_step_offset, old.normalize_input) == ("kl", 0, True)
+    assert old.trial_id == "e577112ad713"  # UNAFFECTED_IDS' stability trial
+    now = TrialConfig.from_dict({"dataset": "digits", "method": "stability", "lam": 2.0})
+    assert (now.stability_loss, now.lr_step_offset) == ("cross_entropy", 1)
+    assert TrialConfig.from_dict(now.to_dict()) == now
+
+
+@pytest.mark.parametrize(
+    ("method", "fields", "problem"),
+    [
+        ("stability", {"stability_loss": "mse"}, "stability_loss must be cross_entropy or kl"),
+        ("macer", {"macer_deferred": 1}, "macer_deferred must be bool or null"),
+        ("gaussian", {"normalize_input": "no"}, "normalize_input must be bool or null"),
+        ("gaussian", {"lr_step_offset": -50}, "lr_step_offset must be in"),
+    ],
+)
+def test_the_added_fields_are_validated(method, fields, problem):
+    problems = _problems(method=method, **fields)
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
