@@ -12,8 +12,8 @@ arithmetic of the lines it names, in the reference's own layout, and sweeper mus
 - RuntianZ/macer `main.py` l. 135-138 (SGD momentum 0.9, weight decay 5e-4; MultiStepLR at
   [200, 400]) and l. 155-158 (`scheduler.step()` before each 1-based epoch), `macer.py`
   l. 29-65 (the loss), `model.py` (no input normalization);
-- locuslab/smoothing `code/train.py` and Hadisalman/smoothing-adversarial `code/train_pgd.py`
-  (`scheduler.step(epoch)` before each epoch).
+- locuslab/smoothing `code/train.py` l. 69-72 and Hadisalman/smoothing-adversarial
+  `code/train_pgd.py` l. 146, 175-176 (StepLR, `scheduler.step(epoch)` before each epoch).
 Schedulers are torch's own, built and stepped as those scripts do.
 """
 
@@ -152,8 +152,8 @@ def _as_the_code_calls_it() -> Iterator[None]:
 
 
 def reference_step_before_epoch(cfg: TrialConfig) -> list[float]:
-    """locuslab/smoothing train.py, train_pgd.py: `for epoch in range(args.epochs):
-    scheduler.step(epoch)`, then the epoch trains."""
+    """locuslab/smoothing train.py l. 71-72, train_pgd.py l. 175-176: `for epoch in
+    range(...): scheduler.step(epoch)`, then the epoch trains."""
     optimizer = _optimizer(cfg)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
     lrs = []
