@@ -77,7 +77,7 @@ class ModelPart:
     sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
     m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
     # Standardize inputs by the data set's channel statistics (the model's first layer); None:
-    # the method's reference code (`Method.protocol`): true but for MACER, whose has none.
+    # the method's reference code (`Method.protocol`): true but for MACER, whose model has none.
     normalize_input: bool | None = None
 
     def model_problems(self, method: Method | None) -> list[str]:
