@@ -118,10 +118,12 @@ def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict |
         found = stored[f.trial_id]
         if not isinstance(found, str):
             configs[f.trial_id] = found
-        elif f.setting_id.startswith("imported-") and not isinstance(
-            record := _import_record(f.trial_id, metadata[i] if metadata else None), str
-        ):
-            configs[f.trial_id] = record
+        elif f.setting_id.startswith("imported-"):
+            record = _import_record(f.trial_id, metadata[i])
+            if isinstance(record, str):
+                problems[i] = record
+            else:
+                configs[f.trial_id] = record
         else:
             problems[i] = found
     return configs, problems

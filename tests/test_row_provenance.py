@@ -1,0 +1,427 @@
+"""Every row counted is consistent with a real certification of a real trial (issue 25 §2).
+
+A small experiment of real rows (CERTIFY's arithmetic on vote counts, written by the
+project's writers, each trial with its trial.json), then tampered in each way that once
+changed the envelope: each time the tampered file is left out, named on stderr with why, the
+envelope is the untampered one, and `--strict` exits 1."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+from pathlib import Path
+
+import certified_rows
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.stats import beta, norm
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.plan.spec import CertifySpec
+from sweeper.results.provenance import Setting, setting_of
+from sweeper.results.reader import refresh_cache
+from sweeper.results.rows import CERTIFIED, MEMORY_SCHEMA, shard_table
+from sweeper.results.stage_table import write_table
+from sweeper.results.storage import Experiment, write_sweep
+from trainables.config import TrialConfig
+from trainables.config_parts import DDRSSettings
+
+SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=2, max_points=10)  # points 0, 2, ..., 18
+DD = CertifySpec(n0=10, n=1000, alpha=0.001, skip=2, max_points=10, ddrs=DDRSSettings())
+A = TrialConfig(dataset="digits", method="gaussian", sigma=0.5, m_train=1, epochs=1)
+B = A.replace(sigma=0.25)
+W = A.replace(seed=1)  # never the best: what a tampered file of it would lift is seen
+X = A.replace(sigma=1.0)  # certified with DDRS, awaiting its memory pass
+POINTS = list(range(0, 20, 2))
+# Votes among 1000 for each point's label: A certifies most points far, B fewer and closer.
+VOTES = {
+    A: [995, 990, 980, 960, 900, 800, 700, 600, 400, 300],
+    B: [999] * 6 + [550, 500, 450, 300],
+    W: [700] * 3 + [450] * 7,  # right at radius 0.2 on 3 points: below A and B everywhere
+}
+RADII = "0,0.25,0.5,0.75,1"
+runner = CliRunner()
+
+
+def _compacted(exp: Experiment, cfg: TrialConfig) -> str:
+    return exp.compacted_path("certify", cfg.trial_id, SPEC.cert_id, 1)
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Experiment:
+    """A, B and W certified at the training σ on digits points 0, 2, ..., 18 and compacted,
+    the cache refreshed; X certified with DDRS in one shard (no memory pass yet)."""
+    exp = Experiment(str(tmp_path / "results"), "exp")
+    write_sweep(exp, {"space": None, "trials": [c.to_dict() for c in (A, B, W, X)]})
+    for cfg in (A, B, W):
+        certified_rows.model(exp, cfg, SPEC, VOTES[cfg], POINTS)
+    certified_rows.trained(exp, X)
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    cols = certified_rows.reaching(DD.n, DD.alpha, POINTS, labels, labels, [0.8] * 10, [1.2] * 10)
+    constants = {"smoothing": "data-dependent", "n0": DD.n0, "n": DD.n, "alpha": DD.alpha}
+    table = shard_table(X, exp.name, DD.cert_id, constants, cols, {"config": X.to_dict()})
+    write_table(table, exp.shard_path(X.trial_id, DD.cert_id, 0, 1))
+    refresh_cache(exp, CERTIFIED)
+    return exp
+
+
+def envelope(exp: Experiment, *extra: str, code: int = 0) -> tuple[list[float], list[str]]:
+    """(certified accuracy at RADII, stderr lines) of `sweeper envelope --skip-invalid`."""
+    args = ["envelope", "--radii", RADII, "--format", "csv", "--skip-invalid", *extra]
+    result = runner.invoke(app, [*args, "--storage", exp.storage, "--experiment", exp.name])
+    assert result.exit_code == code, (result.output, result.exception)
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    return frame["certified_accuracy"].round(9).tolist(), result.stderr.splitlines()
+
+
+def left_out(stderr: list[str]) -> list[str]:
+    return [line.removeprefix("warning: left out ") for line in stderr if "left out /" in line]
+
+
+def rewrite(path: str, change) -> None:
+    """The Parquet file at `path` with its rows changed by `change(table)`, metadata kept."""
+    table = pq.read_table(path)
+    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), path)
+
+
+def with_values(table: pa.Table, **columns) -> pa.Table:
+    for name, values in columns.items():
+        field = table.schema.field(name)
+        table = table.set_column(
+            table.schema.get_field_index(name), name, pa.array(values, field.type)
+        )
+    return table
+
+
+def assert_left_out(exp: Experiment, before: list[float], path: str, why: str) -> None:
+    """The envelope unchanged, `path` named with `why`, and --strict exits 1."""
+    after, stderr = envelope(exp)
+    assert after == before
+    assert f"{path}: {why}" in left_out(stderr)
+    assert envelope(exp, "--strict", code=1)[0] == before
+
+
+def test_the_untampered_experiment_leaves_nothing_out(experiment):
+    accuracy, stderr = envelope(experiment)
+    assert accuracy == [0.8, 0.6, 0.6, 0.4, 0.1]
+    assert left_out(stderr) == []
+    assert any("1 data-dependent models await their memory pass" in line for line in stderr)
+
+
+# ------------------------------------------------------------------ test points
+@pytest.mark.parametrize(
+    ("points", "why"),
+    [
+        (range(1001, 1081), "a test point outside the data set's test split"),  # 80 extra rows
+        ([10**12], "a test point outside the data set's test split"),
+        ([3], "a test point off the grid its cert_id names (every skip-th, at most max)"),
+        ([20], "a test point off the grid its cert_id names (every skip-th, at most max)"),
+    ],
+)
+def test_rows_outside_the_split_or_off_the_grid_are_left_out(experiment, points, why):
+    """Rows of W's first point (certified) appended at points the setting never certifies:
+    beyond digits' 450 test points, odd ones (skip 2), the 11th point (max 10)."""
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+
+    def append(table: pa.Table) -> pa.Table:
+        extra = pa.concat_tables([table.slice(0, 1)] * len(points))
+        return pa.concat_tables([table, with_values(extra, idx=list(points))])
+
+    rewrite(path, append)
+    assert_left_out(experiment, before, path, why)
+
+
+# ------------------------------------------------------------------ the setting
+@pytest.mark.parametrize(
+    ("columns", "why"),
+    [
+        ({"n": [-1] * 10}, "n is not the one its cert_id names"),
+        ({"alpha": [1.0] * 10}, "alpha is not the one its cert_id names"),
+        ({"n0": [1] * 10}, "n0 is not the one its cert_id names"),
+        ({"sigma_cert": [100.0] * 10}, "sigma_cert is not the one its cert_id names"),
+        ({"smoothing": ["data-dependent"] * 10}, "smoothing is not the one its cert_id names"),
+    ],
+)
+def test_settings_that_are_not_the_cert_ids_are_left_out(experiment, columns, why):
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    rewrite(path, lambda t: with_values(t, **columns))
+    assert_left_out(experiment, before, path, why)
+
+
+def test_a_sigma_cert_with_the_radius_it_would_give_is_still_not_the_trials(experiment):
+    """σ_cert = 100 where the cert_id says σ_train, the radii made to match it: left out."""
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+
+    def sigma_100(table: pa.Table) -> pa.Table:
+        p = table.column("p_lower").to_pylist()
+        radius = [100 * norm.ppf(x) if x >= 0.5 else 0.0 for x in p]
+        return with_values(table, sigma_cert=[100.0] * 10, radius=radius)
+
+    rewrite(path, sigma_100)
+    assert_left_out(experiment, before, path, "sigma_cert is not the one its cert_id names")
+
+
+def test_cert_ids_name_the_settings_their_spec_has_and_nothing_else():
+    specs = [
+        CertifySpec(),
+        CertifySpec(sigma=0.25, max_points=None, precision="bf16", channels_last=True),
+        CertifySpec(n0=1, n=1, alpha=0.4, skip=7, compile=True, ddrs=DDRSSettings(lr=1e-5)),
+    ]
+    for spec in specs:
+        got = setting_of(spec.cert_id)
+        top = math.inf if spec.max_points is None else spec.max_points
+        lowest = None if spec.ddrs is None else spec.ddrs.min_sigma
+        assert got == Setting(spec.n, spec.alpha, spec.sigma, spec.n0, spec.skip, top, lowest)
+    assert setting_of("imported-sigma-0.25-n-100000-alpha-0.001") == Setting(100000, 0.001, 0.25)
+    for wrong in [
+        "sigma-train_n0-100_n-0_alpha-0.001_skip-20_max-500",  # n < 1
+        "sigma-train_n0-100_n-100_alpha-1_skip-20_max-500",  # α = 1
+        "sigma-train_n0-100_n-0100_alpha-0.001_skip-20_max-500",  # not how it is spelled
+        "sigma-0_n0-100_n-100_alpha-0.001_skip-20_max-500",  # σ = 0
+        "imported-sigma-0.25-n-100-alpha-nan",
+        "another",
+    ]:
+        assert setting_of(wrong) is None, wrong
+
+
+# ------------------------------------------------------------------ the certificate
+def test_p_lower_and_the_radius_are_clopper_pearson_and_the_gaussian_quantile():
+    """The rows the tests write have what the papers' formulas give, computed here
+    independently: p_lower = beta.ppf(α, k, n − k + 1), radius = σ·Φ⁻¹(p_lower), abstaining
+    below 1/2."""
+    cols = certified_rows.columns(SPEC, 0.5, [0, 2, 4], [990, 700, 400], [2, 4, 4])
+    for k, p, r, y in zip(
+        [990, 700, 400], cols["p_lower"], cols["radius"], cols["predict"], strict=True
+    ):
+        expected = beta.ppf(0.001, k, 1000 - k + 1)
+        assert p == pytest.approx(expected, rel=1e-12)
+        assert (r, y) == (
+            (pytest.approx(0.5 * norm.ppf(expected), rel=1e-12), 4 if k == 700 else 2)
+            if expected >= 0.5
+            else (0.0, -1)
+        )
+
+
+@pytest.mark.parametrize(
+    ("columns", "why"),
+    [
+        (
+            {"radius": [0.45] * 3 + [0.0] * 7, "p_lower": [0.5] * 3 + [0.1] * 7},
+            "a p_lower its count, n and alpha do not give",
+        ),
+        ({"radius": [0.45] * 3 + [0.0] * 7}, "a radius its p_lower and sigma_cert do not give"),
+        ({"count": [None] * 10}, "no count to recompute its certificate from"),
+        ({"count": [1001] * 10}, "a count outside 0..n"),
+    ],
+)
+def test_certificates_their_counts_do_not_give_are_left_out(experiment, columns, why):
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    rewrite(path, lambda t: with_values(t, **columns))
+    assert_left_out(experiment, before, path, why)
+
+
+def test_a_radius_one_part_in_a_million_beyond_its_count_is_left_out(experiment):
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    rewrite(
+        path,
+        lambda t: with_values(t, radius=[r * (1 + 1e-6) for r in t.column("radius").to_pylist()]),
+    )
+    assert_left_out(experiment, before, path, "a radius its p_lower and sigma_cert do not give")
+
+
+def test_an_abstention_with_enough_votes_is_left_out(experiment):
+    """A point whose count certifies, written as an abstention (rows may not hide points)."""
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    rewrite(
+        path, lambda t: with_values(t, predict=[-1] * 10, radius=[0.0] * 10, correct=[False] * 10)
+    )
+    why = "a prediction its p_lower does not give (abstain exactly when p_lower < 1/2)"
+    assert_left_out(experiment, before, path, why)
+
+
+# ------------------------------------------------------------------ the trial
+def test_a_self_consistent_model_with_no_trial_behind_it_is_left_out(experiment):
+    """A model certified right at every point with every vote (it would win everywhere),
+    self-consistent, under a trial_id no trial.json stands behind."""
+    before, _ = envelope(experiment)
+    fake = A.replace(seed=7)
+    table = certified_rows.rows(experiment, fake, SPEC, [1000] * 10, POINTS)
+    path = _compacted(experiment, fake)
+    Path(path).parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    assert_left_out(
+        experiment, before, path, f"no trial behind it (no trials/{fake.trial_id}/trial.json)"
+    )
+
+
+def test_a_trial_json_of_another_config_does_not_vouch(experiment):
+    before, _ = envelope(experiment)
+    trial_json = Path(experiment.trial_dir(W.trial_id)) / "trial.json"
+    doc = json.loads(trial_json.read_text())
+    trial_json.write_text(json.dumps({**doc, "config": A.to_dict()}))
+    why = f"no trial behind it (trials/{W.trial_id}/trial.json is the config of {A.trial_id})"
+    assert_left_out(experiment, before, _compacted(experiment, W), why)
+
+
+def test_rows_whose_hyperparameters_are_not_their_trials_are_left_out(experiment):
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    rewrite(path, lambda t: with_values(t, method=["smoothadv"] * 10))
+    assert_left_out(experiment, before, path, "method is not its trial's")
+
+
+def test_an_imported_model_is_vouched_for_by_its_import_record_only(tmp_path):
+    """`sweeper import`'s shard (no counts, its import record in the metadata) is counted;
+    the same rows without the record, or with a record of another config, are not."""
+    exp = Experiment(str(tmp_path), "exp")
+    cert_id = "imported-sigma-0.5-n-1000-alpha-0.001"
+    cols = certified_rows.columns(
+        SPEC, 0.5, POINTS, VOTES[A], [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    )
+    cols.update(
+        count=[None] * 10, p_lower=[None] * 10, radius=[round(r, 3) for r in cols["radius"]]
+    )
+    constants = {"smoothing": "fixed", "n0": 100, "n": 1000, "alpha": 0.001}
+    records = {
+        A: {
+            "config": A.to_dict(),
+            "certify_backend": "imported from logs/noise_0.50/test/sigma_0.50",
+        },
+        B: {"config": B.to_dict()},  # no record of an import
+        A.replace(seed=3): {"config": A.to_dict(), "certify_backend": "imported from x"},
+    }
+    for cfg, meta in records.items():
+        table = shard_table(cfg, exp.name, cert_id, constants, cols, meta)
+        table = with_values(table, sigma=[0.5] * 10)  # A's σ (the rows' identity is the cfg's)
+        write_table(table, exp.shard_path(cfg.trial_id, cert_id, 0, 1))
+    write_sweep(exp, {"space": None, "trials": [], "imported": True})
+    result = runner.invoke(
+        app,
+        [
+            "envelope",
+            "--storage",
+            str(tmp_path),
+            "--experiment",
+            "exp",
+            "--format",
+            "csv",
+            "--skip-invalid",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    named = sorted(left_out(result.stderr.splitlines()))
+    other = A.replace(seed=3)
+    assert named == sorted(
+        [
+            f"{exp.shard_path(B.trial_id, cert_id, 0, 1)}: no trial behind it (no trial.json, and no import record in the file)",
+            f"{exp.shard_path(other.trial_id, cert_id, 0, 1)}: no trial behind it (the file's import record is the config of {A.trial_id})",
+        ]
+    )
+    assert "1 models, 10 certified points" in result.stderr
+
+
+# ------------------------------------------------------------------ the cache
+@pytest.mark.parametrize("edit", ["same size", "appended"])
+def test_an_edited_cache_is_named_and_the_files_counted(experiment, edit):
+    before, _ = envelope(experiment)
+    cache = experiment.cache_path("certify")
+
+    def change(table: pa.Table) -> pa.Table:
+        if edit == "appended":
+            return pa.concat_tables([table, with_values(table.slice(0, 1), idx=[1001])])
+        return with_values(
+            table, radius=[9.0 if r > 0 else r for r in table.column("radius").to_pylist()]
+        )
+
+    rewrite(cache, change)
+    after, stderr = envelope(experiment)
+    assert after == before
+    assert (
+        f"{cache}: its rows are not those it was written with; reading the files instead"
+        in left_out(stderr)
+    )
+    assert envelope(experiment, "--strict", code=1)[0] == before
+
+
+def test_a_compacted_file_rewritten_at_its_size_is_read_not_taken_from_the_cache(experiment):
+    """W's file with a value changed at the same size: read (its bytes are not those the
+    cache holds), and its rows no longer what their counts give."""
+    before, _ = envelope(experiment)
+    path = _compacted(experiment, W)
+    size = Path(path).stat().st_size
+    p_lower = pq.read_table(path).column("p_lower").to_pylist()
+    rewrite(path, lambda t: with_values(t, p_lower=[0.7] * 3 + p_lower[3:]))
+    assert Path(path).stat().st_size == size
+    assert_left_out(experiment, before, path, "a p_lower its count, n and alpha do not give")
+
+
+# ------------------------------------------------------------------ legacy memory files
+def _memory(trial_id: str, cert_id: str, predict, radius, changed) -> pa.Table:
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    return pa.Table.from_pydict(
+        {
+            "trial_id": [trial_id] * 10,
+            "cert_id": [cert_id] * 10,
+            "idx": POINTS,
+            "predict_memory": predict,
+            "radius_memory": radius,
+            "correct_memory": [p == y for p, y in zip(predict, labels, strict=True)],
+            "memory_changed": changed,
+        },
+        schema=MEMORY_SCHEMA,
+    )
+
+
+def test_a_memory_file_under_another_models_directory_changes_nothing(experiment):
+    """In X's directory, rows naming A (compacted and cached) with radius 1000: named, A as
+    it was, X still awaiting its memory pass."""
+    before, _ = envelope(experiment)
+    path = experiment.memory_path(X.trial_id, DD.cert_id)
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    pq.write_table(_memory(A.trial_id, SPEC.cert_id, labels, [1000.0] * 10, [True] * 10), path)
+    assert_left_out(
+        experiment, before, path, "rows of another model than the one whose directory holds it"
+    )
+
+
+def test_a_memory_file_no_memory_pass_writes_is_left_out(experiment):
+    before, _ = envelope(experiment)
+    path = experiment.memory_path(X.trial_id, DD.cert_id)
+    pq.write_table(_memory(X.trial_id, DD.cert_id, [99] * 10, [math.nan] * 10, [True] * 10), path)
+    assert_left_out(experiment, before, path, "a prediction outside the data set's classes")
+
+
+def test_a_memory_file_the_memory_pass_could_write_makes_its_model_sound(experiment):
+    """X's own memory file, changing nothing: X is counted (its certificates at σ_x = 1.2)."""
+    shard = experiment.shard_path(X.trial_id, DD.cert_id, 0, 1)
+    rows = pq.read_table(shard)
+    predict, radius = rows.column("predict").to_pylist(), rows.column("radius").to_pylist()
+    path = experiment.memory_path(X.trial_id, DD.cert_id)
+    pq.write_table(_memory(X.trial_id, DD.cert_id, predict, radius, [False] * 10), path)
+    accuracy, stderr = envelope(experiment, "--strict")
+    assert left_out(stderr) == []  # fixed σ and data-dependent side by side, X at 0.8 everywhere
+    fixed, dependent = [0.8, 0.6, 0.6, 0.4, 0.1], [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert accuracy in (dependent + fixed, fixed + dependent)
+    assert not any("await their memory pass" in line for line in stderr)
+
+
+def test_a_model_awaiting_its_memory_pass_fails_strict(experiment):
+    envelope(experiment, "--strict", code=1)
+
+
+def test_the_copy_of_an_experiment_reads_the_same(experiment, tmp_path):
+    """The checks take their truth from inside the experiment: a copied one reads alike."""
+    copy = tmp_path / "copy"
+    shutil.copytree(experiment.root, copy / "exp")
+    assert envelope(Experiment(str(copy), "exp")) == envelope(experiment)
