@@ -273,3 +273,31 @@ def test_a_damaged_trial_json_is_one_line_naming_it(tmp_path, kind):
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert result.stderr == f"error: cannot read {planted} ({result.stderr.split(' (', 1)[1]}"
         assert result.stderr.count("\n") == 1 and fix in result.stderr
+
+
+def test_status_names_the_result_files_left_out_and_strict_exits_1(tmp_path):
+    """A's rows real, B's with a radius its counts do not give: status lists B's file and why
+    (in the table and in json); --strict exits 1 then, 0 once the file is gone."""
+    import certified_rows
+
+    from sweeper.plan.spec import CertifySpec
+
+    spec = CertifySpec(n0=10, n=1000, alpha=0.001, skip=45, max_points=None)
+    exp = Experiment(str(tmp_path), "x")
+    write_sweep(exp, {"space": None, "trials": [A.to_dict(), B.to_dict()]})
+    certified_rows.model(exp, A, spec, [990] * 10, range(0, 450, 45))
+    bad = certified_rows.model(exp, B, spec, [990] * 10, range(0, 450, 45))
+    table = pq.read_table(bad)
+    radius = table.schema.get_field_index("radius")
+    table = table.set_column(radius, "radius", pa.array([0.3] * 10))
+    pq.write_table(table, bad)
+    args = ["status", "--storage", exp.storage, "--experiment", "x"]
+    line = f"{bad}: a radius its p_lower and sigma_cert do not give"
+    shown = runner.invoke(app, [*args, "--all"])
+    assert shown.exit_code == 0 and line in shown.stdout.replace("\n", "")  # wrapped to fit
+    assert "left out of every result (1 files that fail validation):" in shown.stdout
+    doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    assert doc["left_out"] == [line]
+    assert runner.invoke(app, [*args, "--strict"]).exit_code == 1
+    os.remove(bad)
+    assert runner.invoke(app, [*args, "--strict"]).exit_code == 0

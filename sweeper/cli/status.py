@@ -14,6 +14,7 @@ from rich.text import Text
 
 from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
 from sweeper.cli.display import echo
+from sweeper.cli.options import Strict
 from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -49,10 +50,12 @@ def status(
     fmt: Annotated[str, typer.Option("--format", help="Output: table or json.")] = "table",
     watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until the sweep ends (Ctrl-C stops).")] = False,
     interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between refreshes of --watch.")] = 5.0,
+    strict: Strict = False,
 ) -> None:  # fmt: skip
     """Where the sweep stands: trials by state, epochs and shards done of planned, throughput,
     ETAs and resource-hours; then the trials that need attention (failed with their error,
-    blocked, interrupted, running)."""
+    blocked, interrupted, running), and the result files that fail validation (left out of
+    every result; not under --watch, which opens no results file)."""
     problems = [] if fmt in FORMATS else [f"--format {fmt!r} is not one of {', '.join(FORMATS)}"]
     if watch and fmt == "json":
         problems.append("--watch refreshes the table: drop --format json (it prints once)")
@@ -63,10 +66,24 @@ def status(
         watch_status(reader, everything, interval)
         return
     st = read_status(reader)
+    st.left_out = _left_out(reader.exp)
     if fmt == "json":
         echo(json.dumps(as_json(st, summarize(st), everything), indent=1))
     else:
         console.print(view(st, summarize(st), everything, st.space))
+    if strict and st.left_out:
+        raise typer.Exit(1)
+
+
+def _left_out(exp: Experiment) -> list[str]:
+    """The result files left out, "path: why"; one line naming why if they cannot be read."""
+    from sweeper.results.rows import ResultsError
+    from sweeper.results.status import left_out
+
+    try:
+        return left_out(exp)
+    except ResultsError as e:
+        return [str(e)]
 
 
 def sweep_ended(st: Status, driver_seen: bool) -> bool:

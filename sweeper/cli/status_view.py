@@ -151,10 +151,15 @@ def view(st: Status, summary: Summary, everything: bool = False, space: str | No
     if more:
         parts.append(Text(f"… and {more} more that need attention: sweeper status --all"))
     parts += [Text(line) for line in hints(st, space)]
+    if st.left_out:
+        what = f"{len(st.left_out)} files that fail validation"
+        parts.append(Text(f"left out of every result ({what}):"))
+        parts += [Text(f"  {line}") for line in st.left_out]
     return Group(*parts)
 
 
 def as_json(st: Status, summary: Summary, everything: bool) -> dict:
     rows, _ = shown_trials(st, everything, limit=len(st.trials))
     trials = [dict(zip(HEADER, trial_cells(t), strict=True), points=list(t.points)) for t in rows]
-    return {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}
+    doc = {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}
+    return {**doc, "left_out": st.left_out or []}

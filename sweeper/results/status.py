@@ -85,9 +85,19 @@ class Status:
     seconds_per_point: float | None = None  # certification, measured (the cache's time_s)
     failures_log: str | None = None
     space: str | None = None  # the space the sweep was run with (sweep.json)
+    left_out: list[str] | None = None  # "path: why" of result files left out (None: not read)
 
     def counts(self) -> Counter:
         return Counter(t.state for t in self.trials)
+
+
+def left_out(exp: Experiment) -> list[str]:
+    """Every results file the readers leave out, "path: why" (certification's, legacy memory
+    files among them, then the attack stage's). Unlike `StatusReader.read`, this opens them."""
+    from sweeper.results.attack_rows import load_empirical
+    from sweeper.results.rows import load_results
+
+    return load_results(exp, ["trial_id"]).invalid + load_empirical(exp).invalid
 
 
 def summary_of(cfg: TrialConfig) -> str:
