@@ -425,3 +425,39 @@ def test_the_copy_of_an_experiment_reads_the_same(experiment, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(experiment.root, copy / "exp")
     assert envelope(Experiment(str(copy), "exp")) == envelope(experiment)
+
+
+def test_compaction_refuses_a_memory_file_that_fails_and_keeps_the_shards(experiment):
+    """`sweeper compact` folds a legacy memory file only if it passes the reader's checks: one
+    with a prediction outside the classes stops X's compaction, named, and X's shard stays."""
+    from sweeper.run import compaction
+    from sweeper.run.certify_stage import CERTIFY
+
+    path = experiment.memory_path(X.trial_id, DD.cert_id)
+    pq.write_table(_memory(X.trial_id, DD.cert_id, [99] * 10, [0.1] * 10, [True] * 10), path)
+    with pytest.raises(RuntimeError) as error:
+        compaction.compact(experiment, CERTIFY, X.trial_id, DD, 1)
+    assert str(error.value) == (
+        f"{path}: a prediction outside the data set's classes: move it away (the memory pass "
+        "then runs again)"
+    )
+    assert Path(experiment.shard_path(X.trial_id, DD.cert_id, 0, 1)).is_file()
+
+
+def test_table_names_what_it_leaves_out_and_strict_exits_1(experiment):
+    path = _compacted(experiment, W)
+    rewrite(path, lambda t: with_values(t, n=[-1] * 10))
+    args = ["table", "--storage", experiment.storage, "--experiment", experiment.name]
+    refused = runner.invoke(app, args)
+    assert (
+        refused.exit_code == 2 and f"{path}: n is not the one its cert_id names" in refused.stderr
+    )
+    shown = runner.invoke(app, [*args, "--skip-invalid", "--format", "csv"])
+    assert shown.exit_code == 0
+    assert f"warning: left out {path}: n is not the one its cert_id names" in shown.stderr
+    assert sorted(pd.read_csv(io.StringIO(shown.stdout))["trial_id"]) == sorted(
+        [A.trial_id, B.trial_id]
+    )
+    strict = runner.invoke(app, [*args, "--skip-invalid", "--strict", "--format", "csv"])
+    assert strict.exit_code == 1 and strict.stdout == shown.stdout
+    assert "error: --strict: 1 files and 1 models were left out (named above)" in strict.stderr

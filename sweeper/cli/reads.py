@@ -73,9 +73,8 @@ def envelope(
         table = env.envelope(frame, grid, by)
     except env.EnvelopeError as e:
         fail([str(e)])
-    curve = None
-    if empirical:
-        table, curve = _empirical_overlay(exp, table, by, only, skip_invalid)
+    overlay = _empirical_overlay(exp, table, by, only, skip_invalid) if empirical else None
+    table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
     print_settings(frame)
     print_coverage(exp, results, frame)

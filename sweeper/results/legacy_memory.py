@@ -22,6 +22,8 @@ from sweeper.results.storage import StageFile
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
 
+OTHER_MODEL = "rows of another model than the one whose directory holds it"
+
 
 def read_memory(files: list[StageFile], schema: pa.Schema) -> tuple[pd.DataFrame, list[str]]:
     """(the rows of each memory file that reads with exactly `schema`'s columns, their
@@ -53,8 +55,9 @@ def read_memory(files: list[StageFile], schema: pa.Schema) -> tuple[pd.DataFrame
 
 def valid_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """(the memory rows of files whose every row the memory pass could have written over its
-    model's rows in `frame`, ["path: problem"] of the others). Files of models without rows
-    are left aside unnamed (nothing to apply them to)."""
+    model's rows in `frame`, ["path: problem"] of the others). A file naming another model
+    is named whatever its directory holds; files of models without rows (their shards were
+    named) are left aside (nothing to apply them to)."""
     if memory.empty:
         return memory, []
     model = frame[
@@ -68,7 +71,9 @@ def valid_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> tuple[pd.DataFram
             & (frame["cert_id"] == rows["cert_id"].iloc[0]),
             "idx",
         ]
-        if len(points) and (problem := memory_problem(rows, points)):
+        if not rows["own"].all():  # wrong whatever its model holds
+            problems[path] = OTHER_MODEL
+        elif len(points) and (problem := memory_problem(rows, points)):
             problems[path] = problem
     usable = memory["path"].isin(merged.loc[merged["_merge"] == "both", "path"])
     keep = usable & ~memory["path"].isin(problems)
@@ -85,7 +90,6 @@ def memory_problem(rows: pd.DataFrame, points: pd.Series) -> str | None:
     unchanged = rows["memory_changed"].eq(False).to_numpy()
     same = (predict == rows["predict"].to_numpy()) & (predict != -1)
     checks = [
-        (~rows["own"].to_numpy(), "rows of another model than the one whose directory holds it"),
         ((rows["smoothing"] != "data-dependent").to_numpy(), "its model is not data-dependent"),
         (rows["idx"].duplicated().to_numpy(), "a test point twice"),
         (np.array([set(rows["idx"]) != set(points)]), "not the points of its model"),
