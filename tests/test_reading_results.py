@@ -27,6 +27,7 @@ from sweeper.results.envelope import envelope
 from sweeper.results.reader import (
     COVERS,
     LEGACY_OPTIONAL,
+    ROWS,
     _model_index,
     read_stage,
     refresh_cache,
@@ -757,3 +758,45 @@ def test_a_shard_table_without_a_smoothing_is_fixed_sigma_with_no_raw_certificat
     assert table.column("n").to_pylist() == [1000] * 2  # a constant
     for name in ("predict_raw", "radius_raw", "correct_raw", "memory_changed"):
         assert table.column(name).null_count == 2, name
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {},
+        {COVERS: '{"a": 5}', ROWS: "{}"},
+        {COVERS: '{"a": [1]}', ROWS: "{}"},
+        {COVERS: "not json"},
+    ],
+)
+def test_a_cache_without_its_records_is_named_and_the_files_read(two_models, metadata):
+    """No record of the files, of its rows, or records of another shape: named as no cache
+    of this experiment, every model read from its file."""
+    exp = two_models
+    refresh_cache(exp, CERTIFIED)
+    cache = exp.cache_path("certify")
+    pq.write_table(pq.read_table(cache).replace_schema_metadata(metadata), cache)
+    result = read_stage(exp, CERTIFIED)
+    assert [line.partition(": ")[0] for line in result.invalid] == [cache]
+    assert result.invalid[0].startswith(f"{cache}: not a cache of this experiment (")
+    assert result.invalid[0].endswith("; reading the files")
+    assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
+
+
+def test_the_cache_opens_no_file_whose_size_changed_and_serves_the_rest(two_models, monkeypatch):
+    """A file whose size is not the recorded one is read as a file, not hashed; the others
+    are hashed and served from the cache."""
+    exp = two_models
+    refresh_cache(exp, CERTIFIED)
+    a = exp.compacted_path("certify", A.trial_id, CID, 1)
+    with open(a, "ab") as f:
+        f.write(b"\0")  # no longer Parquet: read, and named
+    hashed = []
+    real = fileio.read_bytes
+    monkeypatch.setattr(fileio, "read_bytes", lambda p: hashed.append(p) or real(p))
+    result = read_stage(exp, CERTIFIED)
+    assert [p for p in hashed if p.endswith(".parquet")] == [
+        exp.compacted_path("certify", B.trial_id, CID, 1)
+    ]
+    assert [line.partition(": ")[0] for line in result.invalid] == [a]
+    assert _points(result.table) == {B.trial_id: [0, 1, 2]}
