@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import Experiment
@@ -91,3 +92,34 @@ def test_a_data_parallel_trial_on_ray(ray_session, tmp_path):
     outcome = run_sweep(exp, [cfg], [], certify, Resources(cpu=2), LaunchOptions(), lambda e: None)
     assert not outcome.failed and outcome.completed == [cfg.trial_id], outcome
     assert read_status(exp.trial_dir(cfg.trial_id))["epoch"] == 3
+
+
+
+def test_a_rank_shuffles_its_share_anew_each_epoch_and_checks_the_ranks_agree(
+    one_process_group, monkeypatch
+):
+    """`fit` as rank 0 of 2: epoch e's order is DistributedSampler's (seed, epoch e) share of
+    rank 0, and the ranks' weights are compared once, after the last epoch."""
+    from trainables import distributed
+    from trainables.pipeline import DeviceLoader
+    from trainables.train import fit
+
+    cfg = TrialConfig(**{**CFG, "epochs": 2}, data_parallel=2)
+    orders, synced = [], []
+    set_epoch = distributed.set_epoch
+
+    def recording(loader, epoch):
+        set_epoch(loader, epoch)
+        assert isinstance(loader, DeviceLoader)  # digits is held on the device
+        orders.append(loader.order().tolist())
+
+    monkeypatch.setattr(distributed, "set_epoch", recording)
+    monkeypatch.setattr(distributed, "assert_in_sync", synced.append)
+    state = fit(cfg, device=torch.device("cpu"), rank=0, world_size=2)
+    sampler = DistributedSampler(range(512), 2, 0, shuffle=True, seed=cfg.seed)
+    expected = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        expected.append(list(sampler))
+    assert orders == expected and orders[0] != orders[1]
+    assert synced == [state.model]

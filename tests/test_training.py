@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import pytest
 import torch
@@ -285,6 +286,45 @@ def test_a_fresh_fine_tune_starts_from_its_parents_weights_but_its_own_last_laye
         assert torch.equal(tensor, (own if key in kept else parent)[key]), key
     for key in ("1.features.0.weight", "1.classifier.3.weight"):  # the two seeds differ
         assert not torch.equal(parent[key], own[key])
-    resumed = fit(cfg, device=CPU, stop_after=0, init_weights=parent, resume_from=state.payload())
-    for key, tensor in resumed.model.state_dict().items():
-        assert torch.equal(tensor, loaded[key])
+    trained = fit(cfg, device=CPU, stop_after=1, init_weights=parent)
+    payload = trained.payload()
+    epochs = []
+    resumed = fit(
+        cfg,
+        device=CPU,
+        stop_after=1,
+        init_weights=parent,
+        resume_from=payload,
+        on_epoch=lambda metrics, _: epochs.append(metrics["epoch"]),
+    )
+    assert resumed.epoch == 1 and epochs == []  # resumed after epoch 1: nothing trained again
+    for key, tensor in resumed.model.state_dict().items():  # the trained weights, not the parent's
+        assert torch.equal(tensor, payload["model"][key])
+
+
+def test_each_epochs_metrics_are_reproducible_and_nothing_is_written_without_a_path(tmp_path):
+    """Epoch e's test_noisy_acc is `evaluate` with seed cfg.seed + 7919·e on that epoch's model;
+    epoch_time_s is the epoch's own wall time; `on_epoch` gets the state after the epoch; and
+    a fit without a checkpoint path writes no file."""
+    cfg = small_cfg(method="gaussian", sigma=0.25, epochs=2, lr_step_size=5, seed=3)
+    seen = []
+
+    def on_epoch(metrics, state):
+        model = state.model
+        seen.append((metrics, state.epoch, {k: v.clone() for k, v in model.state_dict().items()}))
+
+    start = time.perf_counter()
+    fit(cfg, device=CPU, on_epoch=on_epoch)
+    elapsed = time.perf_counter() - start
+    assert list(tmp_path.iterdir()) == []  # the working directory (conftest): nothing written
+    _, test_loader = make_loaders(build_state(cfg, CPU))
+    times = []
+    for metrics, epoch, weights in seen:
+        assert metrics["epoch"] == epoch
+        model = build_state(cfg, CPU).model
+        model.load_state_dict(weights)
+        expected = evaluate(model, test_loader, 0.25, CPU, seed=3 + 7919 * epoch)
+        assert metrics["test_noisy_acc"] == expected["test_noisy_acc"]
+        times.append(metrics["epoch_time_s"])
+    assert [epoch for _, epoch, _ in seen] == [1, 2]
+    assert all(isinstance(t, float) and t > 0 for t in times) and sum(times) <= elapsed

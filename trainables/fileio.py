@@ -20,6 +20,7 @@ import errno
 import functools
 import os
 import re
+import stat
 import types
 import uuid
 from collections.abc import Iterator
@@ -111,8 +112,10 @@ def directory_fd(directory: Path, create: bool = False) -> Iterator[int]:
             root.mkdir(parents=True, exist_ok=True)
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
+            here = root
             for part in directory.relative_to(root).parts:
-                child = _step_down(fd, part, root, create)
+                here = here / part
+                child = _step_down(fd, here, root, create)
                 os.close(fd)
                 fd = child
         except BaseException:
@@ -124,23 +127,33 @@ def directory_fd(directory: Path, create: bool = False) -> Iterator[int]:
         os.close(fd)
 
 
-def _step_down(fd: int, part: str, root: Path, create: bool) -> int:
-    """A new fd of directory `part` inside directory `fd`, never through a link."""
+def _step_down(fd: int, here: Path, root: Path, create: bool) -> int:
+    """A new fd of the directory `here`, the entry `here.name` of directory `fd`, never
+    through a link."""
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(part, dir_fd=fd)
+            os.mkdir(here.name, dir_fd=fd)
     try:
-        return os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        return os.open(here.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
     except OSError as e:
-        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
+        # a link gives ELOOP, or ENOTDIR with O_DIRECTORY on Linux; a file there stays an
+        # OSError naming the path
+        link = e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, here.name)
+        if not link:
+            raise OSError(e.errno, e.strerror, str(here)) from None
     raise LinkError(
         [
-            f"{part!r} under the storage {root} is a symlink or not a directory: sweeper never "
-            "writes through a link inside the storage; remove it (or move the real directory "
-            "there) and re-run"
+            f"{here} is a symlink inside the storage {root}: sweeper never writes through a "
+            "link inside the storage; remove it (or move the real directory there) and re-run"
         ]
     )
+
+
+def _is_link(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode)
+    except OSError:
+        return False
 
 
 def links_below(root: str, limit: int = 5) -> list[str]:
