@@ -18,7 +18,15 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results import lease as lease_module
-from sweeper.results.lease import LAST_TIME, Holder, Lease, LeaseError, LeaseHeld, read_holder
+from sweeper.results.lease import (
+    LAST_TIME,
+    Holder,
+    Lease,
+    LeaseError,
+    LeaseHeld,
+    held_message,
+    read_holder,
+)
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from trainables import fileio
@@ -361,3 +369,14 @@ def test_two_drivers_on_one_experiment(tmp_path):
     assert len(frame) == 2 * 10 and not frame.duplicated(["trial_id", "idx"]).any()
     assert set(frame["trial_id"]) == {t.trial_id for t in trials}
     assert read_holder(exp).released is not None
+
+
+def test_a_lease_written_with_a_secret_never_shows_it(tmp_path):
+    """A lease.json from before credentials were refused may hold an --mlflow password: the
+    holder read back, `sweeper status` and the in-use message show it redacted."""
+    exp = _experiment(str(tmp_path))
+    _plant(exp, command="sweeper run grid x --mlflow http://me:hunter2@mlflow:5000")
+    assert read_holder(exp).command == "sweeper run grid x --mlflow http://***@mlflow:5000"
+    status = runner.invoke(app, ["status", "--storage", str(tmp_path), "--experiment", "e"])
+    assert status.exit_code == 0, status.output
+    assert "hunter2" not in status.output + held_message(exp, read_holder(exp))

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeper.results.credentials import redact_args
 from sweeper.results.lease_s3 import ConditionalObject, conditional_object
 from sweeper.results.storage import Experiment
 from trainables import fileio
@@ -158,7 +159,10 @@ def _holder(doc: Any) -> Holder:
             type(value) not in (int, float) or not 0 <= value <= LAST_TIME  # NaN fails too
         ):
             raise ValueError(f"{key} {value!r} is not a time")
-    return Holder(**{k: doc[k] for k in Holder.__dataclass_fields__ if k in doc})
+    fields = {k: doc[k] for k in Holder.__dataclass_fields__ if k in doc}
+    # a lease written before credentials were refused may hold some: never shown as stored
+    fields["command"] = " ".join(redact_args(doc["command"].split()))
+    return Holder(**fields)
 
 
 def _current(exp: Experiment) -> Holder | None:
