@@ -365,10 +365,11 @@ def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[C
         for n in TrialConfig.__dataclass_fields__
         if n not in ENVIRONMENT_FIELDS and n in table.column_names
     ]
+    dicts = [None if c is None else c.to_dict() for c in configs]  # once per file, not column
     checks = []
     for name in names:
         column = table.column(name)
-        values = [None if c is None else c.to_dict()[name] for c in configs]
+        values = [None if d is None else d[name] for d in dicts]
         expected = pa.array(values, column.type).take(pa.array(frag))
         both_null = pc.and_(column.is_null(), expected.is_null())
         differs = pc.fill_null(pc.not_equal(column, expected), True)
