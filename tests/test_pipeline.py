@@ -150,3 +150,22 @@ def test_a_checkpoint_of_the_dataloader_pipeline_resumes_with_it(tmp_path, caplo
     assert "different config" not in caplog.text
     explicit = fit(cfg.replace(data_pipeline="device"), tmp_path / "c" / "checkpoint.pt", device=CPU)
     assert explicit.pipeline == "device" and explicit.epoch == 3
+
+
+@pytest.mark.parametrize("which", ["device", "loader"])
+def test_training_batches_come_from_the_states_own_generators_alone(tmp_path, which):
+    """The order and the crop/flip of every training batch are drawn from the state's loader
+    and augmentation generators (restored on resume), whatever else drew from torch's global
+    generator meanwhile; the pipeline built is the one the state names."""
+    _write_cifar(tmp_path)
+    cfg = cifar_cfg(tmp_path).replace(data_pipeline=which)
+    batches = []
+    for global_seed in (1, 2):
+        state = build_state(cfg, CPU)
+        train, _ = make_loaders(state)
+        assert isinstance(train, pipeline.DeviceLoader) == (which == "device")
+        torch.manual_seed(global_seed)
+        batches.append([(x.clone(), idx.clone()) for x, _, idx in train])
+    for (x1, i1), (x2, i2) in zip(*batches, strict=True):
+        assert torch.equal(i1, i2)
+        assert torch.equal(x1, x2) or which == "loader"  # torchvision's crop/flip: global

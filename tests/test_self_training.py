@@ -302,11 +302,11 @@ def test_cli_prints_the_fingerprint(pseudo_npz, capsys):
 
 
 # ---------------------------------------------------------------------------- training
-@pytest.mark.parametrize("ratio", [1, 2])
+@pytest.mark.parametrize(("ratio", "eta"), [(1, 0.5), (2, 2.0)])
 def test_labelled_and_pseudo_batches_alternate_and_the_pseudo_loss_is_scaled(
-    monkeypatch, pseudo_npz, ratio
+    monkeypatch, pseudo_npz, ratio, eta
 ):
-    cfg = small_cfg(pseudo_npz, pseudo_ratio=ratio, epochs=1)
+    cfg = small_cfg(pseudo_npz, pseudo_ratio=ratio, epochs=1, pseudo_eta=eta)
     steps, metrics, state = one_epoch(monkeypatch, cfg)
     # 3 labelled batches of 64, each 2 chunks (m_train=2), then `ratio` pseudo batches of 64
     assert "".join(kind(s["x"]) for s in steps) == ("LL" + "PP" * ratio) * 3
@@ -318,7 +318,7 @@ def test_labelled_and_pseudo_batches_alternate_and_the_pseudo_loss_is_scaled(
             assert s["y"].tolist() == labels[idx].tolist()  # the pseudo-labels, not true ones
             assert torch.equal(s["x"], torch.from_numpy(images[idx]).float() / 255)
             assert s["gen"] is state.pseudo_stream.noise_generator
-            assert torch.equal(s["backward"], s["loss"].detach() * 0.5)  # η = 0.5
+            assert torch.equal(s["backward"], s["loss"].detach() * eta)
         else:
             assert s["gen"] is state.noise_generator
             assert torch.equal(s["backward"], s["loss"].detach())

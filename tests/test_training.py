@@ -328,3 +328,46 @@ def test_each_epochs_metrics_are_reproducible_and_nothing_is_written_without_a_p
         times.append(metrics["epoch_time_s"])
     assert [epoch for _, epoch, _ in seen] == [1, 2]
     assert all(isinstance(t, float) and t > 0 for t in times) and sum(times) <= elapsed
+
+
+@pytest.mark.parametrize(
+    ("method", "m_train"), [("macer", 4), ("stability", None), ("vanilla_pgd", None)]
+)
+def test_a_method_that_does_not_split_or_no_m_train_takes_one_step_per_batch(method, m_train):
+    """MACER and stability training draw their own noisy copies of the whole batch (MACER's
+    m_train is its sample count), and a splitting method without m_train (vanilla PGD: one
+    noisy copy) has one chunk."""
+    cfg = small_cfg(method=method, m_train=m_train, train_subset=70, warmup_epochs=1)
+    state = build_state(cfg, CPU)
+    train_loader, _ = make_loaders(state)
+    steps: list[int] = []
+    state.optimizer.register_step_post_hook(lambda opt, args, kwargs: steps.append(1))
+    train_epoch(state, train_loader)
+    assert len(steps) == 2  # batches of 64 and 6
+
+
+def test_the_epochs_loss_and_accuracy_are_the_steps_sums_over_their_samples(monkeypatch):
+    """train_loss = Σ summed loss / Σ samples and train_acc = Σ correct / Σ samples over the
+    epoch's steps, exactly; an epoch of one sample is that sample's."""
+    from trainables import train
+
+    step = train._step
+    returned = []
+
+    def recording(*args, **kwargs):
+        returned.append(step(*args, **kwargs))
+        return returned[-1]
+
+    monkeypatch.setattr(train, "_step", recording)
+    for subset, m in ((70, 2), (1, 1)):  # one sample: a mean over max(seen, 1) samples
+        cfg = small_cfg(method="gaussian", m_train=m, train_subset=subset, sigma=0.05, lr=0.1)
+        state = build_state(cfg, CPU)
+        train_loader, _ = make_loaders(state)
+        for _ in range(1 if subset > 1 else 6):  # one input is learnt within a few steps
+            returned.clear()
+            metrics = train_epoch(state, train_loader)
+        loss, correct, seen = (sum(r[i] for r in returned) for i in range(3))
+        assert seen == m * subset  # m_train noisy copies of every input
+        assert metrics == {"train_loss": loss / seen, "train_acc": correct / seen}
+        assert correct > 0  # so a mean over another count shows
+        assert len(returned) == (4 if subset == 70 else 1)
