@@ -800,3 +800,27 @@ def test_the_cache_opens_no_file_whose_size_changed_and_serves_the_rest(two_mode
     ]
     assert [line.partition(": ")[0] for line in result.invalid] == [a]
     assert _points(result.table) == {B.trial_id: [0, 1, 2]}
+
+
+def test_a_file_and_trial_from_before_issue_26s_settings_read_as_they_trained(tmp_path):
+    """A compacted file written before normalize_input, stability_loss, macer_deferred and
+    lr_step_offset existed lacks their columns, and its trial.json their keys: the trial
+    keeps its id, the rows are read (those columns null) with their certificates unchanged."""
+    from trainables.config import ADDED_FIELDS
+
+    exp = Experiment(str(tmp_path), "old")
+    old = {"stability_loss": "kl", "lr_step_offset": 0}  # how stability trained then
+    cfg = TrialConfig(dataset="digits", method="stability", sigma=0.25, **old)
+    path = certified_rows.model(exp, cfg, SPEC, [990, 700, 400, 1000, 10])
+    new = pq.read_table(path)
+    pq.write_table(new.drop_columns(list(ADDED_FIELDS)), path)
+    status = Path(exp.trial_dir(cfg.trial_id), "trial.json")
+    doc = json.loads(status.read_text())
+    doc["config"] = {k: v for k, v in doc["config"].items() if k not in ADDED_FIELDS}
+    status.write_text(json.dumps(doc))
+    assert TrialConfig.from_dict(doc["config"]).trial_id == cfg.trial_id
+    results = load_results(exp)
+    assert results.invalid == []
+    frame = results.frame.sort_values("idx")
+    assert frame["radius"].tolist() == new.column("radius").to_pylist()
+    assert frame["stability_loss"].isna().all() and frame["lr_step_offset"].isna().all()

@@ -357,7 +357,7 @@ def _memory_checks(table: pa.Table) -> list[Check]:
 def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[Check]:
     """Rows whose hyperparameter columns are not their trial's (files without a trial are
     named for that already)."""
-    from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+    from trainables.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
 
     known = np.array([c is not None for c in configs] + [False])[frag]
     names = [
@@ -371,7 +371,9 @@ def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[C
         column = table.column(name)
         values = [None if d is None else d[name] for d in dicts]
         expected = pa.array(values, column.type).take(pa.array(frag))
-        both_null = pc.and_(column.is_null(), expected.is_null())
+        # a setting added since a file was written is null there (`reader.LEGACY_OPTIONAL`)
+        unwritten = column.is_null() if name in ADDED_FIELDS else expected.is_null()
+        both_null = pc.and_(column.is_null(), unwritten)
         differs = pc.fill_null(pc.not_equal(column, expected), True)
         bad = pc.and_(differs, pc.invert(both_null)).to_numpy(zero_copy_only=False)
         checks.append((known & bad, f"{name} is not its trial's"))

@@ -33,13 +33,17 @@ from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
+from trainables.config import ADDED_FIELDS
 
 # Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
 # compacted files it holds, and {column: digest of its rows} (`digests`).
 COVERS = b"sweeper.covers"
 ROWS = b"sweeper.rows"
-LEGACY_OPTIONAL = frozenset({"smoothing", "predict_raw", "radius_raw", "correct_raw",
-                             "memory_changed"})  # fmt: skip  (columns older files lack)
+# Columns older files lack: DDRS's, and the trial settings added since (a file written before
+# them reads them as null; the trial's config says how it trained, `ADDED_FIELDS`).
+LEGACY_OPTIONAL = frozenset(
+    {"smoothing", "predict_raw", "radius_raw", "correct_raw", "memory_changed", *ADDED_FIELDS}
+)
 # Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
 # the off/fp16 it meant (`_legacy_values`).
 LEGACY_TYPES = {"amp": pa.bool_()}
