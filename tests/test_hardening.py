@@ -308,8 +308,7 @@ def test_the_console_escapes_text_and_keeps_its_own_styles():
 
 
 # What prints a plain line: display.echo, common.fail (and typer.echo's --version).
-# reads.py is edited elsewhere at the moment: its typer.echo lines are still to move to echo.
-PLAIN_PRINTERS = {"display.py", "common.py", "reads.py"}
+PLAIN_PRINTERS = {"display.py", "common.py"}
 
 
 def test_the_commands_print_plain_lines_through_echo():

@@ -89,7 +89,7 @@ def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[f
 
     plot_envelope(frame, plot, by, title=f"{exp.name}: {_models_of(frame)} models",
                   empirical=curve, radii=grid)  # fmt: skip
-    typer.echo(f"figure written to {plot}", err=True)
+    display.echo(f"figure written to {plot}", err=True)
 
 
 @app.command()
@@ -122,7 +122,7 @@ def table(
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*"))  # fmt: skip
     if fmt == "markdown":
-        typer.echo(to_markdown(text))
+        display.echo(to_markdown(text))
     elif fmt == "table":
         columns = [display.Column(c if c == "trial_id" else DISPLAY.get(c, c), text[c].tolist(),
                                   rows[c].dtype.kind in "fiu", frozenset(best.get(c, ())))
@@ -136,7 +136,7 @@ def table(
         display.print_table(f"certified accuracy per model of {exp.name} (best per column *)",
                             columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
     else:
-        typer.echo(render(rows, fmt).rstrip("\n"))
+        display.echo(render(rows, fmt).rstrip("\n"))
     print_settings(frame)
     print_coverage(exp, results, frame)
     exit_if_left_out(results, strict)
@@ -170,13 +170,13 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None,
         fail([f"no empirical robustness results in {exp.name} (check --only, or run "
               "`sweeper empirical <space>`)"])  # fmt: skip
     models = frame["trial_id"].nunique()
-    typer.echo(
+    display.echo(
         f"empirical: {models} models, {len(frame)} attacked points; accuracy under each model's "
         "strongest attack (lowest over m_test), best model per radius",
         err=True,
     )
     if loaded.missing_shards:
-        typer.echo(f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True)
+        display.echo(f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True)
     return emp.overlay(table, frame, by), emp.empirical_envelope(frame)
 
 
@@ -215,7 +215,7 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
     frame = filter_rows(results.frame, selection)
     unsound = frame.loc[~frame["sound"], "trial_id"].nunique()
     if unsound:
-        typer.echo(
+        display.echo(
             f"{unsound} data-dependent models await their memory pass and are left out: "
             "re-run `sweeper certify <space> --ddrs` to finish them",
             err=True,
@@ -233,11 +233,11 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     from sweeper.report.render import no_winner, render, texts, to_markdown
 
     if fmt in ("csv", "json"):
-        typer.echo(render(no_winner(table), fmt).rstrip("\n"))
+        display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
     text = texts(table, digits)
     if fmt == "markdown":
-        typer.echo(to_markdown(text))
+        display.echo(to_markdown(text))
         return
     shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
     group = [] if table.columns[0] == "radius" else [table.columns[0]]
@@ -256,7 +256,7 @@ def exit_if_left_out(results, strict: bool) -> None:
     unsound = frame.loc[~frame["sound"], ["trial_id", "cert_id"]].drop_duplicates()
     if strict and (results.invalid or len(unsound)):
         left = f"{len(results.invalid)} files and {len(unsound)} models were left out"
-        typer.echo(f"error: --strict: {left} (named above)", err=True)
+        display.echo(f"error: --strict: {left} (named above)", err=True)
         raise typer.Exit(1)
 
 
@@ -270,7 +270,7 @@ def print_settings(frame) -> None:
 
     if len(frame):
         for line in settings_lines(frame):
-            typer.echo(f"certified with {line} (n/a: beyond it)", err=True)
+            display.echo(f"certified with {line} (n/a: beyond it)", err=True)
 
 
 def print_coverage(exp: Experiment, results, frame) -> None:
@@ -278,7 +278,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
     trials = frame["trial_id"].nunique() if len(frame) else 0
     per = "" if models == trials else (
         f" (a model is a trial certified under one setting: {trials} trial{'s' * (trials != 1)} here)")
-    typer.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
+    display.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
     try:
         planned = {
             TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
@@ -287,14 +287,14 @@ def print_coverage(exp: Experiment, results, frame) -> None:
         planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
     absent = planned - set(results.frame["trial_id"])
     if absent:
-        typer.echo(
+        display.echo(
             f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
         )
     dependent = frame[frame["smoothing"] == "data-dependent"]
     if len(dependent):
         changed = int(dependent["memory_changed"].fillna(False).astype(bool).sum())
         models_dd = dependent.groupby(["trial_id", "cert_id"]).ngroups
-        typer.echo(
+        display.echo(
             f"data-dependent smoothing: {models_dd} models; the memory pass adjusted {changed} "
             f"of {len(dependent)} certificates",
             err=True,
@@ -304,7 +304,7 @@ def print_coverage(exp: Experiment, results, frame) -> None:
             f"{tid} ({len(v)} shards)"
             for (tid, _), v in sorted(results.missing_shards.items())[:10]
         )
-        typer.echo(
+        display.echo(
             f"{len(results.missing_shards)} models are missing shards (partial results): {listed}",
             err=True,
         )
