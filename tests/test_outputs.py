@@ -10,10 +10,12 @@ import json
 import re
 from pathlib import Path
 
+import certified_rows
 import numpy as np
 import pandas as pd
 import pytest
 import typer
+from scipy.stats import beta, norm
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -34,26 +36,42 @@ G = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epoc
 S = TrialConfig(dataset="digits", method="smoothadv", sigma=0.5, attack="pgd", epsilon=0.5,
                 steps=2, m_train=1, epochs=1)  # fmt: skip
 # (predict, label, radius) per test point; certified at the training σ with n = 100, so the
-# largest radius is 0.3751 for G and 0.7502 for S.
+# largest radius is 0.3751 for G and 0.7502 for S. Each radius is reached by the fewest of the
+# 100 votes that certify it (VOTES; an abstention has 33): the rows' radii are CERTIFY's, at or
+# just above these (G: .1066, .3103, .2003; S: .6207, .4007, .5068).
 POINTS = {
     G: ([1, 2, 3, -1], [1, 2, 3, 4], [0.1, 0.3, 0.2, 0.0]),
     S: ([1, 2, 5, -1], [1, 2, 3, 4], [0.6, 0.4, 0.5, 0.0]),
 }
+VOTES = {G: [81, 98, 91, 33], S: [98, 91, 95, 33]}
 RADII = "0:1:0.25"
 REACH = {cfg: float(max_radius(cfg.sigma, CERT.n, CERT.alpha)) for cfg in POINTS}
+
+
+def radius(votes: int, sigma: float) -> float:
+    """The radius CERTIFY gives `votes` of n = 100 at σ, from the papers' formulas:
+    σ·Φ⁻¹ of the Clopper–Pearson lower bound beta.ppf(α, k, n − k + 1)."""
+    return sigma * float(norm.ppf(beta.ppf(CERT.alpha, votes, CERT.n - votes + 1)))
+
+
+def write_model(exp: Experiment, cfg: TrialConfig, spec: CertifySpec) -> None:
+    """`cfg` certified under `spec` (at its training σ) on digits points 0-3: the votes that
+    reach POINTS' radii."""
+    predict, label, radii = POINTS[cfg]
+    sigmas = [cfg.sigma] * 4
+    cols = certified_rows.reaching(spec.n, spec.alpha, [0, 1, 2, 3], label, predict, radii, sigmas)
+    constants = {"smoothing": "fixed", "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
+    table = shard_table(cfg, exp.name, spec.cert_id, constants, cols, {"config": cfg.to_dict()})
+    write_table(table, exp.shard_path(cfg.trial_id, spec.cert_id, 0, 1))
 
 
 def make(storage: Path) -> Experiment:
     exp = Experiment(str(storage), "exp")
     write_sweep(exp, {"space": {"name": "hand", "certify": {"batch_size": 400}},
                       "trials": [c.to_dict() for c in POINTS]})  # fmt: skip
-    for cfg, (predict, label, radius) in POINTS.items():
-        cols = {"idx": [0, 1, 2, 3], "label": label, "predict": predict, "count": [90] * 4,
-                "p_lower": [0.9] * 4, "radius": radius, "time_s": [0.01] * 4,
-                "correct": [p == y for p, y in zip(predict, label, strict=True)]}  # fmt: skip
-        constants = {"sigma_cert": cfg.sigma, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
-        table = shard_table(cfg, exp.name, CERT.cert_id, constants, cols, {"config": cfg.to_dict()})
-        write_table(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))
+    for cfg in POINTS:
+        certified_rows.trained(exp, cfg)
+        write_model(exp, cfg, CERT)
     return exp
 
 
@@ -74,9 +92,30 @@ def test_the_reach_of_the_fixture():
     assert round(REACH[G], 4) == 0.3751 and round(REACH[S], 4) == 0.7502
 
 
+def test_the_rows_are_certifys_arithmetic_on_the_votes(storage):
+    """Each model's counts are VOTES and its radii the ones they give (0 where it abstains);
+    its ACR (the wrong point and the abstention count 0) is what the tables below print."""
+    frame = load_results(Experiment(str(storage), "exp")).frame
+    acr = {}
+    for cfg, votes in VOTES.items():
+        rows = frame[frame["trial_id"] == cfg.trial_id].sort_values("idx")
+        predict, label, _ = POINTS[cfg]
+        assert rows["count"].tolist() == votes and rows["predict"].tolist() == predict
+        radii = [
+            0.0 if p == -1 else radius(k, cfg.sigma) for p, k in zip(predict, votes, strict=True)
+        ]
+        assert rows["radius"].tolist() == pytest.approx(radii, rel=1e-12, abs=1e-12)
+        assert set(rows["sigma_cert"]) == {cfg.sigma}
+        right = [r for r, p, y in zip(radii, predict, label, strict=True) if p == y]
+        acr[cfg] = sum(right) / 4
+    assert (round(acr[G], 3), round(acr[S], 3)) == (0.154, 0.255)
+
+
 # ---------------------------------------------------------------------- no winner at 0
 def test_no_winner_where_nothing_is_certified_in_csv_json_and_markdown(storage):
-    csv = pd.read_csv(io.StringIO(invoke(storage, "envelope", "--radii", RADII, "--format", "csv").stdout))
+    csv = pd.read_csv(
+        io.StringIO(invoke(storage, "envelope", "--radii", RADII, "--format", "csv").stdout)
+    )
     assert csv["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.0, 0.0]
     assert csv["trial_id"].fillna("-").tolist() == [G.trial_id, S.trial_id, S.trial_id, "-", "-"]
     assert csv.loc[3:, ["clean_acc", "acr", "method", "sigma", "steps"]].isna().all().all()
@@ -93,7 +132,12 @@ def test_integers_stay_integers_in_csv_and_json(storage):
     text = invoke(storage, "envelope", "--radii", "0.25", "--format", "csv").stdout
     header, row = text.splitlines()
     values = dict(zip(header.split(","), row.split(","), strict=True))
-    assert (values["steps"], values["m_train"], values["points"], values["models"]) == ("2", "1", "4", "2")
+    assert (values["steps"], values["m_train"], values["points"], values["models"]) == (
+        "2",
+        "1",
+        "4",
+        "2",
+    )
     [record] = json.loads(invoke(storage, "envelope", "--radii", "0.25", "--format", "json").stdout)
     assert record["steps"] == 2 and isinstance(record["steps"], int)
     table = invoke(storage, "table", "--radii", "0,0.5", "--format", "csv").stdout
@@ -126,15 +170,18 @@ def test_the_envelope_at_80_columns_exactly(storage):
         "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━┓",
         "┃ radius ┃ cert. acc ┃ winner       ┃ clean acc ┃   ACR ┃ method    ┃    σ ┃ T ┃",
         "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━┩",
-        f"│      0 │     0.750 │ {G.trial_id} │     0.750 │ 0.150 │ gaussian  │ 0.25 │   │",
-        f"│   0.25 │     0.500 │ {S.trial_id} │     0.500 │ 0.250 │ smoothadv │  0.5 │ 2 │",
-        f"│    0.5 │     0.250 │ {S.trial_id} │     0.500 │ 0.250 │ smoothadv │  0.5 │ 2 │",
+        f"│      0 │     0.750 │ {G.trial_id} │     0.750 │ 0.154 │ gaussian  │ 0.25 │   │",
+        f"│   0.25 │     0.500 │ {S.trial_id} │     0.500 │ 0.255 │ smoothadv │  0.5 │ 2 │",
+        f"│    0.5 │     0.250 │ {S.trial_id} │     0.500 │ 0.255 │ smoothadv │  0.5 │ 2 │",
         "│   0.75 │     0.000 │ -            │         - │     - │ -         │    - │ - │",
         "│      1 │       n/a │ -            │         - │     - │ -         │    - │ - │",
         "└────────┴───────────┴──────────────┴───────────┴───────┴───────────┴──────┴───┘",
     ]
     err = result.stderr.splitlines()
-    assert "5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns" in err
+    assert (
+        "5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns"
+        in err
+    )
     assert (
         f"certified with {CERT.cert_id}: n0 = 10, n = 100, α = 0.001, skip = 1, max_points = all, "
         "2 models, 4 points each at most; largest certifiable radius σ·Φ⁻¹(α^(1/n)): 0.375 at "
@@ -158,15 +205,27 @@ def test_per_model_table_marks_radii_beyond_reach(storage):
     result = invoke(storage, "table", "--radii", "0,0.5,1", "--wide")
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in result.stdout.splitlines() if line.startswith("│")}  # fmt: skip
-    assert rows[G.trial_id] == ["gaussian", "0.25", "0.750*", "n/a", "n/a", "0.150", "4", "0.375"]
-    assert rows[S.trial_id] == ["smoothadv", "0.5", "0.500", "0.250*", "n/a", "0.250*", "4", "0.750"]
+    assert rows[G.trial_id] == ["gaussian", "0.25", "0.750*", "n/a", "n/a", "0.154", "4", "0.375"]
+    assert rows[S.trial_id] == [
+        "smoothadv",
+        "0.5",
+        "0.500",
+        "0.250*",
+        "n/a",
+        "0.255*",
+        "4",
+        "0.750",
+    ]
 
 
 # --------------------------------------------------------------- --only and the sweep
 def test_only_with_no_such_models_names_the_values_there_are(storage):
     result = runner.invoke(app, ["envelope", "--storage", str(storage), "--only", "sigma=0.3"])
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == "error: --only sigma=0.3 matches no model (sigma values: 0.25, 0.5)"
+    assert (
+        result.stderr.splitlines()[-1]
+        == "error: --only sigma=0.3 matches no model (sigma values: 0.25, 0.5)"
+    )
 
 
 def test_a_different_sweep_names_what_differs_and_the_likely_fix_first(tmp_path):
@@ -199,7 +258,7 @@ def test_envelope_plot_by_sigma_keeps_every_curve_visible_and_honours_radii(stor
     lines, ax = _lines(fig)
     assert list(lines) == ["upper envelope", "σ = 0.25", "σ = 0.5"]
     envelope, low = lines["upper envelope"], lines["σ = 0.25"]
-    # drawn first and underneath: the σ = 0.25 curve, equal to the envelope up to r = 0.2, shows
+    # drawn first and underneath: the σ = 0.25 curve, equal to the envelope up to r = .2003, shows
     assert envelope.get_zorder() < min(low.get_zorder(), lines["σ = 0.5"].get_zorder())
     assert envelope.get_linewidth() > low.get_linewidth()
     x = envelope.get_xdata()
@@ -207,7 +266,11 @@ def test_envelope_plot_by_sigma_keeps_every_curve_visible_and_honours_radii(stor
     same = np.asarray(low.get_ydata()) == np.asarray(envelope.get_ydata())
     assert same[x <= 0.1].all() and not same.all()
     at = int(np.searchsorted(x, 0.5))
-    assert (low.get_ydata()[at], lines["σ = 0.5"].get_ydata()[at], envelope.get_ydata()[at]) == (0, 0.25, 0.25)
+    assert (low.get_ydata()[at], lines["σ = 0.5"].get_ydata()[at], envelope.get_ydata()[at]) == (
+        0,
+        0.25,
+        0.25,
+    )
 
 
 def test_the_plot_command_honours_radii(storage, tmp_path):
@@ -257,41 +320,56 @@ def test_the_report_states_its_settings_and_marks_radii_beyond_reach(storage):
     assert rows == ["| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | 2 |",
                     "| 1 | n/a | - | - | - | - | - | - | - | - | - | 2 |"]  # fmt: skip
     per_model = files["per_model.md"].splitlines()
-    assert f"| Gaussian (Cohen et al.) | 0.25 |  | 1 | **0.750** | 0.250 | n/a | n/a | n/a | 0.150 | {G.trial_id} |" in per_model
-    assert f"| SmoothAdv-PGD, T = 2 | 0.5 | 0.5 | 1 | 0.500 | **0.500** | **0.250** | 0.000 | n/a | **0.250** | {S.trial_id} |" in per_model
+    assert (
+        f"| Gaussian (Cohen et al.) | 0.25 |  | 1 | **0.750** | 0.250 | n/a | n/a | n/a | 0.154 | {G.trial_id} |"
+        in per_model
+    )
+    assert (
+        f"| SmoothAdv-PGD, T = 2 | 0.5 | 0.5 | 1 | 0.500 | **0.500** | **0.250** | 0.000 | n/a | **0.255** | {S.trial_id} |"
+        in per_model
+    )
     wide = files["envelope.md"].splitlines()
-    assert "| Gaussian (Cohen et al.) | certified accuracy | **0.750** | 0.250 | n/a | n/a | n/a |" in wide
-    assert "| upper envelope (all models) | certified accuracy | 0.750 | 0.500 | 0.250 | 0.000 | n/a |" in wide
+    assert (
+        "| Gaussian (Cohen et al.) | certified accuracy | **0.750** | 0.250 | n/a | n/a | n/a |"
+        in wide
+    )
+    assert (
+        "| upper envelope (all models) | certified accuracy | 0.750 | 0.500 | 0.250 | 0.000 | n/a |"
+        in wide
+    )
 
 
 # ------------------------------------------------------- other tables, digits, wording
 def test_digits_sets_the_precision_of_measured_values_only(storage):
     md = invoke(storage, "envelope", "--radii", "0.25", "--format", "markdown", "--digits", "1")
     row = md.stdout.splitlines()[2]
-    assert row.startswith(f"| 0.25 | 0.5 | {S.trial_id} | {CERT.cert_id} | 0.5 | 0.2 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 |")
+    assert row.startswith(
+        f"| 0.25 | 0.5 | {S.trial_id} | {CERT.cert_id} | 0.5 | 0.3 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 |"
+    )
 
 
 def test_a_trial_certified_twice_is_two_models_and_stderr_says_so(storage):
     exp = Experiment(str(storage), "exp")
     other = CertifySpec(n0=10, n=100, alpha=0.01, skip=1, max_points=None)
-    predict, label, radius = POINTS[G]
-    cols = {"idx": [0, 1, 2, 3], "label": label, "predict": predict, "count": [90] * 4,
-            "p_lower": [0.9] * 4, "radius": radius, "time_s": [0.01] * 4,
-            "correct": [p == y for p, y in zip(predict, label, strict=True)]}  # fmt: skip
-    constants = {"sigma_cert": G.sigma, "n0": 10, "n": 100, "alpha": 0.01}
-    table = shard_table(G, "exp", other.cert_id, constants, cols, {"config": G.to_dict()})
-    write_table(table, exp.shard_path(G.trial_id, other.cert_id, 0, 1))
+    write_model(exp, G, other)  # G's radii at α = 0.01: 77, 96, 89 votes
     err = invoke(storage, "envelope", "--radii", "0").stderr.splitlines()
-    assert "3 models (a model is a trial certified under one setting: 2 trials here), 12 certified points" in err
+    assert (
+        "3 models (a model is a trial certified under one setting: 2 trials here), 12 certified points"
+        in err
+    )
     assert sum(line.startswith("certified with ") for line in err) == 2
 
 
-def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whole(monkeypatch, capsys):
+def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whole(
+    monkeypatch, capsys
+):
     from sweeper.cli import common
     from sweeper.cli.driver import finish
 
     monkeypatch.setattr(common.console, "width", 80)  # a terminal 80 columns wide
-    result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"])
+    result = runner.invoke(
+        app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"]
+    )
     assert result.exit_code == 0, result.output
     assert ELLIPSIS not in result.stdout and "certify/trial" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 80

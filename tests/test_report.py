@@ -1,14 +1,16 @@
 """`sweeper report`: the paper's tables (exact numbers, bold cells, markdown and LaTeX), its
-figures and the command line, on a hand-made digits experiment (d = 64, √d = 8)."""
+figures and the command line, on a small digits experiment of real CERTIFY rows (d = 64)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import certified_rows
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import beta, norm
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -37,7 +39,9 @@ from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 
 runner = CliRunner()
-CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+# Certified at σ = 1 whatever σ a model was trained at: every radius below is one CERTIFY can
+# give (up to 1.5005 at n = 100).
+CERT = CertifySpec(sigma=1.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None)
 CID = CERT.cert_id
 RADII = [0.0, 0.25, 0.5, 1.0, 1.5]
 DIMS = {"digits": 64}
@@ -47,45 +51,65 @@ def cfg(method: str, sigma: float, **kw) -> TrialConfig:
     return TrialConfig(dataset="digits", method=method, sigma=sigma, epochs=1, **kw)
 
 
+def R(votes: int) -> float:
+    """The radius CERTIFY gives `votes` of n = 100 at σ = 1, α = 0.001, computed here from
+    the papers' formulas: Φ⁻¹ of the Clopper–Pearson lower bound beta.ppf(α, k, n − k + 1)."""
+    return float(norm.ppf(beta.ppf(CERT.alpha, votes, CERT.n - votes + 1)))
+
+
 G1 = cfg("gaussian", 0.25, m_train=1)
 G2 = cfg("gaussian", 0.5, m_train=1)
 A = cfg("smoothadv", 0.25, attack="pgd", epsilon=0.5, steps=2, m_train=1)
 B = cfg("smoothadv", 0.5, attack="pgd", epsilon=1.0, steps=2, m_train=2)
 C = cfg("smoothadv", 0.5, attack="ddn", epsilon=0.5, steps=2, m_train=1)
 V = cfg("vanilla_pgd", 0.25, attack="pgd", epsilon=0.5, steps=2)
-# 4 points per model: (predict, correct, radius); predict −1 = abstain (radius 0).
+# 4 points per model: (predict, correct, radius); predict −1 = abstain (radius 0). Each radius
+# is reached by the fewest of the 100 votes that certify it (VOTES; an abstention has 33), so
+# the rows' radii are CERTIFY's, R(votes), at or just above these.
 POINTS = {
-    # clean .5, certified .25 at r=.25, ACR (.3+.1)/4 = .1, abstains on 1 of 4
+    # clean .5, certified .25 at r=.25, ACR (R(77) + R(70))/4 ≈ .1034, abstains on 1 of 4
     G1: ([1, 2, 3, -1], [True, True, False, False], [0.3, 0.1, 0.2, 0.0]),
-    # clean .75; .25 at r=.25 and r=.5 (the wrong point's radius .4 counts for nothing); ACR .2125
+    # clean .75; .25 at r=.25 and r=.5 (the wrong point's radius .43 counts for nothing)
     G2: ([1, 2, 3, 4], [True, True, True, False], [0.6, 0.2, 0.05, 0.4]),
-    # clean 1; .75 at r=.25; 0 at r=.5; ACR 1.11/4 = .2775
+    # clean 1; .75 at r=.25; 0 at r=.5 (.4587 is its largest)
     A: ([1, 2, 3, 4], [True] * 4, [0.26, 0.3, 0.1, 0.45]),
-    # clean .5; .5 at r=.5; .25 at r=1; ACR 1.9/4 = .475; abstains on 2 of 4
+    # clean .5; .5 at r=.5; .25 at r=1; the best ACR; abstains on 2 of 4
     B: ([1, 2, -1, -1], [True, True, False, False], [1.2, 0.7, 0.0, 0.0]),
-    # clean .75; .5 at r=.5 (ties B there, wins on clean accuracy); ACR 1.15/4 = .2875
+    # clean .75; .5 at r=.5 (.5607 and .5257: ties B there, wins on clean accuracy)
     C: ([1, 2, 3, -1], [True, True, True, False], [0.55, 0.5, 0.1, 0.0]),
-    # clean .75; .25 at r=.5; ACR .97/4 = .2425
+    # clean .75; .25 at r=.5 (.9542)
     V: ([1, 2, 3, 4], [True, False, True, True], [0.9, 0.3, 0.05, 0.02]),
 }
-ACR = {G1: 0.1, G2: 0.2125, A: 0.2775, B: 0.475, C: 0.2875, V: 0.2425}
+VOTES = {
+    G1: [77, 70, 74, 33],
+    G2: [87, 74, 68, 81],
+    A: [76, 77, 70, 82],
+    B: [98, 89, 33, 33],
+    C: [85, 84, 70, 33],
+    V: [94, 77, 68, 67],
+}
+# The mean radius over the 4 points, the wrong ones and abstentions counting 0.
+ACR = {
+    G1: (R(77) + R(70)) / 4,  # .1034
+    G2: (R(87) + R(74) + R(68)) / 4,  # .2272
+    A: (R(76) + R(77) + R(70) + R(82)) / 4,  # .2868
+    B: (R(98) + R(89)) / 4,  # .4888
+    C: (R(85) + R(84) + R(70)) / 4,  # .2989
+    V: (R(94) + R(68) + R(67)) / 4,  # .2601
+}
 
 
 def write_model(exp: Experiment, c: TrialConfig) -> None:
+    """`c` trained (its trial.json) and certified under CERT on digits points 0-3, with the
+    votes that reach POINTS' radii (labels: the prediction where correct, else 0)."""
     predict, correct, radius = POINTS[c]
-    columns = {
-        "idx": [0, 1, 2, 3],
-        "label": [p if ok else 0 for p, ok in zip(predict, correct, strict=True)],
-        "predict": predict,
-        "count": [90 if p >= 0 else 40 for p in predict],
-        "p_lower": [0.9 if p >= 0 else 0.4 for p in predict],
-        "radius": radius,
-        "correct": correct,
-        "time_s": [0.01] * 4,
-    }
-    # σ_cert = 1: the hand-made radii are ones CERTIFY can give (up to 1.5 at n = 100)
-    constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    labels = [p if ok else 0 for p, ok in zip(predict, correct, strict=True)]
+    columns = certified_rows.reaching(
+        CERT.n, CERT.alpha, [0, 1, 2, 3], labels, predict, radius, [CERT.sigma] * 4
+    )
+    constants = {"smoothing": "fixed", "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": c.to_dict()}
+    certified_rows.trained(exp, c)
     table = shard_table(c, exp.name, CID, constants, columns, meta)
     write_table(table, exp.shard_path(c.trial_id, CID, 0, 1))
 
@@ -105,6 +129,18 @@ def frame(tmp_path_factory) -> pd.DataFrame:
 def row_of(data: pd.DataFrame, c: TrialConfig) -> int:
     [i] = np.flatnonzero(data["trial_id"].to_numpy() == c.trial_id)
     return int(i)
+
+
+def test_the_rows_are_certifys_arithmetic_on_the_votes(frame):
+    """Each model's counts are VOTES, its radii R(votes) (0 where it abstains), at σ = 1."""
+    assert set(frame["cert_id"]) == {CID} and set(frame["sigma_cert"]) == {1.0}
+    for c, votes in VOTES.items():
+        rows = frame[frame["trial_id"] == c.trial_id].sort_values("idx")
+        predict, correct, _ = POINTS[c]
+        assert rows["count"].tolist() == votes and rows["predict"].tolist() == predict
+        assert rows["correct"].tolist() == correct
+        radii = [0.0 if p == -1 else R(k) for p, k in zip(predict, votes, strict=True)]
+        assert rows["radius"].tolist() == pytest.approx(radii, rel=1e-12, abs=1e-12)
 
 
 # -------------------------------------------------------------------------------- tables
@@ -181,11 +217,12 @@ def test_linf_accuracy_is_l2_accuracy_at_rho_sqrt_d(frame):
     whole = s[s["group"] == ALL].reset_index(drop=True)
     assert whole["l2_radius"].tolist() == pytest.approx([8 / 255, 32 / 255, 64 / 255])
     assert whole["column"].tolist() == ["linf=1/255", "linf=4/255", "linf=8/255"]
-    # ℓ2 radii 0.031, 0.125, 0.251: A keeps 4, 3 (0.1 < 0.125), 3 of its 4 points.
+    # ℓ2 radii 0.0314, 0.1255, 0.2510: A keeps 4, 3 (R(70) = .1091 < .1255), 3 (R(76) = .2752)
+    # of its 4 points.
     assert whole["certified_accuracy"].tolist() == [1.0, 0.75, 0.75]
     assert whole["trial_id"].tolist() == [A.trial_id] * 3
     vanilla = s[s["group"] == "vanilla_pgd"]["certified_accuracy"].tolist()
-    assert vanilla == [0.5, 0.25, 0.25]  # V's correct radii .9, .05, .02
+    assert vanilla == [0.5, 0.25, 0.25]  # V's correct radii .9542, .0562, .0301
     # CIFAR-10's d = 3072: 1/255 needs ℓ2 radius √3072/255 = 0.2174.
     cifar = linf_summary(frame, 3072, (1,))
     assert cifar["l2_radius"].iloc[0] == pytest.approx(math.sqrt(3072) / 255)
@@ -224,7 +261,7 @@ def test_markdown_and_latex_mark_the_best_cells(frame):
     assert header[:2] == ["", "σ"] and "ACR" in header
     b = body[3]  # model B
     assert b[header.index("r=0.5")] == "**0.500**" and b[header.index("r=0")] == "0.500"
-    assert b[header.index("ACR")] == "**0.475**" and b[0] == ""  # the section is printed once
+    assert b[header.index("ACR")] == "**0.489**" and b[0] == ""  # the section is printed once
     assert body[2][0] == "SmoothAdv-PGD, T = 2" and body[2][header.index("r=0")] == "**1.000**"
     tex = table_latex(t)
     assert tex.count(r"\begin{tabular}") == 1 and r"\caption{SmoothAdv-PGD, T = 2" in tex
@@ -257,10 +294,14 @@ def test_figure_plan_makes_the_figures_the_data_supports(frame):
         "envelope_by_smoothing: skipped, smoothing does not vary among all models (fixed)"
     ]
     grid = radius_grid(frame)
-    at = int(np.searchsorted(grid, 0.5, side="right")) - 1  # last grid radius <= 0.5
-    assert 0.45 < grid[at] <= 0.5 and 0.5 < grid[at + 1] < 0.55
+    assert grid[-1] == pytest.approx(1.02 * R(98))  # just past the largest radius, B's
+    # C's smaller certified radius, R(84) = .5257: the last grid radius at most it, the next
+    c_radius = R(84)
+    at = int(np.searchsorted(grid, c_radius, side="right")) - 1
+    assert c_radius - 0.01 < grid[at] <= c_radius < grid[at + 1] < c_radius + 0.01
     by_m = {c.label: (c.accuracy[at], c.accuracy[at + 1]) for c in figures[5].curves}
-    # SmoothAdv models only: m=1 is A and C (C certifies radii .55 and .5), m=2 is B (1.2, .7).
+    # SmoothAdv models only: m=1 is A and C (C certifies radii .5607 and .5257; A's largest is
+    # .4587), m=2 is B (1.2413, .7139).
     assert by_m == {
         "m_train = 1": (0.5, 0.25),
         "m_train = 2": (0.5, 0.5),
@@ -270,7 +311,7 @@ def test_figure_plan_makes_the_figures_the_data_supports(frame):
     assert picks["trial_id"].tolist() == [A.trial_id, B.trial_id]  # best ACR per σ
     assert (
         figures[2].curves[1].label
-        == "σ = 0.5: SmoothAdv-PGD, ε = 1, T = 2, m_train = 2 (ACR 0.475)"
+        == "σ = 0.5: SmoothAdv-PGD, ε = 1, T = 2, m_train = 2 (ACR 0.489)"
     )
 
 
@@ -313,8 +354,8 @@ def test_build_and_write_report(built, frame, tmp_path):
 
 
 def test_run_summary_counts_models_per_run_setting(frame):
-    fast = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None, precision="bf16",
-                       channels_last=True).cert_id  # fmt: skip
+    fast = CertifySpec(sigma=1.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None,
+                       precision="bf16", channels_last=True).cert_id  # fmt: skip
     mixed = pd.concat([frame, frame[frame["trial_id"] == A.trial_id].assign(cert_id=fast)])
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
     assert run_summary(mixed) == f"bf16, channels_last (1 model); fp32 ({models} models)"
@@ -342,7 +383,8 @@ def test_cli_report_writes_the_reports_directory(tmp_path):
     env = markdown_rows((reports / "envelope.md").read_text().split("## ")[1])
     assert env[0][2:] == ["r=0", "r=0.25", "r=0.5", "r=0.75", "r=1", "r=1.25", "r=1.5"]
     assert env[-2][2:] == ["1.000", "0.750", "0.500", "0.250", "0.250", "0.000", "0.000"]
-    # r=0.75: B (1.2) and V (0.9) both certify .25; V has the higher clean accuracy.
+    # r=0.75: B (1.2413) and V (0.9542) both certify .25; V has the higher clean accuracy.
+    # r=1.25: B's 1.2413 falls short.
     assert env[-1][2:] == ["1.000", "1.000", "0.750", "0.750", "0.500", "-", "-"]
     assert env[4][:3] == ["SmoothAdv", "certified accuracy", "**1.000**"]
     assert r"\begin{tabular}" in (reports / "abstention.tex").read_text()
