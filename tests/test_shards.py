@@ -12,13 +12,15 @@ import types
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import certified_rows
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy.stats import beta, norm
 
 from sweeper.plan.spec import CertifySpec, Resources
-from sweeper.results import attack_rows
+from sweeper.results import attack_rows, reader
 from sweeper.results.envelope import envelope
 from sweeper.results.failures import FailureLog, read_failures
 from sweeper.results.reader import read_stage, refresh_cache
@@ -43,13 +45,34 @@ RADII = [0.0, 0.25, 0.5]
 
 def rows(cfg: TrialConfig, idx: list[int], radius: list[float], experiment: str = "exp",
          smoothing: str = "fixed", cert_id: str = CID) -> pa.Table:  # fmt: skip
-    """CERTIFY-like rows: every point right (label 1) unless its radius is 0 (abstain)."""
-    predict = [1 if r > 0 else -1 for r in radius]
-    cols = {"idx": idx, "label": [1] * len(idx), "predict": predict, "count": [900] * len(idx),
-            "p_lower": [0.9] * len(idx), "radius": radius, "correct": [p == 1 for p in predict],
-            "sigma_cert": [cfg.sigma] * len(idx), "time_s": [0.1] * len(idx)}  # fmt: skip
+    """CERTIFY's rows (its arithmetic on vote counts among SPEC's n, at the trial's σ) of
+    digits points `idx`: each predicts its label with the least radius reaching `radius`
+    (`reached`), or abstains where that is 0."""
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in idx]
+    predict = [y if r > 0 else -1 for y, r in zip(labels, radius, strict=True)]
+    sigmas = [cfg.sigma] * len(idx)
+    cols = certified_rows.reaching(SPEC.n, SPEC.alpha, idx, labels, predict, radius, sigmas)
     constants = {"smoothing": smoothing, "n0": SPEC.n0, "n": SPEC.n, "alpha": SPEC.alpha}
     return shard_table(cfg, experiment, cert_id, constants, cols, {"config": cfg.to_dict()})
+
+
+def reached(radius: float, sigma: float) -> float:
+    """The least radius CERTIFY gives at σ among SPEC's n votes that is at least `radius`
+    (0 for 0), computed here from the formulas: σ·Φ⁻¹(p̲), p̲ = beta.ppf(α, k, n − k + 1)."""
+    if radius <= 0:
+        return 0.0
+    k = np.arange(1, SPEC.n + 1)
+    p = beta.ppf(SPEC.alpha, k, SPEC.n - k + 1)
+    radii = np.where(p >= 0.5, sigma * norm.ppf(p), 0.0)
+    return float(radii[np.argmax(radii >= radius)])
+
+
+def tampered(table: pa.Table, **columns: list) -> pa.Table:
+    """`table` with `columns` replaced by these values (of the column's type)."""
+    for name, values in columns.items():
+        where = table.schema.get_field_index(name)
+        table = table.set_column(where, name, pa.array(values, table.schema.field(name).type))
+    return table
 
 
 def write(exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Table,
@@ -64,6 +87,8 @@ def write(exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Table
 def exp(tmp_path) -> Experiment:
     """Models A (4 points, 2 shards) and B (2 points, 1 shard), every shard written."""
     exp = Experiment(str(tmp_path), "exp")
+    for cfg in (A, B):
+        certified_rows.trained(exp, cfg)
     write(exp, A, 0, 2, rows(A, [0, 1], [0.3, 0.0]))
     write(exp, A, 1, 2, rows(A, [2, 3], [0.6, 0.1]))
     write(exp, B, 0, 1, rows(B, [0, 1], [0.2, 0.4]))
@@ -118,25 +143,27 @@ def test_a_legacy_ddrs_memory_file_is_folded_into_the_compacted_rows(tmp_path):
     """An experiment certified with DDRS before compaction existed: its memory.parquet is
     used as it is (no second memory pass), then deleted with the shards."""
     exp = Experiment(str(tmp_path), "exp")
+    certified_rows.trained(exp, A)
     dd = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
     table = rows(A, [0, 1, 2], [0.3, 0.5, 0.2], smoothing="data-dependent", cert_id=dd.cert_id)
     write(exp, A, 0, 1, table, dd.cert_id)
+    raw = [reached(r, A.sigma) for r in (0.3, 0.5, 0.2)]  # points 0-2 predict labels 2, 0, 4
     memory = pa.Table.from_pydict(
         {"trial_id": [A.trial_id] * 3, "cert_id": [dd.cert_id] * 3, "idx": [0, 1, 2],
-         "predict_memory": [1, 1, -1], "radius_memory": [0.3, 0.25, 0.0],
+         "predict_memory": [2, 0, -1], "radius_memory": [raw[0], 0.25, 0.0],
          "correct_memory": [True, True, False], "memory_changed": [False, True, True]},
         schema=MEMORY_SCHEMA,
     )  # fmt: skip
     folder = Path(exp.setting_dir("certify", A.trial_id, dd.cert_id))
     pq.write_table(memory, folder / MEMORY)
     old = load_results(exp).frame  # read as experiments certified before compaction were
-    assert old["sound"].all() and old["radius"].tolist() == [0.3, 0.25, 0.0]
+    assert old["sound"].all() and old["radius"].tolist() == [raw[0], 0.25, 0.0]
     compaction.compact(exp, CERTIFY, A.trial_id, dd, 1)
     assert sorted(p.name for p in folder.iterdir()) == ["compacted-of-00001.parquet"]
     new = load_results(exp).frame
     for col in ("predict", "radius", "correct", "predict_raw", "radius_raw", "memory_changed"):
         assert new[col].tolist() == old[col].tolist(), col
-    assert new["radius_raw"].tolist() == [0.3, 0.5, 0.2] and new["sound"].all()
+    assert new["radius_raw"].tolist() == raw and new["sound"].all()
 
 
 def _digit(index: int) -> np.ndarray:
@@ -155,12 +182,14 @@ def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates
     dd = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
     write_status(exp.trial_dir(A.trial_id), A, "finished", 1, {})  # the pass reads the config
     d01, d24 = (float(np.linalg.norm(_digit(i) - _digit(j))) for i, j in ((0, 1), (2, 4)))
-    raw_predict, raw_radius = [2, 0, 4, -1, 9], [1.2, 1.9, 1.5, 0.0, 0.8]
-    assert 1.2 < d01 < 1.2 + 1.9 and d24 < 1.5  # ball 1 overlaps ball 0; x4 is inside ball 2
-    cols = {"idx": [0, 1, 2, 3, 4], "label": [2, 0, 4, 9, 4], "predict": raw_predict,
-            "count": [990] * 5, "p_lower": [0.99] * 5, "radius": raw_radius,
-            "correct": [True, True, True, False, False], "sigma_cert": [1.0, 1.1, 0.9, 1.0, 1.2],
-            "time_s": [0.1] * 5}  # fmt: skip
+    # CERTIFY's rows at σ_x 1.0, 1.1, 0.9, 1.0, 1.2 with the least radii reaching these
+    raw_predict, labels = [2, 0, 4, -1, 9], [2, 0, 4, 9, 4]
+    least, sigmas = [1.2, 1.9, 1.5, 0.0, 0.8], [1.0, 1.1, 0.9, 1.0, 1.2]
+    raw_radius = [reached(r, s) for r, s in zip(least, sigmas, strict=True)]
+    r0, r1, r2 = raw_radius[:3]  # 1.2032, 1.9054, 1.5095
+    assert r0 < d01 < r0 + r1 and d24 < r2  # ball 1 overlaps ball 0; x4 is inside ball 2
+    cols = certified_rows.reaching(dd.n, dd.alpha, range(5), labels, raw_predict, least, sigmas)
+    assert cols["radius"] == raw_radius
     constants = {"smoothing": "data-dependent", "n0": dd.n0, "n": dd.n, "alpha": dd.alpha}
     table = shard_table(A, "exp", dd.cert_id, constants, cols, {"config": A.to_dict()})
     write(exp, A, 0, 2, table.slice(0, 3), dd.cert_id)
@@ -176,14 +205,14 @@ def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates
                 "predict_raw": raw_predict, "radius_raw": raw_radius,
                 "correct_raw": [True, True, True, False, False],
                 "memory_changed": [False, True, False, False, True]}  # fmt: skip
-    adjusted = [1.2, d01 - 1.2, 1.5, 0.0, 1.5 - d24]
+    adjusted = [r0, d01 - r0, r2, 0.0, r2 - d24]
     for source in (compacted.to_pandas(), frame):
         for col, values in expected.items():
             assert source[col].tolist() == values, col
         assert source["radius"].to_numpy() == pytest.approx(adjusted, abs=1e-12)
     assert frame["sound"].all()
-    # Certified accuracy from the adjusted rows (4/5 right; radii 1.2, 1.60, 1.5, 0.14): the
-    # raw ones (3/5 right; radii 1.2, 1.9, 1.5) would give 0.6 at r = 0 and 0.2 at r = 1.7.
+    # Certified accuracy from the adjusted rows (4/5 right; radii 1.20, 1.60, 1.51, 0.15): the
+    # raw ones (3/5 right; radii 1.20, 1.91, 1.51) would give 0.6 at r = 0 and 0.2 at r = 1.7.
     table = envelope(frame, [0.0, 0.5, 1.0, 1.7], None)
     assert table["certified_accuracy"].tolist() == pytest.approx([0.8, 0.6, 0.6, 0.0])
     assert table["acr"].iloc[0] == pytest.approx(sum(adjusted) / 5)
@@ -197,10 +226,12 @@ def _plant(exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Tabl
 FORGED = [
     ("another experiment's rows", lambda: rows(A, [0, 1], [0.3, 0.0], experiment="other"),
      "experiment is not 'exp'"),
-    ("a radius no CERTIFY gives", lambda: rows(A, [0, 1], [9.0, 0.0]),
+    ("a radius no CERTIFY gives", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[9.0, 0.0]),
      "a radius larger than n and alpha allow"),
-    ("a negative radius", lambda: rows(A, [0, 1], [-0.1, 0.0]), "negative, NaN or infinite"),
-    ("a NaN radius", lambda: rows(A, [0, 1], [float("nan"), 0.0]), "negative, NaN or infinite"),
+    ("a negative radius", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[-0.1, 0.0]),
+     "negative, NaN or infinite"),
+    ("a NaN radius", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[float("nan"), 0.0]),
+     "negative, NaN or infinite"),
     ("duplicated rows", lambda: pa.concat_tables([rows(A, [0, 1], [0.3, 0.0])] * 2),
      "duplicated rows"),
     ("B's rows under A's path", lambda: rows(B, [0, 1], [0.2, 0.0]), "trial_id is not"),
@@ -209,8 +240,7 @@ FORGED = [
     ("radius as text", lambda: rows(A, [0, 1], [0.3, 0.0]).set_column(
         SCHEMA.get_field_index("radius"), "radius", pa.array(["0.3", "0.0"])),
      "column 'radius' is string"),
-    ("a label of no class", lambda: rows(A, [0, 1], [0.3, 0.0]).set_column(
-        SCHEMA.get_field_index("label"), "label", pa.array([1, 99], pa.int64())),
+    ("a label of no class", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), label=[2, 99]),
      "a label outside the data set's classes"),
 ]  # fmt: skip
 
@@ -224,7 +254,7 @@ def test_a_forged_or_damaged_file_is_named_and_left_out(exp, what, table, proble
     assert bad not in results.files and (A.trial_id, CID) in results.missing_shards
     frame = results.frame
     assert sorted(frame.loc[frame.trial_id == A.trial_id, "idx"]) == [2, 3]  # A's other shard
-    assert (frame["radius"] <= 0.6).all()  # nothing of the forged file got in
+    assert (frame["radius"] <= reached(0.6, A.sigma)).all()  # nothing of the forged file got in
 
 
 def test_planted_files_change_no_envelope(exp, tmp_path):
@@ -237,8 +267,9 @@ def test_planted_files_change_no_envelope(exp, tmp_path):
     bad_schema = rows(damaged, [0, 1], [0.9, 0.9]).drop_columns(["correct"])
     bad_schema = bad_schema.set_column(
         SCHEMA.get_field_index("radius") - 1, "radius", pa.array(["0.9", "0.9"]))  # fmt: skip
+    other = tampered(rows(forged, [0, 1], [0.9, 0.9], experiment="other"), radius=[9.0, 9.0])
     planted = [
-        _plant(exp, forged, 0, 1, rows(forged, [0, 1], [9.0, 9.0], experiment="other")),
+        _plant(exp, forged, 0, 1, other),
         _plant(exp, damaged, 0, 1, bad_schema),
         _plant(exp, B, 0, 2, pa.concat_tables([rows(B, [2, 3], [0.4, 0.4])] * 2)),
     ]
@@ -253,19 +284,25 @@ def test_max_radius_is_the_clopper_pearson_limit():
 
 
 # ------------------------------------------------------------------------------ the cache
-def test_the_cache_serves_compacted_models_from_one_file(exp):
+def test_the_cache_serves_compacted_models_from_one_file(exp, monkeypatch):
+    """Both models' rows are read from the cache alone; a compacted file whose bytes are no
+    longer those cached (same size or not) is read from the file, which is invalid."""
     clean = certified(exp)
     for cfg, count in ((A, 2), (B, 1)):
         compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
     assert refresh_cache(exp, CERTIFY) == 2
-    compacted = Path(exp.compacted_path("certify", A.trial_id, CID, 2))
-    garbage = b"\0" * compacted.stat().st_size  # same size: covered, so never opened
-    compacted.write_bytes(garbage)
+    scanned: list[list[str]] = []
+    scan = reader._scan
+    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.append(paths) or scan(paths, *a))
     result = read_stage(exp, CERTIFY)
     assert result.table.num_rows == 6 and not result.invalid
+    assert scanned == [[exp.cache_path("certify")]]  # no compacted file's rows read
     assert certified(exp) == clean
-    compacted.write_bytes(garbage + b"\0")  # changed: read from the file, which is invalid
-    assert [p.split(": ")[0] for p in read_stage(exp, CERTIFY).invalid] == [str(compacted)]
+    compacted = Path(exp.compacted_path("certify", A.trial_id, CID, 2))
+    garbage = b"\0" * compacted.stat().st_size  # same size: its digest is not the cached one
+    for changed in (garbage, garbage + b"\0"):
+        compacted.write_bytes(changed)
+        assert [p.split(": ")[0] for p in read_stage(exp, CERTIFY).invalid] == [str(compacted)]
     compacted.unlink()  # gone: its cached rows go too
     frame = load_results(exp).frame
     assert set(frame["trial_id"]) == {B.trial_id}
@@ -440,7 +477,8 @@ class Bench:
     )
 
     def compute(self, exp: Experiment, shard: Shard, setting, cpus: float) -> pa.Table:
-        """Rows of the shard's points, point i with radius i/100 (0: abstains)."""
+        """Rows of the shard's points, point i with the least radius reaching i/100 (0:
+        abstains)."""
         self.computed.append((shard.stage, shard.trial_id, shard.setting_id, shard.index, cpus))
         if (shard.stage, shard.trial_id, shard.index) in self.fail:
             raise self.fail[(shard.stage, shard.trial_id, shard.index)]
@@ -480,8 +518,12 @@ class Bench:
 
 @pytest.fixture
 def bench(tmp_path, fake_ray) -> Bench:
-    """(Ray stands in too: a runner that went to Ray by mistake would start a real one.)"""
-    return Bench(Experiment(str(tmp_path), "exp"))
+    """(Ray stands in too: a runner that went to Ray by mistake would start a real one.)
+    A, B and C trained (their trial.json written)."""
+    bench = Bench(Experiment(str(tmp_path), "exp"))
+    for cfg in bench.models.values():
+        certified_rows.trained(bench.exp, cfg)
+    return bench
 
 
 def seen(events: list[shards.Event]) -> list[tuple]:
@@ -527,7 +569,7 @@ def test_every_shard_is_computed_then_each_model_compacted_once_its_shards_are_w
     for cfg, points in ((A, 8), (C, 6)):
         mine = frame[frame.trial_id == cfg.trial_id]
         assert mine["idx"].tolist() == list(range(points))
-        assert mine["radius"].tolist() == [i / 100 for i in range(points)]
+        assert mine["radius"].tolist() == [reached(i / 100, cfg.sigma) for i in range(points)]
     assert runner.failure_rows() == [] and read_failures(exp)[0] == {}
     assert bench.cached_models() == 0  # 2 models: the cache waits for finish()
     runner.finish()
@@ -564,7 +606,9 @@ def test_resuming_computes_only_the_missing_shards(bench):
     assert [name for name, _ in tasks.submitted] == ["run_shard", "run_shard", "compact", "compact"]
     assert sorted(bench.computed) == [("certify", a, CID, k, 1.5) for k in (1, 3)]
     frame = load_results(exp).frame
-    assert sorted(frame.loc[frame.trial_id == a, "radius"]) == [i / 100 for i in range(8)]
+    assert sorted(frame.loc[frame.trial_id == a, "radius"]) == [
+        reached(i / 100, A.sigma) for i in range(8)
+    ]
     assert sorted(frame.loc[frame.trial_id == b, "idx"]) == list(range(8))
     assert c_rows.exists() and bench.files("certify", C) == [c_rows.name]
 
@@ -664,6 +708,8 @@ def test_the_cache_is_refreshed_after_16_models_then_when_a_quarter_of_it_is_new
     small = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=2, shard_size=2)
     models = [replace(A, epochs=k) for k in range(1, 123)]
     bench.models.update({cfg.trial_id: cfg for cfg in models})
+    for cfg in models:
+        certified_rows.trained(bench.exp, cfg)
     for cfg in models[:81]:
         path = bench.exp.compacted_path("certify", cfg.trial_id, small.cert_id, 1)
         Path(path).parent.mkdir(parents=True)
