@@ -42,7 +42,10 @@ def sound_rows(exp: Experiment, trial_id: str, cert_id: str, table: pa.Table) ->
 def _legacy(exp: Experiment, legacy: str, table: pa.Table):
     """The legacy memory file's rows, checked against the model's rows as a reader checks
     them (`sweeper.results.legacy_memory`); RuntimeError naming it and why if they fail."""
-    memory, invalid = read_memory([exp.parse_stage_file("certify", legacy)], MEMORY_SCHEMA)
+    parsed = exp.parse_stage_file("certify", legacy)
+    if parsed is None:  # found by the stage's own listing, so always a file of the layout
+        raise RuntimeError(f"{legacy}: not a memory file of the layout")
+    memory, invalid = read_memory([parsed], MEMORY_SCHEMA)
     if not invalid:
         memory, invalid = valid_memory(table.to_pandas(), memory)
     if invalid or memory.empty:
