@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import certified_rows
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -16,6 +17,7 @@ from sweeper.cli import app
 from sweeper.ingest import importer as ingest
 from sweeper.ingest import log_reader
 from sweeper.ingest.log_reader import parse_row
+from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import sweep_conflict
 from sweeper.results.rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
@@ -335,13 +337,14 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
     ours = [COHEN, COHEN.replace(sigma=0.5)]
     write_sweep(exp, {"space": {"name": "cifar10"}, "trials": [t.to_dict() for t in ours]})
     sweep_bytes = Path(exp.sweep_json).read_bytes()
-    cols = {"idx": [0, 20], "label": [3, 7], "predict": [3, 7], "count": [99000, 90000],
-            "p_lower": [0.98, 0.89], "radius": [0.25, 0.15], "correct": [True, True], "time_s": [1.0, 1.0],
-            "sigma_cert": [0.12, 0.12]}  # fmt: skip
-    constants = {"n0": 100, "n": 100_000, "alpha": 0.001}
+    # Our CERTIFY of the trained COHEN (the paper's setting, at its σ 0.12) on points 0 and 20
+    spec = CertifySpec()
+    certified_rows.trained(exp, COHEN)
+    cols = certified_rows.columns(spec, COHEN.sigma, [0, 20], [99000, 90000], [3, 7])
+    constants = {"n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
     write_table(
-        shard_table(COHEN, "cifar10", "ours", constants, cols, {}),
-        exp.shard_path(COHEN.trial_id, "ours", 0, 1),
+        shard_table(COHEN, "cifar10", spec.cert_id, constants, cols, {}),
+        exp.shard_path(COHEN.trial_id, spec.cert_id, 0, 1),
     )
     report = ingest.import_logs(logs / COHEN_DIR, exp)
     assert [m.cfg.trial_id for m in report.imported] == [COHEN.trial_id] and not report.wrote_sweep
@@ -349,11 +352,14 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
     assert sweep_conflict(exp, ours) == []
     frame = load_results(exp).frame
     assert sorted(frame.groupby(["trial_id", "cert_id"]).size().items()) == [
-        ((COHEN.trial_id, f"imported-sigma-0.12-{PAPER}"), 3), ((COHEN.trial_id, "ours"), 2)
+        ((COHEN.trial_id, f"imported-sigma-0.12-{PAPER}"), 3), ((COHEN.trial_id, spec.cert_id), 2)
     ]  # fmt: skip
     result = runner.invoke(app, ["envelope", "--storage", exp.storage, "--experiment", "cifar10", "--radius", "0", "--format", "csv"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "2 models (a model is a trial certified under one setting: 1 trial here), 5 certified points" in result.stderr
+    assert (
+        "2 models (a model is a trial certified under one setting: 1 trial here), 5 certified points"
+        in result.stderr
+    )
     assert "1 of the sweep's 2 trials have no results yet" in result.stderr
 
 
