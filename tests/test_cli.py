@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import certified_rows
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -25,7 +26,9 @@ from trainables.trial_status import write_status
 runner = CliRunner()
 SWEEPER = Path(sys.executable).parent / "sweeper"
 
-CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+# Certified at a fixed σ_cert = 2 (`--sigma-cert 2`): the radii below are ones CERTIFY can
+# give at n = 100 (up to 3.0), which the trials' own σ (0.25, 0.5) could not.
+CERT = CertifySpec(sigma=2.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None)
 CID = CERT.cert_id
 GAUSS = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
 ADV = TrialConfig(
@@ -33,11 +36,15 @@ ADV = TrialConfig(
     m_train=2, epochs=1,
 )  # fmt: skip
 PENDING = GAUSS.replace(sigma=1.0)
+# Digits' test points 0-3 (labels 2, 0, 4, 9): each model's predictions (−1: abstained) and
+# the radius its votes just reach (`certified_rows.reaching`: the fewest of the 100 votes that
+# do, so each radius lies between the one named and the next of RADII).
 # GAUSS: clean 0.75, radii 0.1 / 0.5 / 1.0 and one abstention.
-# ADV: clean 0.5, radii 2.0 / 0.3, one wrong prediction with radius 0.7, one abstention.
+# ADV: clean 0.5, radii 2.0 / 0.3, one wrong prediction (7 for a 4) with radius 0.7, one
+# abstention.
 POINTS = {
-    GAUSS: ([1, 2, 3, -1], [True, True, True, False], [0.1, 0.5, 1.0, 0.0]),
-    ADV: ([4, 5, 9, -1], [True, True, False, False], [2.0, 0.3, 0.7, 0.0]),
+    GAUSS: ([2, 0, 4, -1], [0.1, 0.5, 1.0, 0.0]),
+    ADV: ([2, 0, 7, -1], [2.0, 0.3, 0.7, 0.0]),
 }
 RADII = "0,0.5,1,1.5,2,2.25"
 ENVELOPE = [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
@@ -45,20 +52,14 @@ WINNERS = [GAUSS, GAUSS, GAUSS, ADV, ADV, None]  # r=1: tie, GAUSS has the highe
 
 
 def _shard(exp: Experiment, cfg: TrialConfig, rows: slice, shard: int, of: int) -> None:
-    predict, correct, radius = (v[rows] for v in POINTS[cfg])
-    k = len(predict)
-    cols = {
-        "idx": list(range(rows.start, rows.stop)),
-        "label": [p if c else 0 for p, c in zip(predict, correct, strict=True)],
-        "predict": predict,
-        "count": [90] * k,
-        "p_lower": [0.9] * k,
-        "radius": radius,
-        "correct": correct,
-        "time_s": [0.01] * k,
-    }
-    # σ_cert = 2: the hand-made radii are ones CERTIFY can give (up to 3.0 at n = 100)
-    constants = {"sigma_cert": 2.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    """CERTIFY's rows of `cfg` on points `rows` (its arithmetic on the votes that give
+    POINTS' radii), as shard `shard` of `of`."""
+    predict, radius = (v[rows] for v in POINTS[cfg])
+    idx = list(range(rows.start, rows.stop))
+    labels = [certified_rows.DIGIT_LABELS[i] for i in idx]
+    sigmas = [CERT.sigma] * len(idx)
+    cols = certified_rows.reaching(CERT.n, CERT.alpha, idx, labels, predict, radius, sigmas)
+    constants = {"smoothing": "fixed", "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
     table = shard_table(cfg, exp.name, CID, constants, cols, meta)
     write_table(table, exp.shard_path(cfg.trial_id, CID, shard, of))
@@ -265,7 +266,11 @@ def test_certify_bad_input(storage):
     before = tree(storage)
     st = ["--storage", str(storage)]
     bad_input(["certify", "digits", *st], "no experiment at", "run grid digits")
-    bad_input(["certify", "digits", "--n", "0", "--alpha", "0.9", *st], "n must be an integer >= 1", "alpha")
+    bad_input(
+        ["certify", "digits", "--n", "0", "--alpha", "0.9", *st],
+        "n must be an integer >= 1",
+        "alpha",
+    )
     bad_input(["certify", "nosuchspace", *st], "unknown space")
     # an experiment with a finished trial: an unreachable cluster is caught before Ray
     exp = Experiment(str(storage), "digits")

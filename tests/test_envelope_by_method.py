@@ -1,10 +1,11 @@
 """`sweeper envelope --by method`: the SmoothAdv-vs-Gaussian comparison of the paper, per radius,
-from the CLI on a hand-made experiment (no Ray)."""
+from the CLI on a hand-made experiment of real CERTIFY rows (no Ray)."""
 
 from __future__ import annotations
 
 import io
 
+import certified_rows
 import pandas as pd
 from typer.testing import CliRunner
 
@@ -15,12 +16,16 @@ from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.config import TrialConfig
 
-CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
+# Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below are ones CERTIFY can
+# give at n = 100 (up to 1.5), which the trials' σ = 0.25 could not.
+CERT = CertifySpec(sigma=1.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None)
 BASE = dict(dataset="digits", sigma=0.25, epochs=1)
 GAUSS = TrialConfig(method="gaussian", m_train=1, **BASE)
 PGD = TrialConfig(method="smoothadv", attack="pgd", epsilon=0.5, steps=2, m_train=2, **BASE)
 DDN = TrialConfig(method="smoothadv", attack="ddn", epsilon=0.5, steps=4, m_train=2, **BASE)
-# Five test points per model: (prediction correct?, radius); abstentions are wrong with radius 0.
+# Digits' test points 0-4 per model: (prediction correct?, the radius its votes just reach:
+# `certified_rows.reaching`, the fewest of the 100 votes that do, so each lies between the one
+# named and the next of RADII); abstentions are wrong with radius 0.
 POINTS = {
     GAUSS: [(True, 0.9), (True, 0.6), (True, 0.3), (True, 0.1), (False, 0.0)],  # clean 0.8
     PGD: [(True, 0.9), (True, 0.8), (True, 0.55), (False, 0.4), (False, 0.0)],  # clean 0.6
@@ -38,15 +43,18 @@ def _experiment(storage) -> Experiment:
     exp = Experiment(str(storage), "compare")
     write_sweep(exp, {"space": {"name": "hand"}, "trials": [c.to_dict() for c in POINTS]})
     for cfg, points in POINTS.items():
-        correct = [c for c, _ in points]
-        predict = [1 if c else (2 if r > 0 else -1) for c, r in points]
-        cols = {
-            "idx": list(range(len(points))), "label": [1] * len(points), "predict": predict,
-            "count": [90] * len(points), "p_lower": [0.9] * len(points),
-            "radius": [r for _, r in points], "correct": correct, "time_s": [0.01] * len(points),
-        }  # fmt: skip
-        # σ_cert = 1: the hand-made radii are ones CERTIFY can give (up to 1.5 at n = 100)
-        constants = {"sigma_cert": 1.0, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+        certified_rows.trained(exp, cfg)
+        idx = list(range(len(points)))
+        labels = [certified_rows.DIGIT_LABELS[i] for i in idx]
+        radius = [r for _, r in points]
+        # correct: the label; wrong: the next class; radius 0: an abstention
+        predict = [
+            y if c else ((y + 1) % 10 if r > 0 else -1)
+            for (c, r), y in zip(points, labels, strict=True)
+        ]
+        sigmas = [CERT.sigma] * len(idx)
+        cols = certified_rows.reaching(CERT.n, CERT.alpha, idx, labels, predict, radius, sigmas)
+        constants = {"smoothing": "fixed", "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
         meta = {"certify_backend": "test", "normalization": "none", "config": cfg.to_dict()}
         table = shard_table(cfg, exp.name, CERT.cert_id, constants, cols, meta)
         write_table(table, exp.shard_path(cfg.trial_id, CERT.cert_id, 0, 1))

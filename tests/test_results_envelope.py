@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import certified_rows
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -34,10 +35,23 @@ from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
 from trainables.config_parts import DDRSSettings
 
-CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None)
-SIGMA_CERT = 1.0  # the hand-made radii (up to 2.0) are possible: at most 3.81·σ at n = 10^5
+# Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below (up to 2.0) are ones
+# CERTIFY can give (at most 3.81·σ at n = 10^5), which the trials' own σ could not.
+SIGMA_CERT = 1.0
+CERT = CertifySpec(sigma=SIGMA_CERT, n0=10, n=100_000, alpha=0.001, skip=1, max_points=None)
 CID = CERT.cert_id
 RADII = [0.0, 0.5, 1.0, 1.5, 2.0, 2.25]
+# The fewest votes among n = 10^5 whose radius at σ = 1 reaches 0.1, 0.5, ... (its radius is
+# then less than 10^-4 beyond: test_the_votes_just_reach_their_radii); 40,000 abstain.
+VOTES = {0.1: 54_471, 0.3: 62_267, 0.5: 69_598, 0.7: 76_222, 1.0: 84_492, 2.0: 97_870}
+ABSTAIN = 40_000
+
+
+def radius_of(votes: int) -> float:
+    """CERTIFY's radius for `votes` of CERT's n at σ = 1, written out with scipy: Φ⁻¹ of the
+    one-sided Clopper–Pearson lower bound beta.ppf(α, k, n − k + 1), 0 below 1/2."""
+    p = beta.ppf(CERT.alpha, votes, CERT.n - votes + 1)
+    return SIGMA_CERT * norm.ppf(p) if p >= 0.5 else 0.0
 
 
 def _configs() -> tuple[TrialConfig, TrialConfig]:
@@ -52,38 +66,35 @@ def _configs() -> tuple[TrialConfig, TrialConfig]:
 
 
 HI, LO = _configs()
-# HI: 4 points, 3 correct (radii 0.1, 0.5, 1.0) and one abstention. clean 0.75, ACR 0.4.
+# Per point: is the class its n0 draws selected the label, and its votes among n.
+# HI: 4 points, 3 correct (radii just past 0.1, 0.5, 1.0) and one abstention. clean 0.75,
+# ACR just over 0.4 (HI_ACR).
 HI_POINTS = {
-    "predict": [1, 2, 3, -1],
     "correct": [True, True, True, False],
-    "radius": [0.1, 0.5, 1.0, 0.0],
+    "votes": [VOTES[0.1], VOTES[0.5], VOTES[1.0], ABSTAIN],
 }
-# LO: 4 points; correct with radii 2.0 and 0.3, one WRONG with radius 0.7, one abstention.
+# LO: 4 points; correct with radii just past 2.0 and 0.3, one WRONG with radius just past 0.7,
+# one abstention.
 LO_POINTS = {
-    "predict": [4, 5, 9, -1],
     "correct": [True, True, False, False],
-    "radius": [2.0, 0.3, 0.7, 0.0],
+    "votes": [VOTES[2.0], VOTES[0.3], VOTES[0.7], ABSTAIN],
 }
 HI_CURVE = [0.75, 0.5, 0.25, 0.0, 0.0, 0.0]
 LO_CURVE = [0.5, 0.25, 0.25, 0.25, 0.25, 0.0]
+HI_ACR = (radius_of(VOTES[0.1]) + radius_of(VOTES[0.5]) + radius_of(VOTES[1.0])) / 4
+LO_ACR = (radius_of(VOTES[2.0]) + radius_of(VOTES[0.3])) / 4  # the wrong 0.7 is not counted
 
 
-def columns(points: dict, idx: list[int]) -> dict[str, list]:
-    k = len(points["predict"])
-    return {
-        "idx": idx,
-        "label": [p if c else 0 for p, c in zip(points["predict"], points["correct"], strict=True)],
-        "predict": points["predict"],
-        "count": [90 if p >= 0 else 40 for p in points["predict"]],
-        "p_lower": [0.9 if p >= 0 else 0.4 for p in points["predict"]],
-        "radius": points["radius"],
-        "correct": points["correct"],
-        "time_s": [0.01] * k,
-    }
+def columns(points: dict, idx: list[int], spec: CertifySpec = CERT) -> dict[str, list]:
+    """CERTIFY's columns (its arithmetic on the votes) for digits' test points `idx`: the
+    n0 draws selected the label where `correct`, else the next class."""
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in idx]
+    selected = [y if c else (y + 1) % 10 for y, c in zip(labels, points["correct"], strict=True)]
+    return certified_rows.columns(spec, SIGMA_CERT, idx, points["votes"], labels, selected)
 
 
 def table(cfg: TrialConfig, points: dict, idx: list[int], experiment: str = "exp") -> pa.Table:
-    constants = {"sigma_cert": SIGMA_CERT, "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
+    constants = {"smoothing": "fixed", "n0": CERT.n0, "n": CERT.n, "alpha": CERT.alpha}
     metadata = {
         "certify_backend": "test-backend 1.0",
         "normalization": "NormalizeLayer(means=[0.5], sds=[0.5])",
@@ -97,8 +108,11 @@ def _part(points: dict, sl: slice) -> dict:
 
 
 def write_experiment(storage, name: str = "exp") -> Experiment:
-    """HI: complete, 2 shards of 2 points; LO: shards 0 and 2 of 3 (shard 1 missing)."""
+    """HI: complete, 2 shards of 2 points; LO: shards 0 and 2 of 3 (shard 1 missing); both
+    trained (their trial.json)."""
     exp = Experiment(str(storage), name)
+    certified_rows.trained(exp, HI)
+    certified_rows.trained(exp, LO)
     write_table(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(HI.trial_id, CID, 0, 2))  # fmt: skip
     write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
     write_table(table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(LO.trial_id, CID, 0, 3))  # fmt: skip
@@ -130,6 +144,23 @@ def test_shard_table_repeats_identity_and_constants():
     gauss = g if HI.method == "gaussian" else d
     assert gauss["epsilon"] == [None] * 4 and gauss["attack"] == [None] * 4  # null columns
     assert "data_dir" not in d and "num_workers" not in d  # environment is not identity
+
+
+def test_the_votes_just_reach_their_radii(frame):
+    """Each of VOTES is the fewest votes whose radius (scipy's, written out) reaches the radius
+    it is named for, and passes it by less than 10^-4: the curves above, by hand, count each
+    point at those radii. ABSTAIN's bound is below 1/2. The rows carry these radii, and
+    predict the label exactly where `correct` says."""
+    for reach, votes in VOTES.items():
+        assert radius_of(votes - 1) < reach <= radius_of(votes) < reach + 1e-4
+    assert beta.ppf(CERT.alpha, ABSTAIN, CERT.n - ABSTAIN + 1) < 0.5
+    for cfg, points in ((HI, HI_POINTS), (LO, LO_POINTS)):
+        rows = frame[frame["trial_id"] == cfg.trial_id]
+        expected = [radius_of(v) for v in points["votes"]]
+        np.testing.assert_allclose(rows["radius"], expected, rtol=1e-12, atol=0)
+        assert (rows["predict"] == -1).tolist() == [v == ABSTAIN for v in points["votes"]]
+        assert rows["correct"].tolist() == points["correct"]
+        assert (rows["sigma_cert"] == SIGMA_CERT).all() and (rows["n"] == CERT.n).all()
 
 
 def test_load_results_reads_every_shard(tmp_path):
@@ -233,10 +264,10 @@ def test_model_table_by_hand(frame):
     m = model_table(frame).set_index("trial_id")
     assert m.loc[HI.trial_id, "points"] == 4
     assert m.loc[HI.trial_id, "clean_acc"] == pytest.approx(0.75)
-    assert m.loc[HI.trial_id, "acr"] == pytest.approx((0.1 + 0.5 + 1.0) / 4)
+    assert m.loc[HI.trial_id, "acr"] == pytest.approx(HI_ACR, rel=1e-12)
     assert m.loc[HI.trial_id, "abstain_rate"] == pytest.approx(0.25)
     assert m.loc[LO.trial_id, "clean_acc"] == pytest.approx(0.5)
-    assert m.loc[LO.trial_id, "acr"] == pytest.approx((2.0 + 0.3) / 4)  # the wrong 0.7 is not
+    assert m.loc[LO.trial_id, "acr"] == pytest.approx(LO_ACR, rel=1e-12)  # the wrong 0.7 is not
     assert m.loc[LO.trial_id, "abstain_rate"] == pytest.approx(0.25)
     assert m.loc[LO.trial_id, "sigma"] == LO.sigma
     assert m.loc[LO.trial_id, "method"] == LO.method
@@ -256,7 +287,7 @@ def test_envelope_by_hand(frame):
     assert env["method"].tolist() == [w.method for w in winners]
     assert (env["models"] == 2).all()
     assert (env["points"] == 4).all()
-    assert env.loc[3, "acr"] == pytest.approx(2.3 / 4)
+    assert env.loc[3, "acr"] == pytest.approx(LO_ACR, rel=1e-12)
     assert (env["cert_id"] == CID).all()
 
 
@@ -371,9 +402,12 @@ def random_frame(seed: int, models: int = 7, points: int = 60) -> pd.DataFrame:
         cfg = base.replace(seed=k, sigma=float(rng.choice([0.25, 0.5, 1.0])))
         abstain = rng.random(points) < 0.2
         correct = (rng.random(points) < 0.7) & ~abstain
-        radius = np.where(abstain, 0.0, np.round(rng.exponential(0.6, points), 2))
-        predict = np.where(abstain, -1, rng.integers(0, 10, points))
-        pts = {"predict": predict.tolist(), "correct": correct.tolist(), "radius": radius.tolist()}
+        # votes giving radii of about exponential(0.6) at σ = 1, in hundreds (radii repeat
+        # across models); fewer than half of n abstain
+        reach = np.round(rng.exponential(0.6, points), 2)
+        votes = np.minimum(np.round(CERT.n * norm.cdf(reach), -2), CERT.n).astype(int)
+        votes = np.where(abstain, rng.integers(0, CERT.n // 2, points), votes)
+        pts = {"correct": correct.tolist(), "votes": votes.tolist()}
         tables.append(table(cfg, pts, list(range(points))))
     return frame_of(*tables)
 
@@ -474,11 +508,13 @@ def legacy_amp(t: pa.Table, amp: bool) -> pa.Table:
 def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
     """Their trials kept their ids; their amp false/true reads as off/fp16."""
     exp = Experiment(str(tmp_path), "exp")
+    fp16 = LO.replace(amp="fp16")
+    certified_rows.trained(exp, HI)
+    certified_rows.trained(exp, fp16)
     old = legacy_amp(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1]), False)
     assert old.schema.field("amp").type == pa.bool_()
     write_table(old, exp.shard_path(HI.trial_id, CID, 0, 2))
     write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
-    fp16 = LO.replace(amp="fp16")
     write_table(legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True), exp.shard_path(fp16.trial_id, CID, 0, 1))  # fmt: skip
     results = load_results(exp)
     assert len(results.frame) == 8 and results.models == 2
@@ -488,8 +524,9 @@ def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
 
 # ------------------------------------------------------------------------------ unsound rows
 DDRS_CERT = CertifySpec(n0=10, n=100_000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
-# HI certified again with DDRS: every point right at radius 2; it would win every radius <= 2.
-DDRS_POINTS = {"predict": [1, 2, 3, 4], "correct": [True] * 4, "radius": [2.0] * 4}
+# HI certified again with DDRS (σ_x = 1 at each point): every point correct and just past
+# radius 2; it would win every radius <= 2.
+DDRS_POINTS = {"correct": [True] * 4, "votes": [VOTES[2.0]] * 4}
 
 
 def with_unsound_ddrs_rows(storage) -> Experiment:
@@ -497,10 +534,15 @@ def with_unsound_ddrs_rows(storage) -> Experiment:
     compaction that runs the memory pass (a run cut short there): no memory columns yet."""
     exp = write_experiment(storage)
     cid = DDRS_CERT.cert_id
-    constants = {"sigma_cert": SIGMA_CERT, "smoothing": "data-dependent", "n0": DDRS_CERT.n0,
-                 "n": DDRS_CERT.n, "alpha": DDRS_CERT.alpha}  # fmt: skip
+    constants = {
+        "smoothing": "data-dependent",
+        "n0": DDRS_CERT.n0,
+        "n": DDRS_CERT.n,
+        "alpha": DDRS_CERT.alpha,
+    }
     for k in (0, 1):
-        cols = columns(_part(DDRS_POINTS, slice(2 * k, 2 * k + 2)), [2 * k, 2 * k + 1])
+        part = _part(DDRS_POINTS, slice(2 * k, 2 * k + 2))
+        cols = columns(part, [2 * k, 2 * k + 1], DDRS_CERT)
         shard = shard_table(HI, "exp", cid, constants, cols, {"config": HI.to_dict()})
         write_table(shard, exp.shard_path(HI.trial_id, cid, k, 2))
     return exp
