@@ -199,7 +199,9 @@ def test_corrupt_file_is_named_and_left_out(tmp_path):
     bad.write_bytes(b"\x00garbage" * 50)
     loaded = attack_rows.load_empirical(exp)
     assert loaded.frame.empty and loaded.files == []
-    assert len(loaded.invalid) == 1 and loaded.invalid[0].startswith(f"{bad}: not a readable Parquet")
+    assert len(loaded.invalid) == 1 and loaded.invalid[0].startswith(
+        f"{bad}: not a readable Parquet"
+    )
     with pytest.raises(ResultsError, match="no experiment at"):
         attack_rows.load_empirical(Experiment(str(tmp_path), "absent"))
 
@@ -295,7 +297,8 @@ def test_envelope_empirical_bad_input(tmp_path, setup):
     _, _, exp, _ = setup
     copy = Experiment(str(tmp_path), exp.name)  # certified, not attacked
     write_sweep(copy, {"trials": []})
-    shutil.copytree(Path(exp.root) / "certify", Path(copy.root) / "certify")
+    for part in ("trials", "certify"):  # the trial (its trial.json) behind the certified rows
+        shutil.copytree(Path(exp.root) / part, Path(copy.root) / part)
     args = ["envelope", "--storage", str(tmp_path), "--experiment", exp.name, "--empirical"]
     assert len(bad_input(args, "no empirical robustness results", "sweeper empirical")) == 1
     bad = Path(copy.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
