@@ -32,7 +32,7 @@ ALTERNATIVES = dict(
     epsilon=1.0, steps=5, warmup_epochs=4, warmup_schedule="paper", ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
     train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
-    data_parallel=2, normalize_input=False, lr_step_offset=1,
+    data_parallel=2, normalize_input=False, lr_step_offset=1, scale_input=False,
 )  # fmt: skip
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
@@ -357,7 +357,7 @@ def test_new_optional_fields_keep_existing_ids():
     blob = {k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None}
     # amp "off" in its former (bool) form; fields added later at their former behaviour left out
     as_before = {k: v for k, v in blob.items() if k in ADDED_FIELDS and v == ADDED_FIELDS[k]}
-    assert as_before.keys() == {"normalize_input", "lr_step_offset"}
+    assert as_before.keys() == {"normalize_input", "lr_step_offset", "scale_input"}
     assert cfg.identity() == {**{k: blob[k] for k in blob.keys() - as_before}, "amp": False}
     assert "train_subset" not in cfg.identity()
     assert TrialConfig(**PINNED, train_subset=100).trial_id != PINNED_ID
@@ -388,8 +388,14 @@ SHIPPED_IDS = [
     ("cifar10-methods", "macer", "0d498241eee6", "6e1318b3a565"),
 ]
 # Issue 26: the space's MACER trials follow RuntianZ/macer main.py (weight decay 5e-4, its LR
-# drops, no input standardization); spelled out, their former configs keep the ids above.
-BEFORE_ISSUE_26 = {"macer": dict(weight_decay=1e-4, **ADDED_FIELDS)}
+# drops, no input standardization), its SmoothAdv trials trained from scratch on CIFAR-10 and
+# ImageNet the SmoothAdv code's input layer (means subtracted, not scaled); spelled out, their
+# former configs keep the ids above.
+BEFORE_ISSUE_26 = {
+    ("cifar10-methods", "macer"): dict(weight_decay=1e-4, **ADDED_FIELDS),
+    ("cifar10", "smoothadv"): dict(scale_input=True),
+    ("imagenet", "smoothadv"): dict(scale_input=True),
+}
 
 
 @pytest.mark.parametrize(("space", "method", "off_id", "fp16_id"), SHIPPED_IDS)
@@ -398,8 +404,9 @@ def test_shipped_trial_ids_survive_the_amp_and_run_settings(space, method, off_i
     from sweeper.plan.spaces import load_space
 
     cfg = next(t for t in expand(load_space(space)) if t.method == method)
-    if space == "cifar10-methods" and method in BEFORE_ISSUE_26:
-        cfg = cfg.replace(**BEFORE_ISSUE_26[method])
+    if (space, method) in BEFORE_ISSUE_26:
+        assert cfg.trial_id != off_id
+        cfg = cfg.replace(**BEFORE_ISSUE_26[space, method])
     assert cfg.amp == "off" and cfg.trial_id == off_id
     for amp in ("fp16", True):
         assert cfg.replace(amp=amp).trial_id == fp16_id
@@ -459,9 +466,65 @@ def test_a_stored_config_from_before_a_field_reads_it_as_it_was_trained():
     assert TrialConfig.from_dict(now.to_dict()) == now
 
 
+# Hadisalman/smoothing-adversarial README ("Very Important": which layer each published model
+# was trained with): imagenet32/, cifar10/finetune_cifar_from_imagenetPGD2steps/ and
+# cifar10/self_training/ NormalizeLayer; imagenet/ and every other cifar10/ model (from scratch,
+# PGD_2steps_baseAttackExp/ included) InputCenterLayer. Other methods and data sets: (x − μ)/s.
+PSEUDO = dict(pseudo_data="/data/ti500k.npz", pseudo_fingerprint="0123456789abcdef", pseudo_eta=1.0)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "method", "start", "scale"),
+    [
+        ("cifar10", "smoothadv", {}, False),
+        ("cifar10", "smoothadv", {"attack": "ddn"}, False),
+        ("cifar10", "vanilla_pgd", {}, False),
+        ("cifar10", "pgd_noise", {}, False),
+        ("imagenet", "smoothadv", {}, False),
+        ("imagenet32", "smoothadv", {}, True),
+        ("cifar10", "smoothadv", {"init_from": "0123456789ab"}, True),
+        ("cifar10", "smoothadv", PSEUDO, True),
+        ("mnist", "smoothadv", {}, True),
+        ("digits", "vanilla_pgd", {}, True),
+        ("cifar10", "gaussian", {}, True),
+        ("imagenet", "gaussian", {}, True),
+        ("cifar10", "smoothmix", {}, True),
+        ("cifar10", "macer", {}, None),
+    ],
+)
+def test_scale_input_defaults_to_the_layer_the_reference_trained_such_a_model_with(
+    dataset, method, start, scale
+):
+    cfg = TrialConfig(dataset=dataset, method=method, **start)
+    assert cfg.scale_input is scale
+    assert cfg.normalize_input is (scale is not None)
+    for given in (True, False):  # set by hand: kept, and its own trial (MACER: no input layer)
+        spelled = TrialConfig(dataset=dataset, method=method, **start, scale_input=given)
+        assert spelled.scale_input is (None if scale is None else given)
+        assert (spelled.trial_id == cfg.trial_id) is (given is scale or scale is None)
+
+
+def test_scale_input_true_is_the_former_behaviour_and_no_part_of_the_trial_id():
+    """A smoothadv trial from scratch on CIFAR-10 now centers its inputs: a new trial. With
+    scale_input true it is the trial it was (its id unchanged), and a resolved config stored
+    without the field (before it existed) reads it as true."""
+    now = TrialConfig(**SHIPPED_SMOOTHADV)
+    before = now.replace(scale_input=True)
+    assert before.trial_id == "cb7238384c91" != now.trial_id  # SHIPPED_IDS' cifar10 smoothadv
+    assert "scale_input" in now.identity() and "scale_input" not in before.identity()
+    stored = {k: v for k, v in before.to_dict().items() if k != "scale_input"}
+    assert TrialConfig.from_dict(stored) == before
+    assert TrialConfig.from_dict(now.to_dict()) == now
+
+
+# The first smoothadv trial of the cifar10 space, as its grid expands it.
+SHIPPED_SMOOTHADV = dict(dataset="cifar10", method="smoothadv", sigma=0.12, epsilon=0.25, steps=2)
+
+
 @pytest.mark.parametrize(
     ("method", "fields", "problem"),
     [
+        ("smoothadv", {"scale_input": "no"}, "scale_input must be bool or null"),
         ("stability", {"stability_loss": "mse"}, "stability_loss must be cross_entropy or kl"),
         ("macer", {"macer_deferred": 1}, "macer_deferred must be bool or null"),
         ("gaussian", {"normalize_input": "no"}, "normalize_input must be bool or null"),

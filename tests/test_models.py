@@ -144,3 +144,105 @@ def test_registries_agree_with_config():
     assert tuple(methods.REGISTRY) == METHODS
     assert set(DEFAULT_ARCH) == set(DATASETS)
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
+
+
+# ------------------------------------------------ the input layer of SmoothAdv's models (§5)
+# Hadisalman/smoothing-adversarial code/datasets.py (HEAD, l. 66-70 and 171-190), transcribed:
+# its statistics and both of its input layers, as written (repeat, then permute).
+REFERENCE_CIFAR10 = ([0.4914, 0.4822, 0.4465], [0.2023, 0.1994, 0.2010])
+
+
+def reference_input_center_layer(x: torch.Tensor, means: list[float]) -> torch.Tensor:
+    """InputCenterLayer.forward: `input - means`, the means repeated to the batch's shape."""
+    batch_size, _, height, width = x.shape
+    repeated = torch.tensor(means).repeat((batch_size, height, width, 1)).permute(0, 3, 1, 2)
+    return x - repeated
+
+
+def reference_normalize_layer(
+    x: torch.Tensor, means: list[float], sds: list[float]
+) -> torch.Tensor:
+    """NormalizeLayer.forward: `(input - means) / sds`, both repeated to the batch's shape."""
+    batch_size, _, height, width = x.shape
+    m = torch.tensor(means).repeat((batch_size, height, width, 1)).permute(0, 3, 1, 2)
+    s = torch.tensor(sds).repeat((batch_size, height, width, 1)).permute(0, 3, 1, 2)
+    return (x - m) / s
+
+
+def _cifar_input() -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 256, (4, 3, 32, 32), generator=g).float() / 255
+
+
+def test_cifar10_statistics_are_the_references():
+    info = INFO["cifar10"]
+    assert (list(info.mean), list(info.std)) == REFERENCE_CIFAR10
+
+
+@pytest.mark.parametrize(
+    ("normalize", "scale", "layer"),
+    [(True, True, "normalize"), (True, None, "normalize"), (True, False, "center"),
+     (False, None, "identity"), (False, True, "identity")],
+)  # fmt: skip
+def test_input_statistics_give_the_references_layers_bit_for_bit(normalize, scale, layer):
+    """(means, sds) standardizes as the reference's NormalizeLayer, (means, 1) centers as its
+    InputCenterLayer, (0, 1) is the identity (MACER's model): equal, not close."""
+    means, sds = models.input_statistics(normalize, scale, *REFERENCE_CIFAR10)
+    x = _cifar_input()
+    ours = NormalizeLayer(means, sds)(x)
+    expected = {
+        "normalize": lambda: reference_normalize_layer(x, *REFERENCE_CIFAR10),
+        "center": lambda: reference_input_center_layer(x, REFERENCE_CIFAR10[0]),
+        "identity": lambda: x,
+    }[layer]()
+    assert torch.equal(ours, expected)
+
+
+def test_a_centered_models_checkpoint_has_the_same_layout_and_loads_as_it_trained():
+    """The centered model is the standardized one's layout (state dict keys and shapes); its
+    statistics are buffers, so a model built with the data set's statistics (as
+    checkpoint.load_model builds it) and loaded from the state dict centers again."""
+    torch.manual_seed(0)
+    centered = build_model(
+        "cifar_resnet20", 10, *models.input_statistics(True, False, *REFERENCE_CIFAR10)
+    ).eval()
+    loaded = build_model("cifar_resnet20", 10, *REFERENCE_CIFAR10).eval()
+    state = centered.state_dict()
+    assert {k: v.shape for k, v in state.items()} == {
+        k: v.shape for k, v in loaded.state_dict().items()
+    }
+    loaded.load_state_dict(state)
+    x = _cifar_input()
+    with torch.no_grad():
+        assert torch.equal(loaded(x), centered(x))
+        assert torch.equal(loaded[0](x), reference_input_center_layer(x, REFERENCE_CIFAR10[0]))
+
+
+def test_fine_tuning_keeps_the_models_own_input_layer():
+    """transfer_weights from a standardizing parent into a centering child (or back) keeps
+    the child's statistics: each model's input layer is its own trial's."""
+    parent = build_model("cifar_resnet20", 10, *REFERENCE_CIFAR10)
+    child = build_model(
+        "cifar_resnet20", 10, *models.input_statistics(True, False, *REFERENCE_CIFAR10)
+    )
+    kept = models.transfer_weights(child, parent.state_dict())
+    assert {"0.means", "0.sds"} <= set(kept)
+    assert child[0].sds.flatten().tolist() == [1.0, 1.0, 1.0]
+    assert torch.equal(child[1].conv1.weight, parent[1].conv1.weight)
+
+
+@pytest.mark.parametrize(
+    ("fields", "sds"),
+    [({}, [1.0, 1.0, 1.0]), ({"scale_input": True}, REFERENCE_CIFAR10[1]),
+     ({"init_from": "0123456789ab"}, REFERENCE_CIFAR10[1])],
+)  # fmt: skip
+def test_a_smoothadv_trial_builds_the_input_layer_its_config_resolves(fields, sds):
+    """From scratch on CIFAR-10: x − μ (the reference's InputCenterLayer); fine-tuned, or with
+    scale_input true: (x − μ)/s."""
+    from trainables.config import TrialConfig
+    from trainables.train_state import build_state
+
+    cfg = TrialConfig(dataset="cifar10", method="smoothadv", arch="cifar_resnet20", **fields)
+    layer = build_state(cfg, torch.device("cpu")).model[0]
+    assert layer.means.flatten().tolist() == pytest.approx(REFERENCE_CIFAR10[0])
+    assert layer.sds.flatten().tolist() == pytest.approx(sds)

@@ -44,7 +44,8 @@ PINNED_IDS = {
 
 
 # Issue 26: these methods' defaults now follow their reference code (the LR drops, stability's
-# cross-entropy, MACER's inputs without standardization), so the configs as given train
+# cross-entropy, MACER's inputs without standardization; SmoothAdv's from-scratch CIFAR-10 and
+# ImageNet models center their inputs without scaling them, §5), so the configs as given train
 # otherwise and have these ids; with the fields added since at their former behaviour
 # (`ADDED_FIELDS`) they keep the pinned ones.
 NEW_DEFAULT_IDS = {
@@ -53,6 +54,10 @@ NEW_DEFAULT_IDS = {
     "consistency": "5b822480a628",
     "stability": "eaf4c75d34b4",
     "ddrs_macer": "33bd10f939d3",
+    "smoothadv_pgd": "3a59062b057e",
+    "smoothadv_ddn": "2fc993b5af6e",
+    "data_parallel": "87701e0098f1",
+    "amp_bf16": "908face65b32",
 }
 
 

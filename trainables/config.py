@@ -31,7 +31,14 @@ from trainables.config_parts import (
 )
 from trainables.errors import ConfigError
 from trainables.field_types import float_fields, type_problems
-from trainables.methods import DDN_SETTINGS, METHOD_SETTINGS, PROTOCOL, REGISTRY, SigmaTimes
+from trainables.methods import (
+    DDN_SETTINGS,
+    METHOD_SETTINGS,
+    PROTOCOL,
+    REGISTRY,
+    FromScratch,
+    SigmaTimes,
+)
 
 # Fields added after trials were stored, each with the value its behaviour had before it
 # existed. At that value a field is no part of the trial_id (a config that trains as before
@@ -42,6 +49,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "stability_loss": "kl",
     "macer_deferred": False,
     "lr_step_offset": 0,
+    "scale_input": True,
 }
 
 
@@ -78,18 +86,27 @@ class TrialConfig(
         protocol = {**PROTOCOL, **(method.protocol if method else {})}
         for name, value in (protocol | dict(method.defaults if method else {})).items():
             if getattr(self, name) is None:
-                if isinstance(value, SigmaTimes):
-                    value = value.factor * self.sigma if self.sigma > 0 else None
-                changes[name] = value
+                changes[name] = self._default_value(value)
         if self.ddrs_start_epoch is not None:
             changes.update(self.ddrs_resolved())
         if self.self_training:
             changes.update(self.self_training_resolved())
         return changes
 
+    def _default_value(self, value: Any) -> Any:
+        """A default of the method's row as this trial takes it (`SigmaTimes`: scaled by σ;
+        `FromScratch`: by where the model starts)."""
+        if isinstance(value, SigmaTimes):
+            return value.factor * self.sigma if self.sigma > 0 else None
+        if isinstance(value, FromScratch):
+            scratch = self.init_from is None and not self.self_training
+            return value.scratch if scratch and self.dataset in value.datasets else value.other
+        return value
+
     def _unused(self) -> dict[str, Any]:
         """After validation: the default arch, and None for every setting the trial does not
-        use (the method's other settings, DDRS or self-training when off, one process)."""
+        use (the method's other settings, scale_input without an input layer, DDRS or
+        self-training when off, one process)."""
         changes: dict[str, Any] = {}
         if self.arch is None:
             changes["arch"] = DEFAULT_ARCH[self.dataset]
@@ -97,6 +114,8 @@ class TrialConfig(
         if self.attack != "ddn":
             used -= set(DDN_SETTINGS)
         changes.update(dict.fromkeys(METHOD_SETTINGS - used))
+        if not self.normalize_input:  # no input layer: nothing to scale
+            changes["scale_input"] = None
         if self.data_parallel == 1:  # one process is the ordinary trial (and its trial_id)
             changes["data_parallel"] = None
         if self.ddrs_start_epoch is None:

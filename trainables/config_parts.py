@@ -79,6 +79,12 @@ class ModelPart:
     # Standardize inputs by the data set's channel statistics (the model's first layer); None:
     # the method's reference code (`Method.protocol`): true but for MACER, whose model has none.
     normalize_input: bool | None = None
+    # With normalize_input: the layer divides by the channel standard deviations after
+    # subtracting the means ((x − μ)/s, SmoothAdv's NormalizeLayer); false: it subtracts the
+    # means only (x − μ, its InputCenterLayer). None: the method's reference code
+    # (`Method.protocol`): false for SmoothAdv and its PGD baselines trained from scratch on
+    # CIFAR-10 or ImageNet, true otherwise. Unused (None) without normalize_input.
+    scale_input: bool | None = None
 
     def model_problems(self, method: Method | None) -> list[str]:
         p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)

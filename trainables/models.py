@@ -1,5 +1,6 @@
 """Base classifiers. Every model starts with a `NormalizeLayer`, so inputs, noise and
-certified radii live in [0, 1] pixel space (as in Cohen et al. and SmoothAdv)."""
+certified radii live in [0, 1] pixel space (as in Cohen et al. and SmoothAdv); its statistics
+(`input_statistics`) make it a standardization, a centering or the identity."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from trainables.catalog import ARCHS
 class NormalizeLayer(nn.Module):
     """Per-channel standardization (x − μ_c) / s_c, the model's first layer.
 
-    The statistics are buffers, so they travel with the checkpoint."""
+    The statistics are buffers, so they travel with the checkpoint. With every s_c = 1 it is
+    SmoothAdv's `InputCenterLayer` (x − μ_c; dividing by 1 is exact), with μ_c = 0 as well the
+    identity: one layout (state dict keys) for all three."""
 
     means: torch.Tensor
     sds: torch.Tensor
@@ -135,6 +138,19 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "digits_cnn": DigitsCNN,
 }
 assert tuple(_BUILDERS) == ARCHS, "model registry and catalog.ARCHS disagree"
+
+
+def input_statistics(
+    normalize: bool | None, scale: bool | None, means: Sequence[float], sds: Sequence[float]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (means, sds) a model's `NormalizeLayer` holds, from a data set's channel statistics
+    and a trial's `normalize_input` and `scale_input`: (means, sds) standardizes (SmoothAdv's
+    `NormalizeLayer`); scale false gives (means, 1): x − μ, its `InputCenterLayer`; normalize
+    false gives (0, 1): x itself (MACER's model, which has no input layer)."""
+    ones = (1.0,) * len(means)
+    if not normalize:
+        return (0.0,) * len(means), ones
+    return tuple(means), (tuple(sds) if scale is not False else ones)
 
 
 def build_model(

@@ -17,7 +17,7 @@ from trainables import attacks, pseudo, runtime
 from trainables.config import TrialConfig, pipeline_for, setting
 from trainables.datasets import INFO
 from trainables.errors import ConfigError
-from trainables.models import build_model
+from trainables.models import build_model, input_statistics
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     device = device or default_device()
     torch.manual_seed(cfg.seed)
     info = INFO[cfg.dataset]
-    mean, std = (info.mean, info.std) if cfg.normalize_input else _unit(len(info.mean))
+    mean, std = input_statistics(cfg.normalize_input, cfg.scale_input, info.mean, info.std)
     model = build_model(setting(cfg.arch, "arch"), info.num_classes, mean, std).to(device)
     if cfg.channels_last:
         runtime.to_channels_last(model)
@@ -150,13 +150,6 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     state.augment_generator = torch.Generator(device=device).manual_seed(cfg.seed + 2)
     check_amp(state)
     return state
-
-
-def _unit(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """normalize_input false (MACER's model has no input layer): statistics for which the
-    NormalizeLayer computes (x − 0) / 1 = x exactly; its buffers travel with the checkpoint,
-    so certification and fine-tuning load the same model as ever."""
-    return (0.0,) * channels, (1.0,) * channels
 
 
 def build_scheduler(

@@ -6,8 +6,10 @@ A row names, once, everything the rest of the code knows about a method:
   existing trial_id). DDN's two settings count only with attack ddn.
 - `defaults`: values of its settings left unset (null): the papers' CIFAR-10 values.
 - `protocol`: values of the fields every method shares (`PROTOCOL`) left unset, where its
-  reference code differs from the others: where its LR drops fall (`lr_step_offset`) and
-  whether its model standardizes inputs (`normalize_input`).
+  reference code differs from the others: where its LR drops fall (`lr_step_offset`),
+  whether its model standardizes inputs (`normalize_input`) and whether that layer divides by
+  the standard deviations or only subtracts the means (`scale_input`; `FromScratch`: the
+  SmoothAdv code's models trained from scratch differ from its fine-tuned ones).
 - `attacks`: the attacks it accepts (the first is the default where it has one).
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
@@ -62,14 +64,31 @@ class Method:
         return cast("LossFunction", getattr(module, self.function))
 
 
+@dataclass(frozen=True)
+class FromScratch:
+    """A default that depends on where the model starts: `scratch` for a model trained from
+    random weights (no `init_from`) on one of `datasets` without self-training (no
+    `pseudo_data`), `other` for every other trial."""
+
+    datasets: tuple[str, ...]
+    scratch: Any
+    other: Any
+
+
 ATTACKS = ("pgd", "ddn")
 # The attack's settings (`trainables.config_parts.AttackPart`); DDN's count only with ddn.
 ATTACK_SETTINGS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
 DDN_SETTINGS = ("ddn_init_norm", "ddn_gamma")
 _MIX = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
 # The shared fields a method's `protocol` may set, and their value for the others: the LR
-# drops where Cohen's and SmoothAdv's code puts them, inputs standardized.
-PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True}
+# drops where Cohen's and SmoothAdv's code puts them, inputs standardized (mean and sd).
+PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True, "scale_input": True}
+# SmoothAdv's input layer (Hadisalman/smoothing-adversarial README, "Very Important": the
+# mapping of its published models to their layer): its from-scratch CIFAR-10 and ImageNet
+# models, the PGD baselines included, were trained by the first commit's architectures.py
+# (3911bd8, l. 33: `get_input_center_layer`, x − μ); the ImageNet32 pre-trained, fine-tuned and
+# self-trained ones by cc80077's (HEAD l. 36: `get_normalize_layer`, (x − μ)/s).
+_SMOOTHADV_INPUT = {"scale_input": FromScratch(("cifar10", "imagenet"), scratch=False, other=True)}
 # jh-jeong's scripts call scheduler.step(epoch) after each epoch (StepLR's closed form): the
 # LR drops entering 0-based epoch lr_step_size + 1 (SmoothMix code/train.py:104).
 _JEONG = {"lr_step_offset": 1}
@@ -79,15 +98,15 @@ _ROWS = (
     Method("gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True),
     Method(
         "smoothadv", ("m_train", *ATTACK_SETTINGS, *DDN_SETTINGS), "smoothadv", "loss",
-        splits_batch=True, attacks=ATTACKS, ddrs=True,
+        splits_batch=True, attacks=ATTACKS, ddrs=True, protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
-        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",),
+        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",), protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "pgd_noise", ("m_train", *ATTACK_SETTINGS), "vanilla_pgd", "loss_with_noise",
-        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",),
+        splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",), protocol=_SMOOTHADV_INPUT,
     ),
     Method(  # Jeong et al. 2021: η = 5, the ascent step α = 2σ
         "smoothmix", ("m_train", "steps", "warmup_epochs", *_MIX), "smoothmix", "loss",
