@@ -8,8 +8,10 @@ radius R(σ) = σ/2·(Φ⁻¹(p1) − Φ⁻¹(p2)) with p clamped to [0.02, 0.98
   so R(σ) = σ·z until p0 drops below 0.98 and decreases after: a unique maximizer
   σ* = 1/√(χ²_D quantile 0.98).
 
-The memory pass is checked on hand-built balls in the plane and, for its invariant (no two
-balls of different predictions intersect), on random certificates in 2 and 10 dimensions.
+The memory pass is checked on hand-built balls in the plane, against a transcription of the
+authors' post_processing_memory_based.py (abstentions in the memory as radius-0 balls of class
+−1) and, for its invariant (no two balls of different predictions intersect), on random
+certificates in 2 and 10 dimensions, under both readings of abstentions.
 """
 
 from __future__ import annotations
@@ -228,24 +230,60 @@ def test_flags_are_restored_when_the_model_raises():
 # ---------------------------------------------------------------------------- memory_certify
 
 
-def _certify(points, predictions, radii) -> MemoryResult:
+def _certify(points, predictions, radii, abstentions_in_memory: bool = True) -> MemoryResult:
     return memory_certify(
-        np.asarray(points, dtype=float), np.asarray(predictions), np.asarray(radii)
+        np.asarray(points, dtype=float),
+        np.asarray(predictions),
+        np.asarray(radii),
+        abstentions_in_memory,
     )
 
 
-def _conflicts(points, predictions, radii, tol: float = 1e-9) -> list[tuple[int, int]]:
-    """Pairs (i, j) of non-abstaining points with different predictions whose open balls
-    intersect, i.e. ‖x_i − x_j‖ < r_i + r_j (O(N²), independent of the module)."""
+def _conflicts(points, predictions, radii, abstentions: bool = True, tol: float = 1e-9):
+    """Pairs (i, j) of points with different predictions whose open balls intersect, i.e.
+    ‖x_i − x_j‖ < r_i + r_j (O(N²), independent of the module). `abstentions`: an abstention
+    is a point of class −1 (radius 0) that no ball of a class may contain; else it is left
+    out."""
     points = np.asarray(points, dtype=float).reshape(len(points), -1)
     bad = []
     for i in range(len(points)):
         for j in range(i):
-            if ABSTAIN in (predictions[i], predictions[j]) or predictions[i] == predictions[j]:
+            if predictions[i] == predictions[j]:
+                continue
+            if not abstentions and ABSTAIN in (predictions[i], predictions[j]):
                 continue
             if np.linalg.norm(points[i] - points[j]) < radii[i] + radii[j] - tol:
                 bad.append((j, i))
     return bad
+
+
+def _script_memory(points, predictions, radii) -> tuple[list[int], list[float]]:
+    """MotasemAlfarra/Data_Dependent_Randomized_Smoothing post_processing_memory_based.py
+    l. 30-76 transcribed: every line enters saved_* (abstentions too: class −1, radius 0).
+    Two changes: its `rad, rad_idx = torch.min(t)` raises (a 1-D tensor's minimum is one 0-d
+    tensor, which does not unpack), read as torch.min(t, dim=0); float64 throughout (it
+    compares float32 radii and images), so the two agree to the last bits."""
+    saved_images, saved_predictions, saved_radii = [], [], []
+    for point, pred, rad in zip(points, predictions, radii, strict=True):
+        img, pred, rad = torch.as_tensor(point, dtype=torch.float64), int(pred), float(rad)
+        if saved_images:
+            stacked = torch.stack(saved_images).reshape(len(saved_radii), -1)
+            diff = torch.norm(img.reshape(1, -1) - stacked, dim=1)
+            radii_t = torch.tensor(saved_radii, dtype=torch.float64)
+            where_overlap = diff < (radii_t + rad)
+            if where_overlap.any():
+                preds_overlap = torch.tensor(saved_predictions)[where_overlap]
+                diff_class = preds_overlap != pred
+                if diff_class.any():
+                    gaps = diff[where_overlap][diff_class] - radii_t[where_overlap][diff_class]
+                    low, low_idx = torch.min(gaps, dim=0)
+                    if low.item() < 0:
+                        pred = int(preds_overlap[diff_class][low_idx])
+                    rad = torch.abs(low).item()
+        saved_images.append(img)
+        saved_predictions.append(pred)
+        saved_radii.append(rad)
+    return saved_predictions, saved_radii
 
 
 def test_overlapping_balls_of_the_same_class_are_left_alone():
@@ -305,14 +343,54 @@ def test_a_point_on_the_sphere_of_another_class_keeps_its_class_with_radius_zero
     assert out.radius.tolist() == [2.0, 0.0]
 
 
-def test_abstentions_are_unchanged_and_never_constrain_later_points():
+def test_without_abstentions_in_memory_abstentions_are_unchanged_and_constrain_nothing():
+    """sweeper's reading before issue 26 (`abstentions_in_memory=False`)."""
     points = [[0, 0], [0.5, 0], [3, 0], [0.2, 0]]
-    out = _certify(points, [ABSTAIN, 1, 0, ABSTAIN], [5.0, 1.0, 0.5, 0.0])
+    out = _certify(points, [ABSTAIN, 1, 0, ABSTAIN], [5.0, 1.0, 0.5, 0.0], False)
     # the abstention's (nonsensical) ball of radius 5 neither switches point 1 (inside it) nor
     # shrinks point 2 (overlapping it); point 3 lies inside point 1's ball but stays abstained
     assert out.prediction.tolist() == [ABSTAIN, 1, 0, ABSTAIN]
     assert out.radius.tolist() == [5.0, 1.0, 0.5, 0.0]
     assert not out.changed.any()
+
+
+def test_a_later_ball_covering_an_abstention_shrinks_to_its_distance():
+    """The script: the abstention at the origin is a radius-0 ball of class −1; the class-1
+    ball of radius 1 at distance 0.25 becomes d − 0 = 0.25, the class-0 one that does not
+    reach it stays."""
+    out = _certify([[0, 0], [0.25, 0], [3, 0]], [ABSTAIN, 1, 0], [0.0, 1.0, 0.5])
+    assert out.prediction.tolist() == [ABSTAIN, 1, 0]
+    assert out.radius.tolist() == [0.0, 0.25, 0.5]
+    assert out.changed.tolist() == [False, True, False]
+    assert _script_memory([[0, 0], [0.25, 0], [3, 0]], [ABSTAIN, 1, 0], [0.0, 1.0, 0.5]) == (
+        out.prediction.tolist(),
+        out.radius.tolist(),
+    )
+
+
+def test_an_abstention_inside_an_earlier_ball_takes_its_class_and_the_largest_inner_ball():
+    """The script: the abstention at (0.5, 0) lies in the class-0 ball of radius 2 around the
+    origin: class 0, radius r_j − d = 1.5; the one at (4, 0) lies in no ball and stays; a
+    class-2 ball later at (3, 0) of radius 2 shrinks to 3 − 2 = 1 (the class-0 ball) and
+    would also have to leave out the abstention at distance 1 (d − 0 = 1)."""
+    points = [[0, 0], [0.5, 0], [4, 0], [3, 0]]
+    preds, radii = [0, ABSTAIN, ABSTAIN, 2], [2.0, 0.0, 0.0, 2.0]
+    out = _certify(points, preds, radii)
+    assert out.prediction.tolist() == [0, 0, ABSTAIN, 2]
+    assert out.radius.tolist() == [2.0, 1.5, 0.0, 1.0]
+    assert out.changed.tolist() == [False, True, False, True]
+    assert not _conflicts(points, out.prediction, out.radius)
+    assert _script_memory(points, preds, radii) == (out.prediction.tolist(), out.radius.tolist())
+    old = _certify(points, preds, radii, False)  # the other reading: both abstentions stay
+    assert old.prediction.tolist() == [0, ABSTAIN, ABSTAIN, 2]
+    assert old.radius.tolist() == [2.0, 0.0, 0.0, 1.0]
+
+
+def test_abstentions_do_not_constrain_each_other_and_must_have_radius_zero():
+    out = _certify([[0, 0], [0, 0], [1e-3, 0]], [ABSTAIN] * 3, [0.0] * 3)
+    assert out.prediction.tolist() == [ABSTAIN] * 3 and not out.changed.any()
+    with pytest.raises(ValueError, match="an abstention with a radius"):
+        _certify([[0, 0]], [ABSTAIN], [0.5])
 
 
 def test_the_result_depends_on_the_order_and_both_orders_are_consistent():
@@ -331,31 +409,56 @@ def test_the_result_depends_on_the_order_and_both_orders_are_consistent():
         assert not _conflicts(pts, out.prediction, out.radius)
 
 
-def _random_certificates(rng, n: int, dim: int, max_radius: float):
+def _random_certificates(rng, n: int, dim: int, max_radius: float, abstain: float = 0.25):
     points = rng.normal(size=(n, dim))
-    preds = rng.integers(-1, 3, size=n)  # a quarter abstain
+    preds = np.where(rng.random(n) < abstain, ABSTAIN, rng.integers(0, 3, size=n))
     radii = rng.uniform(0, max_radius, size=n)
     radii[rng.random(n) < 0.1] = 0.0
+    radii[preds == ABSTAIN] = 0.0  # CERTIFY's
     return points, preds, radii
 
 
-@pytest.mark.parametrize(("dim", "max_radius"), [(2, 1.0), (10, 3.0)])
-def test_random_certificates_end_without_conflicts_and_with_minimal_changes(dim, max_radius):
+@pytest.mark.parametrize(("dim", "max_radius"), [(2, 1.0), (10, 4.0)])
+@pytest.mark.parametrize("abstain", [0.15, 0.4])
+def test_the_memory_pass_is_the_scripts_on_random_certificates(dim, max_radius, abstain):
+    """Predictions equal, radii equal to float rounding (the two compute the norms apart),
+    over 40 sets of 30 certificates each; abstentions switched and balls shrunk by an
+    abstention both occur."""
+    rng = np.random.default_rng(100 + dim)
+    switched = shrunk_by_abstention = 0
+    for _ in range(40):
+        points, preds, radii = _random_certificates(rng, 30, dim, max_radius, abstain)
+        out = memory_certify(points, preds, radii)
+        script_preds, script_radii = _script_memory(points, preds, radii)
+        assert out.prediction.tolist() == script_preds
+        np.testing.assert_allclose(out.radius, script_radii, rtol=1e-12, atol=1e-12)
+        old = memory_certify(points, preds, radii, abstentions_in_memory=False)
+        switched += int(((preds == ABSTAIN) & (out.prediction != ABSTAIN)).sum())
+        shrunk_by_abstention += int((out.radius < old.radius - 1e-9).sum())
+    assert switched > 10 and shrunk_by_abstention > 10
+
+
+@pytest.mark.parametrize(("dim", "max_radius"), [(2, 1.0), (10, 4.0)])
+@pytest.mark.parametrize("abstentions", [True, False])
+def test_random_certificates_end_without_conflicts_and_with_minimal_changes(
+    dim, max_radius, abstentions
+):
     rng = np.random.default_rng(dim)
     switched = shrunk = 0
     for _ in range(40):
         points, preds, radii = _random_certificates(rng, 30, dim, max_radius)
-        assert _conflicts(points, preds, radii)  # the raw certificates do conflict
-        out = memory_certify(points, preds, radii)
+        assert _conflicts(points, preds, radii, abstentions)  # the raw certificates do conflict
+        out = memory_certify(points, preds, radii, abstentions)
         pred, rad = out.prediction, out.radius
-        assert not _conflicts(points, pred, rad)
-        assert (rad >= 0).all()
-        abstain = preds == ABSTAIN
-        assert (pred[abstain] == ABSTAIN).all() and (rad[abstain] == radii[abstain]).all()
+        assert not _conflicts(points, pred, rad, abstentions)
+        assert (rad >= 0).all() and (rad[pred == ABSTAIN] == 0).all()
+        assert (pred[preds != ABSTAIN] != ABSTAIN).all()  # never a new abstention
+        if not abstentions:
+            assert (pred[preds == ABSTAIN] == ABSTAIN).all()
         assert (out.changed == ((pred != preds) | (rad != radii))).all()
         dist = np.linalg.norm(points[:, None] - points[None], axis=2)
         for i in np.flatnonzero(out.changed):
-            earlier = np.arange(i)[pred[:i] != ABSTAIN]
+            earlier = np.arange(i)[(pred[:i] != ABSTAIN) | abstentions]
             if pred[i] != preds[i]:  # switched: a ball inside an earlier ball of its new class
                 switched += 1
                 same = earlier[pred[earlier] == pred[i]]
@@ -365,7 +468,7 @@ def test_random_certificates_end_without_conflicts_and_with_minimal_changes(dim,
                 assert rad[i] < radii[i]
                 other = earlier[pred[earlier] != pred[i]]
                 assert np.isclose(dist[i, other], rad[i] + rad[other], atol=1e-9).any()
-        again = memory_certify(points, pred, rad)  # the result is a fixed point
+        again = memory_certify(points, pred, rad, abstentions)  # the result is a fixed point
         assert not again.changed.any()
     assert switched > 10 and shrunk > 10
 

@@ -416,6 +416,49 @@ def test_a_memory_file_the_memory_pass_could_write_makes_its_model_sound(experim
     assert not any("await their memory pass" in line for line in stderr)
 
 
+def _abstaining_x(exp: Experiment) -> list[int]:
+    """X's shard rewritten so that CERTIFY abstained at points 0 and 2 (counts a third of n,
+    radius 0); returns the labels."""
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    predict = [-1, -1, *labels[2:]]
+    cols = certified_rows.reaching(DD.n, DD.alpha, POINTS, labels, predict, [0.8] * 10, [1.2] * 10)
+    constants = {"smoothing": "data-dependent", "n0": DD.n0, "n": DD.n, "alpha": DD.alpha}
+    table = shard_table(X, exp.name, DD.cert_id, constants, cols, {"config": X.to_dict()})
+    write_table(table, exp.shard_path(X.trial_id, DD.cert_id, 0, 1))
+    return labels
+
+
+def test_the_authors_memory_rule_is_read_from_a_memory_file_and_from_compacted_rows(
+    experiment,
+):
+    """post_processing_memory_based.py's rule: X's abstention at point 0 lies in an earlier
+    ball and takes its class (here the label, radius 0.5), a ball covering the abstention at
+    point 2 shrinks (point 4: radius 0.3). The legacy memory file saying so is used, and so
+    are the compacted rows `sweeper compact` folds it into (the reader's `_memory_checks`):
+    X right on 9 of 10 points up to radius 0.3, 8 at 0.5 (point 0 exactly), 7 beyond."""
+    from sweeper.run import compaction
+    from sweeper.run.certify_stage import CERTIFY
+
+    labels = _abstaining_x(experiment)
+    shard = pq.read_table(experiment.shard_path(X.trial_id, DD.cert_id, 0, 1))
+    radius = shard.column("radius").to_pylist()
+    predict = [labels[0], -1, *labels[2:]]
+    radius = [0.5, 0.0, 0.3, *radius[3:]]
+    changed = [True, False, True] + [False] * 7
+    path = experiment.memory_path(X.trial_id, DD.cert_id)
+    pq.write_table(_memory(X.trial_id, DD.cert_id, predict, radius, changed), path)
+    accuracy, stderr = envelope(experiment, "--strict")
+    assert left_out(stderr) == []
+    fixed, dependent = [0.8, 0.6, 0.6, 0.4, 0.1], [0.9, 0.9, 0.8, 0.7, 0.0]
+    assert accuracy in (dependent + fixed, fixed + dependent)
+    compaction.compact(experiment, CERTIFY, X.trial_id, DD, 1)
+    compacted = experiment.compacted_path("certify", X.trial_id, DD.cert_id, 1)
+    rows = pq.read_table(compacted)
+    assert rows.column("predict").to_pylist()[:3] == [labels[0], -1, labels[2]]
+    assert rows.column("predict_raw").to_pylist()[:3] == [-1, -1, labels[2]]
+    assert envelope(experiment, "--strict") == (accuracy, stderr)
+
+
 def test_a_model_awaiting_its_memory_pass_fails_strict(experiment):
     envelope(experiment, "--strict", code=1)
 

@@ -15,6 +15,22 @@ to the largest ball outside it (LargestOutSubset, radius d − r_j); if x lies i
 ball, the prediction switches to that ball's class and the radius becomes the largest ball
 around x inside it (LargestInSubset, r_j − d). The result depends on the order: results are
 only comparable for the same order (here: ascending test index).
+
+Abstentions, by default, are what the authors' post_processing_memory_based.py makes of them
+(l. 32-76: every line of the certification log, abstentions included, enters `saved_*`):
+radius-0 balls of class −1. So a later ball covering an abstained point is shrunk to leave it
+out (d − 0), and an abstained point inside an earlier ball takes that ball's class and the
+ball r_j − d. `abstentions_in_memory=False` is sweeper's reading before issue 26: abstentions
+stay as they are and never enter the memory.
+
+Both keep Cohen's guarantee for the memory classifier h (answer from the memory where x lies
+in a stored ball, else certify with σ_x and store): each reported ball lies inside one region
+where h is constant, each stored ball's class is backed by one CERTIFY at its own σ_x (with
+probability ≥ 1 − α), and no two balls of different classes intersect. An abstention turned
+into a class gets exactly the certificate a point of another class gets at the same place:
+a ball inside the earlier ball. The script's rule also keeps h's earlier abstentions true
+(no later ball claims a class at a point h has answered with an abstention); the other
+reading treats an abstention as no claim, as Cohen's CERTIFY does.
 """
 
 from __future__ import annotations
@@ -78,29 +94,41 @@ class MemoryResult:
     changed: np.ndarray  # (N,) bool: prediction or radius differs from the raw certificate
 
 
-def memory_certify(points: np.ndarray, predictions: np.ndarray, radii: np.ndarray) -> MemoryResult:
+def memory_certify(
+    points: np.ndarray,
+    predictions: np.ndarray,
+    radii: np.ndarray,
+    abstentions_in_memory: bool = True,
+) -> MemoryResult:
     """Adjust raw certificates (prediction_i, radius_i) at points (N, D), processed in the
-    given order, so that no two balls of different predictions intersect.
-
-    Abstentions (−1) are kept as they are and never enter the memory. Balls of the same class
-    may overlap. Touching balls (d = r_i + r_j) count as disjoint: the certificate is for the
+    given order, so that no two balls of different predictions intersect (the module
+    docstring). Abstentions (−1) must have radius 0 (CERTIFY's); with `abstentions_in_memory`
+    (the default, the authors' script) they are balls of class −1 and radius 0, without it
+    they are kept as they are and never enter the memory. Balls of the same class may
+    overlap. Touching balls (d = r_i + r_j) count as disjoint: the certificate is for the
     open ball ‖δ‖ < R.
     """
     points = np.asarray(points, dtype=np.float64).reshape(len(points), -1)
     pred = np.asarray(predictions, dtype=np.int64).copy()
     rad = np.asarray(radii, dtype=np.float64).copy()
+    if abstentions_in_memory and (rad[pred == ABSTAIN] != 0).any():
+        raise ValueError("an abstention with a radius: CERTIFY gives abstentions radius 0")
     kept: list[int] = []
     for i in range(len(points)):
-        if pred[i] != ABSTAIN and kept:
+        if not abstentions_in_memory and pred[i] == ABSTAIN:
+            continue
+        if kept:
             _settle(points, pred, rad, i, np.asarray(kept))
-        if pred[i] != ABSTAIN:
-            kept.append(i)
+        kept.append(i)
     changed = (pred != np.asarray(predictions)) | ~np.isclose(rad, radii, rtol=0, atol=0)
     return MemoryResult(pred, rad, changed)
 
 
 def _settle(points, pred, rad, i: int, memory: np.ndarray) -> None:
-    """Make ball i consistent with the memory (in place)."""
+    """Make ball i consistent with the memory (in place): the script's l. 44-71, with
+    torch.min(..., dim=0) for its `rad, rad_idx = torch.min(...)` (which raises as written:
+    a 1-D tensor's torch.min is one 0-d value). After a switch the ball lies inside ball j,
+    which no ball of another class meets, so the overlap test below finds nothing then."""
     dist = np.linalg.norm(points[memory] - points[i], axis=1)
     other = pred[memory] != pred[i]
     inside = other & (dist < rad[memory])

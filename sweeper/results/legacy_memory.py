@@ -7,8 +7,10 @@ if every row could be the memory pass's over that model's rows: the columns exac
 `MEMORY_SCHEMA`'s, rows naming the model of its directory, one row per point of the model
 (no more, no fewer), predictions within the data set's classes (−1 abstains, radius 0), finite
 radii ≥ 0, `correct_memory` true exactly when the prediction is the label, a certificate
-unchanged where `memory_changed` is false, and no ball of CERTIFY's class made larger. A file
-that fails is named with why and left out (its model's rows are then not sound yet).
+unchanged where `memory_changed` is false, and no ball of CERTIFY's class made larger (an
+abstention may take a class with a ball: the authors' rule, which
+`trainables.ddrs.memory_certify` follows). A file that fails is named with why and left out
+(its model's rows are then not sound yet).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 - the certificate: p_lower, the abstention and the radius recomputed from the count, n, α and
   the row's σ (`sigma_cert`: σ_x per point under DDRS, at least its min σ), exactly as
   `trainables.smoothing` computes them (float rounding aside); the memory pass may change a
-  DDRS certificate only where `memory_changed` says so, never to a larger ball of the class.
+  DDRS certificate only where `memory_changed` says so, never to a larger ball of the class
+  (an abstention may take a class: the authors' rule, `trainables.ddrs.memory_certify`).
 """
 
 from __future__ import annotations
@@ -337,8 +338,11 @@ def _monte_carlo(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _memory_checks(table: pa.Table) -> list[Check]:
-    """What the DDRS memory pass may do: change a certificate only where memory_changed
-    says so, and never grow a ball of the class CERTIFY gave."""
+    """What the DDRS memory pass (`trainables.ddrs.memory_certify`, either reading of
+    abstentions) may do: change a certificate only where memory_changed says so, shrink a
+    ball of the class CERTIFY gave (never grow it), and give a point another class (an
+    abstained one too: the authors' rule) with a ball the rows cannot check (it lies inside
+    another point's ball)."""
     changed = table.column("memory_changed")
     ran = changed.is_valid().to_numpy(zero_copy_only=False)
     unchanged = ran & ~changed.fill_null(True).to_numpy(zero_copy_only=False)

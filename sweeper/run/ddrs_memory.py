@@ -4,7 +4,9 @@ The Monte-Carlo part of DDRS certification runs in parallel shards; the memory c
 order dependent. It is certification's finishing step (`sweeper.run.certify_stage.finish`), run once
 every shard of a model exists, just before its rows are compacted: one pass over all of the
 model's certificates in ascending test index applies `trainables.ddrs.memory_certify` to the
-inputs (read again from the data set by index). The compacted rows hold the adjusted
+inputs (read again from the data set by index), abstentions in the memory as the authors'
+post_processing_memory_based.py keeps them (radius-0 balls of class −1: a later ball is shrunk
+to leave an abstained point out, an abstained point inside an earlier ball takes its class). The compacted rows hold the adjusted
 predict/radius/correct and the Monte-Carlo ones as predict_raw/radius_raw/correct_raw, with
 `memory_changed`. A different order (or another subset of test points) can give different
 adjusted certificates; the order here is fixed.
