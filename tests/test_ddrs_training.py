@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from scipy.stats import norm
 
 from trainables import checkpoint, train
 from trainables.config import TrialConfig
@@ -157,6 +158,51 @@ def test_macer_hinge_takes_one_sigma_per_input():
         assert per_input[i] == pytest.approx(
             macer.radius_hinge(logits, y, 4, s, 2.0, 8.0)[i].item()
         )
+
+
+def _script_macer_loss(probs, labels, sigma, gamma):
+    """MotasemAlfarra/Data_Dependent_Randomized_Smoothing CIFAR10/train_macer.py l. 131-138,
+    transcribed (its device argument dropped): `probs` the mean softmax of the noisy copies
+    (its network ends in a softmax), `sigma` one σ per input."""
+    vals, ind = torch.topk(probs, 2)
+    correct_ind = ind[:, 0] == labels
+    zeros = torch.zeros(sum(correct_ind).item(), dtype=probs.dtype)
+    m = torch.distributions.normal.Normal(zeros, torch.ones_like(zeros))
+    gap = m.icdf(vals[correct_ind, 0].clamp_(0.02, 0.98)) - m.icdf(
+        vals[correct_ind, 1].clamp_(0.02, 0.98)
+    )
+    radius = sigma[correct_ind].reshape(-1) / 2 * gap
+    return torch.relu(gamma - radius).mean()
+
+
+def test_ddrs_macer_hinge_of_a_known_case():
+    """p̂ = (0.99, 0.01, 0) is clamped to (0.98, 0.02): gap 2·Φ⁻¹(0.98); at σ = 0.5, γ = 8 the
+    hinge is 8 − 0.5·Φ⁻¹(0.98). The second input is wrong: out of the mean (not a 0 in it)."""
+    p = torch.tensor([[0.99, 0.01, 0.0], [0.2, 0.7, 0.1]], dtype=torch.float64)
+    got = macer.ddrs_radius_hinge(p, torch.tensor([0, 0]), 0.5, 8.0)
+    assert got.item() == pytest.approx(8 - 0.5 * norm.ppf(0.98), rel=1e-12)
+    none_right = macer.ddrs_radius_hinge(p, torch.tensor([2, 2]), 0.5, 8.0)
+    assert none_right.item() == 0.0  # the script's mean over no input is NaN
+
+
+@pytest.mark.parametrize("gamma", [8.0, 0.3])
+def test_ddrs_macer_hinge_is_the_scripts_value_and_gradient(gamma):
+    """Random mean softmaxes (some inputs wrong, some entries beyond the clamp, at γ = 0.3
+    some hinges at 0), per-input σ: the value and its gradient w.r.t. the logits agree."""
+    g = torch.Generator().manual_seed(4)
+    shared = 6 * torch.randn(16, 1, 3, generator=g, dtype=torch.float64)  # confident inputs
+    logits = (shared + torch.randn(16, 5, 3, generator=g, dtype=torch.float64)).requires_grad_()
+    y = torch.randint(0, 3, (16,), generator=g)
+    sigma = 0.1 + torch.rand(16, generator=g, dtype=torch.float64)
+    p = torch.softmax(logits, dim=2).mean(dim=1)
+    ours = macer.ddrs_radius_hinge(p, y, sigma, gamma)
+    (ours_grad,) = torch.autograd.grad(ours, logits)
+    theirs = _script_macer_loss(torch.softmax(logits, dim=2).mean(dim=1), y, sigma, gamma)
+    (theirs_grad,) = torch.autograd.grad(theirs, logits)
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-12)
+    torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-10, atol=1e-14)
+    clamped = (p.topk(2, dim=1).values > 0.98) | (p.topk(2, dim=1).values < 0.02)
+    assert clamped.any() and 0 < (p.argmax(1) == y).sum() < 16
 
 
 # ---------------------------------------------------------------------------- the epoch loop

@@ -7,6 +7,13 @@ where p̂ = mean_i softmax(β·F(x + δ_i)) (inverse temperature β), "correct" 
 p̂_2 is the largest other class and the gap must be finite (p̂_y = 1 gives Φ⁻¹ = ∞ and no
 term), as in the authors' code. The hinge is zero once the gap exceeds the margin γ.
 With `macer_deferred`, λ = 0 before the first LR drop (`lam_in_epoch`).
+
+Under DDRS training the authors' CIFAR-10 script (MotasemAlfarra/Data_Dependent_Randomized_
+Smoothing CIFAR10/train_macer.py) has its own robustness term, `ddrs_radius_hinge`:
+  λ · mean_{x correct} max(0, γ − σ_x/2 · [Φ⁻¹(p̂_1) − Φ⁻¹(p̂_2)]),
+p̂ the same mean softmax as the classification term (its network ends in a softmax: no β),
+its two largest entries clamped to [0.02, 0.98], "correct" meaning argmax p̂ = y, and the mean
+taken over the correct inputs only.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from trainables.config import TrialConfig, setting
-from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
+from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies, per_input
 
 LOG_FLOOR = 1e-10
 PROB_MIN, PROB_MAX = 1e-20, 1 - 1e-7
+DDRS_CLAMP = (0.02, 0.98)  # train_macer.py l. 136, as OptimizeSigma's (`trainables.ddrs`)
 
 
 def radius_hinge(
@@ -41,6 +49,22 @@ def radius_hinge(
     safe = top2.clamp(PROB_MIN, PROB_MAX)
     gap = torch.special.ndtri(safe[:, 0]) - torch.special.ndtri(safe[:, 1])
     return sigma / 2 * torch.relu(gamma - gap) * keep
+
+
+def ddrs_radius_hinge(
+    p: torch.Tensor, y: torch.Tensor, sigma: float | torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """The DDRS script's robustness term (train_macer.py l. 131-138), a scalar: the mean over
+    inputs whose argmax of the mean softmax `p` (b, K) is y of relu(γ − σ/2·gap), gap =
+    Φ⁻¹(p̂_1) − Φ⁻¹(p̂_2) of the two largest entries clamped to [0.02, 0.98] (no gradient
+    through a clamped entry); σ a float or a (b,) tensor. 0 when no input is correct (the
+    script's mean over none is NaN)."""
+    top2, idx = p.topk(2, dim=1)
+    correct = (idx[:, 0] == y).to(p.dtype)
+    clamped = top2.clamp(*DDRS_CLAMP)
+    gap = torch.special.ndtri(clamped[:, 0]) - torch.special.ndtri(clamped[:, 1])
+    hinge = torch.relu(gamma - per_input(sigma, gap) / 2 * gap)
+    return (hinge * correct).sum() / correct.sum().clamp_min(1)
 
 
 def lam_in_epoch(cfg: TrialConfig, epoch: int) -> float:
