@@ -33,6 +33,7 @@ ALTERNATIVES = dict(
     batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
     train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
     data_parallel=2, normalize_input=False, lr_step_offset=1, scale_input=False,
+    train_multi_noise=False,
 )  # fmt: skip
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
@@ -229,9 +230,11 @@ def test_vanilla_pgd_has_no_noise_draws():
 
 def test_method_fields_resolve_to_none_exactly_when_unused():
     for method, used in METHOD_FIELDS.items():
-        cfg = TrialConfig(method=method, attack="ddn" if method == "smoothadv" else "pgd")
+        attack = "ddn" if method == "smoothadv" else "pgd"
+        cfg = TrialConfig(method=method, attack=attack, m_train=2)
         for name in METHOD_SETTINGS - {"mix_maxnorm", "ddn_init_norm"}:  # optional where used
             assert (getattr(cfg, name) is not None) == (name in used), (method, name)
+    assert TrialConfig(m_train=1, train_multi_noise=False).train_multi_noise is None  # unused
 
 
 def test_ints_become_floats_for_float_fields():
@@ -357,7 +360,9 @@ def test_new_optional_fields_keep_existing_ids():
     blob = {k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS and v is not None}
     # amp "off" in its former (bool) form; fields added later at their former behaviour left out
     as_before = {k: v for k, v in blob.items() if k in ADDED_FIELDS and v == ADDED_FIELDS[k]}
-    assert as_before.keys() == {"normalize_input", "lr_step_offset", "scale_input"}
+    assert as_before.keys() == {
+        "normalize_input", "lr_step_offset", "scale_input", "train_multi_noise"
+    }  # fmt: skip
     assert cfg.identity() == {**{k: blob[k] for k in blob.keys() - as_before}, "amp": False}
     assert "train_subset" not in cfg.identity()
     assert TrialConfig(**PINNED, train_subset=100).trial_id != PINNED_ID
@@ -525,6 +530,7 @@ SHIPPED_SMOOTHADV = dict(dataset="cifar10", method="smoothadv", sigma=0.12, epsi
     ("method", "fields", "problem"),
     [
         ("smoothadv", {"scale_input": "no"}, "scale_input must be bool or null"),
+        ("smoothadv", {"train_multi_noise": 0}, "train_multi_noise must be bool or null"),
         ("stability", {"stability_loss": "mse"}, "stability_loss must be cross_entropy or kl"),
         ("macer", {"macer_deferred": 1}, "macer_deferred must be bool or null"),
         ("gaussian", {"normalize_input": "no"}, "normalize_input must be bool or null"),

@@ -291,3 +291,98 @@ def test_against_the_reference_code_itself():
             worst[f"ours {name}"] = max(worst[f"ours {name}"], (ours - kept).abs().max().item())
     print(f"\nmax differences over {2 * len(CASES)} cases: {worst}")
     assert max(worst.values()) <= TOLERANCE
+
+
+# ------------------------------------------------ train_pgd.py without --train-multi-noise
+
+
+def reference_one_noise_batch(model, x, y, m, sigma, epsilon, steps, attack, gen):
+    """train_pgd.py's train() on one loader batch without --train-multi-noise (l. 228-294),
+    transcribed: `get_minibatches` (m chunks of B // m), each chunk's inputs repeated m times
+    (`inputs.repeat((1, m, 1, 1)).view(batch[0].shape)`), its noise `randn_like(inputs) *
+    noise_sd` (here from `gen`), the attacker in eval mode with the parameters frozen (the
+    re-derivations above, in the same row layout), then `inputs[::m] + noise[::m]` of every
+    chunk concatenated and one cross-entropy (the criterion's batch mean) in train mode,
+    against `batch[1]`."""
+    b = len(x) // m
+    noisy_inputs_list = []
+    for i in range(m):
+        inputs, targets = x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]
+        inputs = inputs.repeat((1, m, 1, 1)).view(b * m, *x.shape[1:])
+        assert torch.equal(inputs, _rows(x[i * b : (i + 1) * b], m))
+        noise = torch.randn(inputs.shape, generator=gen) * sigma
+        model.requires_grad_(False)
+        model.eval()
+        per_input = noise.view(b, m, *x.shape[1:])
+        if attack == "pgd":
+            adv = reference_pgd(model, inputs[::m], targets, per_input, epsilon, steps)
+        else:
+            adv = reference_ddn(model, inputs[::m], targets, per_input, epsilon, steps, epsilon)
+        inputs = _rows(adv, m)  # the attacker returns every copy's row
+        model.train()
+        model.requires_grad_(True)
+        noisy_inputs_list.append(inputs[::m] + noise[::m])
+    noisy_inputs = torch.cat(noisy_inputs_list)
+    assert len(y) == len(noisy_inputs)
+    return F.cross_entropy(model(noisy_inputs), y)
+
+
+@pytest.mark.parametrize("attack", ["pgd", "ddn"])
+@pytest.mark.parametrize("m", [2, 4])
+def test_one_noise_per_input_equals_train_pgd_without_train_multi_noise(attack, m):
+    """train_multi_noise false: one optimizer step per batch (`Method.chunks`), its loss and
+    every parameter's gradient those of the transcription, on the same noise (drawn chunk by
+    chunk from generators in the same state) and a model in the same state."""
+    import copy
+
+    from trainables.config import TrialConfig
+    from trainables.methods import REGISTRY, smoothadv
+    from trainables.methods.base import StepContext
+
+    model = conv_net().train()
+    x, y = batch(model)
+    cfg = TrialConfig(
+        dataset="cifar10", method="smoothadv", sigma=0.25, m_train=m, attack=attack,
+        epsilon=0.5, steps=4, train_multi_noise=False,
+    )  # fmt: skip
+    assert REGISTRY["smoothadv"].chunks(cfg) == 1
+    assert REGISTRY["smoothadv"].chunks(cfg.replace(train_multi_noise=True)) == m
+    ours_model, ref_model = copy.deepcopy(model), copy.deepcopy(model)
+    ctx = StepContext(cfg, epoch=20, epsilon=0.5, generator=_gen(7))
+    out = smoothadv.loss(ours_model, x, y, ctx)
+    expected = reference_one_noise_batch(ref_model, x, y, m, 0.25, 0.5, 4, attack, _gen(7))
+    assert ours_model.training and torch.equal(out.targets, y) and len(out.logits) == len(x)
+    assert abs(out.loss.item() - expected.item()) <= TOLERANCE
+    out.loss.backward()
+    expected.backward()
+    for (name, p), q in zip(ours_model.named_parameters(), ref_model.parameters(), strict=True):
+        assert (p.grad - q.grad).abs().max().item() <= TOLERANCE, name
+    for a, b in zip(ours_model.buffers(), ref_model.buffers(), strict=True):
+        assert torch.allclose(a.float(), b.float(), atol=TOLERANCE)  # one train-mode pass
+
+
+def test_one_noise_per_input_is_unused_at_m_train_1_and_trains_a_whole_batch_per_step():
+    """m_train 1: one noise per input either way (train_pgd.py's two branches train alike), so
+    the setting is unused and no part of the trial_id. A trial with it false takes one
+    optimizer step per loader batch, with it true one per chunk."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from trainables.config import TrialConfig
+    from trainables.train import fit
+
+    one = TrialConfig(dataset="digits", method="smoothadv", m_train=1, train_multi_noise=False)
+    assert one.train_multi_noise is None and one == TrialConfig(dataset="digits", m_train=1)
+    cfg = TrialConfig(
+        dataset="digits", method="smoothadv", sigma=0.25, m_train=2, epsilon=0.5, steps=2,
+        epochs=1, batch_size=32, train_subset=64, eval_subset=32, train_multi_noise=False,
+    )  # fmt: skip
+    assert cfg.trial_id != cfg.replace(train_multi_noise=True).trial_id
+    taken: list[bool] = []
+    hook = register_optimizer_step_post_hook(lambda *_: taken.append(True))
+    try:
+        for multi, steps in ((False, 2), (True, 4)):  # 64 inputs in batches of 32; m = 2 chunks
+            taken.clear()
+            state = fit(cfg.replace(train_multi_noise=multi), device=torch.device("cpu"))
+            assert len(taken) == steps and state.history[0]["epoch"] == 1
+    finally:
+        hook.remove()

@@ -50,6 +50,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "macer_deferred": False,
     "lr_step_offset": 0,
     "scale_input": True,
+    "train_multi_noise": True,
 }
 
 
@@ -105,8 +106,8 @@ class TrialConfig(
 
     def _unused(self) -> dict[str, Any]:
         """After validation: the default arch, and None for every setting the trial does not
-        use (the method's other settings, scale_input without an input layer, DDRS or
-        self-training when off, one process)."""
+        use (the method's other settings, scale_input without an input layer,
+        train_multi_noise at m_train 1, DDRS or self-training when off, one process)."""
         changes: dict[str, Any] = {}
         if self.arch is None:
             changes["arch"] = DEFAULT_ARCH[self.dataset]
@@ -116,6 +117,8 @@ class TrialConfig(
         changes.update(dict.fromkeys(METHOD_SETTINGS - used))
         if not self.normalize_input:  # no input layer: nothing to scale
             changes["scale_input"] = None
+        if self.m_train == 1:  # one noise per input either way
+            changes["train_multi_noise"] = None
         if self.data_parallel == 1:  # one process is the ordinary trial (and its trial_id)
             changes["data_parallel"] = None
         if self.ddrs_start_epoch is None:

@@ -85,6 +85,16 @@ class ModelPart:
     # (`Method.protocol`): false for SmoothAdv and its PGD baselines trained from scratch on
     # CIFAR-10 or ImageNet, true otherwise. Unused (None) without normalize_input.
     scale_input: bool | None = None
+    # SmoothAdv with m_train > 1: train on all m noisy copies of each adversarial example, one
+    # step per chunk of B/m inputs (train_pgd.py --train-multi-noise, which the published runs
+    # passed; Pseudocode 1); false: on one copy each (the first noise), one step per batch of
+    # B inputs attacked in m chunks (train_pgd.py without the flag). Unused (None) at m = 1.
+    train_multi_noise: bool | None = None
+
+    _MODEL_BOUNDS: ClassVar[tuple[Bound, ...]] = (
+        ("m_train", lambda v: v >= 1, ">= 1"),
+        ("train_multi_noise", lambda v: True, "true or false"),
+    )
 
     def model_problems(self, method: Method | None) -> list[str]:
         p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)
@@ -92,7 +102,7 @@ class ModelPart:
             p += choice("arch", self.arch, ARCHS)
         if not self.sigma > 0:
             p.append(f"sigma must be > 0 (got {self.sigma})")
-        return p + _bound_problems(self, (("m_train", lambda v: v >= 1, ">= 1"),), method)
+        return p + _bound_problems(self, self._MODEL_BOUNDS, method)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def train_epoch(state: TrainState, loader: Batches) -> dict[str, float]:
     cfg, device = state.cfg, state.device
     method = REGISTRY[cfg.method]
     ctx = StepContext(cfg, state.epoch, epoch_epsilon(cfg, state.epoch), state.noise_generator)
-    chunks = (cfg.m_train or 1) if method.splits_batch else 1
+    chunks = method.chunks(cfg)
     ddrs = ddrs_active(cfg, state.epoch)
     if ddrs:
         state.sigma_table(split_size(loader.dataset))

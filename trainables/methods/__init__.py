@@ -14,7 +14,7 @@ A row names, once, everything the rest of the code knows about a method:
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
   copies, one optimizer step per chunk; MACER and stability training take one step per batch
-  on all B·k copies.
+  on all B·k copies (`Method.chunks`; SmoothAdv with train_multi_noise false: one step).
 - `ddrs`: whether DDRS training (a σ_x per input) supports it: the paper's three methods.
 - `module`, `function`: its loss, `trainables.methods.<module>.<function>(model, x, y, ctx)`
   (see `base`). This package's front (this table) is pure Python, so the control plane
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     import torch
 
+    from trainables.config import TrialConfig
     from trainables.methods.base import StepContext, StepOutput
 
     LossFunction = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, StepContext], StepOutput]
@@ -56,6 +57,14 @@ class Method:
     protocol: Mapping[str, Any] = field(default_factory=dict)
     attacks: tuple[str, ...] = ()
     ddrs: bool = False
+
+    def chunks(self, cfg: TrialConfig) -> int:
+        """Optimizer steps per loader batch: m_train (one per chunk of about B/m inputs) for a
+        method that splits its batches, but 1 for SmoothAdv with train_multi_noise false (its
+        loss attacks the m chunks itself); 1 for the other methods."""
+        if not self.splits_batch or cfg.train_multi_noise is False:
+            return 1
+        return cfg.m_train or 1
 
     @property
     def loss(self) -> LossFunction:
@@ -97,8 +106,9 @@ _JEONG = {"lr_step_offset": 1}
 _ROWS = (
     Method("gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True),
     Method(
-        "smoothadv", ("m_train", *ATTACK_SETTINGS, *DDN_SETTINGS), "smoothadv", "loss",
-        splits_batch=True, attacks=ATTACKS, ddrs=True, protocol=_SMOOTHADV_INPUT,
+        "smoothadv", ("m_train", "train_multi_noise", *ATTACK_SETTINGS, *DDN_SETTINGS),
+        "smoothadv", "loss", splits_batch=True, defaults={"train_multi_noise": True},
+        attacks=ATTACKS, ddrs=True, protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
