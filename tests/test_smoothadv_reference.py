@@ -9,10 +9,17 @@ a nonzero gradient whose fp32 norm underflows keeps its direction, where the cod
 random). Our attacks must equal them to 1e-5 over T ∈ {1, 2, 4, 10}, m ∈ {1, 2, 4} and
 several ε, including inputs whose gradient is exactly zero.
 
+The same holds for the gradient-free attack (estimator (7), `stein_pgd`) against the code's
+`_attack_mutlinoise_no_grad`, m = 1 included, where the code's `attack()` runs its gradient
+attack instead (sweeper's plug-in PGD at m = 1 is that); and for SmoothAdv training with one
+noise per input (`train_multi_noise: false`) against train_pgd.py's loop without
+--train-multi-noise (the loss, every gradient and the batch-norm buffers after one step).
+
 `test_against_the_reference_code_itself` runs the reference's own classes when the
 environment variable SMOOTHING_ADVERSARIAL points at a checkout of that repository (a
 directory holding code/attacks.py), against the re-derivation without the deviation and ours
-against the re-derivation with it; it is skipped otherwise:
+against the re-derivation with it, and its no-gradient attack likewise (the test after it);
+both are skipped otherwise:
 
     git clone https://github.com/Hadisalman/smoothing-adversarial /tmp/sa
     SMOOTHING_ADVERSARIAL=/tmp/sa pytest -s tests/test_smoothadv_reference.py
@@ -386,3 +393,88 @@ def test_one_noise_per_input_is_unused_at_m_train_1_and_trains_a_whole_batch_per
             assert len(taken) == steps and state.history[0]["epoch"] == 1
     finally:
         hook.remove()
+
+
+# ------------------------------------------------ the no-gradient attack (estimator (7))
+
+
+def reference_stein(model, x, y, noise, epsilon, steps, generator=None):
+    """`PGD_L2._attack_mutlinoise_no_grad` (code/attacks.py l. 205-245), re-derived in its row
+    layout for any m: each step the estimate −(1/m) Σ_i softmax(F(x' + δ_i))_y · δ_i (its
+    `nll_loss` of the softmax, repeated over the pixels, times the noise; no 1/σ²), divided by
+    its fp32 row norm (randn where 0), a step of 2ε/T along it, the box, torch's renorm."""
+    B, m = noise.shape[:2]
+    rows, flat_noise = _rows(x, m), noise.reshape(B * m, *x.shape[1:])
+    delta = torch.zeros_like(x)
+    with torch.no_grad():
+        for _ in range(steps):
+            softmax = F.softmax(model(rows + _rows(delta, m) + flat_noise), dim=1)
+            labels = y.unsqueeze(1).repeat(1, 1, m).view(B * m)
+            p_y = F.nll_loss(softmax, labels, reduction="none")
+            grad = p_y.repeat(*x.shape[1:], 1).permute(3, 0, 1, 2) * flat_noise
+            grad = grad.reshape(-1, m, *x.shape[1:]).mean(1)
+            grad_norms = grad.view(B, -1).norm(p=2, dim=1)
+            grad.div_(grad_norms.view(-1, 1, 1, 1))
+            if (grad_norms == 0).any():
+                grad[grad_norms == 0] = torch.randn(
+                    grad[grad_norms == 0].shape, generator=generator
+                )
+            delta = delta + grad * epsilon / steps * 2
+            delta = (delta + x).clamp(0, 1) - x
+            delta = torch.renorm(delta, p=2, dim=0, maxnorm=epsilon)
+    return x + delta
+
+
+def reference_no_grad_attack(model, x, y, noise, epsilon, steps, generator=None):
+    """`PGD_L2.attack(..., num_noise_vectors=m, no_grad=True)` (l. 45-54), as predict.py and
+    train_pgd.py call it with --no-grad-attack: it tests `num_noise_vectors == 1` first, so
+    with one noise it runs the gradient attack `_attack`, whatever `no_grad` says."""
+    if noise.shape[1] == 1:
+        return reference_pgd(model, x, y, noise, epsilon, steps, generator, keep_tiny=False)
+    return reference_stein(model, x, y, noise, epsilon, steps, generator)
+
+
+@pytest.mark.parametrize(("steps", "m", "epsilon"), CASES)
+def test_stein_pgd_equals_the_no_gradient_attacks_arithmetic(steps, m, epsilon):
+    """sweeper's estimator "stein" is the code's `_attack_mutlinoise_no_grad` for every m (the
+    1/σ² it adds leaves the direction as it is), m = 1 included, where the code does not run
+    it (README, Deviations: `estimator: plugin` at m_test 1 is the code's number there)."""
+    model = conv_net()
+    x, y = batch(model)
+    noise = gaussian(x, m)
+    ours = attacks.stein_pgd(model, x, y, noise, epsilon, steps, sigma=0.25, generator=_gen())
+    expected = reference_stein(model, x, y, noise, epsilon, steps, generator=_gen())
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+
+
+def test_the_codes_no_gradient_attack_with_one_noise_is_the_plugin_attack():
+    """With m_test = 1 the code's "no-grad" attack is its gradient attack: sweeper's plug-in
+    PGD at m = 1 equals it; the one-sample estimate (7) (estimator stein) goes elsewhere."""
+    model = conv_net()
+    x, y = batch(model)
+    noise = gaussian(x, 1)
+    code = reference_no_grad_attack(model, x, y, noise, 1.0, 4, generator=_gen())
+    plugin = attacks.pgd(model, x, y, noise, 1.0, 4, generator=_gen())
+    assert (plugin - code).abs().max().item() <= TOLERANCE
+    stein = attacks.stein_pgd(model, x, y, noise, 1.0, 4, sigma=0.25, generator=_gen())
+    assert (stein - code).abs().max().item() > 0.01
+
+
+def test_the_no_gradient_attack_against_the_reference_code_itself():
+    """`PGD_L2.attack(..., no_grad=True)` of the code itself against `reference_no_grad_attack`
+    (its gradient attack at m = 1, `_attack_mutlinoise_no_grad` otherwise), same seed."""
+    module = _reference_module()
+    worst = 0.0
+    for steps, m, epsilon in CASES:
+        model = conv_net()
+        x, y = batch(model)
+        noise = gaussian(x, m)
+        attacker = module.PGD_L2(steps=steps, max_norm=epsilon)
+        rows, flat = _rows(x, m), noise.reshape(len(x) * m, *x.shape[1:])
+        torch.manual_seed(5)
+        code = attacker.attack(model, rows, y, noise=flat, num_noise_vectors=m, no_grad=True)
+        torch.manual_seed(5)
+        expected = reference_no_grad_attack(model, x, y, noise, epsilon, steps)
+        worst = max(worst, (code.detach()[::m] - expected).abs().max().item())
+    print(f"\nmax difference over {len(CASES)} cases: {worst}")
+    assert worst <= TOLERANCE

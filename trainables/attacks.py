@@ -253,7 +253,12 @@ def stein_pgd(
     the product of an fp32 probability and fp32 noise is exact and every sum of such products a
     multiple of 2^-298: a nonzero estimate, however confident the model, stays nonzero and keeps
     its direction, whatever positive factor (1/σ²) it carries. `pow2_rows` brings it back into
-    fp32's range (README, Deviations 19)."""
+    fp32's range (README, Deviations 19).
+
+    With one noise (m = 1) this is the one-sample estimate (7), the paper's reading; the
+    reference's `PGD_L2.attack` runs its gradient attack there whatever `no_grad` says (it
+    tests `num_noise_vectors == 1` first), i.e. `pgd` with m = 1 (README, Deviations: the
+    no-gradient attack with m_test = 1)."""
     if epsilon == 0:
         return x.detach()
     step_size = 2 * epsilon / steps
