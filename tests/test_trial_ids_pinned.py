@@ -47,13 +47,14 @@ PINNED_IDS = {
 # cross-entropy, MACER's inputs without standardization; SmoothAdv's from-scratch CIFAR-10 and
 # ImageNet models center their inputs without scaling them, §5), so the configs as given train
 # otherwise and have these ids; with the fields added since at their former behaviour
-# (`ADDED_FIELDS`) they keep the pinned ones.
+# (`ADDED_FIELDS`) they keep the pinned ones. DDRS-trained MACER also takes the DDRS script's
+# robustness term (`ddrs_macer_loss: ddrs`, §7).
 NEW_DEFAULT_IDS = {
     "smoothmix": "871a5ad37169",
     "macer": "17c8190d19cb",
     "consistency": "5b822480a628",
     "stability": "eaf4c75d34b4",
-    "ddrs_macer": "33bd10f939d3",
+    "ddrs_macer": "e53dbd8598f4",
     "smoothadv_pgd": "3a59062b057e",
     "smoothadv_ddn": "2fc993b5af6e",
     "data_parallel": "87701e0098f1",

@@ -51,6 +51,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "lr_step_offset": 0,
     "scale_input": True,
     "train_multi_noise": True,
+    "ddrs_macer_loss": "macer",
 }
 
 
@@ -89,7 +90,7 @@ class TrialConfig(
             if getattr(self, name) is None:
                 changes[name] = self._default_value(value)
         if self.ddrs_start_epoch is not None:
-            changes.update(self.ddrs_resolved())
+            changes.update(self.ddrs_resolved(self.method))
         if self.self_training:
             changes.update(self.self_training_resolved())
         return changes

@@ -40,8 +40,10 @@ AMP_MODES = ("off", "fp16", "bf16")
 # ImageNet (image files) and ImageNet32 (3.7 GiB: too big to copy onto every packed trial's GPU).
 DATA_PIPELINES = ("auto", "device", "loader")
 DEVICE_PIPELINE_DATASETS = ("cifar10", "mnist", "digits")  # auto -> device
-DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples")
+DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples", "ddrs_macer_loss")
 DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
+# MACER's robustness term under DDRS (`methods.macer`): the DDRS script's (default) or MACER's.
+DDRS_MACER_LOSSES = ("ddrs", "macer")
 PSEUDO_FIELDS = ("pseudo_data", "pseudo_fingerprint", "pseudo_eta", "pseudo_ratio")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}")
@@ -201,12 +203,16 @@ class DDRSPart:
     ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
     ddrs_lr: float | None = None  # OptimizeSigma step size α (1e-4)
     ddrs_samples: int | None = None  # noise draws n per OptimizeSigma step (1)
+    ddrs_macer_loss: str | None = None  # method macer: DDRS_MACER_LOSSES ("ddrs"); else None
 
-    def ddrs_resolved(self) -> dict[str, Any]:
-        """Off: every field None; on: the defaults of the fields left unset."""
+    def ddrs_resolved(self, method: str | None = None) -> dict[str, Any]:
+        """Off: every field None; on: the defaults of the fields left unset (`method`'s)."""
         if self.ddrs_start_epoch is None:
             return dict.fromkeys(DDRS_FIELDS)
-        return {k: v for k, v in DDRS_DEFAULTS.items() if getattr(self, k) is None}
+        resolved = {k: v for k, v in DDRS_DEFAULTS.items() if getattr(self, k) is None}
+        if method != "macer":
+            return {**resolved, "ddrs_macer_loss": None}
+        return {**resolved, "ddrs_macer_loss": self.ddrs_macer_loss or "ddrs"}
 
     def ddrs_problems(self, epochs: int, method: str) -> list[str]:
         """Checked only when it is on; `epochs`, `method`: the trial's."""
@@ -229,6 +235,8 @@ class DDRSPart:
                 p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
         if self.ddrs_lr is None or not self.ddrs_lr > 0:
             p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {self.ddrs_lr})")
+        if method == "macer":
+            p += choice("ddrs_macer_loss", self.ddrs_macer_loss, DDRS_MACER_LOSSES)
         return p
 
 
