@@ -62,9 +62,11 @@ def assert_nested_equal(a, b, where="") -> None:
 
 def test_configs_without_ddrs_keep_their_trial_ids():
     """Ids computed with the config module before the DDRS fields existed (the default, a
-    SmoothAdv-PGD config, changed once on purpose when warmup_schedule joined the identity of
-    attack-trained methods: it was 5001c805a1a3)."""
-    assert TrialConfig().trial_id == "533c2517d407"
+    SmoothAdv-PGD config, changed on purpose when warmup_schedule joined the identity of
+    attack-trained methods: it was 5001c805a1a3; and in issue 26 §5, its CIFAR-10 inputs
+    centred, not scaled: at scale_input true it keeps 533c2517d407)."""
+    assert TrialConfig().trial_id == "ce23b5386a84"
+    assert TrialConfig(scale_input=True).trial_id == "533c2517d407"
     gaussian = dict(
         dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=10, batch_size=32,
         lr=0.05, seed=1,
@@ -82,8 +84,9 @@ def test_ddrs_defaults_fill_in_and_join_the_identity():
     assert (cfg.ddrs_start_epoch, cfg.ddrs_iterations, cfg.ddrs_lr, cfg.ddrs_samples) == (
         3, 10, 1e-4, 1,
     )  # fmt: skip
-    assert {name: cfg.identity()[name] for name in DDRS_FIELDS} == {
+    assert {name: cfg.identity().get(name) for name in DDRS_FIELDS} == {
         "ddrs_start_epoch": 3, "ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1,
+        "ddrs_macer_loss": None,  # MACER's only
     }  # fmt: skip
     off = cfg.replace(ddrs_start_epoch=None)
     assert off.trial_id != cfg.trial_id
@@ -109,10 +112,33 @@ def test_each_ddrs_problem_names_its_field(field, value):
 
 
 def test_all_ddrs_problems_at_once():
-    problems = _problems(ddrs_start_epoch=10, ddrs_iterations=0, ddrs_samples=0, ddrs_lr=0)
-    assert len(problems) == 4
+    problems = _problems(
+        method="macer", m_train=2, ddrs_start_epoch=10, ddrs_iterations=0, ddrs_samples=0,
+        ddrs_lr=0, ddrs_macer_loss="paper",
+    )  # fmt: skip
+    assert len(problems) == 5
     for name in DDRS_FIELDS:
-        assert any(p.startswith(name) for p in problems), (name, problems)
+        assert any(name in p for p in problems), (name, problems)
+
+
+def test_ddrs_macer_takes_the_ddrs_scripts_loss_and_macers_keeps_the_former_id():
+    """`ddrs_macer_loss` resolves to "ddrs" for DDRS-trained MACER (a new trial_id); "macer",
+    its behaviour before the field, keeps the id; other methods and MACER without DDRS have
+    none (a value given is dropped, like an unused method setting)."""
+    macer_cfg = dict(dataset="digits", method="macer", m_train=2, epochs=10)
+    cfg = TrialConfig(**macer_cfg, ddrs_start_epoch=3)
+    former = cfg.replace(ddrs_macer_loss="macer")
+    assert (cfg.ddrs_macer_loss, former.ddrs_macer_loss) == ("ddrs", "macer")
+    assert (
+        cfg.identity()["ddrs_macer_loss"] == "ddrs" and "ddrs_macer_loss" not in former.identity()
+    )
+    stored = {k: v for k, v in former.to_dict().items() if k != "ddrs_macer_loss"}
+    assert TrialConfig.from_dict(stored) == former  # stored before the field: trained so
+    for other in (
+        TrialConfig(**macer_cfg, ddrs_macer_loss="ddrs"),
+        ddrs_cfg(ddrs_macer_loss="ddrs"),
+    ):
+        assert other.ddrs_macer_loss is None and "ddrs_macer_loss" not in other.identity()
 
 
 @pytest.mark.parametrize(
@@ -203,6 +229,32 @@ def test_ddrs_macer_hinge_is_the_scripts_value_and_gradient(gamma):
     torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-10, atol=1e-14)
     clamped = (p.topk(2, dim=1).values > 0.98) | (p.topk(2, dim=1).values < 0.02)
     assert clamped.any() and 0 < (p.argmax(1) == y).sum() < 16
+
+
+@pytest.mark.parametrize("loss", ["ddrs", "macer"])
+def test_ddrs_trained_macer_loss_is_the_scripts_or_macers(loss):
+    """One chunk of DDRS-trained MACER at σ_x per input, on the same noisy copies: "ddrs" is
+    train_macer.py l. 160-174 (its compute_loss l. 91-95: NLL of log(mean softmax + 1e-10))
+    plus λ·its term; "macer" is MACER's term (`radius_hinge`, β) at σ_x."""
+    cfg = TrialConfig(dataset="digits", method="macer", m_train=4, epochs=3, ddrs_start_epoch=0)
+    cfg = cfg.replace(ddrs_macer_loss=loss)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).double()
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(6, 1, 8, 8, generator=g, dtype=torch.float64)
+    sigma = 0.1 + torch.rand(6, generator=g, dtype=torch.float64)
+    y = model(x).argmax(1)  # right on the noise-free inputs, but for two
+    y[:2] = (y[:2] + 1) % 10
+    got = macer.loss(model, x, y, StepContext(cfg, 0, 0.0, torch.Generator().manual_seed(9), sigma))
+    noise = draw_noise(x, 4, sigma, torch.Generator().manual_seed(9))
+    logits = model((x.unsqueeze(1) + noise).flatten(0, 1))
+    outputs_softmax = torch.softmax(logits, dim=1).reshape(6, 4, 10).mean(1)
+    total = torch.nn.NLLLoss()(torch.log(outputs_softmax + 1e-10), y)
+    if loss == "ddrs":
+        total = total + 12.0 * _script_macer_loss(outputs_softmax, y, sigma, 8.0)
+    else:
+        total = total + 12.0 * macer.radius_hinge(logits, y, 4, sigma, 16.0, 8.0).mean()
+    assert got.loss.item() == pytest.approx(total.item(), rel=1e-12)
+    assert 0 < (outputs_softmax.argmax(1) == y).sum() < 6  # the term is over some inputs
 
 
 # ---------------------------------------------------------------------------- the epoch loop

@@ -13,7 +13,9 @@ Smoothing CIFAR10/train_macer.py) has its own robustness term, `ddrs_radius_hing
   λ · mean_{x correct} max(0, γ − σ_x/2 · [Φ⁻¹(p̂_1) − Φ⁻¹(p̂_2)]),
 p̂ the same mean softmax as the classification term (its network ends in a softmax: no β),
 its two largest entries clamped to [0.02, 0.98], "correct" meaning argmax p̂ = y, and the mean
-taken over the correct inputs only.
+taken over the correct inputs only. It is the default of DDRS-trained MACER trials
+(`ddrs_macer_loss: ddrs`, every epoch, as the script uses it before its epoch_switch too);
+`ddrs_macer_loss: macer` trains them with MACER's term above at σ_x (sweeper before issue 26).
 """
 
 from __future__ import annotations
@@ -88,5 +90,8 @@ def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepCont
     logits = model(inputs)
     p = F.softmax(logits, dim=1).view(x.shape[0], k, -1).mean(dim=1)
     classification = -torch.log(p.gather(1, y.unsqueeze(1)).squeeze(1) + LOG_FLOOR).mean()
-    robustness = radius_hinge(logits, y, k, ctx.sigma, beta, gamma).mean()
+    if cfg.ddrs_macer_loss == "ddrs":  # DDRS training, the DDRS script's term (its default)
+        robustness = ddrs_radius_hinge(p, y, ctx.sigma, gamma)
+    else:
+        robustness = radius_hinge(logits, y, k, ctx.sigma, beta, gamma).mean()
     return StepOutput(classification + lam_in_epoch(cfg, ctx.epoch) * robustness, logits, targets)
