@@ -23,14 +23,13 @@ out (d − 0), and an abstained point inside an earlier ball takes that ball's c
 ball r_j − d. `abstentions_in_memory=False` is sweeper's reading before issue 26: abstentions
 stay as they are and never enter the memory.
 
-Both keep Cohen's guarantee for the memory classifier h (answer from the memory where x lies
-in a stored ball, else certify with σ_x and store): each reported ball lies inside one region
-where h is constant, each stored ball's class is backed by one CERTIFY at its own σ_x (with
-probability ≥ 1 − α), and no two balls of different classes intersect. An abstention turned
-into a class gets exactly the certificate a point of another class gets at the same place:
-a ball inside the earlier ball. The script's rule also keeps h's earlier abstentions true
-(no later ball claims a class at a point h has answered with an abstention); the other
-reading treats an abstention as no claim, as Cohen's CERTIFY does.
+Both readings are sound: no two balls of different classes intersect, and each ball's class
+is backed by one CERTIFY at its own σ_x (Cohen's guarantee, probability ≥ 1 − α), the memory
+classifier answering that class inside it. An abstention turned into a class gets exactly the
+certificate a point of another class gets at the same place (a ball inside the earlier ball).
+The script's rule also keeps every abstention the memory classifier has answered true (no
+later ball claims a class at an abstained point); the other reading treats an abstention as
+no claim, as Cohen's CERTIFY does (it may abstain inside another point's certified ball).
 """
 
 from __future__ import annotations
