@@ -299,6 +299,7 @@ METHOD_ALTERNATIVES = {
 # DDRS training's settings, which only count when it is on: another value of each for PINNED
 # with DDRS training from epoch 5.
 DDRS_ALTERNATIVES = dict(ddrs_start_epoch=6, ddrs_iterations=20, ddrs_lr=1e-3, ddrs_samples=4)
+DDRS_MACER_ALTERNATIVES = dict(ddrs_macer_loss="macer")  # DDRS-trained MACER's only
 # Self-training's settings, which only count when it is on: another value of each for PINNED
 # with pseudo-labelled data (its location, pseudo_data, is an environment field).
 PSEUDO_ON = dict(pseudo_data="/data/pseudo.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5)
@@ -307,7 +308,10 @@ PSEUDO_ALTERNATIVES = dict(pseudo_fingerprint="f" * 16, pseudo_eta=0.1, pseudo_r
 
 def test_trial_id_changes_with_every_identity_field():
     covered = set(ALTERNATIVES).union(
-        *METHOD_ALTERNATIVES.values(), DDRS_ALTERNATIVES, PSEUDO_ALTERNATIVES
+        *METHOD_ALTERNATIVES.values(),
+        DDRS_ALTERNATIVES,
+        DDRS_MACER_ALTERNATIVES,
+        PSEUDO_ALTERNATIVES,
     )
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
     ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5)
@@ -315,6 +319,11 @@ def test_trial_id_changes_with_every_identity_field():
         changed = ddrs.replace(**{name: value})
         assert getattr(changed, name) != getattr(ddrs, name), name
         assert changed.trial_id != ddrs.trial_id, name
+    ddrs_macer = TrialConfig(dataset="digits", method="macer", m_train=2, ddrs_start_epoch=0)
+    for name, value in DDRS_MACER_ALTERNATIVES.items():
+        changed = ddrs_macer.replace(**{name: value})
+        assert getattr(changed, name) != getattr(ddrs_macer, name), name
+        assert changed.trial_id != ddrs_macer.trial_id, name
     pseudo = TrialConfig(**PINNED, **PSEUDO_ON)
     assert pseudo.trial_id != PINNED_ID
     for name, value in PSEUDO_ALTERNATIVES.items():
