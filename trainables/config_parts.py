@@ -5,10 +5,9 @@
 documented and validated here in one place. The field order (the parts' order below, then
 each part's own) is the order of the results' columns: append new fields at a part's end.
 
-A method's settings (the model's m_train, the attack's and the other methods') are checked
-only for the methods that use them (`trainables.methods.REGISTRY`: each row's `settings`);
-fields marked `ENVIRONMENT` say where and how a trial runs, not what it trains, and are no
-part of the trial_id. Pure Python (no torch), so the control plane validates whole grids.
+A method's settings are checked only where used (`trainables.methods.REGISTRY`: each row's
+`settings`); `ENVIRONMENT` fields say where and how a trial runs, not what it trains, and are
+no part of the trial_id. Pure Python (no torch): the control plane validates whole grids.
 """
 
 from __future__ import annotations
@@ -78,25 +77,13 @@ class ModelPart:
     method: str = "smoothadv"  # a row of trainables.methods.REGISTRY (METHODS)
     sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
     m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
-    # Standardize inputs by the data set's channel statistics (the model's first layer); None:
-    # the method's reference code (`Method.protocol`): true but for MACER, whose model has none.
+    # The first layer (None: the method's code, `Method.protocol`): (x − μ)/s, x − μ (with
+    # scale_input false: SmoothAdv's from-scratch CIFAR-10/ImageNet models) or none (false).
     normalize_input: bool | None = None
-    # With normalize_input: the layer divides by the channel standard deviations after
-    # subtracting the means ((x − μ)/s, SmoothAdv's NormalizeLayer); false: it subtracts the
-    # means only (x − μ, its InputCenterLayer). None: the method's reference code
-    # (`Method.protocol`): false for SmoothAdv and its PGD baselines trained from scratch on
-    # CIFAR-10 or ImageNet, true otherwise. Unused (None) without normalize_input.
-    scale_input: bool | None = None
-    # SmoothAdv with m_train > 1: train on all m noisy copies of each adversarial example, one
-    # step per chunk of B/m inputs (train_pgd.py --train-multi-noise, which the published runs
-    # passed; Pseudocode 1); false: on one copy each (the first noise), one step per batch of
-    # B inputs attacked in m chunks (train_pgd.py without the flag). Unused (None) at m = 1.
+    scale_input: bool | None = None  # unused (None) without normalize_input
+    # SmoothAdv, m_train > 1: train on all m copies, a step per chunk (train_pgd.py
+    # --train-multi-noise, the published runs'), or (false) on x̂ + δ_1, a step per batch.
     train_multi_noise: bool | None = None
-
-    _MODEL_BOUNDS: ClassVar[tuple[Bound, ...]] = (
-        ("m_train", lambda v: v >= 1, ">= 1"),
-        ("train_multi_noise", lambda v: True, "true or false"),
-    )
 
     def model_problems(self, method: Method | None) -> list[str]:
         p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)
@@ -104,7 +91,7 @@ class ModelPart:
             p += choice("arch", self.arch, ARCHS)
         if not self.sigma > 0:
             p.append(f"sigma must be > 0 (got {self.sigma})")
-        return p + _bound_problems(self, self._MODEL_BOUNDS, method)
+        return p + _bound_problems(self, (("m_train", lambda v: v >= 1, ">= 1"),), method)
 
 
 @dataclass(frozen=True)
@@ -189,15 +176,12 @@ class MethodPart:
 
 @dataclass(frozen=True)
 class DDRSPart:
-    """DDRS training (Alfarra et al. 2022, Algorithm 2): from epoch `ddrs_start_epoch` on,
-    every training input x is trained with its own σ_x, found by OptimizeSigma (K =
-    ddrs_iterations ascent steps of rate ddrs_lr with ddrs_samples noise draws) started from σ_x
-    of its previous visit (cfg.sigma before the first). ddrs_start_epoch None: off, and every
-    ddrs_* field resolves to None (no part of the trial_id). Defaults: lr 1e-4 and n = 1 as in
-    the paper; the paper's K = 100 is its certification setting: training repeats the ascent
-    at every visit, carrying σ_x over, and the authors' training scripts use 10 (CIFAR-10
-    MACER) or 1 (ImageNet) steps per visit; 10 costs about 10 extra forward-backward passes
-    per training chunk."""
+    """DDRS training (Alfarra et al. 2022, Algorithm 2): from epoch `ddrs_start_epoch` on, each
+    training input x trains with its own σ_x, found by OptimizeSigma (K = ddrs_iterations steps
+    of rate ddrs_lr, ddrs_samples draws) from its previous visit's σ_x (cfg.sigma at first).
+    Off (None): every ddrs_* field None (no part of the trial_id). Defaults: the paper's lr 1e-4
+    and n = 1; K = 10 per visit (the authors' CIFAR-10 MACER script; their ImageNet one uses 1,
+    the paper's 100 is certification's), about 10 extra forward-backward passes per chunk."""
 
     ddrs_start_epoch: int | None = None  # 0-based epoch from which σ_x is optimized
     ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
@@ -242,12 +226,11 @@ class DDRSPart:
 
 @dataclass(frozen=True)
 class SelfTrainingPart:
-    """Self-training (SmoothAdv NeurIPS appendix E.2; `trainables.pseudo`): after every
-    labelled batch, `pseudo_ratio` batches of the same size from the pseudo-labelled data,
-    trained by the same method with the loss scaled by `pseudo_eta` (η ∈ {0.1, 0.5, 1.0} in
-    the paper). On when `pseudo_data` (where the data is: an environment field) and
-    `pseudo_fingerprint` (what it holds: identity) are set; off (both None) every pseudo_*
-    field resolves to None."""
+    """Self-training (SmoothAdv NeurIPS appendix E.2; `trainables.pseudo`): after each labelled
+    batch, `pseudo_ratio` batches of its size of pseudo-labelled data, trained by the same
+    method with the loss scaled by `pseudo_eta` (η ∈ {0.1, 0.5, 1.0} in the paper). On when
+    `pseudo_data` (where: an environment field) and `pseudo_fingerprint` (what: identity) are
+    set; off (both None), every pseudo_* field resolves to None."""
 
     # the absolute path of an .npz or <label>/<image> directory
     pseudo_data: str | None = field(default=None, metadata=ENVIRONMENT)
@@ -350,9 +333,8 @@ class RunPart:
     channels_last: bool = field(default=False, metadata=ENVIRONMENT)  # NHWC (faster convolutions)
     compile: bool = field(default=False, metadata=ENVIRONMENT)  # torch.compile (eager where not)
     data_pipeline: str = field(default="auto", metadata=ENVIRONMENT)  # see DATA_PIPELINES
-    # Two-stage sweeps: fine-tune the model of another trial (its trial_id). Its weights are
-    # loaded before the first epoch, except the input normalization (this data set's) and the
-    # last (logit) layer, which is re-initialized (SmoothAdv NeurIPS appendix E.1).
+    # Two-stage sweeps: fine-tune another trial's model (its trial_id), loaded before the first
+    # epoch but for the input layer (this trial's) and the logit layer (new; NeurIPS app. E.1).
     init_from: str | None = None
     # Synchronous data-parallel SGD in one trial: this many processes (one per GPU, with
     # `resources: {gpu: k}`), batch_size split among them (`trainables.distributed`). None: 1.
@@ -393,9 +375,8 @@ class RunPart:
 
 @dataclass(frozen=True)
 class DDRSSettings:
-    """DDRS at certification (not a TrialConfig part: `certify --ddrs`, a space's
-    `certify.ddrs`): OptimizeSigma's settings; defaults from the paper (K = 100 steps of lr
-    1e-4, n = 1)."""
+    """DDRS at certification (`certify --ddrs`, a space's `certify.ddrs`; no TrialConfig part):
+    OptimizeSigma's settings, the paper's defaults (K = 100 steps of lr 1e-4, n = 1)."""
 
     iterations: int = 100
     lr: float = 1e-4
