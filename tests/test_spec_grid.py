@@ -25,7 +25,10 @@ from trainables.config import TrialConfig
 # a change means every stored result of an existing sweep would be orphaned. (Changed once on
 # purpose, from 4b827903d4a5, when SmoothAdv's warm-up and attacks followed the reference
 # code: warmup_schedule joined the identity of attack-trained trials.)
-PINNED_CIFAR10_FIRST_ID = "cb7238384c91"
+# Issue 26 §5 gave SmoothAdv trained from scratch on CIFAR-10 the reference's input layer
+# (scale_input: false), a new id; spelled as before (scale_input: true) it keeps its old one.
+PINNED_CIFAR10_FIRST_ID = "50997db9748a"
+CIFAR10_FIRST_ID_BEFORE_ISSUE_26 = "cb7238384c91"
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +111,7 @@ def test_digits_and_mnist_counts(trials):
 def test_expansion_order_is_deterministic_and_ids_stable(trials):
     ts = trials["cifar10"]
     assert ts[0].trial_id == PINNED_CIFAR10_FIRST_ID
+    assert ts[0].replace(scale_input=True).trial_id == CIFAR10_FIRST_ID_BEFORE_ISSUE_26
     first = (ts[0].sigma, ts[0].epsilon, ts[0].steps, ts[0].m_train, ts[0].attack)
     assert first == (0.12, 0.25, 2, 1, "pgd")
     # the last axis varies fastest, grids come in file order
