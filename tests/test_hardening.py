@@ -315,3 +315,26 @@ def test_the_commands_print_plain_lines_through_echo():
     for path in sorted((ROOT / "sweeper" / "cli").glob("*.py")):
         if path.name not in PLAIN_PRINTERS:
             assert "typer.echo(" not in path.read_text(), f"{path.name}: print with display.echo"
+
+
+def test_a_driver_refuses_hard_links_and_special_files_under_tune(tmp_path):
+    """Ray Tune writes its files under tune/ in place: one planted as a hard link to a file
+    outside (or a FIFO) stops `run grid` before the lease or Ray, and the outside file keeps
+    its bytes."""
+    store = tmp_path / "store"
+    run = store / "digits-smoke" / "tune" / "run-20991231-000000"
+    run.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.link(victim, run / "tuner.pkl")
+    os.mkfifo(run / "experiment_state.json")
+    exp = Experiment(str(store), "digits-smoke")
+    assert sorted(line.split(" is ")[1].split(" under")[0] for line in exp.link_problems()) == [
+        "a hard link (2 names)",
+        "not a regular file",
+    ]
+    result = runner.invoke(app, ["run", "grid", "digits", "--smoke", "--storage", str(store)])
+    lines = error_lines(result)
+    assert len(lines) == 2 and all("tune/" in line for line in lines)
+    assert victim.read_bytes() == b"precious"
+    assert not (store / "digits-smoke" / "lease.json").exists()

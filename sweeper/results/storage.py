@@ -39,9 +39,11 @@ import functools
 import json
 import os
 import re
+import stat
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sweeper.results.credentials import credentials_problem
@@ -277,15 +279,39 @@ class Experiment:
         return fileio.exists(self.sweep_json)
 
     def link_problems(self) -> list[str]:
-        """A line per symlink planted inside the (local) experiment: a command that writes
-        refuses to start (Ray Tune's writes under `tune/` do not go through `fileio`)."""
+        """A line per symlink planted inside the (local) experiment, and per hard-linked or
+        special file (FIFO, socket, device) under `tune/`: a command that writes refuses to
+        start. Ray Tune writes under `tune/` itself, in place (not through `fileio`'s rename),
+        so a file there that is another file's name too would be overwritten outside."""
         if fileio.is_uri(self.root) or not os.path.isdir(self.root):
             return []
-        return [
+        problems = [
             f"{link} is a symlink inside the experiment: sweeper never writes through a link "
             "inside the storage; remove it (or move the real directory there) and re-run"
             for link in fileio.links_below(self.root)
         ]
+        return problems + [
+            f"{path} is {what} under the experiment's tune/, which Ray Tune writes in place: "
+            "remove it and re-run"
+            for path, what in _unsafe_tune_files(fileio.local_path(self.tune_dir))[:5]
+        ]
+
+
+def _unsafe_tune_files(tune: Path) -> list[tuple[str, str]]:
+    """(path, what it is) of every entry under `tune` that is neither a directory nor a
+    regular file with one name (links are `links_below`'s)."""
+    found = []
+    for top, dirs, files in os.walk(tune):
+        for name in [*dirs, *files]:
+            path = os.path.join(top, name)
+            mode = os.lstat(path)
+            if stat.S_ISLNK(mode.st_mode) or stat.S_ISDIR(mode.st_mode):
+                continue
+            if not stat.S_ISREG(mode.st_mode):
+                found.append((path, "not a regular file"))
+            elif mode.st_nlink > 1:
+                found.append((path, f"a hard link ({mode.st_nlink} names)"))
+    return found
 
 
 def experiments(storage: str) -> list[str]:
