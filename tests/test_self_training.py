@@ -137,10 +137,12 @@ def test_configs_without_pseudo_data_keep_their_trial_ids():
     cfg = TrialConfig(dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=20,
                       batch_size=64, seed=1)  # fmt: skip
     assert cfg.trial_id == "81085ae37683"
-    cifar = TrialConfig(sigma=0.25, epsilon=0.5, steps=4)
+    cifar = TrialConfig(sigma=0.25, epsilon=0.5, steps=4, scale_input=True)
     # SmoothAdv-PGD: changed once on purpose (from 10b431467c9d) when warmup_schedule joined
-    # the identity of attack-trained trials (the reference code's warm-up and attacks)
+    # the identity of attack-trained trials (the reference code's warm-up and attacks), and
+    # again by issue 26's input layer (scale_input false from scratch), here spelled as before
     assert cifar.trial_id == "b8becc9e5ea8"
+    assert cifar.replace(scale_input=None).trial_id == "12af4a0c16de"  # the reference's layer
     assert not any(k.startswith("pseudo") for k in cfg.identity())
     # η or the ratio without pseudo data: self-training is off, they resolve to None
     off = cfg.replace(pseudo_eta=0.5, pseudo_ratio=3)
