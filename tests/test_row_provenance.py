@@ -54,6 +54,10 @@ def _compacted(exp: Experiment, cfg: TrialConfig) -> str:
 
 @pytest.fixture
 def experiment(tmp_path) -> Experiment:
+    return build_experiment(tmp_path)
+
+
+def build_experiment(tmp_path: Path) -> Experiment:
     """A, B and W certified at the training σ on digits points 0, 2, ..., 18 and compacted,
     the cache refreshed; X certified with DDRS in one shard (no memory pass yet)."""
     exp = Experiment(str(tmp_path / "results"), "exp")

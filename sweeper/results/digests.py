@@ -25,7 +25,10 @@ def column_digests(table: pa.Table, names: list[str] | None = None) -> dict[str,
     """{column: SHA-256 of its values} of `table`'s columns (or `names`). The values as read,
     not their buffers: the same rows give the same digest however they are chunked, and a
     null differs from every value."""
-    return {name: _column_digest(table.column(name)) for name in names or table.column_names}
+    return {
+        name: _column_digest(table.column(name))
+        for name in (table.column_names if names is None else names)
+    }
 
 
 def _column_digest(column: pa.ChunkedArray) -> str:

@@ -72,7 +72,9 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     invalid += rest_invalid
     bad = {p.partition(": ")[0] for p in invalid}
     table = pa.concat_tables([cached, table]) if cached.num_rows else table
-    used = [f.path for f in compacted if f.path in covered] + [f.path for f in rest if f.path not in bad]
+    used = [f.path for f in compacted if f.path in covered] + [
+        f.path for f in rest if f.path not in bad
+    ]
     valid_shards = [f for f in shards if f.path not in bad]
     return StageRows(table, used, _missing(valid_shards), invalid, memory)
 
@@ -116,7 +118,9 @@ def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
             "__fragment_index", pa.array([], pa.int32())).select(cols)  # fmt: skip
     fs, _ = fileio.filesystem(paths[0])
     local = [fileio.filesystem(p)[1] for p in paths]
-    table = pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(columns=cols)
+    table = pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(
+        columns=cols
+    )
     return _legacy_values(table)
 
 
@@ -155,7 +159,9 @@ def _legacy_values(table: pa.Table) -> pa.Table:
     if "amp" not in table.column_names:
         return table
     amp = table.column("amp")
-    meant = pc.if_else(pc.equal(amp, "true"), "fp16", pc.if_else(pc.equal(amp, "false"), "off", amp))
+    meant = pc.if_else(
+        pc.equal(amp, "true"), "fp16", pc.if_else(pc.equal(amp, "false"), "off", amp)
+    )
     return table.set_column(table.column_names.index("amp"), "amp", meant)
 
 
@@ -214,14 +220,21 @@ def prediction_checks(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     """What every stage's rows share: a label and a prediction (−1 abstains) within the data
     set's classes, and `correct` present and true exactly when the prediction is the label.
     Reads dataset, label, predict, correct."""
-    label, predict, classes = int_column(table, "label"), int_column(table, "predict"), _classes(table)
+    label, predict, classes = (
+        int_column(table, "label"),
+        int_column(table, "predict"),
+        _classes(table),
+    )
     correct = table.column("correct")
     right = correct.fill_null(False).to_numpy(zero_copy_only=False)
     return [
         (correct.is_null().to_numpy(zero_copy_only=False), "correct is missing"),
         ((label < 0) | (label >= classes), "a label outside the data set's classes"),
         ((predict < -1) | (predict >= classes), "a prediction outside the data set's classes"),
-        (right != ((predict == label) & (predict != -1)), "correct disagrees with predict and label"),
+        (
+            right != ((predict == label) & (predict != -1)),
+            "correct disagrees with predict and label",
+        ),
     ]
 
 
@@ -308,11 +321,12 @@ def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
 def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records):
     """The cache's rows of the `covered` models: its columns' digests those it was written
     with, then validated like files (one per model)."""
-    if problem := _schema_problem(_file_schema(path), stage.schema):
+    have = _file_schema(path)
+    if problem := _schema_problem(have, stage.schema):
         return None, [problem]
     table = _scan([path], stage.schema, cols)
     digests, metadata = records
-    if column_digests(table) != {c: digests.get(c) for c in table.column_names}:
+    if not _as_written(table, have.names, digests):  # type: ignore[union-attr]
         return None, ["its rows are not those it was written with"]
     frag = _model_index(table, stage.setting_column, covered)
     table = table.append_column("__fragment_index", pa.array(frag))
@@ -322,6 +336,15 @@ def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
+
+
+def _as_written(table: pa.Table, written: list[str], digests: dict) -> bool:
+    """Whether the cache's columns read in `table` have the digests it recorded. A column
+    its file lacks (one added to the schema since it was written, `LEGACY_OPTIONAL`) reads
+    as null and was never recorded: nothing to compare, unless a digest of it was recorded
+    (then the column was dropped since)."""
+    names = [c for c in table.column_names if c in written or c in digests]
+    return column_digests(table, names) == {c: digests.get(c) for c in names}
 
 
 def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) -> np.ndarray:
@@ -357,8 +380,12 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     digests = {f.path: file_digest(fileio.read_bytes(f.path)) for f in new}
     table, invalid = read_valid(exp, stage, new, cols)
     bad = {p.partition(": ")[0] for p in invalid}
-    covers = {exp.relative(f.path): old[exp.relative(f.path)] for f in compacted if f.path in covered}
-    covers.update({exp.relative(f.path): [f.size, digests[f.path]] for f in new if f.path not in bad})
+    covers = {
+        exp.relative(f.path): old[exp.relative(f.path)] for f in compacted if f.path in covered
+    }
+    covers.update(
+        {exp.relative(f.path): [f.size, digests[f.path]] for f in new if f.path not in bad}
+    )
     rows = pa.concat_tables([cached, table]) if cached.num_rows else table
     meta = {COVERS: json.dumps(covers), ROWS: json.dumps(column_digests(rows))}
     write_table(rows.replace_schema_metadata(meta), exp.cache_path(stage.name))

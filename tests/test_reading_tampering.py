@@ -1,0 +1,74 @@
+"""What a security tester found the reader trusting, each fixed: a cache written before the
+newest trial settings, duplicates split between the cache and a planted compacted file, a
+legacy memory file's radii beyond what CERTIFY can give, damaged pages, and a footer claiming
+more rows than a model's grid. Real rows (`certified_rows`) in the experiment
+`test_row_provenance` builds: A, B and W compacted and cached, X's DDRS shard awaiting its
+memory pass."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from test_row_provenance import DD, RADII, X, build_experiment, envelope, left_out, runner
+
+from sweeper.cli import app
+from sweeper.results import reader
+from sweeper.results.reader import COVERS, ROWS, read_stage
+from sweeper.results.rows import CERTIFIED
+from sweeper.results.storage import Experiment
+
+# Trial settings added to the rows' schema after caches were written (`ADDED_FIELDS`).
+NEWER = ["scale_input", "train_multi_noise", "ddrs_macer_loss"]
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Experiment:
+    return build_experiment(tmp_path)
+
+
+def _opened(monkeypatch) -> list[list[str]]:
+    """The files each `read_valid` of the reader opens (not those the cache serves)."""
+    opened: list[list[str]] = []
+    real = reader.read_valid
+
+    def recording(exp, stage, files, cols):
+        opened.append([f.path for f in files])
+        return real(exp, stage, files, cols)
+
+    monkeypatch.setattr(reader, "read_valid", recording)
+    return opened
+
+
+def _args(command: str, exp: Experiment, *extra: str) -> list[str]:
+    return [command, "--storage", exp.storage, "--experiment", exp.name, *extra]
+
+
+# ------------------------------------------------------------------ 1. an older cache
+def test_a_cache_written_before_the_newest_settings_is_served_by_every_command(
+    experiment, monkeypatch
+):
+    """The cache as written before scale_input, train_multi_noise and ddrs_macer_loss: its
+    file without their columns, its digests of the others kept. Those columns read as null
+    on both sides: not a forgery. envelope, table and report all serve it."""
+    exp = experiment
+    before, _ = envelope(exp)
+    cache = exp.cache_path("certify")
+    table = pq.read_table(cache)
+    meta = table.schema.metadata
+    digests = {k: v for k, v in json.loads(meta[ROWS]).items() if k not in NEWER}
+    old = table.drop_columns(NEWER).replace_schema_metadata(
+        {COVERS: meta[COVERS], ROWS: json.dumps(digests)}
+    )
+    pq.write_table(old, cache)
+    opened = _opened(monkeypatch)
+    rows = read_stage(exp, CERTIFIED)
+    assert rows.invalid == [] and rows.table.num_rows == 40
+    assert opened == [[exp.shard_path(X.trial_id, DD.cert_id, 0, 1)]]  # the rest: the cache's
+    accuracy, stderr = envelope(exp)
+    assert accuracy == before and left_out(stderr) == []
+    shown = runner.invoke(app, _args("table", exp, "--radii", RADII, "--format", "csv"))
+    assert shown.exit_code == 0, shown.output
+    built = runner.invoke(app, _args("report", exp, "--formats", "svg"))
+    assert built.exit_code == 0, built.output
