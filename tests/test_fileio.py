@@ -305,3 +305,60 @@ def test_a_write_below_a_confined_root_never_follows_a_link(tmp_path):
     with pytest.raises(fileio.LinkError):
         fileio.open_confined(str(root / "a" / "b"), os.O_RDONLY)  # the link itself
     assert list(elsewhere.iterdir()) == [elsewhere / "f"]
+
+
+def test_a_fifo_or_a_device_is_refused_at_once_naming_it(tmp_path):
+    """A FIFO planted where sweeper reads would block the reader forever: it is opened without
+    blocking and refused on its fstat, as is a device (which never ends)."""
+    fifo = tmp_path / "trial.json"
+    os.mkfifo(fifo)
+    for location in (str(fifo), f"file://{fifo}"):
+        with pytest.raises(fileio.UnreadableFileError) as e:
+            fileio.read_bytes(location)
+        assert e.value.problems == [
+            f"cannot read {location} (a FIFO, not a regular file): remove it (or put the real "
+            "file there) and re-run"
+        ]
+    with pytest.raises(fileio.UnreadableFileError, match="a device or directory"):
+        fileio.read_bytes("/dev/zero", limit=10)
+    assert fileio.regular_file_problem(str(fifo)) == "a FIFO, not a regular file"
+    assert fileio.regular_file_problem(str(tmp_path / "missing")) is None
+    (tmp_path / "real").write_bytes(b"x")
+    assert fileio.regular_file_problem(str(tmp_path / "real")) is None
+    assert fileio.read_bytes(str(tmp_path / "real")) == b"x"
+
+
+def test_a_bound_refuses_a_sparse_file_before_reading_it(tmp_path):
+    """A sparse 20 GB file takes no disk; read whole, it would take 20 GB of memory. Its size
+    from fstat is refused first; a file over the bound by one byte is refused too."""
+    huge = tmp_path / "sweep.json"
+    with open(huge, "wb") as f:
+        f.truncate(20 * 2**30)
+    with pytest.raises(fileio.UnreadableFileError) as e:
+        fileio.read_bytes(str(huge), limit=2**20)
+    assert e.value.why == "21,474,836,480 bytes, where such a file holds at most 1,048,576"
+    assert fileio.regular_file_problem(str(huge), limit=2**20) == e.value.why
+    (tmp_path / "small").write_bytes(b"x" * 11)
+    assert fileio.read_bytes(str(tmp_path / "small"), limit=11) == b"x" * 11
+    with pytest.raises(
+        fileio.UnreadableFileError, match="11 bytes, where such a file holds at most 10"
+    ):
+        fileio.read_bytes(str(tmp_path / "small"), limit=10)
+
+
+def test_a_read_below_a_confined_root_refuses_a_link_at_the_name(tmp_path):
+    """As a write would: a link inside the storage is planted (sweeper writes none). The root
+    may be a link (O_NOFOLLOW concerns the last component), and outside it links are read."""
+    real, elsewhere = tmp_path / "real", tmp_path / "theirs"
+    (real / "exp").mkdir(parents=True)
+    elsewhere.write_bytes(b"secret")
+    (tmp_path / "store").symlink_to(real, target_is_directory=True)
+    fileio.confine(tmp_path / "store")
+    (real / "exp" / "sweep.json").write_bytes(b"{}")
+    assert fileio.read_bytes(str(tmp_path / "store" / "exp" / "sweep.json")) == b"{}"
+    planted = tmp_path / "store" / "exp" / "trial.json"
+    planted.symlink_to(elsewhere)
+    with pytest.raises(fileio.UnreadableFileError, match="a symlink inside the storage"):
+        fileio.read_bytes(str(planted))
+    (tmp_path / "import.parquet").symlink_to(elsewhere)
+    assert fileio.read_bytes(str(tmp_path / "import.parquet")) == b"secret"

@@ -11,6 +11,9 @@ the root with `O_NOFOLLOW`, so a symlink planted anywhere below the root (`repor
 /elsewhere`) is refused (`LinkError`), never followed; a symlink at the final name is replaced,
 never written through. The root itself, and the path above it, are the user's choice and may
 be links.
+
+Reads: a local file must be a regular file, checked on an fd opened without blocking
+(`trainables.local_reads`); a reader may bound its size.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainables.errors import ProblemsError
+from trainables.local_reads import UnreadableFileError, open_regular, too_large
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -237,12 +241,45 @@ def exists(location: str) -> bool:
     return fs.get_file_info(path).type != _pafs().FileType.NotFound
 
 
-def read_bytes(location: str) -> bytes:
-    if not is_uri(location):
-        return local_path(location).read_bytes()
+def regular_file_problem(location: str, limit: int | None = None) -> str | None:
+    """Why the local file `location` cannot be read (a FIFO, which blocks its reader forever;
+    a device; a link inside the storage; more than `limit` bytes), or None: a regular file,
+    missing, or a URI (objects are regular). For readers that open it by path (pyarrow)."""
+    try:
+        if not is_uri(location):
+            os.close(_open_regular(location, limit))
+    except UnreadableFileError as e:
+        return e.why
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def read_bytes(location: str, limit: int | None = None) -> bytes:
+    """The whole file. A local one must be a regular file (UnreadableFileError naming it: a
+    FIFO would block forever, a device never end); with `limit`, a larger file is refused
+    before it is read (fstat's size, or the object's) and while it is (it grew since)."""
+    if is_uri(location):
+        data = _read_object(location, limit)
+    else:
+        with os.fdopen(_open_regular(location, limit), "rb") as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise UnreadableFileError(location, too_large(f"more than {limit:,}", limit))
+    return data
+
+
+def _open_regular(location: str, limit: int | None) -> int:
+    local = Path(os.path.abspath(local_path(location)))
+    return open_regular(location, local, _confining_root(local) is not None, limit)
+
+
+def _read_object(location: str, limit: int | None) -> bytes:
     fs, path = filesystem(location)
+    if limit is not None and (size := fs.get_file_info(path).size or 0) > limit:
+        raise UnreadableFileError(location, too_large(f"{size:,}", limit))
     with fs.open_input_stream(path) as f:
-        return f.read()
+        return f.read() if limit is None else f.read(limit + 1)
 
 
 def write_bytes_atomic(location: str, data: bytes) -> None:
