@@ -24,9 +24,9 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results import Experiment, load_results
 from sweeper.results import rows as rows_module
 from sweeper.results.envelope import envelope
+from sweeper.results.file_checks import LEGACY_OPTIONAL
 from sweeper.results.reader import (
     COVERS,
-    LEGACY_OPTIONAL,
     ROWS,
     _model_index,
     read_stage,
@@ -793,7 +793,7 @@ def test_the_cache_opens_no_file_whose_size_changed_and_serves_the_rest(two_mode
         f.write(b"\0")  # no longer Parquet: read, and named
     hashed = []
     real = fileio.read_bytes
-    monkeypatch.setattr(fileio, "read_bytes", lambda p: hashed.append(p) or real(p))
+    monkeypatch.setattr(fileio, "read_bytes", lambda p, *a: hashed.append(p) or real(p, *a))
     result = read_stage(exp, CERTIFIED)
     assert [p for p in hashed if p.endswith(".parquet")] == [
         exp.compacted_path("certify", B.trial_id, CID, 1)

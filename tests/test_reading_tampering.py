@@ -8,16 +8,34 @@ memory pass."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import certified_rows
 import pyarrow.parquet as pq
 import pytest
-from test_row_provenance import DD, RADII, X, build_experiment, envelope, left_out, runner
+from test_row_provenance import (
+    DD,
+    POINTS,
+    RADII,
+    SPEC,
+    VOTES,
+    A,
+    X,
+    _compacted,
+    build_experiment,
+    envelope,
+    left_out,
+    runner,
+)
 
 from sweeper.cli import app
 from sweeper.results import reader
-from sweeper.results.reader import COVERS, ROWS, read_stage
+from sweeper.results.reader import COVERS, ROWS, read_stage, refresh_cache
 from sweeper.results.rows import CERTIFIED
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
+from sweeper.run import compaction
+from sweeper.run.certify_stage import CERTIFY
 
 # Trial settings added to the rows' schema after caches were written (`ADDED_FIELDS`).
 NEWER = ["scale_input", "train_multi_noise", "ddrs_macer_loss"]
@@ -72,3 +90,43 @@ def test_a_cache_written_before_the_newest_settings_is_served_by_every_command(
     assert shown.exit_code == 0, shown.output
     built = runner.invoke(app, _args("report", exp, "--formats", "svg"))
     assert built.exit_code == 0, built.output
+
+
+# ------------------------------------------------------------------ 2. two compacted files
+def _a_in_two_shards(exp: Experiment) -> str:
+    """A compacted again from two shards (its honest file `compacted-of-00002`), the cache
+    refreshed; returns that file."""
+    Path(_compacted(exp, A)).unlink()
+    rows = certified_rows.rows(exp, A, SPEC, VOTES[A], POINTS)
+    for k in (0, 1):
+        write_table(rows.slice(5 * k, 5), exp.shard_path(A.trial_id, SPEC.cert_id, k, 2))
+    compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+    refresh_cache(exp, CERTIFIED)
+    return exp.compacted_path("certify", A.trial_id, SPEC.cert_id, 2)
+
+
+@pytest.mark.parametrize("cache", ["kept", "removed", "refreshed"])
+def test_a_model_with_two_compacted_files_is_left_out_whole_and_both_named(experiment, cache):
+    """`compacted-of-00001` planted beside A's honest `compacted-of-00002` (cached), holding
+    two of A's genuine rows, correct and certified far: counted beside the cache's they lift
+    the envelope. Which file is real cannot be told: A is left out whole, both named, the
+    envelope that of the experiment without A (with the cache kept, removed, or refreshed
+    by a driver: the planted file never enters it)."""
+    exp = experiment
+    honest = _a_in_two_shards(exp)
+    planted = exp.compacted_path("certify", A.trial_id, SPEC.cert_id, 1)
+    write_table(pq.read_table(honest).slice(0, 2), planted)
+    if cache == "removed":
+        Path(exp.cache_path("certify")).unlink()
+    elif cache == "refreshed":
+        refresh_cache(exp, CERTIFIED)
+    after, stderr = envelope(exp)
+    why = "two compacted files of one model (compacted-of-00001.parquet, compacted-of-00002"
+    named = [line for line in left_out(stderr) if why in line]
+    assert sorted(line.partition(": ")[0] for line in named) == sorted([planted, honest])
+    assert len(left_out(stderr)) == 2
+    envelope(exp, "--strict", code=1)
+    for path in (planted, honest):
+        Path(path).rename(f"{path}.away")
+    without_a, _ = envelope(exp)
+    assert after == without_a

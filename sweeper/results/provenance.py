@@ -375,7 +375,7 @@ def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[C
         column = table.column(name)
         values = [None if d is None else d[name] for d in dicts]
         expected = pa.array(values, column.type).take(pa.array(frag))
-        # a setting added since a file was written is null there (`reader.LEGACY_OPTIONAL`)
+        # a setting added since a file was written is null there (`file_checks.LEGACY_OPTIONAL`)
         unwritten = column.is_null() if name in ADDED_FIELDS else expected.is_null()
         both_null = pc.and_(column.is_null(), unwritten)
         differs = pc.fill_null(pc.not_equal(column, expected), True)

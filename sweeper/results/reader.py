@@ -29,24 +29,16 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from sweeper.results.digests import column_digests, file_digest
+from sweeper.results.file_checks import file_schema, one_compacted, schema_problem
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
-from trainables.config import ADDED_FIELDS
 
 # Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
 # compacted files it holds, and {column: digest of its rows} (`digests`).
 COVERS = b"sweeper.covers"
 ROWS = b"sweeper.rows"
-# Columns older files lack: DDRS's, and the trial settings added since (a file written before
-# them reads them as null; the trial's config says how it trained, `ADDED_FIELDS`).
-LEGACY_OPTIONAL = frozenset(
-    {"smoothing", "predict_raw", "radius_raw", "correct_raw", "memory_changed", *ADDED_FIELDS}
-)
-# Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
-# the off/fp16 it meant (`_legacy_values`).
-LEGACY_TYPES = {"amp": pa.bool_()}
 
 
 @dataclass
@@ -59,17 +51,21 @@ class StageRows:
 
 
 def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = None) -> StageRows:
-    """Every valid row of `stage` (only `columns`, if given, plus what validation needs)."""
+    """Every valid row of `stage` (only `columns`, if given, plus what validation needs).
+    Each model's rows come from one source: the cache, its compacted file, or its shards
+    (a model with two compacted files from none: `one_compacted`), so no test point of a
+    model can be both in the cache and in a file."""
     models = by_model(exp.stage_files(stage.name))
-    compacted = [f for fs in models.values() for f in fs if f.kind == "compacted"]
-    done = {f.model for f in compacted}
+    listed = [f for fs in models.values() for f in fs if f.kind == "compacted"]
+    done = {f.model for f in listed}
+    compacted, invalid = one_compacted(listed)
     shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
     memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
     cols = _columns(stage, columns)
-    cached, covered, invalid = _from_cache(exp, stage, compacted, cols)
+    cached, covered, cache_invalid = _from_cache(exp, stage, compacted, cols)
     rest = [f for f in compacted if f.path not in covered] + shards
     table, rest_invalid = read_valid(exp, stage, rest, cols)
-    invalid += rest_invalid
+    invalid += cache_invalid + rest_invalid
     bad = {p.partition(": ")[0] for p in invalid}
     table = pa.concat_tables([cached, table]) if cached.num_rows else table
     used = [f.path for f in compacted if f.path in covered] + [
@@ -100,8 +96,8 @@ def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols:
     """(the rows of the files that validate, ["path: problem" of those that do not])."""
     if not files:
         return stage.schema.empty_table().select(cols), []
-    schemas = {f.path: _file_schema(f.path) for f in files}
-    invalid = {f.path: p for f in files if (p := _schema_problem(schemas[f.path], stage.schema))}
+    schemas = {f.path: file_schema(f.path) for f in files}
+    invalid = {f.path: p for f in files if (p := schema_problem(schemas[f.path], stage.schema))}
     good = [f for f in files if f.path not in invalid]
     table = _scan([f.path for f in good], stage.schema, [*cols, "__fragment_index"])
     metadata = [schemas[f.path].metadata for f in good]  # type: ignore[union-attr]
@@ -122,35 +118,6 @@ def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
         columns=cols
     )
     return _legacy_values(table)
-
-
-def _file_schema(path: str) -> pa.Schema | str:
-    """A file's schema (with its metadata), or why it cannot be read."""
-    fs, local = fileio.filesystem(path)
-    try:
-        return pq.read_schema(local, filesystem=fs)
-    except (pa.ArrowInvalid, OSError) as e:
-        return f"not a readable Parquet file ({str(e).splitlines()[0]})"
-
-
-def _schema_problem(have: pa.Schema | str, schema: pa.Schema) -> str | None:
-    """Why a file of schema `have` (or unreadable: why) is not one of the stage's (None:
-    its schema is exactly the stage's)."""
-    if isinstance(have, str):
-        return have
-    for f in schema:
-        if f.name not in have.names:
-            if f.name not in LEGACY_OPTIONAL:
-                return f"column {f.name!r} is missing"
-        elif not _type_ok(have.field(f.name).type, f):
-            return f"column {f.name!r} is {have.field(f.name).type}, not {f.type}"
-    extra = [n for n in have.names if n not in schema.names]
-    return f"unexpected columns {extra}" if extra else None
-
-
-def _type_ok(have: pa.DataType, wanted: pa.Field) -> bool:
-    legacy = LEGACY_TYPES.get(wanted.name)
-    return have.equals(wanted.type) or (legacy is not None and have.equals(legacy))
 
 
 def _legacy_values(table: pa.Table) -> pa.Table:
@@ -321,8 +288,8 @@ def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
 def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records):
     """The cache's rows of the `covered` models: its columns' digests those it was written
     with, then validated like files (one per model)."""
-    have = _file_schema(path)
-    if problem := _schema_problem(have, stage.schema):
+    have = file_schema(path)
+    if problem := schema_problem(have, stage.schema):
         return None, [problem]
     table = _scan([path], stage.schema, cols)
     digests, metadata = records
@@ -367,7 +334,7 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     its size and the digest of its bytes as validated, the cache's columns with theirs;
     returns how many models the cache holds. Only the driver holding the experiment's lease
     calls this."""
-    compacted = [f for f in exp.stage_files(stage.name) if f.kind == "compacted"]
+    compacted = one_compacted([f for f in exp.stage_files(stage.name) if f.kind == "compacted"])[0]
     if not compacted:
         return 0
     cols = [f.name for f in stage.schema]

@@ -1,0 +1,67 @@
+"""What a stage's files are, checked before any of their rows is read: each file's footer (its
+schema exactly the stage's, a legacy file lacking only the columns added since) and the files
+of each model (one compacted file at most: two cannot both be its rows).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sweeper.results.storage import StageFile, by_model
+from trainables import fileio
+from trainables.config import ADDED_FIELDS
+
+# Columns older files lack: DDRS's, and the trial settings added since (a file written before
+# them reads them as null; the trial's config says how it trained, `ADDED_FIELDS`).
+LEGACY_OPTIONAL = frozenset(
+    {"smoothing", "predict_raw", "radius_raw", "correct_raw", "memory_changed", *ADDED_FIELDS}
+)
+# Columns whose type changed, with their former type: `amp` was a bool (false/true), read as
+# the off/fp16 it meant (`reader._legacy_values`).
+LEGACY_TYPES = {"amp": pa.bool_()}
+TWO_COMPACTED = "two compacted files of one model ({}): which one is real cannot be told"
+
+
+def one_compacted(compacted: list[StageFile]) -> tuple[list[StageFile], list[str]]:
+    """(the compacted files of models that have one, ["path: problem"] naming every file of
+    the models that have more). Compaction writes one file per model and a model is never
+    compacted twice, so a second one (another shard count, or planted) makes the model's
+    rows unknowable: the whole model is left out, whichever file is real."""
+    kept, invalid = [], []
+    for files in by_model(compacted).values():
+        if len(files) == 1:
+            kept += files
+            continue
+        names = ", ".join(sorted(f.path.rsplit("/", 1)[-1] for f in files))
+        invalid += [f"{f.path}: {TWO_COMPACTED.format(names)}" for f in files]
+    return kept, invalid
+
+
+def file_schema(path: str) -> pa.Schema | str:
+    """A file's schema (with its metadata), or why it cannot be read."""
+    fs, local = fileio.filesystem(path)
+    try:
+        return pq.read_schema(local, filesystem=fs)
+    except (pa.ArrowInvalid, OSError) as e:
+        return f"not a readable Parquet file ({str(e).splitlines()[0]})"
+
+
+def schema_problem(have: pa.Schema | str, schema: pa.Schema) -> str | None:
+    """Why a file of schema `have` (or unreadable: why) is not one of the stage's (None:
+    its schema is exactly the stage's)."""
+    if isinstance(have, str):
+        return have
+    for f in schema:
+        if f.name not in have.names:
+            if f.name not in LEGACY_OPTIONAL:
+                return f"column {f.name!r} is missing"
+        elif not _type_ok(have.field(f.name).type, f):
+            return f"column {f.name!r} is {have.field(f.name).type}, not {f.type}"
+    extra = [n for n in have.names if n not in schema.names]
+    return f"unexpected columns {extra}" if extra else None
+
+
+def _type_ok(have: pa.DataType, wanted: pa.Field) -> bool:
+    legacy = LEGACY_TYPES.get(wanted.name)
+    return have.equals(wanted.type) or (legacy is not None and have.equals(legacy))
