@@ -8,6 +8,7 @@ memory pass."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import certified_rows
@@ -21,7 +22,10 @@ from test_row_provenance import (
     VOTES,
     A,
     X,
+    _abstaining_x,
     _compacted,
+    _memory,
+    assert_left_out,
     build_experiment,
     envelope,
     left_out,
@@ -130,3 +134,48 @@ def test_a_model_with_two_compacted_files_is_left_out_whole_and_both_named(exper
         Path(path).rename(f"{path}.away")
     without_a, _ = envelope(exp)
     assert after == without_a
+
+
+# ------------------------------------------------------------------ 3. memory radii
+def _memory_of_x(exp: Experiment, predict, radius) -> str:
+    """X's legacy memory file: CERTIFY abstained at points 0 and 2 (`_abstaining_x`), the
+    memory gives them `predict` and `radius` (the other points unchanged)."""
+    labels = _abstaining_x(exp)
+    shard = pq.read_table(exp.shard_path(X.trial_id, DD.cert_id, 0, 1))
+    path = exp.memory_path(X.trial_id, DD.cert_id)
+    table = _memory(
+        X.trial_id,
+        DD.cert_id,
+        [*predict, *labels[2:]],
+        [*radius, *shard.column("radius").to_pylist()[2:]],
+        [True, True] + [False] * 8,
+    )
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("radius", [1e6, 1e308, math.inf])
+def test_a_memory_radius_beyond_what_n_and_alpha_allow_is_left_out(experiment, radius):
+    """The abstained points 0 and 2 given their labels with radius 1e6 (or 1e308, or inf):
+    beyond σ_x·Φ⁻¹(α^(1/n)), which no CERTIFY gives (X's σ_x = 1.2: 2.96 at most)."""
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    before, _ = envelope(experiment)
+    path = _memory_of_x(experiment, labels[:2], [radius] * 2)
+    why = (
+        "a radius that is negative, NaN or infinite"
+        if radius == math.inf
+        else "a radius larger than n and alpha allow for its sigma"
+    )
+    assert_left_out(experiment, before, path, why)
+
+
+def test_a_class_taken_with_a_ball_larger_than_any_of_that_class_is_left_out(experiment):
+    """Point 0 (CERTIFY abstained) takes class 2 with radius 1.5, within what σ_x allows:
+    the memory pass gives r_j − d ≤ r_j for a ball j of class 2, and X's only other ball
+    of class 2 (point 10) has radius 0.8."""
+    labels = [certified_rows.DIGIT_LABELS[i % 10] for i in POINTS]
+    assert (labels[0], labels[5]) == (2, 2) and labels.count(2) == 2
+    before, _ = envelope(experiment)
+    path = _memory_of_x(experiment, [labels[0], -1], [1.5, 0.0])
+    why = "a class taken with a ball larger than any CERTIFY gave that class"
+    assert_left_out(experiment, before, path, why)

@@ -7,9 +7,11 @@ if every row could be the memory pass's over that model's rows: the columns exac
 `MEMORY_SCHEMA`'s, rows naming the model of its directory, one row per point of the model
 (no more, no fewer), predictions within the data set's classes (−1 abstains, radius 0), finite
 radii ≥ 0, `correct_memory` true exactly when the prediction is the label, a certificate
-unchanged where `memory_changed` is false, and no ball of CERTIFY's class made larger (an
+unchanged where `memory_changed` is false, no ball of CERTIFY's class made larger (an
 abstention may take a class with a ball: the authors' rule, which
-`trainables.ddrs.memory_certify` follows). A file that fails is named with why and left out
+`trainables.ddrs.memory_certify` follows), no radius beyond what CERTIFY can give at the
+row's σ_x, n and α, and a class taken with a ball no larger than one CERTIFY gave that class
+(the pass gives r_j − d ≤ r_j). A file that fails is named with why and left out
 (its model's rows are then not sound yet).
 """
 
@@ -25,6 +27,9 @@ from trainables import fileio
 from trainables.catalog import NUM_CLASSES
 
 OTHER_MODEL = "rows of another model than the one whose directory holds it"
+# What a memory file is checked against: its model's rows as CERTIFY wrote them.
+MODEL_COLUMNS = ["trial_id", "cert_id", "idx", "dataset", "label", "predict", "radius"]
+MODEL_COLUMNS += ["smoothing", "sigma_cert", "n", "alpha"]
 
 
 def read_memory(files: list[StageFile], schema: pa.Schema) -> tuple[pd.DataFrame, list[str]]:
@@ -62,9 +67,7 @@ def valid_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> tuple[pd.DataFram
     named) are left aside (nothing to apply them to)."""
     if memory.empty:
         return memory, []
-    model = frame[
-        ["trial_id", "cert_id", "idx", "dataset", "label", "predict", "radius", "smoothing"]
-    ]
+    model = frame[MODEL_COLUMNS]
     merged = memory.merge(model, on=["trial_id", "cert_id", "idx"], how="left", indicator=True)
     problems = {}
     for path, rows in merged.groupby("path", sort=True):
@@ -84,8 +87,8 @@ def valid_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> tuple[pd.DataFram
 
 def memory_problem(rows: pd.DataFrame, points: pd.Series) -> str | None:
     """The first thing wrong with one memory file's `rows` (merged with its model's rows:
-    dataset, label, predict, radius as CERTIFY gave them, smoothing) given all the points
-    `points` of its model; None if the memory pass could have written them."""
+    `MODEL_COLUMNS`, as CERTIFY gave them) given all the points `points` of its model; None
+    if the memory pass could have written them."""
     predict, radius = rows["predict_memory"].to_numpy(), rows["radius_memory"].to_numpy(dtype=float)
     classes = rows["dataset"].map(NUM_CLASSES).fillna(-1).to_numpy()
     right = (predict == rows["label"].to_numpy()) & (predict != -1)
@@ -108,6 +111,30 @@ def memory_problem(rows: pd.DataFrame, points: pd.Series) -> str | None:
             "memory_changed is false but the certificate is not CERTIFY's",
         ),
         (same & (radius > rows["radius"].to_numpy()), "a ball of CERTIFY's class made larger"),
+        *_radius_checks(rows, predict, radius, same),
         (rows["memory_changed"].isna().to_numpy(), "memory_changed is missing"),
     ]
     return next((what for bad, what in checks if bad.any()), None)
+
+
+def _radius_checks(rows: pd.DataFrame, predict, radius, same) -> list[tuple[np.ndarray, str]]:
+    """Radii no memory pass gives: beyond what CERTIFY can give at the row's σ (σ_x), n and
+    α, or, for a class the pass gave a point (not CERTIFY's), beyond every ball CERTIFY gave
+    that class (`same`: the rows that kept CERTIFY's class). The pass gives such a point
+    r_j − d ≤ r_j for a ball j of that class containing it, and j's class was taken in turn
+    from a ball no smaller, back to one of CERTIFY's class."""
+    from sweeper.results.rows import max_radius  # rows imports this module
+
+    largest = max_radius(*(rows[c].to_numpy(dtype=float) for c in ("sigma_cert", "n", "alpha")))
+    with np.errstate(invalid="ignore"):
+        beyond = ~(radius <= largest + largest * 1e-9 + 1e-12)
+    own = pd.Series(radius[same]).groupby(predict[same]).max()
+    taken = (predict != -1) & ~same & (predict != rows["predict"].to_numpy())
+    bound = pd.Series(predict).map(own).fillna(-np.inf).to_numpy()
+    return [
+        (beyond, "a radius larger than n and alpha allow for its sigma"),
+        (
+            taken & (radius > bound),
+            "a class taken with a ball larger than any CERTIFY gave that class",
+        ),
+    ]
