@@ -21,6 +21,7 @@ from test_row_provenance import (
     SPEC,
     VOTES,
     A,
+    W,
     X,
     _abstaining_x,
     _compacted,
@@ -179,3 +180,51 @@ def test_a_class_taken_with_a_ball_larger_than_any_of_that_class_is_left_out(exp
     path = _memory_of_x(experiment, [labels[0], -1], [1.5, 0.0])
     why = "a class taken with a ball larger than any CERTIFY gave that class"
     assert_left_out(experiment, before, path, why)
+
+
+# ------------------------------------------------------------------ 4. damaged pages
+def _damage_a_page(path: str) -> None:
+    """The first data page header of `path`'s radius column overwritten (its footer intact:
+    the file lists and its schema reads, its rows do not)."""
+    meta = pq.read_metadata(path)
+    chunk = meta.row_group(0).column(meta.schema.names.index("radius"))
+    data = bytearray(Path(path).read_bytes())
+    data[chunk.data_page_offset : chunk.data_page_offset + 8] = b"\xff" * 8
+    Path(path).write_bytes(bytes(data))
+
+
+DAMAGED = "not a readable Parquet file (Couldn't deserialize thrift"
+
+
+def test_a_compacted_file_with_a_damaged_page_is_named_and_left_out(experiment):
+    """W's file damaged: the one scan of the files fails, so they are read one by one and W's
+    is named; envelope, status and compact carry on."""
+    exp = experiment
+    before, _ = envelope(exp)
+    path = _compacted(exp, W)
+    _damage_a_page(path)
+    after, stderr = envelope(exp)
+    assert after == before
+    assert [line.partition(": ")[0] for line in left_out(stderr)] == [path]
+    assert left_out(stderr)[0].startswith(f"{path}: {DAMAGED}")
+    envelope(exp, "--strict", code=1)
+    status = runner.invoke(app, _args("status", exp))
+    assert status.exit_code == 0, status.output
+    assert f"{path}: {DAMAGED}" in status.output.replace("\n", "")  # wrapped to its width
+    compacted = runner.invoke(app, _args("compact", exp))
+    assert compacted.exit_code == 0, compacted.output
+    assert [p.partition(": ")[0] for p in read_stage(exp, CERTIFIED).invalid] == [path]
+
+
+def test_a_cache_with_a_damaged_page_is_named_and_the_files_read(experiment):
+    """The cache damaged: named, its models read from their files; `compact` rebuilds it."""
+    exp = experiment
+    before, _ = envelope(exp)
+    cache = exp.cache_path("certify")
+    _damage_a_page(cache)
+    after, stderr = envelope(exp)
+    assert after == before
+    assert [line.partition(": ")[0] for line in left_out(stderr)] == [cache]
+    assert left_out(stderr)[0].startswith(f"{cache}: {DAMAGED}")
+    assert runner.invoke(app, _args("compact", exp)).exit_code == 0
+    assert read_stage(exp, CERTIFIED).invalid == []  # the cache rebuilt from the files

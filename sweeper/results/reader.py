@@ -99,13 +99,39 @@ def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols:
     schemas = {f.path: file_schema(f.path) for f in files}
     invalid = {f.path: p for f in files if (p := schema_problem(schemas[f.path], stage.schema))}
     good = [f for f in files if f.path not in invalid]
-    table = _scan([f.path for f in good], stage.schema, [*cols, "__fragment_index"])
+    good, table, unreadable = _scan_readable(good, stage.schema, [*cols, "__fragment_index"])
+    invalid.update(unreadable)
     metadata = [schemas[f.path].metadata for f in good]  # type: ignore[union-attr]
     problems = row_problems(exp, stage, table, good, metadata=metadata)
     invalid.update({good[i].path: p for i, p in problems.items()})
     keep = np.isin(table.column("__fragment_index").to_numpy(), list(problems), invert=True)
     table = table.filter(pa.array(keep)).drop_columns(["__fragment_index"])
     return table, [f"{path}: {problem}" for path, problem in invalid.items()]
+
+
+def _scan_readable(files: list[StageFile], schema: pa.Schema, cols: list[str]):
+    """(the files whose rows read, their rows in one scan, {path: why} of those that do not).
+    A file whose footer reads may still hold a damaged page: when the one scan fails, each
+    file is scanned alone and those that fail are named; if none does, the failure is not a
+    file's and is raised."""
+    try:
+        return files, _scan([f.path for f in files], schema, cols), {}
+    except (OSError, pa.ArrowInvalid) as e:
+        failure = e
+    unreadable = {}
+    for f in files:
+        try:
+            _scan([f.path], schema, cols)
+        except (OSError, pa.ArrowInvalid) as e:
+            unreadable[f.path] = _unreadable(e)
+    if not unreadable:
+        raise failure
+    readable = [f for f in files if f.path not in unreadable]
+    return readable, _scan([f.path for f in readable], schema, cols), unreadable
+
+
+def _unreadable(e: Exception) -> str:
+    return f"not a readable Parquet file ({str(e).splitlines()[0]})"
 
 
 def _scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
@@ -291,7 +317,10 @@ def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str
     have = file_schema(path)
     if problem := schema_problem(have, stage.schema):
         return None, [problem]
-    table = _scan([path], stage.schema, cols)
+    try:
+        table = _scan([path], stage.schema, cols)
+    except (OSError, pa.ArrowInvalid) as e:  # a damaged page
+        return None, [_unreadable(e)]
     digests, metadata = records
     if not _as_written(table, have.names, digests):  # type: ignore[union-attr]
         return None, ["its rows are not those it was written with"]
