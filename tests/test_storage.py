@@ -84,7 +84,7 @@ def test_redact_hides_credentials_and_queries_of_uris_only():
 def test_sweep_json_reads_back_as_written_with_the_time_it_was_written(tmp_path):
     exp = Experiment(str(tmp_path), "run1")
     assert read_sweep(exp) is None and not exp.exists()
-    doc = {"trials": [{"trial_id": "0123456789ab", "sigma": 0.25}], "space": "grid"}
+    doc = {"trials": [{"trial_id": "0123456789ab", "sigma": 0.25}], "space": {"name": "grid"}}
     before = time.time()
     write_sweep(exp, doc)
     after = time.time()

@@ -19,6 +19,10 @@ class TrialStatusError(ProblemsError):
     """A trial.json that cannot be read (damaged, or not written by a trial)."""
 
 
+# Bytes: a trial.json holds a config, the last metrics and a one-line error (about 2 kB).
+TRIAL_JSON_MAX = 2**20
+
+
 def trial_dir(experiment_root: str, trial_id: str) -> str:
     return fileio.join(experiment_root, "trials", trial_id)
 
@@ -60,7 +64,16 @@ def read_status(directory: str) -> dict[str, Any] | None:
     path = fileio.join(directory, "trial.json")
     if not fileio.exists(path):
         return None
-    return parse_status(path, fileio.read_bytes(path))
+    return parse_status(path, read_raw(path))
+
+
+def read_raw(path: str) -> bytes:
+    """The bytes of the trial.json `path`; TrialStatusError naming it if it is no regular file
+    (a FIFO would block the reader forever) or larger than TRIAL_JSON_MAX."""
+    try:
+        return fileio.read_bytes(path, TRIAL_JSON_MAX)
+    except fileio.UnreadableFileError as e:
+        raise _unreadable(path, e.why) from None
 
 
 def parse_status(path: str, raw: bytes) -> dict[str, Any]:
@@ -72,7 +85,11 @@ def parse_status(path: str, raw: bytes) -> dict[str, Any]:
         why = f"not JSON: {str(e).splitlines()[0]}"
     if why is None:
         return doc
-    raise TrialStatusError(
+    raise _unreadable(path, why)
+
+
+def _unreadable(path: str, why: str) -> TrialStatusError:
+    return TrialStatusError(
         [
             f"cannot read {path} ({why}): delete it and re-run; the trial resumes from its "
             "checkpoint (or starts over without one)"
@@ -88,6 +105,14 @@ def _status_problem(doc: Any) -> str | None:
     epoch = doc.get("epoch")
     if type(epoch) is not int or epoch < 0:
         return f"epoch {epoch!r} is not a count of epochs"
-    if not isinstance(doc.get("metrics", {}), dict):
+    metrics = doc.get("metrics", {})
+    if not isinstance(metrics, dict):
         return "metrics is not a JSON object"
+    # what `sweeper status` computes with: times, and the error line it prints
+    times = {"metrics.epoch_time_s": metrics.get("epoch_time_s"), "updated": doc.get("updated")}
+    for name, value in times.items():
+        if value is not None and type(value) not in (int, float):
+            return f"{name} {value!r:.40} is not a number of seconds"
+    if not isinstance(doc.get("error", ""), str):
+        return "error is not a line of text"
     return None

@@ -12,9 +12,11 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from sweeper.results.storage import Experiment
 from trainables import fileio
+from trainables.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +100,56 @@ class FailureLog:
         return [(f.trial_id, f.stage, f.line()) for f in self.failures.values()]
 
 
+# Bytes: an entry per trial and stage of ~0.3 kB (a message of at most 320 characters, ~2 kB
+# escaped), so a sweep of 644 trials writes at most ~4 MB; this bounds ~10,000 trials.
+FAILURES_JSON_MAX = 64 * 2**20
+FIELDS = {"trial_id": str, "stage": str, "message": str, "count": int, "first": (int, float)}
+
+
+class FailuresError(ProblemsError):
+    """A failures.json that cannot be read (no regular file, too large, not what `FailureLog`
+    writes): one line naming it and the fix."""
+
+
 def read_failures(exp: Experiment) -> tuple[dict[tuple[str, str], Failure], str | None]:
-    """The last run's failures by (trial_id, stage), and its log's path (None: none)."""
+    """The last run's failures by (trial_id, stage), and its log's path (None: none; no
+    failures.json: none either); FailuresError naming the file if it is not one."""
+    path = exp.failures_json
     try:
-        doc = json.loads(fileio.read_bytes(exp.failures_json))
-        failures = [Failure(**f) for f in doc["failures"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        doc = json.loads(fileio.read_bytes(path, FAILURES_JSON_MAX))
+        why = _failures_problem(doc)
+    except FileNotFoundError:
         return {}, None
+    except fileio.UnreadableFileError as e:
+        why = e.why
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        why = f"not JSON: {str(e).splitlines()[0]}"
+    if why is not None:
+        raise FailuresError(
+            [
+                f"cannot read {path} ({why}): delete it (it lists the last run's failures; "
+                "their full text stays under logs/) and re-run"
+            ]
+        )
+    failures = [Failure(**f) for f in doc["failures"]]
     where = fileio.join(exp.root, *doc["log"].split("/")) if doc.get("log") else None
     return {(f.trial_id, f.stage): f for f in failures}, where
+
+
+def _failures_problem(doc: Any) -> str | None:
+    """Why `doc` is not what `FailureLog` writes (None: it is)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("failures"), list):
+        return "not a JSON object with a list of failures"
+    if not isinstance(doc.get("log") or "", str):
+        return "log is not a path"
+    for f in doc["failures"]:
+        if not isinstance(f, dict) or set(f) != set(FIELDS):
+            return f"a failure without exactly {', '.join(FIELDS)}"
+        wrong = [k for k, kind in FIELDS.items() if type(f[k]) not in _tuple(kind)]
+        if wrong:
+            return f"a failure whose {wrong[0]} {f[wrong[0]]!r:.40} is not one"
+    return None
+
+
+def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)

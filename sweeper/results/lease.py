@@ -116,12 +116,13 @@ def _interrupt(_: Holder | None) -> None:
 
 def read_holder(exp: Experiment) -> Holder | None:
     """Who holds (or last held) the experiment's lease; None if nobody (or it cannot be read
-    right now); LeaseError naming the file if what is there is not a lease."""
+    right now); LeaseError naming it if it is no lease, or no regular file of LEASE_JSON_MAX."""
     try:
-        raw = fileio.read_bytes(exp.lease_json)
+        return _parse(exp, fileio.read_bytes(exp.lease_json, LEASE_JSON_MAX))
+    except fileio.UnreadableFileError as e:  # a FIFO would block every command forever
+        raise LeaseError(e.problems) from None
     except OSError:
         return None
-    return _parse(exp, raw)
 
 
 def _parse(exp: Experiment, raw: bytes) -> Holder:
@@ -140,6 +141,7 @@ def _parse(exp: Experiment, raw: bytes) -> Holder:
 
 # A lease's timestamps: seconds since the epoch, before the year 5000 (`describe` prints them).
 LAST_TIME = 95_617_584_000.0
+LEASE_JSON_MAX = 2**20  # bytes: a lease is ~300 (pid, host, command line, times, a token)
 
 
 def _holder(doc: Any) -> Holder:

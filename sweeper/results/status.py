@@ -18,7 +18,6 @@ still missing), finished (trained and every planned shard written).
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,10 +25,11 @@ from dataclasses import dataclass, field
 from sweeper.results.failures import Failure, read_failures
 from sweeper.results.lease import Holder, read_holder
 from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks
+from sweeper.results.sweep_file import parse_sweep, sweep_bytes
 from trainables import fileio
 from trainables.catalog import STANDARD_TEST_SIZE
 from trainables.config import TrialConfig
-from trainables.trial_status import parse_status
+from trainables.trial_status import parse_status, read_raw
 
 STATES = ("pending", "blocked", "training", "interrupted", "certifying", "trained", "failed",
           "finished")  # fmt: skip
@@ -126,7 +126,9 @@ class StatusReader:
         self.ids: list[str] = []
 
     def read(self, now: float | None = None) -> Status:
-        """The status now; FileNotFoundError if there is no sweep.json."""
+        """The status now; FileNotFoundError if there is no sweep.json; a ProblemsError naming
+        the file and the fix if sweep.json, a trial.json, lease.json or failures.json is not
+        one (no regular file, too large, not JSON, or not its shape)."""
         configs, certify, units = self._configs()
         holder = read_holder(self.exp)
         driver = holder if holder is not None and holder.alive() else None
@@ -148,14 +150,14 @@ class StatusReader:
 
     def _configs(self) -> tuple[list[TrialConfig], dict, tuple[str, float]]:
         try:
-            raw = fileio.read_bytes(self.exp.sweep_json)
+            raw = sweep_bytes(self.exp)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"no experiment at {self.exp.root} (no sweep.json): check --storage and --experiment"
             ) from None
         key = hashlib.sha256(raw).hexdigest()
         if self._sweep is None or self._sweep[0] != key:
-            sweep = json.loads(raw)
+            sweep = parse_sweep(self.exp, raw)  # SweepError naming it if it is not one
             space = sweep.get("space") or {}
             res = space.get("resources") or {}
             units = ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
@@ -185,7 +187,7 @@ class StatusReader:
             cached = self._trials.get(path)
             if cached is None or cached[0] != stat:
                 try:
-                    cached = (stat, parse_status(path, fileio.read_bytes(path)))
+                    cached = (stat, parse_status(path, read_raw(path)))
                 except OSError:  # being replaced right now: the next read has it
                     continue
                 self._trials[path] = cached

@@ -349,6 +349,10 @@ def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
 
 
 def read_sweep(exp: Experiment) -> dict[str, Any] | None:
+    """The experiment's sweep.json (None if there is none); SweepError naming it and the fix
+    if it is no regular file, too large, not JSON or not the shape of one (`sweep_file`)."""
+    from sweeper.results.sweep_file import parse_sweep, sweep_bytes
+
     if not fileio.exists(exp.sweep_json):
         return None
-    return json.loads(fileio.read_bytes(exp.sweep_json))
+    return parse_sweep(exp, sweep_bytes(exp))
