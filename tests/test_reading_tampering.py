@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import certified_rows
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_row_provenance import (
@@ -30,11 +31,14 @@ from test_row_provenance import (
     build_experiment,
     envelope,
     left_out,
+    rewrite,
     runner,
 )
 
 from sweeper.cli import app
+from sweeper.plan.spec import CertifySpec
 from sweeper.results import reader
+from sweeper.results.provenance import most_points
 from sweeper.results.reader import COVERS, ROWS, read_stage, refresh_cache
 from sweeper.results.rows import CERTIFIED
 from sweeper.results.stage_table import write_table
@@ -228,3 +232,28 @@ def test_a_cache_with_a_damaged_page_is_named_and_the_files_read(experiment):
     assert left_out(stderr)[0].startswith(f"{cache}: {DAMAGED}")
     assert runner.invoke(app, _args("compact", exp)).exit_code == 0
     assert read_stage(exp, CERTIFIED).invalid == []  # the cache rebuilt from the files
+
+
+# ------------------------------------------------------------------ 5. row counts
+def test_a_file_with_more_rows_than_its_grid_is_named_and_never_scanned(experiment, monkeypatch):
+    """W's file with 2,000 rows (its first repeated) where its cert_id names 10 test points
+    (every 2nd of digits' 450, at most 10): its footer says so, and the file is named and
+    left out before its rows are read (a shard of millions would fill memory)."""
+    exp = experiment
+    before, _ = envelope(exp)
+    path = _compacted(exp, W)
+    rewrite(path, lambda t: pa.concat_tables([t, *[t.slice(0, 1)] * 1990]))
+    scanned: list[str] = []
+    scan = reader._scan
+    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a))
+    why = "2000 rows, more than the 10 test points its cert_id names in the test split of digits"
+    assert_left_out(exp, before, path, why)
+    assert path not in scanned
+
+
+def test_a_models_most_test_points_are_its_grid_over_its_test_split():
+    assert most_points(SPEC.cert_id, "digits") == 10  # skip 2, max 10
+    assert most_points(CertifySpec(skip=20, max_points=None).cert_id, "cifar10") == 500
+    assert most_points(CertifySpec(skip=7, max_points=None).cert_id, "digits") == 65  # ⌈450/7⌉
+    assert most_points("imported-sigma-0.25-n-100000-alpha-0.001", "cifar10") == 10_000
+    assert most_points("another", None) == 50_000  # the largest split

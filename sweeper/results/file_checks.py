@@ -1,9 +1,13 @@
 """What a stage's files are, checked before any of their rows is read: each file's footer (its
 schema exactly the stage's, a legacy file lacking only the columns added since) and the files
-of each model (one compacted file at most: two cannot both be its rows).
+of each model (one compacted file at most: two cannot both be its rows), and each
+certification file's row count at most its model's test points (`footer_problem`).
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,13 +42,55 @@ def one_compacted(compacted: list[StageFile]) -> tuple[list[StageFile], list[str
     return kept, invalid
 
 
-def file_schema(path: str) -> pa.Schema | str:
-    """A file's schema (with its metadata), or why it cannot be read."""
+@dataclass(frozen=True)
+class Footer:
+    """What a Parquet file's footer says: its schema (with its metadata) and row count."""
+
+    schema: pa.Schema
+    rows: int
+
+
+def file_footer(path: str) -> Footer | str:
+    """A file's footer, or why it cannot be read."""
     fs, local = fileio.filesystem(path)
     try:
-        return pq.read_schema(local, filesystem=fs)
+        meta = pq.read_metadata(local, filesystem=fs)
+        return Footer(meta.schema.to_arrow_schema(), meta.num_rows)
     except (pa.ArrowInvalid, OSError) as e:
         return f"not a readable Parquet file ({str(e).splitlines()[0]})"
+
+
+def file_schema(path: str) -> pa.Schema | str:
+    """A file's schema (with its metadata), or why it cannot be read."""
+    footer = file_footer(path)
+    return footer if isinstance(footer, str) else footer.schema
+
+
+def footer_problem(f: StageFile, footer: Footer | str, schema: pa.Schema) -> str | None:
+    """Why file `f` of the stage of `schema` is not one, from its footer alone: its schema
+    (`schema_problem`), or (a certification file) more rows than its model has test points,
+    so that a file claiming millions is never scanned."""
+    if isinstance(footer, str) or (problem := schema_problem(footer.schema, schema)):
+        return footer if isinstance(footer, str) else problem
+    if f.stage != "certify":
+        return None
+    from sweeper.results.provenance import most_points  # it imports storage, as this does
+
+    dataset = _dataset(footer.schema.metadata or {})
+    most = most_points(f.setting_id, dataset)
+    if footer.rows > most:
+        split = f"the test split of {dataset}" if dataset else "the largest test split"
+        return f"{footer.rows} rows, more than the {most} test points its cert_id names in {split}"
+    return None
+
+
+def _dataset(metadata: dict) -> str | None:
+    """The data set of the trial config a file's metadata records (None: none recorded)."""
+    try:
+        dataset = json.loads(metadata.get(b"sweeper.config", b"null"))["dataset"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return dataset if isinstance(dataset, str) else None
 
 
 def schema_problem(have: pa.Schema | str, schema: pa.Schema) -> str | None:

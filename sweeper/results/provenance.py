@@ -82,6 +82,17 @@ def setting_of(cert_id: str) -> Setting | None:
     return setting if spelled == cert_id and _sane(setting) else None
 
 
+def most_points(cert_id: str, dataset: str | None) -> int:
+    """The most test points (rows) a model certified under `cert_id` has: every skip-th
+    point of `dataset`'s test split, at most max (an imported setting: the whole split). A
+    data set not known, or a cert_id naming no setting: the largest split, every point."""
+    size = STANDARD_TEST_SIZE.get(dataset or "", max(STANDARD_TEST_SIZE.values()))
+    setting = setting_of(cert_id)
+    if setting is None or setting.imported:
+        return size
+    return int(min(-(-size // setting.skip), setting.max_points))
+
+
 def _own_spelling(s: Setting, m: re.Match) -> str:
     """The cert_id `CertifySpec.cert_id` writes for what `m` parsed (numbers re-printed)."""
     sigma = "train" if s.sigma is None else f"{s.sigma:g}"

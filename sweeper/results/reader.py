@@ -29,7 +29,13 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from sweeper.results.digests import column_digests, file_digest
-from sweeper.results.file_checks import file_schema, one_compacted, schema_problem
+from sweeper.results.file_checks import (
+    file_footer,
+    file_schema,
+    footer_problem,
+    one_compacted,
+    schema_problem,
+)
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
@@ -96,12 +102,12 @@ def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols:
     """(the rows of the files that validate, ["path: problem" of those that do not])."""
     if not files:
         return stage.schema.empty_table().select(cols), []
-    schemas = {f.path: file_schema(f.path) for f in files}
-    invalid = {f.path: p for f in files if (p := schema_problem(schemas[f.path], stage.schema))}
+    footers = {f.path: file_footer(f.path) for f in files}
+    invalid = {f.path: p for f in files if (p := footer_problem(f, footers[f.path], stage.schema))}
     good = [f for f in files if f.path not in invalid]
     good, table, unreadable = _scan_readable(good, stage.schema, [*cols, "__fragment_index"])
     invalid.update(unreadable)
-    metadata = [schemas[f.path].metadata for f in good]  # type: ignore[union-attr]
+    metadata = [footers[f.path].schema.metadata for f in good]  # type: ignore[union-attr]
     problems = row_problems(exp, stage, table, good, metadata=metadata)
     invalid.update({good[i].path: p for i, p in problems.items()})
     keep = np.isin(table.column("__fragment_index").to_numpy(), list(problems), invert=True)

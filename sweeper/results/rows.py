@@ -213,7 +213,11 @@ def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
         frame = _legacy_memory(frame, memory)
     for col in ("predict", "radius", "correct"):  # fixed σ (or no memory pass yet): raw = value
         raw = frame[f"{col}_raw"]
-        frame[f"{col}_raw"] = frame[col] if raw.isna().all() else raw.where(raw.notna(), frame[col]).astype(frame[col].dtype)
+        frame[f"{col}_raw"] = (
+            frame[col]
+            if raw.isna().all()
+            else raw.where(raw.notna(), frame[col]).astype(frame[col].dtype)
+        )
     adjusted = frame["memory_changed"].notna().to_numpy()
     frame["sound"] = (frame["smoothing"] != "data-dependent").to_numpy() | adjusted
     return frame
