@@ -257,3 +257,24 @@ def test_a_models_most_test_points_are_its_grid_over_its_test_split():
     assert most_points(CertifySpec(skip=7, max_points=None).cert_id, "digits") == 65  # ⌈450/7⌉
     assert most_points("imported-sigma-0.25-n-100000-alpha-0.001", "cifar10") == 10_000
     assert most_points("another", None) == 50_000  # the largest split
+
+
+def test_a_cache_with_more_rows_than_its_models_grids_is_named_and_never_scanned(
+    experiment, monkeypatch
+):
+    """The cache with 2,000 rows where the three models it records have 10 test points
+    each: named from its footer, not scanned, the files read."""
+    exp = experiment
+    before, _ = envelope(exp)
+    cache = exp.cache_path("certify")
+    rewrite(cache, lambda t: pa.concat_tables([t, *[t.slice(0, 1)] * 1970]))
+    scanned: list[str] = []
+    scan = reader._scan
+    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a))
+    rows = read_stage(exp, CERTIFIED)
+    assert rows.invalid == [
+        f"{cache}: 2000 rows, more than the 30 test points of the models it records; "
+        "reading the files instead"
+    ]
+    assert cache not in scanned and rows.table.num_rows == 40
+    assert envelope(exp)[0] == before

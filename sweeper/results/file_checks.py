@@ -84,6 +84,29 @@ def footer_problem(f: StageFile, footer: Footer | str, schema: pa.Schema) -> str
     return None
 
 
+def cache_problem(footer: Footer | str, schema: pa.Schema, stage: str, covers: dict) -> str | None:
+    """Why a stage's cache is not one, from its footer alone: its schema, or (certification)
+    more rows than the models it records can have (`covers`: their paths relative to the
+    experiment, `<stage>/<trial_id>/<cert_id>/<file>`; each model's grid over the largest
+    test split), so that a cache claiming millions is never scanned."""
+    if isinstance(footer, str) or (problem := schema_problem(footer.schema, schema)):
+        return footer if isinstance(footer, str) else problem
+    if stage != "certify":
+        return None
+    from sweeper.results.provenance import most_points
+
+    most = sum(most_points(_setting_dir(rel), None) for rel in covers)
+    if footer.rows > most:
+        return f"{footer.rows} rows, more than the {most} test points of the models it records"
+    return None
+
+
+def _setting_dir(relative: str) -> str:
+    """The setting directory (cert_id) of a stage file's path relative to the experiment."""
+    parts = relative.replace("\\", "/").split("/")
+    return parts[-2] if len(parts) > 1 else ""
+
+
 def _dataset(metadata: dict) -> str | None:
     """The data set of the trial config a file's metadata records (None: none recorded)."""
     try:

@@ -29,13 +29,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from sweeper.results.digests import column_digests, file_digest
-from sweeper.results.file_checks import (
-    file_footer,
-    file_schema,
-    footer_problem,
-    one_compacted,
-    schema_problem,
-)
+from sweeper.results.file_checks import cache_problem, file_footer, footer_problem, one_compacted
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from trainables import fileio
@@ -272,7 +266,7 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
     covered, metadata = _unchanged(exp, compacted, covers)
     if not covered:
         return empty, set(), []
-    table, problems = _cached_rows(exp, stage, path, covered, cols, (rows, metadata))
+    table, problems = _cached_rows(exp, stage, path, covered, cols, (rows, metadata, covers))
     if problems:
         return empty, set(), [f"{path}: {problems[0]}; reading the files instead"]
     return table, {f.path for f in covered}, []
@@ -320,15 +314,15 @@ def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
 def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records):
     """The cache's rows of the `covered` models: its columns' digests those it was written
     with, then validated like files (one per model)."""
-    have = file_schema(path)
-    if problem := schema_problem(have, stage.schema):
+    digests, metadata, covers = records
+    footer = file_footer(path)
+    if problem := cache_problem(footer, stage.schema, stage.name, covers):
         return None, [problem]
     try:
         table = _scan([path], stage.schema, cols)
     except (OSError, pa.ArrowInvalid) as e:  # a damaged page
         return None, [_unreadable(e)]
-    digests, metadata = records
-    if not _as_written(table, have.names, digests):  # type: ignore[union-attr]
+    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
         return None, ["its rows are not those it was written with"]
     frag = _model_index(table, stage.setting_column, covered)
     table = table.append_column("__fragment_index", pa.array(frag))
