@@ -278,3 +278,15 @@ def test_a_cache_with_more_rows_than_its_models_grids_is_named_and_never_scanned
     ]
     assert cache not in scanned and rows.table.num_rows == 40
     assert envelope(exp)[0] == before
+
+
+def test_a_fifo_planted_as_the_cache_is_named_not_waited_on(tmp_path):
+    """pyarrow opens the cache by path: a FIFO there would block every reader forever."""
+    import os
+
+    from sweeper.results.reader import _cache_records
+
+    path = tmp_path / "certify.parquet"
+    os.mkfifo(path)
+    with pytest.raises(ValueError, match="a FIFO, not a regular file"):
+        _cache_records(str(path))

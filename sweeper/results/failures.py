@@ -103,7 +103,13 @@ class FailureLog:
 # Bytes: an entry per trial and stage of ~0.3 kB (a message of at most 320 characters, ~2 kB
 # escaped), so a sweep of 644 trials writes at most ~4 MB; this bounds ~10,000 trials.
 FAILURES_JSON_MAX = 64 * 2**20
-FIELDS = {"trial_id": str, "stage": str, "message": str, "count": int, "first": (int, float)}
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "trial_id": str,
+    "stage": str,
+    "message": str,
+    "count": int,
+    "first": (int, float),
+}
 
 
 class FailuresError(ProblemsError):

@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.results.bounds import max_radius
 from sweeper.results.storage import StageFile
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
@@ -123,8 +124,6 @@ def _radius_checks(rows: pd.DataFrame, predict, radius, same) -> list[tuple[np.n
     that class (`same`: the rows that kept CERTIFY's class). The pass gives such a point
     r_j − d ≤ r_j for a ball j of that class containing it, and j's class was taken in turn
     from a ball no smaller, back to one of CERTIFY's class."""
-    from sweeper.results.rows import max_radius  # rows imports this module
-
     largest = max_radius(*(rows[c].to_numpy(dtype=float) for c in ("sigma_cert", "n", "alpha")))
     with np.errstate(invalid="ignore"):
         beyond = ~(radius <= largest + largest * 1e-9 + 1e-12)

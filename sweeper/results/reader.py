@@ -273,13 +273,14 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
 
 
 class OldCache(ValueError):
-    """A cache written before content digests: it records sizes only, so it vouches for
-    nothing (not a problem: the files are read until a refresh replaces it)."""
+    """A cache of sizes only (before content digests): it vouches for nothing; read the files."""
 
 
 def _cache_records(path: str) -> tuple[dict, dict]:
-    """(its COVERS: relative path -> [size, SHA-256 of the bytes], its ROWS: column ->
-    digest); OldCache if it records sizes only, KeyError/ValueError if it is no cache."""
+    """(its COVERS: relative path -> [size, SHA-256 of the bytes], its ROWS: column -> digest);
+    OldCache if it records sizes only, KeyError/ValueError if it is no cache (a FIFO too)."""
+    if why := fileio.regular_file_problem(path):
+        raise ValueError(why)
     fs, local = fileio.filesystem(path)
     meta = pq.read_schema(local, filesystem=fs).metadata or {}
     covers = json.loads(meta[COVERS])

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from sweeper.results.bounds import max_radius as max_radius  # its home; read from here too
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks
 from sweeper.results.reader import float_column, int_column, prediction_checks, read_stage
@@ -119,13 +120,6 @@ def shard_table(
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)
     meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
     return table.replace_schema_metadata(meta)
-
-
-def max_radius(sigma: typing.Any, n: typing.Any, alpha: typing.Any) -> typing.Any:
-    """The largest radius CERTIFY can give: nA = n, p̲A = α^(1/n), radius σ·Φ⁻¹(p̲A)."""
-    from scipy.special import ndtri  # here: scipy is imported only when rows are checked
-
-    return sigma * ndtri(np.power(alpha, 1.0 / n))
 
 
 def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:

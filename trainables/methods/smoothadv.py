@@ -66,8 +66,8 @@ def _one_noise_each(
     return cross_entropy_on(model, torch.cat(noisy), y)
 
 
-def _per_chunk(sigma: float | torch.Tensor, m: int) -> list[float] | tuple[torch.Tensor, ...]:
+def _per_chunk(sigma: float | torch.Tensor, m: int) -> list[float | torch.Tensor]:
     """σ for each of the m chunks: the float, or the chunk's share of a per-input (b,) σ_x."""
     if isinstance(sigma, torch.Tensor) and sigma.dim() > 0:
-        return sigma.tensor_split(m)
+        return list(sigma.tensor_split(m))
     return [sigma] * m
