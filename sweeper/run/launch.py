@@ -81,12 +81,12 @@ def ray_cluster(address: str | None) -> Iterator[None]:
     the README promises a local Ray, and a stale record must not capture a sweep. An address
     with credentials (`ray://user:pass@host`, from either) is LaunchError before Ray starts,
     and an error shows the address redacted."""
-    if ray.is_initialized():
-        yield
-        return
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     if problem := address_credentials_problem(target, "--address" if address else "RAY_ADDRESS"):
         raise LaunchError([problem])  # before Ray: its errors would quote the address
+    if ray.is_initialized():
+        yield
+        return
     try:
         ray.init(address=target, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR)  # fmt: skip
