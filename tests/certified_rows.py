@@ -38,10 +38,15 @@ def columns(
         certificate_from_counts(c, k, spec.n, spec.alpha, sigma)
         for c, k in zip(selected, counts, strict=True)
     ]
+    return _table(certs, idx, labels, [sigma] * len(certs))
+
+
+def _table(certs, idx, labels, sigmas) -> dict[str, list]:
+    """certify_points' columns of CERTIFY's certificates `certs` of points `idx`."""
     return {
         "idx": list(idx),
         "label": list(labels),
-        "sigma_cert": [sigma] * len(idx),
+        "sigma_cert": list(sigmas),
         "predict": [c.prediction for c in certs],
         "count": [c.nA for c in certs],
         "p_lower": [c.p_lower for c in certs],
@@ -49,7 +54,7 @@ def columns(
         "correct": [
             c.prediction == y and c.prediction != -1 for c, y in zip(certs, labels, strict=True)
         ],
-        "time_s": [0.1] * len(idx),
+        "time_s": [0.1] * len(certs),
     }
 
 
@@ -110,16 +115,4 @@ def reaching(n: int, alpha: float, idx, labels, predict, radius, sigmas) -> dict
         )
         for p, y, r, s in zip(predict, labels, radius, sigmas, strict=True)
     ]
-    return {
-        "idx": list(idx),
-        "label": list(labels),
-        "sigma_cert": list(sigmas),
-        "predict": [c.prediction for c in certs],
-        "count": [c.nA for c in certs],
-        "p_lower": [c.p_lower for c in certs],
-        "radius": [c.radius for c in certs],
-        "correct": [
-            c.prediction == y and c.prediction != -1 for c, y in zip(certs, labels, strict=True)
-        ],
-        "time_s": [0.1] * len(certs),
-    }
+    return _table(certs, idx, labels, sigmas)
