@@ -418,7 +418,7 @@ def test_console_script_prints_errors_without_traceback(storage):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(f"error: invalid results file {bad}: not a readable Parquet file")
-    assert line.endswith("or pass --skip-invalid")
+    assert line.startswith(f"error: corrupt results file {bad}: not a readable Parquet file")
+    assert line.endswith("recomputes what is missing)")
     assert proc.stdout == ""
     assert tree(storage) == before

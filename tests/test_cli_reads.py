@@ -14,7 +14,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -213,22 +212,33 @@ def write_garbage(path: str) -> str:
     return path
 
 
-def test_an_invalid_file_stops_the_read_unless_skipped(storage, capsys):
-    from sweeper.cli.reads import load_selected
-
+def test_a_corrupt_file_stops_the_read(storage):
     bad = write_garbage(
         Experiment(str(storage), "exp").shard_path("0123456789ab", CERT.cert_id, 0, 1)
     )
     [line] = errors(storage, "envelope", "--radii", "0,0.5", "--format", "csv")
-    assert line.startswith(f"error: invalid results file {bad}: not a readable Parquet file")
-    assert line.endswith("or pass --skip-invalid")
-    skipped = run(storage, "envelope", "--radii", "0,0.5", "--format", "csv", "--skip-invalid")
-    assert skipped.stderr.splitlines()[0].startswith(f"warning: left out {bad}: not a readable")
-    assert csv(skipped)["certified_accuracy"].tolist() == [0.75, 0.25]
-    with pytest.raises(typer.Exit) as stopped:  # the default, as the commands' own
-        load_selected(str(storage), "exp", None, [])
-    assert stopped.value.exit_code == 2
-    assert capsys.readouterr().err.startswith(f"error: invalid results file {bad}: ")
+    assert line.startswith(f"error: corrupt results file {bad}: not a readable Parquet file")
+    assert line.endswith("recomputes what is missing)")
+
+
+def test_an_invalid_file_is_named_and_left_out(storage, capsys):
+    from sweeper.cli.reads import load_selected
+
+    before = csv(run(storage, "envelope", "--radii", "0,0.5", "--format", "csv"))
+    exp = Experiment(str(storage), "exp")
+    bad = exp.shard_path("0123456789ab", CERT.cert_id, 0, 1)
+    Path(bad).parent.mkdir(parents=True)
+    pq.write_table(pa.table({"idx": [0, 1]}), bad)  # readable, not a results file
+    skipped = run(storage, "envelope", "--radii", "0,0.5", "--format", "csv")
+    assert skipped.stderr.splitlines()[0].startswith(f"warning: left out {bad}: column ")
+    assert csv(skipped).equals(before)  # never a number from it
+    strict = run(storage, "envelope", "--radii", "0,0.5", "--format", "csv", "--strict", code=1)
+    assert strict.stdout == skipped.stdout
+    assert strict.stderr.splitlines()[-1].startswith("error: --strict: 1 files and 0 models")
+    capsys.readouterr()
+    _, results, _ = load_selected(str(storage), "exp", None, [])  # as the commands do
+    assert [line.partition(": ")[0] for line in results.invalid] == [bad]
+    assert capsys.readouterr().err.startswith(f"warning: left out {bad}: ")
 
 
 # ----------------------------------------------------------------------- what was read
@@ -524,15 +534,15 @@ def test_no_empirical_results_is_one_error(storage):
     ]
 
 
-def test_an_invalid_empirical_file_stops_the_overlay_unless_skipped(attacked):
+def test_an_invalid_empirical_file_is_left_out_of_the_overlay(attacked):
     exp = Experiment(str(attacked), "exp")
     bad = write_garbage(exp.shard_path(G.trial_id, "clean_x", 0, 1, "empirical"))
     [line] = errors(attacked, "envelope", "--radii", "0", "--empirical")
-    assert line.startswith(f"error: invalid results file {bad}: not a readable Parquet file")
-    skipped = run(
-        attacked, "envelope", "--radii", "0", "--empirical", "--skip-invalid", "--format", "csv"
-    )
-    assert skipped.stderr.splitlines()[0].startswith(f"warning: left out {bad}: not a readable")
+    assert line.startswith(f"error: corrupt results file {bad}: not a readable Parquet file")
+    Path(bad).unlink()
+    pq.write_table(pa.table({"idx": [0]}), bad)  # readable, not an empirical results file
+    skipped = run(attacked, "envelope", "--radii", "0", "--empirical", "--format", "csv")
+    assert skipped.stderr.splitlines()[0].startswith(f"warning: left out {bad}: column ")
     assert csv(skipped)["empirical_accuracy"].tolist() == [0.75]
 
 

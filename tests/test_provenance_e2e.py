@@ -27,7 +27,7 @@ RADII = "0:1:0.125"
 
 
 def _envelope(exp: Experiment, *extra: str, code: int = 0) -> tuple[list[float], str]:
-    args = ["envelope", "--radii", RADII, "--format", "csv", "--skip-invalid", *extra]
+    args = ["envelope", "--radii", RADII, "--format", "csv", *extra]
     result = runner.invoke(app, [*args, "--storage", exp.storage, "--experiment", exp.name])
     assert result.exit_code == code, (result.output, result.exception)
     accuracy = pd.read_csv(io.StringIO(result.stdout))["certified_accuracy"].round(9).tolist()

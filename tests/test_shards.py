@@ -139,6 +139,17 @@ def test_compaction_refuses_missing_or_repeated_points(exp):
     assert len(list(Path(exp.setting_dir("certify", A.trial_id, CID)).iterdir())) == 2  # kept
 
 
+def test_compaction_never_reads_a_shard_longer_than_its_model_s_grid(exp, monkeypatch):
+    """A shard whose footer claims 451 rows where digits has 450 test points is refused from
+    its footer before any row is read; the shards stay."""
+    many = rows(A, list(range(451)), [0.1] * 451)
+    bad = write(exp, A, 1, 2, many)
+    monkeypatch.setattr(compaction, "read_exact", lambda *a: pytest.fail("rows were read"))
+    with pytest.raises(RuntimeError, match=f"cannot compact {bad}: 451 rows, more than the 450"):
+        compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
+    assert len(list(Path(exp.setting_dir("certify", A.trial_id, CID)).iterdir())) == 2
+
+
 def test_a_legacy_ddrs_memory_file_is_folded_into_the_compacted_rows(tmp_path):
     """An experiment certified with DDRS before compaction existed: its memory.parquet is
     used as it is (no second memory pass), then deleted with the shards."""

@@ -138,6 +138,8 @@ def _main(
         "--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
 ) -> None:  # fmt: skip
     pass
+
+
 app.add_typer(run_app, name="run")
 # Piped output keeps whole rows instead of rich's 80-column default.
 console = TerminalConsole(width=None if sys.stdout.isatty() else 160)
@@ -177,24 +179,26 @@ Digits = Annotated[
     typer.Option("--digits", min=0, max=12,
                  help="Decimals of accuracies and ACR in table and markdown output."),
 ]  # fmt: skip
-SkipInvalid = Annotated[
-    bool,
-    typer.Option(
-        "--skip-invalid",
-        help="Leave out result files that fail validation (named on stderr) instead of stopping.",
-    ),
-]
 
 
-def refuse_invalid(invalid: list[str], skip: bool) -> None:
-    """Result files that failed validation: exit 2 naming each, or (--skip-invalid) warn."""
-    if skip:
-        for line in invalid:
-            echo(f"warning: left out {line}", err=True)
-        return
+def warn_left_out(invalid: list[str], exp: Experiment) -> None:
+    """Result files that failed validation: each named on stderr with why, and their rows
+    left out (never a number from them); --strict exits 1 after the output. A results file
+    that is no readable Parquet is bad input: exit 2 naming each (a damaged cache is only
+    named: its models are read from their files)."""
+    caches = tuple(f"{exp.cache_path(stage)}: " for stage in ("certify", "empirical"))
+    corrupt = [
+        line for line in invalid if ": not a readable " in line and not line.startswith(caches)
+    ]
+    if corrupt:
+        fail([f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
+              "empirical` recomputes what is missing)" for line in corrupt])  # fmt: skip
+    for line in invalid:
+        echo(f"warning: left out {line}", err=True)
     if invalid:
-        fail([f"invalid results file {line}: move it away (`sweeper certify` or `sweeper "
-              "empirical` recomputes what is missing), or pass --skip-invalid" for line in invalid])  # fmt: skip
+        echo(f"{len(invalid)} result file{'s' * (len(invalid) != 1)} left out (named above): "
+             "move each away and `sweeper certify` (or `sweeper empirical`) recomputes it",
+             err=True)  # fmt: skip
 
 
 def fail(problems: list[str], code: int = 2) -> NoReturn:

@@ -161,6 +161,6 @@ Strict = Annotated[
     typer.Option(
         "--strict",
         help="Exit 1 (after the output) if anything was left out: a results file that failed "
-        "validation (with --skip-invalid), a data-dependent model awaiting its memory pass.",
+        "validation (named on stderr), a data-dependent model awaiting its memory pass.",
     ),
 ]

@@ -14,14 +14,13 @@ from sweeper.cli.common import (
     Digits,
     LatestExperiment,
     Only,
-    SkipInvalid,
     Storage,
     Wide,
     app,
     fail,
     filter_rows,
-    refuse_invalid,
     resolve_experiment,
+    warn_left_out,
 )
 from sweeper.cli.options import Strict
 from sweeper.plan.grid import parse_only
@@ -56,7 +55,6 @@ def envelope(
             "attack over m_test) at the attacked radii; dashed on --plot (`sweeper empirical`).",
         ),
     ] = False,
-    skip_invalid: SkipInvalid = False,
     strict: Strict = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
@@ -65,15 +63,15 @@ def envelope(
     from sweeper.results import envelope as env
 
     grid, problems = _envelope_options(fmt, radius, radii, plot)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid,
-                                        env.read_columns(by, "smoothing"))  # fmt: skip
+    columns = env.read_columns(by, "smoothing")
+    exp, results, frame = load_selected(storage, experiment, only, problems, columns)
     try:
         # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
         by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
         table = env.envelope(frame, grid, by)
     except env.EnvelopeError as e:
         fail([str(e)])
-    overlay = _empirical_overlay(exp, table, by, only, skip_invalid) if empirical else None
+    overlay = _empirical_overlay(exp, table, by, only) if empirical else None
     table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
     print_settings(frame)
@@ -101,7 +99,6 @@ def table(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
-    skip_invalid: SkipInvalid = False,
     strict: Strict = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
@@ -112,7 +109,7 @@ def table(
 
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
+    exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
     rows = per_model_table(frame, grid)
@@ -155,7 +152,7 @@ def _envelope_options(fmt: str, radius: float | None, radii: str | None,
     return ([radius] if radius is not None else radii_option(radii, problems)), problems
 
 
-def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None, skip: bool):
+def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
     from sweeper.results import attack_rows as emp
     from sweeper.results.rows import ResultsError
@@ -164,7 +161,7 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None,
         loaded = emp.load_empirical(exp)
     except ResultsError as e:
         fail([str(e)])
-    refuse_invalid(loaded.invalid, skip)
+    warn_left_out(loaded.invalid, exp)
     frame = filter_rows(loaded.frame, parse_only(only)[0])
     if frame.empty:
         fail([f"no empirical robustness results in {exp.name} (check --only, or run "
@@ -195,9 +192,9 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
 
 
 def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
-                  skip_invalid: bool = False, columns: list[str] | None = None):  # fmt: skip
-    """(experiment, results, rows selected by --only); exits 2 on any problem so far, or on
-    an invalid results file (unless `skip_invalid`). `columns`: read only these (and the
+                  columns: list[str] | None = None):  # fmt: skip
+    """(experiment, results, rows selected by --only); exits 2 on any problem so far; a
+    results file that fails validation is named and left out. `columns`: read only these (and the
     --only columns), not every results column."""
     from sweeper.results.rows import SCHEMA, ResultsError, load_results
 
@@ -211,7 +208,7 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
         results = load_results(exp, columns)
     except ResultsError as e:
         fail([str(e)])
-    refuse_invalid(results.invalid, skip_invalid)
+    warn_left_out(results.invalid, exp)
     frame = filter_rows(results.frame, selection)
     unsound = frame.loc[~frame["sound"], "trial_id"].nunique()
     if unsound:

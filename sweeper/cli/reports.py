@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from sweeper.cli.common import LatestExperiment, Only, SkipInvalid, Storage, app, fail
+from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
 from sweeper.cli.display import echo
-from sweeper.cli.reads import load_selected, print_coverage, radii_option
+from sweeper.cli.options import Strict
+from sweeper.cli.reads import exit_if_left_out, load_selected, print_coverage, radii_option
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
 from trainables import fileio
@@ -74,7 +75,7 @@ def report(
     linf: Annotated[
         str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")
     ] = ",".join(f"{k:g}" for k in LINF_RADII_255),
-    skip_invalid: SkipInvalid = False,
+    strict: Strict = False,
 ) -> None:
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
@@ -85,7 +86,7 @@ def report(
     figure_formats = _formats(formats, problems)
     grid = list(dict.fromkeys(radii_option(radii, problems)))
     linf_255 = _linf(linf, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems, skip_invalid)
+    exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
         fail([f"no certification results to report in {exp.name} (check --only, or run "
               "`sweeper certify <space>`)"])  # fmt: skip
@@ -97,3 +98,4 @@ def report(
     for note in built.notes:
         echo(f"note: {note}", err=True)
     print_coverage(exp, results, frame)
+    exit_if_left_out(results, strict)

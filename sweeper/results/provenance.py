@@ -22,16 +22,15 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sweeper.results.storage import Experiment, StageFile
+from sweeper.results.trial_records import trial_configs
 from trainables.catalog import STANDARD_TEST_SIZE
 
 OWN = re.compile(
@@ -40,7 +39,6 @@ OWN = re.compile(
     r"(?:_ddrs-K(?P<K>\d+)-lr(?P<lr>.+?)-n(?P<samples>\d+)-min(?P<min>[^_]+))?"
 )
 IMPORTED = re.compile(r"imported-sigma-(?P<sigma>.+)-n-(?P<n>\d+)-alpha-(?P<alpha>.+)")
-IMPORT_BACKEND = "imported from "  # how `sweeper import` marks the files it writes
 ALPHA_RTOL = 5e-6  # a cert_id prints α and σ with 6 significant digits (`:g`)
 P_RTOL, RADIUS_ATOL = 1e-9, 1e-9  # recomputed with the same scipy functions: rounding only
 
@@ -116,71 +114,6 @@ def _sane(s: Setting) -> bool:
     return 0 < s.alpha < 1 and all(np.isfinite(v) and v > 0 for v in positive) and min(counts) >= 1
 
 
-# ------------------------------------------------------------------------------ the trials
-def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict | None]):
-    """(trial_id -> its config, file index -> why no trial is behind it). A trial is behind a
-    file when trials/<trial_id>/trial.json's config hashes to the trial_id, or (an imported
-    setting) when the file's import record's config does."""
-    configs: dict[str, Any] = {}
-    problems: dict[int, str] = {}
-    stored: dict[str, Any] = {}
-    for i, f in enumerate(files):
-        if f.trial_id not in stored:
-            stored[f.trial_id] = _stored_trial(exp, f.trial_id)
-        found = stored[f.trial_id]
-        if not isinstance(found, str):
-            configs[f.trial_id] = found
-        elif f.setting_id.startswith("imported-"):
-            record = _import_record(f.trial_id, metadata[i])
-            if isinstance(record, str):
-                problems[i] = record
-            else:
-                configs[f.trial_id] = record
-        else:
-            problems[i] = found
-    return configs, problems
-
-
-def _stored_trial(exp: Experiment, trial_id: str):
-    """The config of trials/<trial_id>/trial.json if it hashes to `trial_id`, else why not."""
-    from trainables.errors import ProblemsError
-    from trainables.trial_status import read_status
-
-    try:
-        doc = read_status(exp.trial_dir(trial_id))
-        if doc is None:
-            return f"no trial behind it (no trials/{trial_id}/trial.json)"
-        return _config_with_id(doc.get("config"), trial_id, f"trials/{trial_id}/trial.json")
-    except (ProblemsError, OSError) as e:
-        return f"no trial behind it (trials/{trial_id}/trial.json: {e})"
-
-
-def _import_record(trial_id: str, metadata: dict | None):
-    """The config of an imported file's import record if it hashes to `trial_id`, else why."""
-    meta = metadata or {}
-    backend = meta.get(b"sweeper.certify_backend", b"").decode(errors="replace")
-    if not backend.startswith(IMPORT_BACKEND):
-        return "no trial behind it (no trial.json, and no import record in the file)"
-    try:
-        config = json.loads(meta.get(b"sweeper.config", b"null"))
-    except ValueError:
-        config = None
-    return _config_with_id(config, trial_id, "the file's import record")
-
-
-def _config_with_id(config: Any, trial_id: str, where: str):
-    from trainables.config import TrialConfig
-    from trainables.errors import ProblemsError
-
-    try:
-        cfg = TrialConfig.from_dict(config)
-    except (ProblemsError, TypeError, AttributeError) as e:
-        return f"no trial behind it ({where}: not a trial's config: {e})"
-    if cfg.trial_id != trial_id:
-        return f"no trial behind it ({where} is the config of {cfg.trial_id})"
-    return cfg
-
-
 # ------------------------------------------------------------------------------ the rows
 Check = tuple[np.ndarray, str]
 
@@ -209,6 +142,7 @@ def certified_checks(
         *checks,
         *_identity_checks(table, [configs.get(f.trial_id) for f in files], frag),
         *_point_checks(table, per),
+        *_gap_checks(table, files, frag, per),
         *_setting_checks(table, per),
         *_certificate_checks(table, per["imported"]),
         *_memory_checks(table),
@@ -258,6 +192,24 @@ def _point_checks(table: pa.Table, per: dict) -> list[Check]:
         (idx >= size, "a test point outside the data set's test split"),
         (off, "a test point off the grid its cert_id names (every skip-th, at most max)"),
     ]
+
+
+def _gap_checks(table: pa.Table, files: list[StageFile], frag: np.ndarray, per: dict) -> list[Check]:
+    """A finished model (its compacted file, or all K of its shards) holds the first points of
+    its grid without a gap: every skip-th point from 0 up to its last (with the checks above,
+    as many rows as that). An unfinished model is named as missing shards instead; an imported
+    one names no grid."""
+    seen: dict[tuple[str, str], set[int | None]] = {}
+    for f in files:
+        seen.setdefault(f.model, set()).add(f.index)
+    finished = [f.kind == "compacted" or seen[f.model] == set(range(f.count or 0)) for f in files]
+    models = {m: k for k, m in enumerate(seen)}
+    model = np.array([models[f.model] for f in files] + [0])[frag]
+    last = np.full(len(models), -1)
+    np.maximum.at(last, model, _ints(table, "idx") // np.maximum(per["skip"], 1))
+    gap = np.bincount(model, minlength=len(models)) < last + 1
+    bad = gap[model] & np.array([*finished, False])[frag] & ~per["imported"]
+    return [(bad, "a finished model with a gap in its grid (points missing before its last)")]
 
 
 def _setting_checks(table: pa.Table, per: dict) -> list[Check]:

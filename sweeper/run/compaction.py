@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, StageFile, by_model
@@ -31,6 +32,7 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
         missing = sorted(set(range(count)) - {f.index for f in shards})
         if missing:
             raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
+        _check_footers(shards, stage)
         table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
         if stage.finish is not None:
             table = stage.finish(exp, trial_id, setting, table)
@@ -38,6 +40,7 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
         write_table(table.replace_schema_metadata(_metadata(shards[0].path)), target)
         rows = table.num_rows
     else:
+        _check_footers([f for f in files if f.path == target], stage)
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
     _verify(target, rows, stage.schema)
     for f in files:
@@ -59,6 +62,14 @@ def _metadata(shard_path: str) -> dict:
     fs, path = _fs_path(shard_path)
     meta = pq.read_schema(path, filesystem=fs).metadata or {}
     return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
+
+
+def _check_footers(files: list[StageFile], stage: Stage) -> None:
+    """Each file's schema the stage's and (certification) no more rows than its model has
+    test points, from its footer: a planted file of millions of rows is never read whole."""
+    for f in files:
+        if problem := footer_problem(f, file_footer(f.path), stage.schema):
+            raise RuntimeError(f"cannot compact {f.path}: {problem}")
 
 
 def _check_unique(table: pa.Table, target: str) -> None:
