@@ -132,8 +132,8 @@ def test_spaces_lists_the_shipped_spaces(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # its cache: not the user's
     result = runner.invoke(app, ["spaces"])
     assert result.exit_code == 0, result.output
-    shipped = (("cifar10", 644), ("cifar10-methods", 21), ("digits", 34), ("digits-methods", 14),
-               ("imagenet", 33), ("mnist", 21))  # fmt: skip
+    shipped = (("cifar10", 644), ("cifar10-published", 468), ("cifar10-methods", 21),
+               ("digits", 34), ("digits-methods", 14), ("imagenet", 33), ("mnist", 21))  # fmt: skip
     for name, count in shipped:
         line = next(ln for ln in result.stdout.splitlines() if f" {name} " in ln)
         assert f" {count} " in line, line

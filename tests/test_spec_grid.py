@@ -43,8 +43,8 @@ def trials(specs) -> dict[str, list[TrialConfig]]:
 
 def test_every_shipped_space_loads(specs):
     assert available_spaces() == [
-        "cifar10", "cifar10-methods", "cifar10-pretrain", "digits", "digits-methods", "imagenet",
-        "mnist",
+        "cifar10", "cifar10-methods", "cifar10-pretrain", "cifar10-published", "digits",
+        "digits-methods", "imagenet", "mnist",
     ]  # fmt: skip
     for name, spec in specs.items():
         assert isinstance(spec, SweepSpec)
@@ -277,7 +277,10 @@ def test_unknown_space_lists_the_available_ones(tmp_path):
         load_space("cifar100")
     [problem] = info.value.problems
     assert "unknown space 'cifar100'" in problem
-    assert "cifar10, cifar10-methods, cifar10-pretrain, digits, digits-methods, imagenet, mnist" in problem
+    assert (
+        "cifar10, cifar10-methods, cifar10-pretrain, cifar10-published, digits, digits-methods, "
+        "imagenet, mnist" in problem
+    )
     with pytest.raises(SpecError, match="search space file not found"):
         load_space(str(tmp_path / "missing.yaml"))
 
