@@ -504,6 +504,8 @@ PSEUDO = dict(pseudo_data="/data/ti500k.npz", pseudo_fingerprint="0123456789abcd
         ("imagenet", "gaussian", {}, True),
         ("cifar10", "smoothmix", {}, True),
         ("cifar10", "macer", {}, None),
+        ("cifar10", "smoothadv", {"ddrs_start_epoch": 0}, True),  # the DDRS code's network
+        ("cifar10", "macer", {"ddrs_start_epoch": 0}, True),
     ],
 )
 def test_scale_input_defaults_to_the_layer_the_reference_trained_such_a_model_with(

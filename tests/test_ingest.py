@@ -164,6 +164,7 @@ def test_abstentions_have_radius_zero():
 
 
 # ---------------------------------------------------------------------------- layouts
+JEONG = dict(lr_step_offset=1, normalize_input=True, scale_input=True)
 LAYOUTS = [
     (ADV_DIR + "/sigma_0.25", ADV, 0.25),
     (DDN_DIR + "/sigma_0.50", DDN, 0.5),
@@ -178,18 +179,22 @@ LAYOUTS = [
     ("num_noise_vec_2/eps_255/cifar10/resnet110/DDN_2steps/noise_1.00/test/sigma_1.00",
      DDN.replace(sigma=1.0, epsilon=255 / 256, steps=2, m_train=2), 1.0),
     ("m8/PGD_6steps/eps_64/cifar10/resnet110/noise_0.25/test/sigma_0.25", ADV.replace(epsilon=0.25, steps=6, m_train=8), 0.25),
-    # jh-jeong/smoothing-consistency: the log is named noise_<σ>[_<run>], certified at that σ
+    # jh-jeong/smoothing-consistency: the log is named noise_<σ>[_<run>], certified at that σ,
+    # the model trained with that code's protocol (JEONG: for smoothmix, consistency and
+    # stability the methods' own defaults)
     ("data/certify/cifar10/salman/pgd_255.0_10_10/num_8/cifar_resnet20/noise_0.50_8916",
-     ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8), 0.5),
+     ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8, **JEONG), 0.5),
     ("data/certify/cifar10/salman/ddn_512.0_4_5_128.0_0.1/num_2/cifar_resnet110/noise_1.00",
      # the named DDN init norm 128/256 never took effect (train_salman.py resets it to the ε of
      # the epoch every epoch): ddn_init_norm stays None, the default that does the same
-     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1), 1.0),
+     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1, **JEONG), 1.0),
     ("data/certify/cifar10/consistency/cohen/num_2/lbd_20.0/eta_0.5/cifar_resnet110/noise_0.25",
      TrialConfig(method="consistency", sigma=0.25, m_train=2, lam=20.0, eta=0.5), 0.25),
     ("data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
-     TrialConfig(method="macer", sigma=0.5, m_train=16, lam=4.0, macer_gamma=8.0, macer_beta=16.0), 0.5),
+     TrialConfig(method="macer", sigma=0.5, m_train=16, lam=4.0, macer_gamma=8.0, macer_beta=16.0, **JEONG), 0.5),
     ("data/certify/mnist/stab/lbd_2.0/lenet/noise_0.50", TrialConfig(dataset="mnist", method="stability", sigma=0.5, lam=2.0), 0.5),
+    ("data/certify/cifar10/cohen/cifar_resnet20/noise_0.50_7483",  # jh-jeong's train_cohen.py
+     COHEN.replace(arch="cifar_resnet20", sigma=0.5, lr_step_offset=1), 0.5),
 ]  # fmt: skip
 
 

@@ -235,6 +235,35 @@ def test_each_methods_lr_follows_its_reference_scheduler_epoch_by_epoch(method):
     assert drops == ([199, 399] if method == "macer" else [51, 101] if jeong else [50, 100])
 
 
+def reference_ddrs(cfg: TrialConfig) -> list[float]:
+    """MotasemAlfarra/Data_Dependent_Randomized_Smoothing CIFAR10/train_macer.py l. 361-382
+    (train_smooth_adv.py alike): StepLR(step_sz, gamma); each epoch trains, then
+    `scheduler.step()`."""
+    optimizer = _optimizer(cfg)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.lr_step_size, cfg.lr_gamma)
+    lrs = []
+    for _epoch in range(cfg.epochs):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+@pytest.mark.parametrize("method", ["macer", "smoothadv", "gaussian"])
+def test_ddrs_training_follows_the_ddrs_codes_schedule_and_input_layer(method):
+    """Under DDRS training every method takes the DDRS code's protocol: its StepLR stepped
+    after each epoch and its network's (x − μ)/s (models/resnet.py l. 163-164), not the
+    method's own reference (MACER: drops one epoch early, no layer; SmoothAdv: x − μ)."""
+    plain = space_config(method)
+    cfg = plain.replace(ddrs_start_epoch=0, lr_step_offset=None, normalize_input=None,
+                        scale_input=None)  # fmt: skip
+    assert sweepers_lrs(cfg) == pytest.approx(reference_ddrs(cfg), rel=1e-12)
+    assert (cfg.normalize_input, cfg.scale_input, cfg.lr_step_offset) == (True, True, 0)
+    ours = sweepers_lrs(cfg)
+    assert [e for e in range(1, cfg.epochs) if ours[e] < ours[e - 1]] == cfg.lr_drops()
+    assert cfg.lr_drops()[0] == cfg.lr_step_size
+
+
 def test_a_shifted_schedule_resumes_where_it_stopped():
     """MultiStepLR's state (the offset schedules) round-trips through a checkpoint."""
     cfg = space_config("smoothmix")

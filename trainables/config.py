@@ -85,7 +85,9 @@ class TrialConfig(
         fill in; before validation (a method's required settings then count as set)."""
         method = REGISTRY.get(self.method)
         changes: dict[str, Any] = {}
-        protocol = {**PROTOCOL, **(method.protocol if method else {})}
+        # DDRS training: the DDRS code's protocol, the shared one, whatever the method
+        ddrs = self.ddrs_start_epoch is not None
+        protocol = {**PROTOCOL, **(method.protocol if method and not ddrs else {})}
         for name, value in (protocol | dict(method.defaults if method else {})).items():
             if getattr(self, name) is None:
                 changes[name] = self._default_value(value)

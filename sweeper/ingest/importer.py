@@ -65,6 +65,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.ingest.layouts import jh_jeong
 from sweeper.ingest.log_reader import (
     DEFAULT_MAX_ROWS,
     HEADER,
@@ -210,6 +211,8 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     trial_sets, cert_sets = sets
     rel = str(log.relative_to(root))
     values, methods = path_values(log, root)
+    if jh_jeong.LOG_NAME.fullmatch(log.name):  # trained by the jh-jeong code: its protocol
+        values = {**jh_jeong.PROTOCOL, **values}
     if values.get("_split") == "train":
         raise LogSkip("certified on the training split (a 'train' directory)")
     for what, part in values["_needs"]:

@@ -9,7 +9,8 @@ A row names, once, everything the rest of the code knows about a method:
   reference code differs from the others: where its LR drops fall (`lr_step_offset`),
   whether its model standardizes inputs (`normalize_input`) and whether that layer divides by
   the standard deviations or only subtracts the means (`scale_input`; `FromScratch`: the
-  SmoothAdv code's models trained from scratch differ from its fine-tuned ones).
+  SmoothAdv code's models trained from scratch differ from its fine-tuned ones). Under DDRS
+  training the DDRS code's protocol, `PROTOCOL` itself, replaces it whatever the method.
 - `attacks`: the attacks it accepts (the first is the default where it has one).
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
@@ -98,6 +99,10 @@ PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True, "sc
 # (3911bd8, l. 33: `get_input_center_layer`, x − μ); the ImageNet32 pre-trained, fine-tuned and
 # self-trained ones by cc80077's (HEAD l. 36: `get_normalize_layer`, (x − μ)/s).
 _SMOOTHADV_INPUT = {"scale_input": FromScratch(("cifar10", "imagenet"), scratch=False, other=True)}
+# DDRS training follows its own code (MotasemAlfarra/Data_Dependent_Randomized_Smoothing,
+# CIFAR10/train_macer.py and train_smooth_adv.py), which is PROTOCOL for every method: one
+# network that standardizes its inputs, (x − μ)/s (models/resnet.py l. 163-164, 209), and
+# StepLR stepped after each epoch (train_macer.py l. 361, 382), as Cohen's code does.
 # jh-jeong's scripts call scheduler.step(epoch) after each epoch (StepLR's closed form): the
 # LR drops entering 0-based epoch lr_step_size + 1 (SmoothMix code/train.py:104).
 _JEONG = {"lr_step_offset": 1}

@@ -9,6 +9,12 @@ baselines included (e.g. `macer/num_<m>/lbd_<λ>/gamma_<γ>/beta_<β>/<arch>/noi
     lbd_<λ>, eta_<η>               λ and η (kept where the method uses them)
     gamma_<γ>, beta_<β>            MACER's γ and β
     consistency | stab, stability | smoothmix | macer   the method
+
+The log itself is named `noise_<σ>[_<run>]` (locuslab's and SmoothAdv's are `sigma_<σ>` under
+`noise_<σ>/test/`): such a model was trained by the jh-jeong code, whatever its method, with
+that code's protocol (`PROTOCOL`): its StepLR stepped with `scheduler.step(epoch)` after each
+epoch (train_macer.py l. 89, train_salman.py l. 118, train_cohen.py l. 73: the LR drops one
+epoch late) and every network behind `get_normalize_layer`, (x − μ)/s (architectures.py).
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ def _attack(m: re.Match) -> dict:
     values |= {"ddn_gamma": float(gamma)} if gamma else {}
     return values | {"_method": "smoothadv"}
 
+
+LOG_NAME = re.compile(rf"noise_{NUM}(?:_.*)?")
+PROTOCOL = {"lr_step_offset": 1, "normalize_input": True, "scale_input": True}
 
 PATTERNS: list[tuple[str, Handler]] = [
     (rf"(pgd|ddn)_{NUM}_(\d+)(?:_(\d+))?(?:_{NUM}_{NUM})?", _attack),
