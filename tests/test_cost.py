@@ -35,7 +35,7 @@ from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import index_chunks
 from trainables.catalog import DATASETS
 from trainables.config import TrialConfig
-from trainables.config_parts import DDRSSettings
+from trainables.ddrs_settings import DDRSSettings
 
 runner = CliRunner()
 FIG = throughput.Figure(forward=1000.0, train=100.0, source="test figures")

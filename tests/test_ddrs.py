@@ -25,8 +25,8 @@ from scipy.stats import chi2, norm
 from torch import nn
 
 from trainables.certify_points import CertifySettings, certify_points
-from trainables.config_parts import DDRSSettings
 from trainables.ddrs import PROB_CLAMP, MemoryResult, memory_certify, optimize_sigma, proxy_radius
+from trainables.ddrs_settings import DDRSSettings
 from trainables.smoothing import ABSTAIN, Smooth, max_radius
 
 SHAPE = (1, 2, 2)

@@ -13,8 +13,8 @@ from scipy.stats import norm
 
 from trainables import checkpoint, train
 from trainables.config import TrialConfig
-from trainables.config_parts import DDRS_FIELDS
 from trainables.ddrs import optimize_sigma
+from trainables.ddrs_settings import DDRS_FIELDS
 from trainables.errors import ConfigError
 from trainables.methods import METHODS, REGISTRY, gaussian, macer
 from trainables.methods.base import StepContext, draw_noise
@@ -92,6 +92,20 @@ def test_ddrs_defaults_fill_in_and_join_the_identity():
     assert off.trial_id != cfg.trial_id
     assert type(cfg.replace(ddrs_lr=1).ddrs_lr) is float
     assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("method", "dataset", "samples"),
+    [("macer", "cifar10", 64), ("macer", "imagenet", 1), ("macer", "mnist", 1),
+     ("smoothadv", "cifar10", 1), ("gaussian", "cifar10", 1)],
+)  # fmt: skip
+def test_sigma_samples_default_to_each_ddrs_scripts(method, dataset, samples):
+    """CIFAR10/train_macer.py `--gaussian_num_ds` 64 (l. 71); train_smooth_adv.py and the
+    ImageNet scripts draw 1 (the paper's n = 1: `ddrs_samples: 1` asks for it)."""
+    cfg = TrialConfig(dataset=dataset, method=method, ddrs_start_epoch=0)
+    assert cfg.ddrs_samples == samples
+    paper = cfg.replace(ddrs_samples=1)
+    assert (paper.trial_id == cfg.trial_id) is (samples == 1)
 
 
 def _problems(**kwargs) -> list[str]:

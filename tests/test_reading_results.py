@@ -49,7 +49,7 @@ from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
-from trainables.config_parts import DDRSSettings
+from trainables.ddrs_settings import DDRSSettings
 from trainables.smoothing import radius_from_counts
 from trainables.trial_status import write_status
 

@@ -33,7 +33,7 @@ from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.config import TrialConfig
-from trainables.config_parts import DDRSSettings
+from trainables.ddrs_settings import DDRSSettings
 
 # Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below (up to 2.0) are ones
 # CERTIFY can give (at most 3.81·σ at n = 10^5), which the trials' own σ could not.

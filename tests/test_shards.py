@@ -33,7 +33,7 @@ from sweeper.run.attack_stage import EMPIRICAL, EmpiricalSetting, empirical_tabl
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.stage import Shard
 from trainables.config import TrialConfig
-from trainables.config_parts import DDRSSettings
+from trainables.ddrs_settings import DDRSSettings
 from trainables.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)

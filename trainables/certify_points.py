@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from trainables import runtime
-from trainables.config_parts import DDRSSettings
 from trainables.ddrs import optimize_sigma
+from trainables.ddrs_settings import DDRSSettings
 from trainables.smoothing import ABSTAIN, Smooth
 
 COLUMNS = (

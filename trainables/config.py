@@ -22,13 +22,13 @@ from trainables.catalog import DEFAULT_ARCH
 from trainables.config_parts import (
     DEVICE_PIPELINE_DATASETS,
     AttackPart,
-    DDRSPart,
     MethodPart,
     ModelPart,
     OptimisationPart,
     RunPart,
     SelfTrainingPart,
 )
+from trainables.ddrs_settings import DDRSPart
 from trainables.errors import ConfigError
 from trainables.field_types import float_fields, type_problems
 from trainables.methods import (
@@ -92,7 +92,7 @@ class TrialConfig(
             if getattr(self, name) is None:
                 changes[name] = self._default_value(value)
         if self.ddrs_start_epoch is not None:
-            changes.update(self.ddrs_resolved(self.method))
+            changes.update(self.ddrs_resolved(self.method, self.dataset))
         if self.self_training:
             changes.update(self.self_training_resolved())
         return changes

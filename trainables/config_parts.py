@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trainables.catalog import ARCHS, DATASETS
-from trainables.methods import DDRS_METHODS, METHODS, Method
+from trainables.methods import METHODS, Method
 
 # Field metadata: where the data lives, how it is loaded, and how the model's forward is laid
 # out and compiled do not change the trained model's identity (a different data pipeline gives
@@ -39,10 +39,6 @@ AMP_MODES = ("off", "fp16", "bf16")
 # ImageNet (image files) and ImageNet32 (3.7 GiB: too big to copy onto every packed trial's GPU).
 DATA_PIPELINES = ("auto", "device", "loader")
 DEVICE_PIPELINE_DATASETS = ("cifar10", "mnist", "digits")  # auto -> device
-DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples", "ddrs_macer_loss")
-DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
-# MACER's robustness term under DDRS (`methods.macer`): the DDRS script's (default) or MACER's.
-DDRS_MACER_LOSSES = ("ddrs", "macer")
 PSEUDO_FIELDS = ("pseudo_data", "pseudo_fingerprint", "pseudo_eta", "pseudo_ratio")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}")
@@ -171,56 +167,6 @@ class MethodPart:
                 "the reference code takes it at the start of step 2, so with steps 1 it trains "
                 "exactly as mix_step 0; set mix_step: 0 or steps >= 2"
             )
-        return p
-
-
-@dataclass(frozen=True)
-class DDRSPart:
-    """DDRS training (Alfarra et al. 2022, Algorithm 2): from epoch `ddrs_start_epoch` on, each
-    training input x trains with its own σ_x, found by OptimizeSigma (K = ddrs_iterations steps
-    of rate ddrs_lr, ddrs_samples draws) from its previous visit's σ_x (cfg.sigma at first).
-    Off (None): every ddrs_* field None (no part of the trial_id). Defaults: the paper's lr 1e-4
-    and n = 1; K = 10 per visit (the authors' CIFAR-10 MACER script; their ImageNet one uses 1,
-    the paper's 100 is certification's), about 10 extra forward-backward passes per chunk."""
-
-    ddrs_start_epoch: int | None = None  # 0-based epoch from which σ_x is optimized
-    ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
-    ddrs_lr: float | None = None  # OptimizeSigma step size α (1e-4)
-    ddrs_samples: int | None = None  # noise draws n per OptimizeSigma step (1)
-    ddrs_macer_loss: str | None = None  # method macer: DDRS_MACER_LOSSES ("ddrs"); else None
-
-    def ddrs_resolved(self, method: str | None = None) -> dict[str, Any]:
-        """Off: every field None; on: the defaults of the fields left unset (`method`'s)."""
-        if self.ddrs_start_epoch is None:
-            return dict.fromkeys(DDRS_FIELDS)
-        resolved = {k: v for k, v in DDRS_DEFAULTS.items() if getattr(self, k) is None}
-        if method != "macer":
-            return {**resolved, "ddrs_macer_loss": None}
-        return {**resolved, "ddrs_macer_loss": self.ddrs_macer_loss or "ddrs"}
-
-    def ddrs_problems(self, epochs: int, method: str) -> list[str]:
-        """Checked only when it is on; `epochs`, `method`: the trial's."""
-        start = self.ddrs_start_epoch
-        if start is None:
-            return []
-        p: list[str] = []
-        if not 0 <= start < epochs:
-            p.append(
-                f"ddrs_start_epoch must be in [0, epochs) = [0, {epochs}) or null (got {start})"
-            )
-        if method in METHODS and method not in DDRS_METHODS:
-            p.append(
-                f"ddrs_start_epoch: DDRS training supports methods {', '.join(DDRS_METHODS)} "
-                f"(got method {method!r}); set ddrs_start_epoch to null"
-            )
-        for name in ("ddrs_iterations", "ddrs_samples"):
-            value = getattr(self, name)
-            if value is None or value < 1:
-                p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
-        if self.ddrs_lr is None or not self.ddrs_lr > 0:
-            p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {self.ddrs_lr})")
-        if method == "macer":
-            p += choice("ddrs_macer_loss", self.ddrs_macer_loss, DDRS_MACER_LOSSES)
         return p
 
 
@@ -371,30 +317,3 @@ class RunPart:
         if k > 1 and ddrs_or_pseudo:
             p.append("data_parallel > 1 does not combine with DDRS training or self-training")
         return p
-
-
-@dataclass(frozen=True)
-class DDRSSettings:
-    """DDRS at certification (`certify --ddrs`, a space's `certify.ddrs`; no TrialConfig part):
-    OptimizeSigma's settings, the paper's defaults (K = 100 steps of lr 1e-4, n = 1)."""
-
-    iterations: int = 100
-    lr: float = 1e-4
-    samples: int = 1
-    min_sigma: float = 1e-3
-
-    def problems(self) -> list[str]:
-        p = []
-        if not (isinstance(self.iterations, int) and self.iterations >= 1):
-            p.append(f"iterations must be an integer >= 1 (got {self.iterations!r})")
-        if not (isinstance(self.samples, int) and self.samples >= 1):
-            p.append(f"samples must be an integer >= 1 (got {self.samples!r})")
-        for name in ("lr", "min_sigma"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                p.append(f"{name} must be a number > 0 (got {value!r})")
-        return p
-
-    @property
-    def tag(self) -> str:
-        return f"ddrs-K{self.iterations}-lr{self.lr:g}-n{self.samples}-min{self.min_sigma:g}"

@@ -27,7 +27,7 @@ from sweeper.plan.setting_fields import (
     setting,
 )
 from trainables.config import TrialConfig
-from trainables.config_parts import DDRSSettings
+from trainables.ddrs_settings import DDRSSettings
 from trainables.field_types import type_problems
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
