@@ -48,18 +48,22 @@ PINNED_IDS = {
 # ImageNet models center their inputs without scaling them, §5), so the configs as given train
 # otherwise and have these ids; with the fields added since at their former behaviour
 # (`ADDED_FIELDS`) they keep the pinned ones. DDRS-trained MACER also takes the DDRS script's
-# robustness term (`ddrs_macer_loss: ddrs`, §7).
+# robustness term (`ddrs_macer_loss: ddrs`, §7), the DDRS code's protocol (standardized inputs,
+# its StepLR: deviation 31) and, on CIFAR-10, its script's 64 σ samples (`ddrs_samples`, a
+# changed default: FORMER_DEFAULTS gives back the former one).
 NEW_DEFAULT_IDS = {
     "smoothmix": "871a5ad37169",
     "macer": "17c8190d19cb",
     "consistency": "5b822480a628",
     "stability": "eaf4c75d34b4",
-    "ddrs_macer": "e53dbd8598f4",
+    "ddrs_macer": "15ad3d010a5c",
     "smoothadv_pgd": "3a59062b057e",
     "smoothadv_ddn": "2fc993b5af6e",
     "data_parallel": "87701e0098f1",
     "amp_bf16": "908face65b32",
 }
+
+FORMER_DEFAULTS = {"ddrs_macer": {"ddrs_samples": 1}}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED_IDS))
@@ -67,7 +71,8 @@ def test_trial_ids_of_every_kind_of_config_are_unchanged(name: str):
     case = CONFIGS[name]
     given = case["given"]
     assert TrialConfig(**given).trial_id == NEW_DEFAULT_IDS.get(name, PINNED_IDS[name])
-    cfg = TrialConfig(**given, **{k: v for k, v in ADDED_FIELDS.items() if k not in given})
+    former = {k: v for k, v in ADDED_FIELDS.items() if k not in given}
+    cfg = TrialConfig(**given, **former, **FORMER_DEFAULTS.get(name, {}))
     assert cfg.trial_id == case["trial_id"] == PINNED_IDS[name]
     resolved, now = case["resolved"], cfg.to_dict()
     assert [(k, now[k]) for k in now if k in resolved] == list(resolved.items())  # and order

@@ -14,7 +14,7 @@ DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples",
 DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
 # Where a DDRS script's default differs, per (method, dataset): the CIFAR-10 MACER script
 # draws 64 noises per σ step (Data_Dependent_Randomized_Smoothing CIFAR10/train_macer.py l. 71).
-DDRS_SCRIPT_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+DDRS_SCRIPT_DEFAULTS: dict[tuple[str | None, str | None], dict[str, Any]] = {
     ("macer", "cifar10"): {"ddrs_samples": 64}
 }
 # MACER's robustness term under DDRS (`methods.macer`): the DDRS script's (default) or MACER's.
