@@ -47,10 +47,12 @@ demo: $(STAMP)
 	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25 --by sigma \
 		--plot $(DEMO_STORAGE)/digits/reports/demo_envelope_by_sigma.png
 
-# ruff, then mypy on sweeper/ and trainables/ ([tool.mypy] in pyproject.toml: which modules are
-# strict and why the others are not); both must report nothing.
+# ruff (lint and format: `ruff format` decides every line's layout, no `fmt: skip`), then mypy on
+# sweeper/ and trainables/ ([tool.mypy] in pyproject.toml: which modules are strict and why the
+# others are not); all must report nothing.
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
+	$(BIN)/ruff format --check sweeper trainables tests benchmarks
 	$(BIN)/mypy
 
 # `sweeper bench` stores this machine's throughput for dry runs' cost estimates. The speed

@@ -89,7 +89,9 @@ def throughput(args, timer: Timer, device: torch.device) -> float:
             compile_s[mode[0]] = time.perf_counter() - start
     times = timer.run(fns)
     rates = {name: (n0 + n) / min(t) for name, t in times.items()}
-    print(f"\n[1] CERTIFY samples/s, {args.arch}, one 3x32x32 input per call, n0={n0} n={n} batch={b}")
+    print(
+        f"\n[1] CERTIFY samples/s, {args.arch}, one 3x32x32 input per call, n0={n0} n={n} batch={b}"
+    )
     print(f"{'mode':26}{'samples/s':>11}{'x ref':>8}{'compile s':>11}")
     for name, rate in rates.items():
         extra = f"{compile_s[name]:>11.0f}" if name in compile_s else ""
@@ -106,13 +108,23 @@ def emulated_bf16(model, x, args, reference_rate: float) -> None:
     start = time.process_time()
     smooth.certify(x, n0, n, ALPHA, b, torch.Generator().manual_seed(0))
     rate = (n0 + n) / (time.process_time() - start)
-    print(f"{'bf16 (emulated; refused)':26}{rate:>11.1f}"
-          f"{rate / reference_rate:>8.3f}   (n0={n0} n={n} batch={b}, one run)")  # fmt: skip
+    print(
+        f"{'bf16 (emulated; refused)':26}{rate:>11.1f}"
+        f"{rate / reference_rate:>8.3f}   (n0={n0} n={n} batch={b}, one run)"
+    )
 
 
 def trained_digits(epochs: int) -> torch.nn.Module:
-    cfg = TrialConfig(dataset="digits", method="gaussian", sigma=SIGMA, epochs=epochs,
-                      batch_size=64, lr=0.05, lr_step_size=max(1, epochs - 2), eval_subset=64)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits",
+        method="gaussian",
+        sigma=SIGMA,
+        epochs=epochs,
+        batch_size=64,
+        lr=0.05,
+        lr_step_size=max(1, epochs - 2),
+        eval_subset=64,
+    )
     return fit(cfg, device=torch.device("cpu")).model.eval()
 
 
@@ -131,12 +143,18 @@ def agreement(args) -> float:
     data = load_dataset("digits", "test")
     xs = torch.stack([data[i][0] for i in range(0, len(data), 3)])
     base, radii = certificates(model, FP32_MODES[0], xs, args.agree_n, seed=1)
-    print(f"\n[2] agreement with fp32, digits_cnn trained {args.agree_epochs} epochs, "
-          f"{len(xs)} points, n0=100 n={args.agree_n}")  # fmt: skip
+    print(
+        f"\n[2] agreement with fp32, digits_cnn trained {args.agree_epochs} epochs, "
+        f"{len(xs)} points, n0=100 n={args.agree_n}"
+    )
     abstain = sum(p == ABSTAIN for p in base) / len(base)
     print(f"fp32: abstentions {abstain:.1%}, mean radius {radii.mean():.3f}")
     print(f"{'mode':26}{'same pred':>11}{'mean |dR|':>11}{'max |dR|':>10}")
-    modes = [("fp32, other seed", "fp32", False, False), *FP32_MODES[1:], ("bf16", "bf16", False, False)]
+    modes = [
+        ("fp32, other seed", "fp32", False, False),
+        *FP32_MODES[1:],
+        ("bf16", "bf16", False, False),
+    ]
     worst = 1.0
     for mode in modes:
         seed = 2 if mode[0] == "fp32, other seed" else 1
@@ -172,12 +190,16 @@ def main(argv=None) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     clock = "cpu" if args.threads == 1 and device.type == "cpu" else "wall"
     timer = Timer(args.repeats, 1, CLOCKS[clock])
-    print(f"torch {torch.__version__}, {device.type}, {torch.get_num_threads()} thread(s), "
-          f"{clock} clock, best of {args.repeats}; bf16 hardware: {runtime.cpu_has_bf16()}")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {device.type}, {torch.get_num_threads()} thread(s), "
+        f"{clock} clock, best of {args.repeats}; bf16 hardware: {runtime.cpu_has_bf16()}"
+    )
     best = throughput(args, timer, device)
     worst = agreement(args)
-    print(f"\ncertify: best fp32 mode {best:.2f}x the reference loop (goal >= 1.3); "
-          f"identical predictions >= {worst:.1%} in every mode (goal >= 99%)")
+    print(
+        f"\ncertify: best fp32 mode {best:.2f}x the reference loop (goal >= 1.3); "
+        f"identical predictions >= {worst:.1%} in every mode (goal >= 99%)"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,14 @@ def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float
     """(wall seconds, CPU seconds) of one fresh interpreter running `code` with `args`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -44,8 +50,9 @@ def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def median(code: str, args: list[str], env: dict[str, str], repeats: int,
-           fresh_cache: bool = False) -> tuple[float, float]:  # fmt: skip
+def median(
+    code: str, args: list[str], env: dict[str, str], repeats: int, fresh_cache: bool = False
+) -> tuple[float, float]:
     runs = []
     for _ in range(repeats):
         if fresh_cache:
@@ -59,14 +66,22 @@ def cases(storage: str) -> list[tuple[str, str, list[str], str | None]]:
     sys.path.insert(0, str(ROOT))
     from sweeper.plan.spaces import available_spaces
 
-    out = [("python -c pass", "pass", [], None),
-           ("import typer, rich", "import typer, rich.console", [], None),
-           ("sweeper --help", CLI, ["--help"], "--help"),
-           ("sweeper spaces (cold cache)", CLI, ["spaces"], "spaces"),
-           ("sweeper spaces", CLI, ["spaces"], "spaces")]  # fmt: skip
+    out = [
+        ("python -c pass", "pass", [], None),
+        ("import typer, rich", "import typer, rich.console", [], None),
+        ("sweeper --help", CLI, ["--help"], "--help"),
+        ("sweeper spaces (cold cache)", CLI, ["spaces"], "spaces"),
+        ("sweeper spaces", CLI, ["spaces"], "spaces"),
+    ]
     for space in available_spaces():
-        out.append((f"run grid {space} --dry-run", CLI,
-                    ["run", "grid", space, "--dry-run", "--storage", storage], "dry run"))  # fmt: skip
+        out.append(
+            (
+                f"run grid {space} --dry-run",
+                CLI,
+                ["run", "grid", space, "--dry-run", "--storage", storage],
+                "dry run",
+            )
+        )
     return out
 
 
@@ -89,10 +104,14 @@ def main() -> None:
     for label, wall, cpu, goal in rows:
         limit = GOALS.get(goal) if goal else None
         verdict = "" if limit is None else ("yes" if wall <= limit else "NO")
-        print(f"{label:<44} {wall:7.2f} {cpu:6.2f} {wall / base:8.1f} "
-              f"{'' if limit is None else f'{limit:.1f}':>6}  {verdict}")  # fmt: skip
-    print(f"median of {args.repeats} fresh processes each; load average now "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(
+            f"{label:<44} {wall:7.2f} {cpu:6.2f} {wall / base:8.1f} "
+            f"{'' if limit is None else f'{limit:.1f}':>6}  {verdict}"
+        )
+    print(
+        f"median of {args.repeats} fresh processes each; load average now "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

@@ -58,15 +58,25 @@ def pipelines(n: int, device: torch.device) -> dict:
     data = cifar_like(n)
     plain = ImageTensors(data.images, data.labels)
     device_loader = DeviceLoader(
-        plain, BATCH, device, shuffle=True, generator=torch.Generator().manual_seed(0),
-        augment=True, augment_generator=torch.Generator(device=device).manual_seed(1),
-    )  # fmt: skip
+        plain,
+        BATCH,
+        device,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        augment=True,
+        augment_generator=torch.Generator(device=device).manual_seed(1),
+    )
     fns = {"device": epoch_fn(device_loader, device)}
     for workers in (1, 3):
         loader = DataLoader(
-            data, BATCH, shuffle=True, num_workers=workers, persistent_workers=True,
-            pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0),
-        )  # fmt: skip
+            data,
+            BATCH,
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=True,
+            pin_memory=device.type == "cuda",
+            generator=torch.Generator().manual_seed(0),
+        )
         fns[f"loader, {workers} worker{'s' * (workers > 1)}"] = epoch_fn(loader, device)
     return fns
 
@@ -89,8 +99,10 @@ def main(argv=None) -> None:
             start = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - start)
-    print(f"torch {torch.__version__}, {device.type}, {args.images} CIFAR-shaped images, batch "
-          f"{BATCH}, crop+flip, wall clock, best of {args.repeats}")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {device.type}, {args.images} CIFAR-shaped images, batch "
+        f"{BATCH}, crop+flip, wall clock, best of {args.repeats}"
+    )
     print(f"{'pipeline':20}{'images/s':>11}{'x device':>10}")
     for name, seconds in best.items():
         rate = args.images / seconds

@@ -34,10 +34,14 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # Dense peak TFLOP/s from NVIDIA's datasheets: (fp32, TF32 tensor or None, fp16/bf16 tensor).
 # fp32 convolutions use TF32 where the GPU has it (cuDNN's default in PyTorch).
 DATASHEET = {
-    "H100 SXM": (67.0, 495.0, 989.0), "H100 PCIe": (51.0, 378.0, 756.0),
-    "A100": (19.5, 156.0, 312.0), "A10": (31.2, 62.5, 125.0), "L4": (30.3, 60.0, 121.0),
-    "V100": (15.7, None, 125.0), "T4": (8.1, None, 65.0),
-}  # fmt: skip
+    "H100 SXM": (67.0, 495.0, 989.0),
+    "H100 PCIe": (51.0, 378.0, 756.0),
+    "A100": (19.5, 156.0, 312.0),
+    "A10": (31.2, 62.5, 125.0),
+    "L4": (30.3, 60.0, 121.0),
+    "V100": (15.7, None, 125.0),
+    "T4": (8.1, None, 65.0),
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,7 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         try:
             values = [int(v) for v in text.split(",")]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected integers like 1,2,4 (got {text!r})") from None
+            raise argparse.ArgumentTypeError(
+                f"expected integers like 1,2,4 (got {text!r})"
+            ) from None
         if not values or min(values) < 1:
             raise argparse.ArgumentTypeError(f"expected integers >= 1 (got {text!r})")
         return values
@@ -53,7 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     def precisions(text: str) -> list[str]:
         bad = [p for p in text.split(",") if p not in PRECISIONS]
         if bad:
-            raise argparse.ArgumentTypeError(f"unknown precision {bad[0]!r} (valid: fp32, bf16, fp16)")
+            raise argparse.ArgumentTypeError(
+                f"unknown precision {bad[0]!r} (valid: fp32, bf16, fp16)"
+            )
         return text.split(",")
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -138,18 +146,26 @@ def settings_table(args) -> tuple[tuple, int, float]:
     from trainables import runtime
 
     flops = 2 * MACS[args.arch]
-    usable = [p for p in args.precisions if runtime.precision_problem(p, torch.device("cuda")) is None]
-    print(f"\n[1] {args.arch} sampling on {torch.cuda.get_device_name()}, {args.seconds:g} s per setting")
-    print(f"{'precision':>9}{'chan_last':>10}{'compile':>9}{'batch':>7}{'samples/s':>12}"
-          f"{'TFLOP/s':>9}{'% matmul':>10}{'% sheet':>9}")  # fmt: skip
+    usable = [
+        p for p in args.precisions if runtime.precision_problem(p, torch.device("cuda")) is None
+    ]
+    print(
+        f"\n[1] {args.arch} sampling on {torch.cuda.get_device_name()}, {args.seconds:g} s per setting"
+    )
+    print(
+        f"{'precision':>9}{'chan_last':>10}{'compile':>9}{'batch':>7}{'samples/s':>12}"
+        f"{'TFLOP/s':>9}{'% matmul':>10}{'% sheet':>9}"
+    )
     best = ((), 0, 0.0)
     for precision in usable:
         peak, sheet = matmul_peak(precision), datasheet_peak(precision)
         for cl, comp, batch in itertools.product((False, True), (False, True), args.batch_sizes):
             r = rate(make_sampler(args.arch, (precision, cl, comp), batch), args.seconds)
             sheet_share = f"{100 * r * flops / sheet:>8.1f}%" if sheet else f"{'-':>9}"
-            print(f"{precision:>9}{cl!s:>10}{comp!s:>9}{batch:>7}{r:>12.0f}{r * flops / 1e12:>9.2f}"
-                  f"{100 * r * flops / peak:>9.1f}%{sheet_share}")  # fmt: skip
+            print(
+                f"{precision:>9}{cl!s:>10}{comp!s:>9}{batch:>7}{r:>12.0f}{r * flops / 1e12:>9.2f}"
+                f"{100 * r * flops / peak:>9.1f}%{sheet_share}"
+            )
             if r > best[2]:
                 best = ((precision, cl, comp), batch, r)
     return best
@@ -172,8 +188,12 @@ def packing_table(args, mode: tuple, batch: int) -> dict[int, float]:
     total: dict[int, float] = {}
     for k in args.concurrency:
         start, queue = ctx.Barrier(k), ctx.Queue()
-        procs = [ctx.Process(target=_packed_worker, args=(args.arch, mode, batch, args.seconds, start, queue))
-                 for _ in range(k)]  # fmt: skip
+        procs = [
+            ctx.Process(
+                target=_packed_worker, args=(args.arch, mode, batch, args.seconds, start, queue)
+            )
+            for _ in range(k)
+        ]
         for proc in procs:
             proc.start()
         total[k] = sum(queue.get(timeout=900 + args.seconds) for _ in procs)
@@ -191,9 +211,11 @@ def main(argv=None) -> int:
     mode, batch, best = settings_table(args)
     packed = packing_table(args, mode, batch)
     k = max(packed, key=packed.get)
-    print(f"\ncost figures: {args.arch} CERTIFY sampling {best:.0f} samples/s per GPU "
-          f"({mode[0]}, channels_last={mode[1]}, compile={mode[2]}, batch {batch}); packed "
-          f"{k} per GPU: {packed[k]:.0f} samples/s per GPU")  # fmt: skip
+    print(
+        f"\ncost figures: {args.arch} CERTIFY sampling {best:.0f} samples/s per GPU "
+        f"({mode[0]}, channels_last={mode[1]}, compile={mode[2]}, batch {batch}); packed "
+        f"{k} per GPU: {packed[k]:.0f} samples/s per GPU"
+    )
     return 0
 
 

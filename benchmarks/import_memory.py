@@ -51,12 +51,19 @@ def write_log(path: Path, rows: int, classes: int) -> Path:
 
 def run(args: list[str]) -> tuple[int, float, str]:
     """(peak RSS in kB, seconds, the command's last output line)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CODE, *args], capture_output=True, text=True, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE, *args], capture_output=True, text=True, env=env
+    )
     seconds = time.perf_counter() - start
     peak = int(proc.stderr.rsplit("maxrss ", 1)[1].split()[0])
-    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln and not ln.startswith("maxrss")]
+    said = [
+        ln for ln in (proc.stdout + proc.stderr).splitlines() if ln and not ln.startswith("maxrss")
+    ]
     return peak, seconds, f"exit {proc.returncode}: {said[-1] if said else ''}"[:150]
 
 
@@ -71,13 +78,29 @@ def main() -> None:
         cases = [
             ("baseline: 2 rows", write_log(tmp_path / "small" / cifar, 2, 10), []),
             (f"huge cifar10: {rows:,} rows", write_log(tmp_path / "huge" / cifar, rows, 10), []),
-            (f"huge imagenet --max-rows {rows}", write_log(tmp_path / "hugein" / imagenet, rows, 1000), ["--max-rows", str(rows)]),
-            ("largest valid: 50,000 rows", write_log(tmp_path / "valid" / imagenet, 50_000, 1000), []),
-        ]  # fmt: skip
+            (
+                f"huge imagenet --max-rows {rows}",
+                write_log(tmp_path / "hugein" / imagenet, rows, 1000),
+                ["--max-rows", str(rows)],
+            ),
+            (
+                "largest valid: 50,000 rows",
+                write_log(tmp_path / "valid" / imagenet, 50_000, 1000),
+                [],
+            ),
+        ]
         print(f"{'case':36} {'file MB':>8} {'peak RSS MiB':>12} {'s':>6}  outcome")
         for i, (name, directory, extra) in enumerate(cases):
             size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) / 1e6
-            args = ["import", str(directory), "--storage", str(tmp_path / "store"), "--experiment", f"e{i}", *extra]  # fmt: skip
+            args = [
+                "import",
+                str(directory),
+                "--storage",
+                str(tmp_path / "store"),
+                "--experiment",
+                f"e{i}",
+                *extra,
+            ]
             peak, seconds, outcome = run(args)
             print(f"{name:36} {size:8.1f} {peak / 1024:12.1f} {seconds:6.1f}  {outcome}")
 

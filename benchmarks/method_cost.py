@@ -109,9 +109,15 @@ def loader_batch(spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
 def config(spec: Spec, setting: Setting) -> TrialConfig:
     """ε is dropped (None) by the methods without an attack."""
     return TrialConfig(
-        dataset=spec.dataset, arch=spec.arch, method=setting.method, sigma=SIGMA,
-        epsilon=EPSILON, batch_size=spec.batch_size, lr=0.01, **setting.fields,
-    )  # fmt: skip
+        dataset=spec.dataset,
+        arch=spec.arch,
+        method=setting.method,
+        sigma=SIGMA,
+        epsilon=EPSILON,
+        batch_size=spec.batch_size,
+        lr=0.01,
+        **setting.fields,
+    )
 
 
 def batch_runner(spec: Spec, setting: Setting, x: torch.Tensor, y: torch.Tensor):

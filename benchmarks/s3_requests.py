@@ -62,8 +62,11 @@ def run_boto3(names: list[str], data: bytes) -> None:
         s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     s3.head_object(Bucket=BUCKET, Key=keys[0])
     prefix = keys[0].split("/", 1)[0] + "/"
-    listed = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
-              for o in page.get("Contents", [])]  # fmt: skip
+    listed = [
+        o
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
     assert len(listed) == len(keys)
     for key in keys:
         assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == data
@@ -121,8 +124,12 @@ def main() -> int:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update(AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")  # fmt: skip
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     import boto3
 
     boto3.client("s3").create_bucket(Bucket=BUCKET)
@@ -134,9 +141,11 @@ def main() -> int:
     base_requests, base_time = results["boto3"]
     print(f"{args.files} files of {args.kb} kB: write, exists, list, read back")
     for label, (requests, seconds) in results.items():
-        print(f"  {label:<7} {requests:6d} requests ({requests / args.files:5.2f} per file, "
-              f"{requests / base_requests:5.2f}x boto3)  {seconds:6.2f} s "
-              f"({seconds / base_time:5.2f}x boto3)")  # fmt: skip
+        print(
+            f"  {label:<7} {requests:6d} requests ({requests / args.files:5.2f} per file, "
+            f"{requests / base_requests:5.2f}x boto3)  {seconds:6.2f} s "
+            f"({seconds / base_time:5.2f}x boto3)"
+        )
     return 0
 
 

@@ -60,8 +60,16 @@ def mid_sweep(root: Path) -> list[Path]:
     running = []
     for k, directory in enumerate(trials[:32]):
         doc = json.loads((directory / "trial.json").read_text())
-        metrics = {"epoch": 40 + k, "lr": 0.1, "epsilon": 0.5, "train_loss": 1.2, "train_acc": 0.5,
-                   "test_clean_acc": 0.6, "test_noisy_acc": 0.5, "epoch_time_s": 300.0}  # fmt: skip
+        metrics = {
+            "epoch": 40 + k,
+            "lr": 0.1,
+            "epsilon": 0.5,
+            "train_loss": 1.2,
+            "train_acc": 0.5,
+            "test_clean_acc": 0.6,
+            "test_noisy_acc": 0.5,
+            "epoch_time_s": 300.0,
+        }
         doc.update(state="running", epoch=40 + k, metrics=metrics, updated=now - 10 * k)
         (directory / "trial.json").write_text(json.dumps(doc))
         running.append(directory / "trial.json")
@@ -70,8 +78,14 @@ def mid_sweep(root: Path) -> list[Path]:
             for k in range(3):
                 shutil.copy(compacted, compacted.with_name(f"shard-{k:05d}-of-00010.parquet"))
             compacted.unlink()
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "command": "benchmark",
-          "since": now - 3600, "heartbeat": now, "token": "benchmark"}  # fmt: skip
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": "benchmark",
+        "since": now - 3600,
+        "heartbeat": now,
+        "token": "benchmark",
+    }
     (root / "lease.json").write_text(json.dumps(me))
     return running
 
@@ -94,8 +108,11 @@ def main() -> int:
         print(f"status_refresh.py: no experiment at {src} (run benchmarks/sweep_scale.py first)")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(src, Path(tmp) / args.experiment,
-                        ignore=shutil.ignore_patterns("standin-starts", "tune"))  # fmt: skip
+        shutil.copytree(
+            src,
+            Path(tmp) / args.experiment,
+            ignore=shutil.ignore_patterns("standin-starts", "tune"),
+        )
         running = mid_sweep(Path(tmp) / args.experiment)
         exp = Experiment(tmp, args.experiment)
         base_wall, base_cpu, _ = timed(lambda: fileio.total_size(exp.root), args.repeats)
@@ -112,11 +129,15 @@ def main() -> int:
         trials = len(reader.read().trials)
     print(f"experiment: {src} ({trials} trials), load average {os.getloadavg()[0]:.1f}")
     print(f"baseline, one listing of the experiment: {base_wall:.3f} s wall, {base_cpu:.3f} s CPU")
-    print(f"first read (configs parsed, every trial.json): {first_wall:.3f} s wall, "
-          f"{first_cpu:.3f} s CPU ({first_cpu / base_cpu:.1f}x the listing's CPU)")  # fmt: skip
-    print(f"one refresh (read, summarize, render): {wall:.3f} s wall, {cpu:.3f} s CPU "
-          f"({cpu / base_cpu:.1f}x the listing's CPU); goal ≤ 1 s of work: "
-          f"{'met' if cpu <= 1.0 else 'NOT met'}")  # fmt: skip
+    print(
+        f"first read (configs parsed, every trial.json): {first_wall:.3f} s wall, "
+        f"{first_cpu:.3f} s CPU ({first_cpu / base_cpu:.1f}x the listing's CPU)"
+    )
+    print(
+        f"one refresh (read, summarize, render): {wall:.3f} s wall, {cpu:.3f} s CPU "
+        f"({cpu / base_cpu:.1f}x the listing's CPU); goal ≤ 1 s of work: "
+        f"{'met' if cpu <= 1.0 else 'NOT met'}"
+    )
     print(f"the view has {len(str(text).splitlines())} lines")
     return 0
 

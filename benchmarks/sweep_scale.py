@@ -87,10 +87,17 @@ def standin_certify(exp: Experiment, shard, spec, cpus: float) -> pa.Table:
     label = np.asarray(shard.indices) % 10
     right = rng.random(k) < 0.8
     predict = np.where(radius == 0, -1, np.where(right, label, (label + 1) % 10))
-    cols = {"idx": list(shard.indices), "label": label.tolist(), "predict": predict.tolist(),
-            "count": (p_lower * spec.n).astype(int).tolist(), "p_lower": p_lower.tolist(),
-            "radius": radius.tolist(), "correct": ((predict == label) & (predict >= 0)).tolist(),
-            "sigma_cert": [cfg.sigma] * k, "time_s": [0.0] * k}  # fmt: skip
+    cols = {
+        "idx": list(shard.indices),
+        "label": label.tolist(),
+        "predict": predict.tolist(),
+        "count": (p_lower * spec.n).astype(int).tolist(),
+        "p_lower": p_lower.tolist(),
+        "radius": radius.tolist(),
+        "correct": ((predict == label) & (predict >= 0)).tolist(),
+        "sigma_cert": [cfg.sigma] * k,
+        "time_s": [0.0] * k,
+    }
     constants = {"smoothing": "fixed", "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
     meta = {"certify_backend": "benchmarks/sweep_scale.py stand-in", "config": cfg.to_dict()}
     return shard_table(cfg, exp.name, shard.setting_id, constants, cols, meta)
@@ -140,21 +147,38 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
     from sweeper.run.launch_options import LaunchOptions
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    ray.init(address="local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False,
-             log_to_driver=False, logging_level="ERROR")  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=CPUS,
+        num_gpus=GPUS,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     report = {"bare_s": bare_tune(trials, storage) if bare else None}
     spec = load_space("cifar10")
     plan = expand(spec)[:trials]
     exp = Experiment(storage, name)
     with Lease(exp, "benchmarks/sweep_scale.py"):
-        write_sweep(exp, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in plan]})
+        write_sweep(
+            exp, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in plan]}
+        )
         states = trial_states(exp, plan)
         finished = [t for t in plan if is_finished(states[t.trial_id], t)]
         to_train = [t for t in plan if not is_finished(states[t.trial_id], t)]
         plane = DataPlane(standin_trial, STANDIN, lambda dataset, data_dir: TEST_SIZE)
         start = time.perf_counter()
-        outcome = run_sweep(exp, to_train, finished, spec.certify, spec.resources,
-                            LaunchOptions(), lambda e: None, None, plane)  # fmt: skip
+        outcome = run_sweep(
+            exp,
+            to_train,
+            finished,
+            spec.certify,
+            spec.resources,
+            LaunchOptions(),
+            lambda e: None,
+            None,
+            plane,
+        )
         report["sweep_s"] = time.perf_counter() - start
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
     report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -164,8 +188,18 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
 
 # ------------------------------------------------------------------------------ the harness
 def _driver(storage: str, name: str, trials: int, bare: bool, out: str) -> list[str]:
-    args = [sys.executable, __file__, "--drive", name, "--storage", storage,
-            "--trials", str(trials), "--out", out]  # fmt: skip
+    args = [
+        sys.executable,
+        __file__,
+        "--drive",
+        name,
+        "--storage",
+        storage,
+        "--trials",
+        str(trials),
+        "--out",
+        out,
+    ]
     return [*args, "--bare"] if bare else args
 
 
@@ -213,8 +247,11 @@ def kill_and_resume(storage: str, trials: int) -> tuple[int, int]:
 
 
 def _finished_ids(exp: Experiment) -> list[str]:
-    return [p.parent.name for p in Path(exp.root, "trials").glob("*/trial.json")
-            if json.loads(p.read_text())["state"] == "finished"]  # fmt: skip
+    return [
+        p.parent.name
+        for p in Path(exp.root, "trials").glob("*/trial.json")
+        if json.loads(p.read_text())["state"] == "finished"
+    ]
 
 
 def _finished(exp: Experiment) -> int:
@@ -282,20 +319,27 @@ def run(trials: int, tenfold: bool) -> int:
         time_reads(exp, radii)  # imports and caches warm
         reads = time_reads(exp, radii)
         rows = trials * 500
-        print(f"{trials} trials: sweep {driven['sweep_s']:.1f} s, bare Tune {driven['bare_s']:.1f} s, "
-              f"failures {driven['failures']}; reads " + ", ".join(f"{k} {v:.3f} s" for k, v in reads.items()))  # fmt: skip
+        print(
+            f"{trials} trials: sweep {driven['sweep_s']:.1f} s, bare Tune {driven['bare_s']:.1f} s, "
+            f"failures {driven['failures']}; reads "
+            + ", ".join(f"{k} {v:.3f} s" for k, v in reads.items())
+        )
         if tenfold:
             replicate(exp, 10)
             ten = time_reads(exp, radii)
-            print(f"10x ({trials * 10} models, {rows * 10:,} rows): "
-                  + ", ".join(f"{k} {v:.3f} s ({v / reads[k]:.1f}x)" for k, v in ten.items()))  # fmt: skip
+            print(
+                f"10x ({trials * 10} models, {rows * 10:,} rows): "
+                + ", ".join(f"{k} {v:.3f} s ({v / reads[k]:.1f}x)" for k, v in ten.items())
+            )
         retrained, dups = kill_and_resume(storage, trials)
     per, bare = driven["sweep_s"] / trials, driven["bare_s"] / trials
-    print(f"scale: {trials} trials, {trials * 10} shards, {rows} rows; overhead {per:.3f} s/trial "
-          f"(bare Tune {bare:.3f} s); driver RSS {driven['rss_gib']:.2f} GiB; "
-          f"envelope {reads['envelope']:.2f} s; status {reads['status']:.2f} s; "
-          f"report {reads['report']:.2f} s; resume after kill: {retrained} retrained, "
-          f"{dups} duplicate rows")
+    print(
+        f"scale: {trials} trials, {trials * 10} shards, {rows} rows; overhead {per:.3f} s/trial "
+        f"(bare Tune {bare:.3f} s); driver RSS {driven['rss_gib']:.2f} GiB; "
+        f"envelope {reads['envelope']:.2f} s; status {reads['status']:.2f} s; "
+        f"report {reads['report']:.2f} s; resume after kill: {retrained} retrained, "
+        f"{dups} duplicate rows"
+    )
     return 0
 
 

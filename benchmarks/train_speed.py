@@ -51,10 +51,20 @@ MODES = [  # (label, amp, channels_last, compile)
 
 def config(args, amp: str, channels_last: bool, compile: bool) -> TrialConfig:
     return TrialConfig(
-        dataset="cifar10", arch=args.arch, method="smoothadv", sigma=SIGMA, m_train=M,
-        attack="pgd", epsilon=EPSILON, steps=STEPS, batch_size=args.batch, lr=0.01,
-        amp=amp, channels_last=channels_last, compile=compile,
-    )  # fmt: skip
+        dataset="cifar10",
+        arch=args.arch,
+        method="smoothadv",
+        sigma=SIGMA,
+        m_train=M,
+        attack="pgd",
+        epsilon=EPSILON,
+        steps=STEPS,
+        batch_size=args.batch,
+        lr=0.01,
+        amp=amp,
+        channels_last=channels_last,
+        compile=compile,
+    )
 
 
 def modes(device: torch.device) -> list[tuple[str, str, bool, bool]]:
@@ -131,15 +141,20 @@ def attack_table(args, device: torch.device) -> None:
         "forward": lambda: model.eval()(x.repeat_interleave(M, 0)),
         "attack step": lambda: attacks.pgd(model, x, y, noise, EPSILON, 1),
         "training step": lambda: torch.nn.functional.cross_entropy(
-            model.train()(x.repeat_interleave(M, 0)), y.repeat_interleave(M)).backward(),
-    }.items():  # fmt: skip
+            model.train()(x.repeat_interleave(M, 0)), y.repeat_interleave(M)
+        ).backward(),
+    }.items():
         with FlopCounterMode(display=False) as counter:
             fn()
         flops[name] = counter.get_total_flops()
-    print(f"\n[2] inner attack ({b} inputs x {M} noises, T={STEPS}): {kernels.weight} of "
-          f"{kernels.calls} convolution backward calls computed a weight gradient")  # fmt: skip
-    print(f"FLOPs / forward: attack step {flops['attack step'] / flops['forward']:.2f}, "
-          f"training step {flops['training step'] / flops['forward']:.2f}")
+    print(
+        f"\n[2] inner attack ({b} inputs x {M} noises, T={STEPS}): {kernels.weight} of "
+        f"{kernels.calls} convolution backward calls computed a weight gradient"
+    )
+    print(
+        f"FLOPs / forward: attack step {flops['attack step'] / flops['forward']:.2f}, "
+        f"training step {flops['training step'] / flops['forward']:.2f}"
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -160,8 +175,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     clock = "cpu" if args.threads == 1 and device.type == "cpu" else "wall"
-    print(f"torch {torch.__version__}, {device.type}, {torch.get_num_threads()} thread(s), "
-          f"{clock} clock, best of {args.repeats}")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {device.type}, {torch.get_num_threads()} thread(s), "
+        f"{clock} clock, best of {args.repeats}"
+    )
     best = step_table(args, Timer(args.repeats, 1, CLOCKS[clock]), device)
     attack_table(args, device)
     print(f"\nSmoothAdv step: best mode {best:.2f}x the reference formulation (goal >= 1.2)")

@@ -29,6 +29,7 @@ LAYERS = {
     "cli": {"plan", "run", "results", "report", "ingest"},
 }
 
+
 @cache
 def modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the packages."""
@@ -121,8 +122,12 @@ def test_the_checker_reads_every_kind_of_import():
     assert "sweeper.results.envelope" in imports("sweeper.cli.reads")  # from x import module
     assert "sweeper.results.attack_rows" in imports("sweeper.cli.reads")  # inside a function
     assert "trainables.train" in imports("trainables.distributed_fit")
-    typed_only = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nimport b\n")
-    assert [type(n).__name__ for n in runtime_nodes(typed_only) if isinstance(n, ast.Import)] == ["Import"]
+    typed_only = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nimport b\n"
+    )
+    assert [type(n).__name__ for n in runtime_nodes(typed_only) if isinstance(n, ast.Import)] == [
+        "Import"
+    ]
     assert "sweeper.plan.spec" in known and "sweeper.cli" in known and "trainables.methods" in known
 
 
@@ -133,8 +138,11 @@ def test_no_import_cycle():
 
 
 def test_trainables_never_imports_sweeper():
-    wrong = [(m, sorted(i for i in deps if i.startswith("sweeper")))
-             for m, deps in graph().items() if m.startswith("trainables")]  # fmt: skip
+    wrong = [
+        (m, sorted(i for i in deps if i.startswith("sweeper")))
+        for m, deps in graph().items()
+        if m.startswith("trainables")
+    ]
     assert [(m, deps) for m, deps in wrong if deps] == []
 
 
@@ -160,15 +168,21 @@ def test_stage_packages_import_only_what_their_rule_allows(package):
 
 # ------------------------------------------------------------------------------ sizes
 def test_modules_are_at_most_400_lines():
-    long = [f"module {p.relative_to(ROOT)}" for p in modules().values()
-            if len(p.read_text().splitlines()) > MAX_MODULE_LINES]  # fmt: skip
+    long = [
+        f"module {p.relative_to(ROOT)}"
+        for p in modules().values()
+        if len(p.read_text().splitlines()) > MAX_MODULE_LINES
+    ]
     assert long == []
 
 
 def test_functions_are_at_most_50_lines():
-    long = [f"function {p.relative_to(ROOT)}:{name}"
-            for p in modules().values()
-            for name, lines in function_lengths(p) if lines > MAX_FUNCTION_LINES]  # fmt: skip
+    long = [
+        f"function {p.relative_to(ROOT)}:{name}"
+        for p in modules().values()
+        for name, lines in function_lengths(p)
+        if lines > MAX_FUNCTION_LINES
+    ]
     assert long == []
 
 

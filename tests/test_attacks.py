@@ -431,9 +431,12 @@ def test_warmup_paper_schedule_rises_linearly_from_zero():
     assert factors[5] == pytest.approx(5 / 9)
     assert factors[9:] == [1.0] * 4
     cfg = TrialConfig(
-        dataset="digits", method="smoothadv", epsilon=0.5, warmup_epochs=10,
+        dataset="digits",
+        method="smoothadv",
+        epsilon=0.5,
+        warmup_epochs=10,
         warmup_schedule="paper",
-    )  # fmt: skip
+    )
     assert [epoch_epsilon(cfg, e) for e in (0, 3, 9, 50)] == pytest.approx([0, 0.5 / 3, 0.5, 0.5])
 
 
@@ -442,9 +445,12 @@ def test_no_warmup_when_warmup_epochs_at_most_one(warmup):
     for schedule in ("reference", "paper"):
         assert [warmup_factor(e, warmup, schedule) for e in range(3)] == [1.0] * 3
         cfg = TrialConfig(
-            dataset="digits", method="pgd_noise", epsilon=2.0, warmup_epochs=warmup,
+            dataset="digits",
+            method="pgd_noise",
+            epsilon=2.0,
+            warmup_epochs=warmup,
             warmup_schedule=schedule,
-        )  # fmt: skip
+        )
         assert epoch_epsilon(cfg, 0) == 2.0
 
 
@@ -523,9 +529,14 @@ def test_bf16_autocast_adversarial_examples_match_fp32_closely(name, m):
 def _conv_net() -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1),
-        nn.ReLU(), nn.Flatten(), nn.Linear(6 * D, 5),
-    )  # fmt: skip
+        nn.Conv2d(1, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Conv2d(6, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(6 * D, 5),
+    )
     with torch.no_grad():
         model[-1].weight.mul_(4.0)
     return model.eval()
@@ -574,8 +585,17 @@ def _ddn_norm_after_one_step(y: int, init_norm: float | None, x_value: float = 0
     v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
     rec = Recorder(two_class_model(0.01 * v))  # small logits: a gradient along ±v, not 0
     x = torch.full((1, *SHAPE), x_value)
-    attacks.ddn(rec, x, torch.tensor([y]), torch.zeros(1, 1, *SHAPE), epsilon=0.5, steps=2,
-                init_norm=init_norm, gamma=0.1, levels=None)  # fmt: skip
+    attacks.ddn(
+        rec,
+        x,
+        torch.tensor([y]),
+        torch.zeros(1, 1, *SHAPE),
+        epsilon=0.5,
+        steps=2,
+        init_norm=init_norm,
+        gamma=0.1,
+        levels=None,
+    )
     return float((rec.calls[1].x - x).norm())
 
 
@@ -602,8 +622,17 @@ def test_ddn_caps_each_row_at_its_own_farthest_corner():
     v = torch.where(torch.arange(D) % 2 == 0, 1.0, 0.5).view(1, *SHAPE)
     rec = Recorder(two_class_model(0.01 * v))
     x = torch.stack([torch.full(SHAPE, 0.75), torch.full(SHAPE, 0.5)])
-    attacks.ddn(rec, x, torch.tensor([1, 1]), torch.zeros(2, 1, *SHAPE), epsilon=0.5, steps=2,
-                init_norm=10.0, gamma=0.1, levels=None)  # fmt: skip
+    attacks.ddn(
+        rec,
+        x,
+        torch.tensor([1, 1]),
+        torch.zeros(2, 1, *SHAPE),
+        epsilon=0.5,
+        steps=2,
+        init_norm=10.0,
+        gamma=0.1,
+        levels=None,
+    )
     expected = [((c - c * math.sqrt(D) * v / v.norm()).clamp(0, 1) - c).norm() for c in (0.75, 0.5)]
     torch.testing.assert_close(norms(rec.calls[1].x - x), torch.stack(expected), atol=1e-5, rtol=0)
 
@@ -753,8 +782,16 @@ def run_grid_ddn(seed: int, steps: int = 20) -> tuple[torch.Tensor, list[torch.T
     model = NormThreshold()
     x = torch.zeros(GRID_BATCH, *GRID_SHAPE)
     y = torch.zeros(GRID_BATCH, dtype=torch.long)
-    out = attacks.ddn(model, x, y, torch.zeros(GRID_BATCH, 1, *GRID_SHAPE), GRID_EPSILON, steps,
-                      levels=GRID_LEVELS, generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    out = attacks.ddn(
+        model,
+        x,
+        y,
+        torch.zeros(GRID_BATCH, 1, *GRID_SHAPE),
+        GRID_EPSILON,
+        steps,
+        levels=GRID_LEVELS,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return out, model.seen
 
 

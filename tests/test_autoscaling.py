@@ -130,12 +130,24 @@ def fake_cluster(tmp_path_factory):
     log = tmp / "head.log"
     with log.open("w") as out:  # the head writes to its own copy of the descriptor
         head = subprocess.Popen(
-            [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
-             "--num-cpus=1", "--num-gpus=0",
-             f"--autoscaling-config={tmp / 'cluster.json'}", "--include-dashboard=false",
-             f"--temp-dir={temp_dir}", "--disable-usage-stats", "--block"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                str(Path(sys.executable).parent / "ray"),
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=1",
+                "--num-gpus=0",
+                f"--autoscaling-config={tmp / 'cluster.json'}",
+                "--include-dashboard=false",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+                "--block",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_for_gcs(address, head, log)
         driver_env = {**os.environ, **auth, "RAY_ADDRESS": address, "COLUMNS": "200"}
@@ -156,8 +168,9 @@ def _wait_for_autoscaler(env: dict, head: subprocess.Popen, log: Path) -> None:
             time.sleep(0.5)
         print(read_autoscaler() is not None)
     """)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.stdout.strip().endswith("True") and head.poll() is None, (
         done.stderr[-2000:] + log.read_text()[-3000:]
     )
@@ -182,8 +195,9 @@ def _cluster_state(env: dict) -> dict:
         request = json.loads(_internal_kv_get(b"autoscaler_resource_request") or b"[]")
         print(json.dumps({"nodes": nodes, "request": request}))
     """)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -193,8 +207,20 @@ def test_sweep_starts_with_no_gpu_node_and_completes(fake_cluster, tmp_path):
     space = tmp_path / "tiny.yaml"
     space.write_text(textwrap.dedent(SPACE))
     store = tmp_path / "store"
-    args = [*SWEEPER, "run", "grid", str(space), "--address", "auto", "--storage", str(store),
-            "--experiment", "scaled", "--wait-for-nodes", "5"]  # fmt: skip
+    args = [
+        *SWEEPER,
+        "run",
+        "grid",
+        str(space),
+        "--address",
+        "auto",
+        "--storage",
+        str(store),
+        "--experiment",
+        "scaled",
+        "--wait-for-nodes",
+        "5",
+    ]
     done = subprocess.run(args, env=fake_cluster, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "waiting for GPU nodes" in done.stdout
@@ -214,8 +240,20 @@ def test_a_trial_no_node_type_can_host_is_refused(fake_cluster, tmp_path):
     space = tmp_path / "big.yaml"
     space.write_text(textwrap.dedent(SPACE).replace("gpu: 0.5", "gpu: 2"))
     store = tmp_path / "store"
-    args = [*SWEEPER, "run", "grid", str(space), "--address", "auto", "--storage", str(store),
-            "--experiment", "big", "--wait-for-nodes", "5"]  # fmt: skip
+    args = [
+        *SWEEPER,
+        "run",
+        "grid",
+        str(space),
+        "--address",
+        "auto",
+        "--storage",
+        str(store),
+        "--experiment",
+        "big",
+        "--wait-for-nodes",
+        "5",
+    ]
     done = subprocess.run(args, env=fake_cluster, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
@@ -247,28 +285,43 @@ REPORT = {
         "pending_nodes": [["192.0.2.9", "gpu_worker", "setting-up"]],
         "pending_launches": {"gpu_worker": 2},
         "failed_nodes": [["192.0.2.8", "gpu_worker"]],
-        "node_availability_summary": {"node_availabilities": {
-            "gpu_worker": {"is_available": False,
-                           "unavailable_node_information": {"category": "LaunchFailed",
-                                                            "description": "InsufficientInstanceCapacity"}}}},
+        "node_availability_summary": {
+            "node_availabilities": {
+                "gpu_worker": {
+                    "is_available": False,
+                    "unavailable_node_information": {
+                        "category": "LaunchFailed",
+                        "description": "InsufficientInstanceCapacity",
+                    },
+                }
+            }
+        },
         "node_type_mapping": {"fffff00000": "ray.head.default", "fffff00001": "gpu_worker"},
     },
-}  # fmt: skip
+}
 
 
 def test_autoscaler_report_is_read():
     scaler = parse_report(REPORT)
     assert scaler.updated == 1795446911.25 and scaler.nodes == 3
     assert scaler.launching == ("2 × gpu_worker", "1 × gpu_worker (setting-up)")
-    assert scaler.failures == ("gpu_worker: InsufficientInstanceCapacity", "gpu_worker failed to start")
+    assert scaler.failures == (
+        "gpu_worker: InsufficientInstanceCapacity",
+        "gpu_worker failed to start",
+    )
 
 
 def test_a_read_only_provider_is_no_autoscaler():
     from ray.autoscaler._private.util import format_readonly_node_type
 
     node = "6eefc89d9bdf5f9d80a7f1c87fc13c1de34c99904838160f54a5554e"
-    local = {"time": 1.0, "autoscaler_report": {"active_nodes": {format_readonly_node_type(node): 1},
-             "node_type_mapping": {node: format_readonly_node_type(node)}}}  # fmt: skip
+    local = {
+        "time": 1.0,
+        "autoscaler_report": {
+            "active_nodes": {format_readonly_node_type(node): 1},
+            "node_type_mapping": {node: format_readonly_node_type(node)},
+        },
+    }
     assert parse_report(local) is None
     assert parse_report({}) is None
 

@@ -15,12 +15,19 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def gpu_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu.py"), *args],
-                          env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu.py"), *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="measures when there is a GPU")
-@pytest.mark.parametrize("args", [[], ["--smoke"], ["--precisions", "bf16", "--concurrency", "1,8"]])
+@pytest.mark.parametrize(
+    "args", [[], ["--smoke"], ["--precisions", "bf16", "--concurrency", "1,8"]]
+)
 def test_gpu_script_skips_cleanly_without_cuda(args):
     done = gpu_script(*args)
     assert done.returncode == 0, done.stderr
@@ -31,11 +38,13 @@ def test_gpu_script_skips_cleanly_without_cuda(args):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--precisions", "fp32,fp8"], "unknown precision 'fp8'"),
-     (["--batch-sizes", "400,x"], "expected integers like 1,2,4"),
-     (["--concurrency", "0"], "expected integers >= 1"),
-     (["--seconds"], "expected one argument")],
-)  # fmt: skip
+    [
+        (["--precisions", "fp32,fp8"], "unknown precision 'fp8'"),
+        (["--batch-sizes", "400,x"], "expected integers like 1,2,4"),
+        (["--concurrency", "0"], "expected integers >= 1"),
+        (["--seconds"], "expected one argument"),
+    ],
+)
 def test_gpu_script_rejects_bad_arguments_before_looking_for_a_gpu(args, message):
     done = gpu_script(*args)
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -36,10 +36,11 @@ def write_cifar(root: Path, test_batch: bytes | None = None, protocol: int = 4) 
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         batch = {
-            "batch_label": f"{name} of 6", "filenames": [f"img{i}.png" for i in range(TEST_POINTS)],
+            "batch_label": f"{name} of 6",
+            "filenames": [f"img{i}.png" for i in range(TEST_POINTS)],
             "data": rng.integers(0, 256, size=(TEST_POINTS, 3072), dtype=np.uint8),
             "labels": list(range(TEST_POINTS)),
-        }  # fmt: skip
+        }
         (folder / name).write_bytes(pickle.dumps(batch, protocol=protocol))
     if test_batch is not None:
         (folder / "test_batch").write_bytes(test_batch)
@@ -111,7 +112,9 @@ def test_an_official_sized_file_with_another_md5_is_named_before_unpickling(tmp_
     padded = crafted + b"\0" * (CIFAR_OFFICIAL_SIZES["test_batch"] - len(crafted))
     path = write_cifar(tmp_path / "data", padded)
     message = refused(tmp_path / "data")
-    assert message.startswith(f"cannot read CIFAR-10 file {path}: ValueError: it has the size of the official test_batch but MD5 ")  # fmt: skip
+    assert message.startswith(
+        f"cannot read CIFAR-10 file {path}: ValueError: it has the size of the official test_batch but MD5 "
+    )
     assert "not the published 40351d587109b95175f43aff81a1287e" in message
     assert not marker.exists()
 

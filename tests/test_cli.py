@@ -32,9 +32,15 @@ CERT = CertifySpec(sigma=2.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None
 CID = CERT.cert_id
 GAUSS = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
 ADV = TrialConfig(
-    dataset="digits", method="smoothadv", sigma=0.5, attack="ddn", epsilon=0.5, steps=2,
-    m_train=2, epochs=1,
-)  # fmt: skip
+    dataset="digits",
+    method="smoothadv",
+    sigma=0.5,
+    attack="ddn",
+    epsilon=0.5,
+    steps=2,
+    m_train=2,
+    epochs=1,
+)
 PENDING = GAUSS.replace(sigma=1.0)
 # Digits' test points 0-3 (labels 2, 0, 4, 9): each model's predictions (−1: abstained) and
 # the radius its votes just reach (`certified_rows.reaching`: the fewest of the 100 votes that
@@ -69,7 +75,9 @@ def make_experiment(storage: Path, name: str = "exp") -> Experiment:
     """sweep.json with 3 trials; GAUSS finished with 2 of 2 shards, ADV failed after
     certifying shards 0 and 2 of 3, PENDING never started."""
     exp = Experiment(str(storage), name)
-    write_sweep(exp, {"space": {"name": "hand"}, "trials": [c.to_dict() for c in (GAUSS, ADV, PENDING)]})  # fmt: skip
+    write_sweep(
+        exp, {"space": {"name": "hand"}, "trials": [c.to_dict() for c in (GAUSS, ADV, PENDING)]}
+    )
     _shard(exp, GAUSS, slice(0, 2), 0, 2)
     _shard(exp, GAUSS, slice(2, 4), 1, 2)
     _shard(exp, ADV, slice(0, 2), 0, 3)
@@ -132,8 +140,15 @@ def test_spaces_lists_the_shipped_spaces(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # its cache: not the user's
     result = runner.invoke(app, ["spaces"])
     assert result.exit_code == 0, result.output
-    shipped = (("cifar10", 644), ("cifar10-published", 468), ("cifar10-methods", 21),
-               ("digits", 34), ("digits-methods", 14), ("imagenet", 33), ("mnist", 21))  # fmt: skip
+    shipped = (
+        ("cifar10", 644),
+        ("cifar10-published", 468),
+        ("cifar10-methods", 21),
+        ("digits", 34),
+        ("digits-methods", 14),
+        ("imagenet", 33),
+        ("mnist", 21),
+    )
     for name, count in shipped:
         line = next(ln for ln in result.stdout.splitlines() if f" {name} " in ln)
         assert f" {count} " in line, line
@@ -182,17 +197,34 @@ def test_cifar10_needs_its_data(tmp_path, storage):
 def test_several_problems_are_reported_together(tmp_path, storage):
     missing = tmp_path / "nodata"
     lines = bad_input(
-        ["run", "grid", "mnist", "--data-dir", str(missing), "--storage", str(storage),
-         "--only", "nosuchkey=1,sigma", "--address", "127.0.0.1:1"],
-        str(missing), "nosuchkey", "expected key=value", "127.0.0.1:1",
-    )  # fmt: skip
+        [
+            "run",
+            "grid",
+            "mnist",
+            "--data-dir",
+            str(missing),
+            "--storage",
+            str(storage),
+            "--only",
+            "nosuchkey=1,sigma",
+            "--address",
+            "127.0.0.1:1",
+        ],
+        str(missing),
+        "nosuchkey",
+        "expected key=value",
+        "127.0.0.1:1",
+    )
     assert len(lines) == 4, lines
     negative = tmp_path / "negative.yaml"
     negative.write_text(NEGATIVE_SIGMA + "colour: red\ncertify: {n: 0}\n")
     lines = bad_input(
         ["run", "grid", str(negative), "--storage", str(storage), "--address", "127.0.0.1:1"],
-        "unknown key 'colour'", "certify.n must be an integer >= 1", "sigma must be > 0", "127.0.0.1:1",
-    )  # fmt: skip
+        "unknown key 'colour'",
+        "certify.n must be an integer >= 1",
+        "sigma must be > 0",
+        "127.0.0.1:1",
+    )
     assert len(lines) == 5, lines
     assert tree(storage) == {"MARKER": b"keep me"}
 
@@ -211,9 +243,18 @@ def test_dry_run_prints_the_plan_and_creates_nothing(storage):
     assert tree(storage) == {"MARKER": b"keep me"}
     result = runner.invoke(
         app,
-        ["run", "grid", "digits", "--dry-run", "--smoke", "--only", "sigma=0.25,attack=pgd",
-         "--storage", str(storage)],
-    )  # fmt: skip
+        [
+            "run",
+            "grid",
+            "digits",
+            "--dry-run",
+            "--smoke",
+            "--only",
+            "sigma=0.25,attack=pgd",
+            "--storage",
+            str(storage),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "8 of 34 in the sweep" in result.stdout
     c = load_space("digits").smoked().certify
@@ -240,9 +281,18 @@ def test_existing_experiment_with_another_sweep(storage):
     assert "34 of 34" in result.stdout
     # ... but bad input still stops it before anything is moved aside
     bad_input(
-        ["run", "grid", "digits", "--restart", "--address", "127.0.0.1:1", "--storage", str(storage)],
+        [
+            "run",
+            "grid",
+            "digits",
+            "--restart",
+            "--address",
+            "127.0.0.1:1",
+            "--storage",
+            str(storage),
+        ],
         "127.0.0.1:1",
-    )  # fmt: skip
+    )
     assert tree(storage) == before
     # a new experiment name is fine
     result = runner.invoke(
@@ -389,7 +439,10 @@ def test_status_shows_states_and_shards(storage):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "3 trials: pending 1, failed 1, finished 1" in out
-    rows = {tid: next(ln for ln in out.splitlines() if tid in ln) for tid in (GAUSS.trial_id, ADV.trial_id, PENDING.trial_id)}  # fmt: skip
+    rows = {
+        tid: next(ln for ln in out.splitlines() if tid in ln)
+        for tid in (GAUSS.trial_id, ADV.trial_id, PENDING.trial_id)
+    }
     assert "finished" in rows[GAUSS.trial_id] and "2/2" in rows[GAUSS.trial_id]
     assert "1/1" in rows[GAUSS.trial_id]  # epochs
     assert "failed" in rows[ADV.trial_id] and "2/3" in rows[ADV.trial_id]

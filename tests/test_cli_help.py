@@ -16,8 +16,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["run", "certify", "status", "envelope", "table", "report", "empirical", "import",
-         "spaces", "compact", "bench"]  # fmt: skip
+ORDER = [
+    "run",
+    "certify",
+    "status",
+    "envelope",
+    "table",
+    "report",
+    "empirical",
+    "import",
+    "spaces",
+    "compact",
+    "bench",
+]
 READ_COMMANDS = ["envelope", "table", "status", "report", "compact"]
 
 
@@ -25,8 +36,11 @@ def sweeper(*args: str, width: int = 200) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERMINAL_WIDTH": str(width)}
     return subprocess.run(
         [sys.executable, "-c", "from sweeper.cli import app; app(prog_name='sweeper')", *args],
-        capture_output=True, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def option_rows(text: str) -> dict[str, str]:
@@ -63,7 +77,7 @@ def test_version_and_short_help():
 
 def test_commands_are_listed_in_the_order_a_sweep_uses_them():
     out = sweeper("--help").stdout
-    panel = out[out.index("Commands"):]
+    panel = out[out.index("Commands") :]
     listed = re.findall(r"^[│|] (\w+)\s", panel, flags=re.M)
     assert listed == ORDER
 

@@ -44,8 +44,12 @@ def run_commands(commands: list[list[str]], tmp_path: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(commands), json.dumps(HEAVY)],
-        capture_output=True, text=True, cwd=ROOT, env=env, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

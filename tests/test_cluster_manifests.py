@@ -63,7 +63,9 @@ def test_the_rayjob_is_valid_against_kuberays_schema():
 def test_the_schema_check_catches_mistakes():
     broken = manifest()
     broken["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] = "zero"
-    broken["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagee"] = "x"
+    broken["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0][
+        "imagee"
+    ] = "x"
     errors = list(jsonschema.Draft7Validator(schema()).iter_errors(broken))
     assert [list(e.path)[-1] for e in errors] == ["minReplicas"]
     assert unknown_fields(broken, schema()) == [
@@ -81,10 +83,15 @@ def test_the_rayjob_runs_sweeper_on_an_autoscaling_gpu_group_with_the_projects_r
     assert (gpu["minReplicas"], gpu["replicas"]) == (0, 0) and gpu["maxReplicas"] >= 1
     worker = gpu["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1
-    pods = [cluster["headGroupSpec"]["template"]["spec"], gpu["template"]["spec"],
-            spec["submitterPodTemplate"]["spec"]]  # fmt: skip
+    pods = [
+        cluster["headGroupSpec"]["template"]["spec"],
+        gpu["template"]["spec"],
+        spec["submitterPodTemplate"]["spec"],
+    ]
     assert {c["image"] for p in pods for c in p["containers"]} == {"REGISTRY/sweeper:TAG"}
-    mounts = [{m["mountPath"] for m in p["containers"][0].get("volumeMounts", [])} for p in pods[:2]]
+    mounts = [
+        {m["mountPath"] for m in p["containers"][0].get("volumeMounts", [])} for p in pods[:2]
+    ]
     assert all("/mnt/sweeper" in m for m in mounts)
     words = shlex.split(spec["entrypoint"])
     assert words[:4] == ["sweeper", "run", "grid", "cifar10"]

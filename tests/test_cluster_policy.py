@@ -15,19 +15,28 @@ ROOT = Path(__file__).resolve().parents[1]
 IAM = ROOT / "cluster" / "iam"
 PLACEHOLDERS = {"ACCOUNT_ID", "REGION", "BUCKET", "PREFIX", "CLUSTER", "SECURITY_GROUP"}
 FILLED = {
-    "ACCOUNT_ID": "123456789012", "REGION": "us-west-2", "BUCKET": "sweeps",
-    "PREFIX": "team/me", "CLUSTER": "sweeper", "SECURITY_GROUP": "sg-0123456789abcdef0",
-}  # fmt: skip
+    "ACCOUNT_ID": "123456789012",
+    "REGION": "us-west-2",
+    "BUCKET": "sweeps",
+    "PREFIX": "team/me",
+    "CLUSTER": "sweeper",
+    "SECURITY_GROUP": "sg-0123456789abcdef0",
+}
 # Every boto3 call in Ray's AWS node provider (what the head's autoscaler does), and its action.
 BOTO_ACTIONS = {
-    "instances.filter": "ec2:DescribeInstances", "Instance": "ec2:DescribeInstances",
+    "instances.filter": "ec2:DescribeInstances",
+    "Instance": "ec2:DescribeInstances",
     "wait_until_stopped": "ec2:DescribeInstances",
     "describe_instance_types": "ec2:DescribeInstanceTypes",
-    "create_instances": "ec2:RunInstances", "create_tags": "ec2:CreateTags",
-    "terminate_instances": "ec2:TerminateInstances", "terminate": "ec2:TerminateInstances",
-    "stop_instances": "ec2:StopInstances", "stop": "ec2:StopInstances",
-    "start_instances": "ec2:StartInstances", "describe_images": "ec2:DescribeImages",
-}  # fmt: skip
+    "create_instances": "ec2:RunInstances",
+    "create_tags": "ec2:CreateTags",
+    "terminate_instances": "ec2:TerminateInstances",
+    "terminate": "ec2:TerminateInstances",
+    "stop_instances": "ec2:StopInstances",
+    "stop": "ec2:StopInstances",
+    "start_instances": "ec2:StartInstances",
+    "describe_images": "ec2:DescribeImages",
+}
 # Calls cluster.yaml turns off: cache_stopped_nodes: false (terminate, never stop and restart)
 # and no CloudWatch agent (describe_images only checks an AMI for it).
 NOT_USED = {"ec2:StopInstances", "ec2:StartInstances", "ec2:DescribeImages"}
@@ -91,25 +100,39 @@ def test_no_wildcard_grants(name):
 
 @pytest.mark.parametrize(
     ("action", "resource"),
-    [("*", "*"), ("s3:*", "*"), ("iam:*", "*"), ("ec2:*", "arn:aws:ec2:::instance/*"),
-     ("ec2:RunInstances", "*"), ("iam:PassRole", "*"), ("s3:GetObject", "arn:aws:s3:::*")],
-)  # fmt: skip
+    [
+        ("*", "*"),
+        ("s3:*", "*"),
+        ("iam:*", "*"),
+        ("ec2:*", "arn:aws:ec2:::instance/*"),
+        ("ec2:RunInstances", "*"),
+        ("iam:PassRole", "*"),
+        ("s3:GetObject", "arn:aws:s3:::*"),
+    ],
+)
 def test_the_wildcard_check_catches_broad_grants(action, resource):
     doc = policy("head-policy")
-    doc["Statement"].append({"Sid": "Broad", "Effect": "Allow", "Action": action, "Resource": resource})
+    doc["Statement"].append(
+        {"Sid": "Broad", "Effect": "Allow", "Action": action, "Resource": resource}
+    )
     assert wildcard_grants(doc) == [(action, resource)]
 
 
 def test_s3_is_the_storage_prefix_only_and_the_same_for_head_and_worker():
-    head = [s for s in statements("head-policy") if any(a.startswith("s3:") for a in as_list(s["Action"]))]
+    head = [
+        s
+        for s in statements("head-policy")
+        if any(a.startswith("s3:") for a in as_list(s["Action"]))
+    ]
     worker = statements("worker-policy")
     assert head == worker
     for action, resource, _ in grants("worker-policy"):
         assert action.startswith("s3:")
         assert resource in (
-            "arn:aws:s3:::${BUCKET}", "arn:aws:s3:::${BUCKET}/${PREFIX}",
+            "arn:aws:s3:::${BUCKET}",
+            "arn:aws:s3:::${BUCKET}/${PREFIX}",
             "arn:aws:s3:::${BUCKET}/${PREFIX}/*",
-        )  # fmt: skip
+        )
         if resource == "arn:aws:s3:::${BUCKET}":  # the bucket itself: find it and list it
             assert action in ("s3:ListBucket", "s3:GetBucketLocation")
 
@@ -118,9 +141,11 @@ def test_the_head_launches_tags_and_terminates_only_this_clusters_instances():
     for action, resource, condition in grants("head-policy"):
         if action in ("ec2:RunInstances", "ec2:CreateTags") and resource.endswith(":instance/*"):
             tag = condition["StringEquals"]
-            assert tag.get("aws:RequestTag/ray-cluster-name") == "${CLUSTER}" or tag.get(
-                "ec2:CreateAction"
-            ) == "RunInstances" or tag.get("ec2:ResourceTag/ray-cluster-name") == "${CLUSTER}"
+            assert (
+                tag.get("aws:RequestTag/ray-cluster-name") == "${CLUSTER}"
+                or tag.get("ec2:CreateAction") == "RunInstances"
+                or tag.get("ec2:ResourceTag/ray-cluster-name") == "${CLUSTER}"
+            )
         if action == "ec2:TerminateInstances":
             assert condition == {"StringEquals": {"ec2:ResourceTag/ray-cluster-name": "${CLUSTER}"}}
         if action == "ec2:RunInstances" and ":security-group/" in resource:
@@ -142,7 +167,9 @@ def test_the_head_may_make_every_call_of_rays_aws_autoscaler():
         Path(ray.__file__).parent / "autoscaler" / "_private" / "aws" / "node_provider.py"
     ).read_text()
     calls = set(re.findall(r"meta\.client\.(\w+)", source))
-    calls |= set(re.findall(r"(?:ec2_fail_fast|self\.ec2|\bec2)\.(?!meta\b)(instances\.filter|\w+)", source))  # fmt: skip
+    calls |= set(
+        re.findall(r"(?:ec2_fail_fast|self\.ec2|\bec2)\.(?!meta\b)(instances\.filter|\w+)", source)
+    )
     calls |= set(re.findall(r"\bnode\.(\w+)\(", source))
     assert calls - set(BOTO_ACTIONS) == set(), "a boto3 call this test does not know: map it"
     needed = {BOTO_ACTIONS[c] for c in calls} - NOT_USED

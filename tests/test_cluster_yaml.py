@@ -75,7 +75,10 @@ def test_prepare_and_validate_offline(config, prepared):
     )
     # Ray's defaults.yaml must not bring back what cluster.yaml leaves out.
     head = prepared["available_node_types"][prepared["head_node_type"]]["node_config"]
-    assert head["IamInstanceProfile"] == config["available_node_types"]["head"]["node_config"]["IamInstanceProfile"]
+    assert (
+        head["IamInstanceProfile"]
+        == config["available_node_types"]["head"]["node_config"]["IamInstanceProfile"]
+    )
     assert prepared["head_setup_commands"] == config["setup_commands"]  # setup, then nothing more
     assert prepared["rsync_exclude"] == config["rsync_exclude"]
 
@@ -125,13 +128,17 @@ def test_docker_image_pins_ray_and_python_by_digest(config):
     assert f"docker buildx imagetools inspect rayproject/ray:{tag} " in text
     if image["digest"] == "REPLACE_ME":
         assert "replace sha256:REPLACE_ME" in text
-    assert f"docker buildx imagetools inspect rayproject/ray:{tag}" in (ROOT / "README.md").read_text()
+    assert (
+        f"docker buildx imagetools inspect rayproject/ray:{tag}" in (ROOT / "README.md").read_text()
+    )
 
 
 def locked() -> dict[str, tuple[str, list[str]]]:
     """requirements/cluster.txt: name -> (version, its sha256 hashes)."""
     text = (ROOT / "requirements" / "cluster.txt").read_text()
-    entries = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M)
+    entries = re.findall(
+        r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M
+    )
     return {
         name.lower().replace("_", "-"): (version, re.findall(r"sha256:([0-9a-f]{64})", hashes))
         for name, version, hashes in entries
@@ -185,17 +192,37 @@ def test_nodes_have_their_own_profiles_security_group_and_imdsv2(config):
     head = types[config["head_node_type"]]["node_config"]["IamInstanceProfile"]
     assert all(
         n["node_config"]["IamInstanceProfile"] != head
-        for k, n in types.items() if k != config["head_node_type"]
-    )  # fmt: skip
+        for k, n in types.items()
+        if k != config["head_node_type"]
+    )
     assert config["provider"]["use_internal_ips"] is False
     assert "security_group" not in config["provider"]
 
 
-SECRETS = [".env", ".env.production", "deploy.pem", "tls/server.key", "credentials",
-           "aws/credentials", "gcp-credentials.json", "id_rsa", "id_ed25519.pub", ".aws/config",
-           ".ssh/known_hosts", ".netrc", "sub/dir/.env"]  # fmt: skip
-KEPT = ["sweeper/results/storage.py", "README.md", "search_spaces/cifar10.yaml", "requirements/cluster.txt",
-        "cluster/iam/head-policy.json", "keys.py", "environment.yml"]  # fmt: skip
+SECRETS = [
+    ".env",
+    ".env.production",
+    "deploy.pem",
+    "tls/server.key",
+    "credentials",
+    "aws/credentials",
+    "gcp-credentials.json",
+    "id_rsa",
+    "id_ed25519.pub",
+    ".aws/config",
+    ".ssh/known_hosts",
+    ".netrc",
+    "sub/dir/.env",
+]
+KEPT = [
+    "sweeper/results/storage.py",
+    "README.md",
+    "search_spaces/cifar10.yaml",
+    "requirements/cluster.txt",
+    "cluster/iam/head-policy.json",
+    "keys.py",
+    "environment.yml",
+]
 
 
 def rsync_excluded(patterns: list[str], path: str) -> bool:
@@ -220,13 +247,28 @@ def test_file_mounts_exclude_secrets_explicitly(config, tmp_path):
     # Ray passes them to rsync as --exclude arguments, beside the .gitignore filter.
     from ray.autoscaler._private.command_runner import SSHCommandRunner
 
-    args = SSHCommandRunner._create_rsync_filter_args(None, options={"rsync_exclude": excludes, "rsync_filter": config["rsync_filter"]})  # fmt: skip
+    args = SSHCommandRunner._create_rsync_filter_args(
+        None, options={"rsync_exclude": excludes, "rsync_filter": config["rsync_filter"]}
+    )
     assert [args[i + 1] for i, a in enumerate(args) if a == "--exclude"] == excludes
     if shutil.which("rsync"):  # the real matcher, where rsync is installed
         for path in SECRETS + KEPT:
             (tmp_path / "src" / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / "src" / path).write_text("x")
-        out = subprocess.run(["rsync", "-a", "--dry-run", "--out-format=%n", *args[: 2 * len(excludes)], f"{tmp_path / 'src'}/", str(tmp_path / "dst")], capture_output=True, text=True, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [
+                "rsync",
+                "-a",
+                "--dry-run",
+                "--out-format=%n",
+                *args[: 2 * len(excludes)],
+                f"{tmp_path / 'src'}/",
+                str(tmp_path / "dst"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         copied = {line for line in out.splitlines() if not line.endswith("/")}
         assert copied == set(KEPT), copied
 

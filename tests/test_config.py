@@ -19,22 +19,61 @@ METHOD_FIELDS = {name: method.settings for name, method in REGISTRY.items()}
 # when SmoothAdv's warm-up and DDN followed the reference code: warmup_schedule joined the
 # identity of the attack-trained methods, 7b2fd8b69349 -> 994b4f50d6cb.)
 PINNED = dict(
-    dataset="digits", method="smoothadv", sigma=0.5, m_train=2, attack="ddn", epsilon=0.5,
-    steps=4, warmup_epochs=3, warmup_schedule="reference", ddn_init_norm=1.0, ddn_gamma=0.05,
-    epochs=20, batch_size=64, lr=0.05, momentum=0.9, weight_decay=5e-4, lr_step_size=10,
-    lr_gamma=0.1, seed=3,
-)  # fmt: skip
+    dataset="digits",
+    method="smoothadv",
+    sigma=0.5,
+    m_train=2,
+    attack="ddn",
+    epsilon=0.5,
+    steps=4,
+    warmup_epochs=3,
+    warmup_schedule="reference",
+    ddn_init_norm=1.0,
+    ddn_gamma=0.05,
+    epochs=20,
+    batch_size=64,
+    lr=0.05,
+    momentum=0.9,
+    weight_decay=5e-4,
+    lr_step_size=10,
+    lr_gamma=0.1,
+    seed=3,
+)
 PINNED_ID = "994b4f50d6cb"
 
 # For PINNED, another valid value of every identity field.
 ALTERNATIVES = dict(
-    dataset="mnist", arch="lenet", method="gaussian", sigma=0.25, m_train=4, attack="pgd",
-    epsilon=1.0, steps=5, warmup_epochs=4, warmup_schedule="paper", ddn_init_norm=2.0, ddn_gamma=0.1, epochs=21,
-    batch_size=128, lr=0.1, momentum=0.0, weight_decay=0.0, lr_step_size=11, lr_gamma=0.2,
-    train_subset=100, eval_subset=50, amp=True, seed=4, ddrs_start_epoch=5, init_from="0123456789ab",
-    data_parallel=2, normalize_input=False, lr_step_offset=1, scale_input=False,
+    dataset="mnist",
+    arch="lenet",
+    method="gaussian",
+    sigma=0.25,
+    m_train=4,
+    attack="pgd",
+    epsilon=1.0,
+    steps=5,
+    warmup_epochs=4,
+    warmup_schedule="paper",
+    ddn_init_norm=2.0,
+    ddn_gamma=0.1,
+    epochs=21,
+    batch_size=128,
+    lr=0.1,
+    momentum=0.0,
+    weight_decay=0.0,
+    lr_step_size=11,
+    lr_gamma=0.2,
+    train_subset=100,
+    eval_subset=50,
+    amp=True,
+    seed=4,
+    ddrs_start_epoch=5,
+    init_from="0123456789ab",
+    data_parallel=2,
+    normalize_input=False,
+    lr_step_offset=1,
+    scale_input=False,
     train_multi_noise=False,
-)  # fmt: skip
+)
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
 
@@ -66,9 +105,13 @@ def test_defaults_are_the_paper_cifar10_protocol():
 
 @pytest.mark.parametrize(
     ("dataset", "arch"),
-    [("cifar10", "cifar_resnet110"), ("mnist", "lenet"), ("imagenet", "resnet50"),
-     ("digits", "digits_cnn")],
-)  # fmt: skip
+    [
+        ("cifar10", "cifar_resnet110"),
+        ("mnist", "lenet"),
+        ("imagenet", "resnet50"),
+        ("digits", "digits_cnn"),
+    ],
+)
 def test_arch_resolves_per_dataset(dataset: str, arch: str):
     assert TrialConfig(dataset=dataset).arch == arch == DEFAULT_ARCH[dataset]
 
@@ -82,9 +125,14 @@ def test_name_tuples_are_consistent():
     assert set(DEFAULT_ARCH.values()) <= set(ARCHS)
     assert METHOD_SETTINGS <= ALL_FIELDS
     assert {
-        "data_dir", "download", "num_workers", "pseudo_data", "channels_last", "compile",
+        "data_dir",
+        "download",
+        "num_workers",
+        "pseudo_data",
+        "channels_last",
+        "compile",
         "data_pipeline",
-    } == ENVIRONMENT_FIELDS  # fmt: skip
+    } == ENVIRONMENT_FIELDS
 
 
 def test_method_table_rows_name_real_fields_attacks_and_losses():
@@ -101,29 +149,77 @@ def test_method_table_rows_name_real_fields_attacks_and_losses():
 # ---------------------------------------------------------------------------- validation
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("sigma", 0), ("sigma", -0.5), ("epsilon", -0.1), ("steps", 0), ("m_train", 0),
-     ("warmup_epochs", -1), ("dataset", "svhn"), ("arch", "vgg16"), ("method", "trades"),
-     ("attack", "fgsm"), ("epochs", 0), ("batch_size", 0), ("lr", 0.0), ("lr_gamma", 0.0),
-     ("lr_step_size", 0), ("train_subset", 0), ("eval_subset", 0), ("momentum", -0.9),
-     ("sigma", "a"), ("steps", 1.5), ("m_train", "2"), ("sigma", True), ("amp", "yes"),
-     ("seed", 1.0), ("dataset", 3), ("data_dir", 7)],
-)  # fmt: skip
+    [
+        ("sigma", 0),
+        ("sigma", -0.5),
+        ("epsilon", -0.1),
+        ("steps", 0),
+        ("m_train", 0),
+        ("warmup_epochs", -1),
+        ("dataset", "svhn"),
+        ("arch", "vgg16"),
+        ("method", "trades"),
+        ("attack", "fgsm"),
+        ("epochs", 0),
+        ("batch_size", 0),
+        ("lr", 0.0),
+        ("lr_gamma", 0.0),
+        ("lr_step_size", 0),
+        ("train_subset", 0),
+        ("eval_subset", 0),
+        ("momentum", -0.9),
+        ("sigma", "a"),
+        ("steps", 1.5),
+        ("m_train", "2"),
+        ("sigma", True),
+        ("amp", "yes"),
+        ("seed", 1.0),
+        ("dataset", 3),
+        ("data_dir", 7),
+    ],
+)
 def test_single_problem_names_its_field(field: str, value):
     _assert_each_named(_problems(**{field: value}), [field])
 
 
 def test_all_value_problems_reported_at_once():
     problems = _problems(
-        dataset="svhn", arch="vgg16", sigma=0, m_train=0, attack="fgsm", epsilon=-1, steps=0,
-        warmup_epochs=-1, epochs=0, batch_size=0, lr=0, lr_gamma=0, lr_step_size=0,
-        train_subset=0, eval_subset=0,
-    )  # fmt: skip
+        dataset="svhn",
+        arch="vgg16",
+        sigma=0,
+        m_train=0,
+        attack="fgsm",
+        epsilon=-1,
+        steps=0,
+        warmup_epochs=-1,
+        epochs=0,
+        batch_size=0,
+        lr=0,
+        lr_gamma=0,
+        lr_step_size=0,
+        train_subset=0,
+        eval_subset=0,
+    )
     _assert_each_named(
         problems,
-        ["dataset", "arch", "sigma", "m_train", "attack", "epsilon", "steps", "warmup_epochs",
-         "epochs", "batch_size", "lr must", "lr_gamma", "lr_step_size", "train_subset",
-         "eval_subset"],
-    )  # fmt: skip
+        [
+            "dataset",
+            "arch",
+            "sigma",
+            "m_train",
+            "attack",
+            "epsilon",
+            "steps",
+            "warmup_epochs",
+            "epochs",
+            "batch_size",
+            "lr must",
+            "lr_gamma",
+            "lr_step_size",
+            "train_subset",
+            "eval_subset",
+        ],
+    )
 
 
 def test_unknown_method_does_not_hide_other_problems():
@@ -254,19 +350,54 @@ def test_trial_id_is_pinned():
 # Ids computed before SmoothAdv's warm-up and DDN followed the reference code: the methods
 # without an attack (and SmoothMix, whose warm-up was already the official one) keep them.
 UNAFFECTED_IDS = [
-    ("930d612a6893", dict(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=8,
-                          batch_size=64, lr=0.01, lr_step_size=6)),
+    (
+        "930d612a6893",
+        dict(
+            dataset="digits",
+            method="gaussian",
+            sigma=0.25,
+            m_train=1,
+            epochs=8,
+            batch_size=64,
+            lr=0.01,
+            lr_step_size=6,
+        ),
+    ),
     ("24805f012410", dict(dataset="cifar10", method="macer", sigma=0.5, m_train=16)),
-    ("ccd305087215", dict(dataset="digits", method="consistency", sigma=0.5, m_train=2, lam=10.0,
-                          eta=0.5)),
+    (
+        "ccd305087215",
+        dict(dataset="digits", method="consistency", sigma=0.5, m_train=2, lam=10.0, eta=0.5),
+    ),
     ("e577112ad713", dict(dataset="digits", method="stability", sigma=0.25, lam=2.0)),
-    ("eb5c53121172", dict(dataset="digits", method="smoothmix", sigma=0.5, m_train=2, steps=2,
-                          eta=5.0, warmup_epochs=3)),
-    ("6b0efdae35dc", dict(dataset="digits", method="smoothmix", sigma=0.25, m_train=2, steps=4,
-                          mix_step=1, warmup_epochs=10)),
-    ("48de1dc6eeb4", dict(dataset="digits", method="gaussian", sigma=0.25, ddrs_start_epoch=2,
-                          epochs=8)),
-]  # fmt: skip
+    (
+        "eb5c53121172",
+        dict(
+            dataset="digits",
+            method="smoothmix",
+            sigma=0.5,
+            m_train=2,
+            steps=2,
+            eta=5.0,
+            warmup_epochs=3,
+        ),
+    ),
+    (
+        "6b0efdae35dc",
+        dict(
+            dataset="digits",
+            method="smoothmix",
+            sigma=0.25,
+            m_train=2,
+            steps=4,
+            mix_step=1,
+            warmup_epochs=10,
+        ),
+    ),
+    (
+        "48de1dc6eeb4",
+        dict(dataset="digits", method="gaussian", sigma=0.25, ddrs_start_epoch=2, epochs=8),
+    ),
+]
 
 
 @pytest.mark.parametrize(("trial_id", "fields"), UNAFFECTED_IDS, ids=lambda v: str(v)[:12])
@@ -370,8 +501,11 @@ def test_new_optional_fields_keep_existing_ids():
     # amp "off" in its former (bool) form; fields added later at their former behaviour left out
     as_before = {k: v for k, v in blob.items() if k in ADDED_FIELDS and v == ADDED_FIELDS[k]}
     assert as_before.keys() == {
-        "normalize_input", "lr_step_offset", "scale_input", "train_multi_noise"
-    }  # fmt: skip
+        "normalize_input",
+        "lr_step_offset",
+        "scale_input",
+        "train_multi_noise",
+    }
     assert cfg.identity() == {**{k: blob[k] for k in blob.keys() - as_before}, "amp": False}
     assert "train_subset" not in cfg.identity()
     assert TrialConfig(**PINNED, train_subset=100).trial_id != PINNED_ID
@@ -454,9 +588,14 @@ def test_amp_and_data_pipeline_values_are_validated():
 
 @pytest.mark.parametrize(
     ("dataset", "pipeline"),
-    [("cifar10", "device"), ("mnist", "device"), ("digits", "device"), ("imagenet", "loader"),
-     ("imagenet32", "loader")],
-)  # fmt: skip
+    [
+        ("cifar10", "device"),
+        ("mnist", "device"),
+        ("digits", "device"),
+        ("imagenet", "loader"),
+        ("imagenet32", "loader"),
+    ],
+)
 def test_auto_pipeline_is_the_device_one_for_small_in_memory_sets(dataset, pipeline):
     from trainables.config import pipeline_for
 

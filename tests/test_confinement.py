@@ -114,4 +114,3 @@ def test_a_driver_refuses_to_start_with_a_link_inside_the_experiment(planted, li
     stderr = refused(runner.invoke(app, args))
     assert str(real) in stderr and str(exp / ".lease.lock") in stderr
     assert not (elsewhere / "x").exists()
-

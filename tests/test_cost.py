@@ -144,8 +144,11 @@ def _macs(model, shape) -> int:
     counts = []
 
     def hook(mod, args, out):
-        per_output = mod.in_features if isinstance(mod, nn.Linear) else (
-            mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1])  # fmt: skip
+        per_output = (
+            mod.in_features
+            if isinstance(mod, nn.Linear)
+            else (mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1])
+        )
         counts.append(out.numel() * per_output)
 
     for m in model.modules():
@@ -160,8 +163,13 @@ def test_the_scaled_figures_use_the_models_multiply_accumulates():
     from trainables.datasets import INFO
     from trainables.models import build_model
 
-    data = {"cifar_resnet20": "cifar10", "cifar_resnet56": "cifar10",
-            "cifar_resnet110": "cifar10", "lenet": "mnist", "digits_cnn": "digits"}  # fmt: skip
+    data = {
+        "cifar_resnet20": "cifar10",
+        "cifar_resnet56": "cifar10",
+        "cifar_resnet110": "cifar10",
+        "lenet": "mnist",
+        "digits_cnn": "digits",
+    }
     assert set(data) == set(throughput.MACS)
     for arch, dataset in data.items():
         info = INFO[dataset]
@@ -175,8 +183,9 @@ def test_ddrs_and_self_training_add_their_passes():
     assert passes == 10 * TRAIN_SIZE["digits"]
     ddrs = base.replace(ddrs_start_epoch=4, ddrs_iterations=10, ddrs_samples=2)
     assert training_work(ddrs)[0] == passes + 6 * 10 * 2 * TRAIN_SIZE["digits"]
-    pseudo = base.replace(pseudo_data="/x.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5,
-                          pseudo_ratio=2)  # fmt: skip
+    pseudo = base.replace(
+        pseudo_data="/x.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5, pseudo_ratio=2
+    )
     assert training_work(pseudo)[0] == 3 * passes
 
 
@@ -203,8 +212,16 @@ def test_step_passes_count_what_the_method_runs(fields):
     from trainables.methods.base import epoch_epsilon
 
     for schedule in ("reference", "paper"):
-        cfg = TrialConfig(dataset="digits", sigma=0.25, epsilon=0.5, batch_size=8, lr=0.01,
-                          warmup_epochs=3, **fields, warmup_schedule=schedule)  # fmt: skip
+        cfg = TrialConfig(
+            dataset="digits",
+            sigma=0.25,
+            epsilon=0.5,
+            batch_size=8,
+            lr=0.01,
+            warmup_epochs=3,
+            **fields,
+            warmup_schedule=schedule,
+        )
         _count_passes(cfg, epoch_epsilon(cfg, 0) > 0)
 
 
@@ -229,8 +246,14 @@ def test_attack_epochs_follow_the_warm_up():
 
     for method in ("smoothadv", "vanilla_pgd", "gaussian", "smoothmix"):
         for warmup, eps in ((10, 1.0), (1, 1.0), (0, 0.5), (3, 0.0)):
-            cfg = TrialConfig(dataset="digits", method=method, epochs=12, warmup_epochs=warmup,
-                              epsilon=eps, steps=2)  # fmt: skip
+            cfg = TrialConfig(
+                dataset="digits",
+                method=method,
+                epochs=12,
+                warmup_epochs=warmup,
+                epsilon=eps,
+                steps=2,
+            )
             with_attack = sum(epoch_epsilon(cfg, e) > 0 for e in range(cfg.epochs))
             expected = with_attack if method in ("smoothadv", "vanilla_pgd") else 0
             assert attack_epochs(cfg) == expected, (method, warmup, eps)
@@ -249,8 +272,11 @@ def test_cifar10_dry_run_needs_no_data_and_prices_the_sweep(tmp_path, figures_fi
     assert "Hadisalman/smoothing-adversarial" in out
     assert "(5.0·10^7 forwards per model)" in out
     # the shipped figures: 6,807 forwards/s, 2,296 training inputs/s
-    sweep = price_sweep(expand(load_space("cifar10")), load_space("cifar10").certify,
-                        {"cifar_resnet110": throughput.GTX_1080_TI.figures["cifar_resnet110"]})  # fmt: skip
+    sweep = price_sweep(
+        expand(load_space("cifar10")),
+        load_space("cifar10").certify,
+        {"cifar_resnet110": throughput.GTX_1080_TI.figures["cifar_resnet110"]},
+    )
     assert f"total ≈ {sweep.hours:,.0f} GPU-h for 644 trials" in out
     assert 10_000 < sweep.hours < 30_000  # months on 8 GPUs, not a day
     wall = wall_clock(sweep, Resources(cpu=2, gpu=0.25), "gpu", Devices(8, None, ""))
@@ -283,8 +309,14 @@ def test_dry_run_imports_neither_torch_nor_ray(tmp_path):
         "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))\n"
     )
     env = {**os.environ, "SWEEPER_THROUGHPUT": str(tmp_path / "none.json")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
@@ -330,10 +362,20 @@ def test_bench_rejects_an_unknown_architecture(figures_file):
 
 @pytest.mark.parametrize(
     "content",
-    ["{not json", json.dumps({"version": 1, "devices": {"cpu": {"name": "x", "archs": {
-        "digits_cnn": {"forward": -1, "train": 5}}}}}), json.dumps([1, 2])],
+    [
+        "{not json",
+        json.dumps(
+            {
+                "version": 1,
+                "devices": {
+                    "cpu": {"name": "x", "archs": {"digits_cnn": {"forward": -1, "train": 5}}}
+                },
+            }
+        ),
+        json.dumps([1, 2]),
+    ],
     ids=["not-json", "negative-rate", "not-a-mapping"],
-)  # fmt: skip
+)
 def test_a_corrupt_figures_file_is_one_warning_and_not_trusted(tmp_path, figures_file, content):
     figures_file.parent.mkdir(parents=True)
     figures_file.write_text(content)
@@ -353,8 +395,18 @@ def test_dry_run_on_a_cluster_prices_its_gpus(ray_session, tmp_path, figures_fil
     """--address: the wall-clock on the connected cluster's GPUs (the session's Ray: 1 GPU,
     2 CPUs), at the space's packing (0.5 GPU per trial: 2 at once)."""
     result = runner.invoke(
-        app, ["run", "grid", str(two_trials), "--dry-run", "--address", "auto", "--storage", str(tmp_path)]
-    )  # fmt: skip
+        app,
+        [
+            "run",
+            "grid",
+            str(two_trials),
+            "--dry-run",
+            "--address",
+            "auto",
+            "--storage",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
     assert "on the cluster at auto (1 GPUs, 2 CPUs now)" in out

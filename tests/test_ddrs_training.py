@@ -29,10 +29,20 @@ DIGITS_TRAIN = 1347
 def ddrs_cfg(**changes) -> TrialConfig:
     """Gaussian training on 64 digits, DDRS from epoch 1 with a large σ step (visible moves)."""
     base = dict(
-        dataset="digits", method="gaussian", sigma=0.25, m_train=2, epochs=3, batch_size=32,
-        lr=0.02, train_subset=SUBSET, eval_subset=32, ddrs_start_epoch=1, ddrs_iterations=2,
-        ddrs_lr=0.01, ddrs_samples=2,
-    )  # fmt: skip
+        dataset="digits",
+        method="gaussian",
+        sigma=0.25,
+        m_train=2,
+        epochs=3,
+        batch_size=32,
+        lr=0.02,
+        train_subset=SUBSET,
+        eval_subset=32,
+        ddrs_start_epoch=1,
+        ddrs_iterations=2,
+        ddrs_lr=0.01,
+        ddrs_samples=2,
+    )
     return TrialConfig(**{**base, **changes})
 
 
@@ -68,9 +78,15 @@ def test_configs_without_ddrs_keep_their_trial_ids():
     assert TrialConfig().trial_id == "ce23b5386a84"
     assert TrialConfig(scale_input=True).trial_id == "533c2517d407"
     gaussian = dict(
-        dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=10, batch_size=32,
-        lr=0.05, seed=1,
-    )  # fmt: skip
+        dataset="digits",
+        method="gaussian",
+        sigma=0.5,
+        m_train=2,
+        epochs=10,
+        batch_size=32,
+        lr=0.05,
+        seed=1,
+    )
     assert TrialConfig(**gaussian).trial_id == "deb3f6d4571b"
     # DDRS settings without ddrs_start_epoch are ignored (nulled), like unused method fields
     ignored = TrialConfig(**gaussian, ddrs_iterations=7, ddrs_lr=0.5, ddrs_samples=3)
@@ -82,12 +98,18 @@ def test_configs_without_ddrs_keep_their_trial_ids():
 def test_ddrs_defaults_fill_in_and_join_the_identity():
     cfg = TrialConfig(dataset="digits", method="gaussian", epochs=10, ddrs_start_epoch=3)
     assert (cfg.ddrs_start_epoch, cfg.ddrs_iterations, cfg.ddrs_lr, cfg.ddrs_samples) == (
-        3, 10, 1e-4, 1,
-    )  # fmt: skip
+        3,
+        10,
+        1e-4,
+        1,
+    )
     assert {name: cfg.identity().get(name) for name in DDRS_FIELDS} == {
-        "ddrs_start_epoch": 3, "ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1,
+        "ddrs_start_epoch": 3,
+        "ddrs_iterations": 10,
+        "ddrs_lr": 1e-4,
+        "ddrs_samples": 1,
         "ddrs_macer_loss": None,  # MACER's only
-    }  # fmt: skip
+    }
     off = cfg.replace(ddrs_start_epoch=None)
     assert off.trial_id != cfg.trial_id
     assert type(cfg.replace(ddrs_lr=1).ddrs_lr) is float
@@ -96,9 +118,14 @@ def test_ddrs_defaults_fill_in_and_join_the_identity():
 
 @pytest.mark.parametrize(
     ("method", "dataset", "samples"),
-    [("macer", "cifar10", 64), ("macer", "imagenet", 1), ("macer", "mnist", 1),
-     ("smoothadv", "cifar10", 1), ("gaussian", "cifar10", 1)],
-)  # fmt: skip
+    [
+        ("macer", "cifar10", 64),
+        ("macer", "imagenet", 1),
+        ("macer", "mnist", 1),
+        ("smoothadv", "cifar10", 1),
+        ("gaussian", "cifar10", 1),
+    ],
+)
 def test_sigma_samples_default_to_each_ddrs_scripts(method, dataset, samples):
     """CIFAR10/train_macer.py `--gaussian_num_ds` 64 (l. 71); train_smooth_adv.py and the
     ImageNet scripts draw 1 (the paper's n = 1: `ddrs_samples: 1` asks for it)."""
@@ -116,10 +143,19 @@ def _problems(**kwargs) -> list[str]:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("ddrs_start_epoch", -1), ("ddrs_start_epoch", 10), ("ddrs_iterations", 0),
-     ("ddrs_samples", 0), ("ddrs_lr", 0.0), ("ddrs_lr", -1e-4), ("ddrs_iterations", 1.5),
-     ("ddrs_samples", "2"), ("ddrs_lr", True), ("ddrs_start_epoch", 1.0)],
-)  # fmt: skip
+    [
+        ("ddrs_start_epoch", -1),
+        ("ddrs_start_epoch", 10),
+        ("ddrs_iterations", 0),
+        ("ddrs_samples", 0),
+        ("ddrs_lr", 0.0),
+        ("ddrs_lr", -1e-4),
+        ("ddrs_iterations", 1.5),
+        ("ddrs_samples", "2"),
+        ("ddrs_lr", True),
+        ("ddrs_start_epoch", 1.0),
+    ],
+)
 def test_each_ddrs_problem_names_its_field(field, value):
     problems = _problems(**{"ddrs_start_epoch": 2, field: value})
     assert len(problems) == 1 and field in problems[0], problems
@@ -127,9 +163,14 @@ def test_each_ddrs_problem_names_its_field(field, value):
 
 def test_all_ddrs_problems_at_once():
     problems = _problems(
-        method="macer", m_train=2, ddrs_start_epoch=10, ddrs_iterations=0, ddrs_samples=0,
-        ddrs_lr=0, ddrs_macer_loss="paper",
-    )  # fmt: skip
+        method="macer",
+        m_train=2,
+        ddrs_start_epoch=10,
+        ddrs_iterations=0,
+        ddrs_samples=0,
+        ddrs_lr=0,
+        ddrs_macer_loss="paper",
+    )
     assert len(problems) == 5
     for name in DDRS_FIELDS:
         assert any(name in p for p in problems), (name, problems)

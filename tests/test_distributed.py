@@ -27,8 +27,16 @@ def _fail_fast(monkeypatch):
     monkeypatch.setenv(TIMEOUT_ENV, "120")  # a broken rank fails the test instead of hanging
 
 
-CFG = dict(dataset="digits", method="gaussian", sigma=0.25, epochs=3, batch_size=64, lr=0.05,
-           train_subset=512, eval_subset=100)  # fmt: skip
+CFG = dict(
+    dataset="digits",
+    method="gaussian",
+    sigma=0.25,
+    epochs=3,
+    batch_size=64,
+    lr=0.05,
+    train_subset=512,
+    eval_subset=100,
+)
 
 
 def test_data_parallel_config():
@@ -92,7 +100,6 @@ def test_a_data_parallel_trial_on_ray(ray_session, tmp_path):
     outcome = run_sweep(exp, [cfg], [], certify, Resources(cpu=2), LaunchOptions(), lambda e: None)
     assert not outcome.failed and outcome.completed == [cfg.trial_id], outcome
     assert read_status(exp.trial_dir(cfg.trial_id))["epoch"] == 3
-
 
 
 def test_a_rank_shuffles_its_share_anew_each_epoch_and_checks_the_ranks_agree(

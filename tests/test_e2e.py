@@ -93,16 +93,21 @@ def test_tune_folders_and_trial_json_name_sweepers_trials(finished_sweep):
     space, exp = finished_sweep
     trials = {t.trial_id: t for t in expand(load_space(str(space)))}
     folders = [p for p in Path(exp.tune_dir).glob("run-*/*") if p.is_dir()]
-    assert sorted(p.name for p in folders) == sorted(f"{t}_{readable(c)}" for t, c in trials.items())
+    assert sorted(p.name for p in folders) == sorted(
+        f"{t}_{readable(c)}" for t, c in trials.items()
+    )
     for folder in folders:
         trial_id = folder.name.split("_")[0]
         progress = pd.read_csv(folder / "progress.csv")
         assert set(progress["sweeper_trial_id"]) == {trial_id}
-        assert read_status(exp.trial_dir(trial_id))["checkpoint"] == f"trials/{trial_id}/checkpoint.pt"
+        assert (
+            read_status(exp.trial_dir(trial_id))["checkpoint"] == f"trials/{trial_id}/checkpoint.pt"
+        )
     assert {readable(c) for c in trials.values()} == {
-        "smoothadv_pgd_sigma=0.25_eps=0.25_T=1_m=1", "smoothadv_pgd_sigma=0.5_eps=0.25_T=1_m=1",
+        "smoothadv_pgd_sigma=0.25_eps=0.25_T=1_m=1",
+        "smoothadv_pgd_sigma=0.5_eps=0.25_T=1_m=1",
         "gaussian_sigma=0.25_m=1",
-    }  # fmt: skip
+    }
 
 
 def test_envelope_is_max_of_curves_and_non_increasing(finished_sweep):
@@ -234,8 +239,16 @@ def test_fractional_gpus_pack_four_trials(ray_session, tmp_path):
 
     exp = Experiment(str(tmp_path / "store"), "pack")
     options = LaunchOptions(max_failures=0)
-    outcome = run_sweep(exp, trials, [], spec.certify, Resources(cpu=0.5, gpu=0.25), options,
-                        on_event, plane=DataPlane(trainable=packed_trial))  # fmt: skip
+    outcome = run_sweep(
+        exp,
+        trials,
+        [],
+        spec.certify,
+        Resources(cpu=0.5, gpu=0.25),
+        options,
+        on_event,
+        plane=DataPlane(trainable=packed_trial),
+    )
     assert not outcome.failed and not outcome.interrupted, outcome.failed
     assert peak[0] == PACK  # every trial started before any finished
     assert sorted(p.name for p in (tmp_path / "running").iterdir()) == sorted(
@@ -297,10 +310,12 @@ def test_certify_ddrs_adds_sound_data_dependent_rows(finished_sweep):
     duckdb = pytest.importorskip("duckdb")
     exp = Experiment(exp.storage, "e2e")
     for r in (0.0, 0.25):
-        got = dict(duckdb.execute(f"""
+        got = dict(
+            duckdb.execute(f"""
             SELECT smoothing, max(accuracy) FROM (
               SELECT smoothing, trial_id, cert_id, avg((correct AND radius >= {r})::INTEGER) AS accuracy
-              FROM read_parquet('{exp.glob()}') GROUP BY ALL) GROUP BY smoothing""").fetchall())  # fmt: skip
+              FROM read_parquet('{exp.glob()}') GROUP BY ALL) GROUP BY smoothing""").fetchall()
+        )
         want = env.envelope(frame, [r], "smoothing").set_index("smoothing")["certified_accuracy"]
         assert got == pytest.approx(want.to_dict())
 
@@ -336,7 +351,8 @@ def test_certify_refuses_to_mix_shard_sizes(finished_sweep, tmp_path):
     pq.write_table(table.slice(0, 10), done.with_name(f"shard-00000-of-{SHARDS:05d}.parquet"))
     done.unlink()
     Path(partial.cache_path("certify")).unlink()
-    result = run_cli("certify", space, "--storage", partial.storage, "--experiment", "e2e",
-                     "--shard-size", "7")  # fmt: skip
+    result = run_cli(
+        "certify", space, "--storage", partial.storage, "--experiment", "e2e", "--shard-size", "7"
+    )
     assert result.exit_code == 1, result.output
     assert "use the shard_size used before" in result.output.replace("\n", " ")

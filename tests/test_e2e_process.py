@@ -113,8 +113,12 @@ def test_multi_node_cluster_spreads_trials(tmp_path):
     space.write_text(textwrap.dedent(SPACE))
     script = tmp_path / "multi.py"
     script.write_text(MULTI_NODE)
-    done = subprocess.run([sys.executable, str(script), str(space), str(tmp_path / "store")],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), str(space), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert not report["failed"] and not report["interrupted"]
@@ -143,8 +147,13 @@ def test_sigterm_leaves_a_resumable_experiment(tmp_path):
     exp = Experiment(str(tmp_path / "store"), "term")
     args = ["run", "grid", str(space), "--storage", exp.storage, "--experiment", "term"]
     env = {**os.environ, "COLUMNS": "120"}
-    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         _wait_for_epoch(exp, cfg.trial_id, proc)
         proc.send_signal(signal.SIGTERM)

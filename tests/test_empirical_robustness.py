@@ -19,9 +19,15 @@ POINTS = 24
 @pytest.fixture(scope="module")
 def model():
     cfg = TrialConfig(
-        dataset="digits", method="gaussian", sigma=SIGMA, m_train=1, epochs=4, batch_size=64,
-        lr=0.02, eval_subset=64,
-    )  # fmt: skip
+        dataset="digits",
+        method="gaussian",
+        sigma=SIGMA,
+        m_train=1,
+        epochs=4,
+        batch_size=64,
+        lr=0.02,
+        eval_subset=64,
+    )
     net = fit(cfg, None, device=torch.device("cpu")).model.eval()
     net.zero_grad(set_to_none=True)  # the attacks must not leave parameter gradients
     return net
@@ -38,9 +44,19 @@ def points():
 def run(model, points, epsilon, estimator="plugin", m_test=8, steps=10, seed=0):
     x, y = points
     return empirical_robustness.attack_and_predict(
-        model, x, y, SIGMA, epsilon, steps, m_test, N, ALPHA, BATCH,
-        estimator=estimator, generator=torch.Generator().manual_seed(seed),
-    )  # fmt: skip
+        model,
+        x,
+        y,
+        SIGMA,
+        epsilon,
+        steps,
+        m_test,
+        N,
+        ALPHA,
+        BATCH,
+        estimator=estimator,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +115,9 @@ def test_stein_estimator_runs_and_is_weaker_than_the_plugin_attack(model, points
     assert len(stein) == POINTS
     assert all(r.perturbation_norm <= 1.0 + 1e-5 for r in stein)
     assert all(p.grad is None for p in model.parameters())
-    assert empirical_robustness.accuracy(attacked) <= empirical_robustness.accuracy(stein)  # paper, appendix C.6
+    assert empirical_robustness.accuracy(attacked) <= empirical_robustness.accuracy(
+        stein
+    )  # paper, appendix C.6
 
 
 def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(points):
@@ -108,12 +126,16 @@ def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(point
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).train()
     net.register_forward_pre_hook(lambda mod, args: calls.append((mod.training, len(args[0]))))
     with torch.no_grad():
-        x_adv = empirical_robustness.smoothadv_attack(net, x[:5], y[:5], SIGMA, 0.5, steps=3, m_test=4)
+        x_adv = empirical_robustness.smoothadv_attack(
+            net, x[:5], y[:5], SIGMA, 0.5, steps=3, m_test=4
+        )
     assert calls == [(False, 5 * 4)] * 3  # one forward per step for all inputs and noises
     assert x_adv.shape == (5, 1, 8, 8)
     assert (x_adv - x[:5]).flatten(1).norm(dim=1).min() > 0.4  # it did move
     calls.clear()
-    results = empirical_robustness.attack_and_predict(net, x[:5], y[:5], SIGMA, 0.5, 3, 4, 8, 0.5, 100)
+    results = empirical_robustness.attack_and_predict(
+        net, x[:5], y[:5], SIGMA, 0.5, 3, 4, 8, 0.5, 100
+    )
     assert len(results) == 5 and calls[:3] == [(False, 5 * 4)] * 3
     assert len(calls) > 3 and not any(training for training, _ in calls)  # PREDICT too
     assert net.training and all(p.requires_grad for p in net.parameters())
@@ -121,12 +143,17 @@ def test_attack_and_predict_run_in_eval_mode_batched_and_restore_the_model(point
 
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [({"estimator": "nope"}, "unknown estimator \x27nope\x27"),
-     ({"epsilon": -1.0}, r"need sigma > 0, epsilon >= 0, steps >= 1, m_test >= 1 \(got 0\.25, -1\.0, 2, 2\)"),
-     ({"m_test": 0}, r"m_test >= 1 \(got 0\.25, 0\.5, 2, 0\)"),
-     ({"steps": 0}, r"steps >= 1, m_test >= 1 \(got 0\.25, 0\.5, 0, 2\)"),
-     ({"sigma": 0.0}, r"need sigma > 0, .* \(got 0\.0, 0\.5, 2, 2\)")],
-)  # fmt: skip
+    [
+        ({"estimator": "nope"}, "unknown estimator \x27nope\x27"),
+        (
+            {"epsilon": -1.0},
+            r"need sigma > 0, epsilon >= 0, steps >= 1, m_test >= 1 \(got 0\.25, -1\.0, 2, 2\)",
+        ),
+        ({"m_test": 0}, r"m_test >= 1 \(got 0\.25, 0\.5, 2, 0\)"),
+        ({"steps": 0}, r"steps >= 1, m_test >= 1 \(got 0\.25, 0\.5, 0, 2\)"),
+        ({"sigma": 0.0}, r"need sigma > 0, .* \(got 0\.0, 0\.5, 2, 2\)"),
+    ],
+)
 def test_invalid_arguments_are_rejected(points, bad, message):
     x, y = points
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))

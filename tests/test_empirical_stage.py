@@ -121,22 +121,40 @@ def test_block_values_lists_scalars_and_all():
 
 def test_every_problem_of_the_block_is_reported_at_once():
     block = {
-        "epsilons": [-1, "a"], "m_test": [0], "steps": 0, "n": 0, "alpha": 2, "estimator": "x",
-        "skip": 0, "max_points": "some", "shard_size": 0, "batch_size": True, "bogus": 1,
-    }  # fmt: skip
+        "epsilons": [-1, "a"],
+        "m_test": [0],
+        "steps": 0,
+        "n": 0,
+        "alpha": 2,
+        "estimator": "x",
+        "skip": 0,
+        "max_points": "some",
+        "shard_size": 0,
+        "batch_size": True,
+        "bogus": 1,
+    }
     _, problems = parse_spec("x", {"grids": [{"name": "g"}], "empirical": block})
     text = "\n".join(problems)
     for fragment in [
-        "empirical: unknown key 'bogus'", "empirical.epsilons: every value must be a number >= 0 (got -1)",
-        "(got 'a')", "empirical.m_test: every value must be an integer >= 1 (got 0)",
-        "empirical.steps must be", "empirical.n must be", "empirical.skip must be",
-        "empirical.shard_size must be", "empirical.batch_size must be", "empirical.alpha must be",
-        "empirical.max_points must be", "unknown estimator 'x'",
-    ]:  # fmt: skip
+        "empirical: unknown key 'bogus'",
+        "empirical.epsilons: every value must be a number >= 0 (got -1)",
+        "(got 'a')",
+        "empirical.m_test: every value must be an integer >= 1 (got 0)",
+        "empirical.steps must be",
+        "empirical.n must be",
+        "empirical.skip must be",
+        "empirical.shard_size must be",
+        "empirical.batch_size must be",
+        "empirical.alpha must be",
+        "empirical.max_points must be",
+        "unknown estimator 'x'",
+    ]:
         assert fragment in text, text
     assert len(problems) == 12
-    for raw, fragment in [("nope", "empirical must be a mapping"),
-                          ({"epsilons": []}, "epsilons must be a non-empty list")]:  # fmt: skip
+    for raw, fragment in [
+        ("nope", "empirical must be a mapping"),
+        ({"epsilons": []}, "epsilons must be a non-empty list"),
+    ]:
         _, problems = parse_spec("x", {"grids": [{"name": "g"}], "empirical": raw})
         assert any(fragment in p for p in problems), problems
 
@@ -156,8 +174,9 @@ def test_rows_per_point_per_setting(attacked, setup):
         assert (rows["epsilon_attack"] == s.epsilon).all()
         assert (rows["perturbation_norm"] <= s.epsilon + 1e-5).all()
         assert (rows["correct"] == (rows["predict"] == rows["label"])).all()
-    assert (frame[["trial_id", "sigma", "method", "n", "alpha"]].drop_duplicates().values.tolist()
-            == [[cfg.trial_id, 0.25, "gaussian", 100, 0.001]])  # fmt: skip
+    assert frame[
+        ["trial_id", "sigma", "method", "n", "alpha"]
+    ].drop_duplicates().values.tolist() == [[cfg.trial_id, 0.25, "gaussian", 100, 0.001]]
     clean = frame[frame["epsilon_attack"] == 0]
     assert clean[["m_test", "steps_attack", "estimator"]].isna().all().all()
     assert (clean["perturbation_norm"] == 0).all()
@@ -210,24 +229,42 @@ def test_corrupt_file_is_named_and_left_out(tmp_path):
 def test_empirical_envelope_takes_each_models_strongest_attack():
     rows = []
     for tid, eps, m, correct in [
-        ("a", 0.0, None, [1, 1, 1, 1]), ("b", 0.0, None, [1, 1, 1, 0]),
-        ("a", 0.5, 1, [1, 1, 1, 0]), ("a", 0.5, 128, [1, 0, 0, 0]),  # a: strongest 0.25
-        ("b", 0.5, 1, [1, 1, 0, 0]), ("b", 0.5, 128, [1, 1, 0, 0]),  # b: 0.5 wins
-    ]:  # fmt: skip
+        ("a", 0.0, None, [1, 1, 1, 1]),
+        ("b", 0.0, None, [1, 1, 1, 0]),
+        ("a", 0.5, 1, [1, 1, 1, 0]),
+        ("a", 0.5, 128, [1, 0, 0, 0]),  # a: strongest 0.25
+        ("b", 0.5, 1, [1, 1, 0, 0]),
+        ("b", 0.5, 128, [1, 1, 0, 0]),  # b: 0.5 wins
+    ]:
         for i, c in enumerate(correct):
-            rows.append({"trial_id": tid, "n": 100, "alpha": 0.001, "epsilon_attack": eps,
-                         "m_test": m, "steps_attack": 20, "estimator": "plugin", "idx": i,
-                         "correct": bool(c), "sigma": 0.25 if tid == "a" else 0.5})  # fmt: skip
+            rows.append(
+                {
+                    "trial_id": tid,
+                    "n": 100,
+                    "alpha": 0.001,
+                    "epsilon_attack": eps,
+                    "m_test": m,
+                    "steps_attack": 20,
+                    "estimator": "plugin",
+                    "idx": i,
+                    "correct": bool(c),
+                    "sigma": 0.25 if tid == "a" else 0.5,
+                }
+            )
     frame = pd.DataFrame(rows)
     curve = attack_rows.empirical_envelope(frame)
     assert curve[["radius", "empirical_accuracy", "empirical_winner"]].values.tolist() == [
-        [0.0, 1.0, "a"], [0.5, 0.5, "b"],
-    ]  # fmt: skip
+        [0.0, 1.0, "a"],
+        [0.5, 0.5, "b"],
+    ]
     assert curve["empirical_m_test"].iloc[1] in (1, 128)
     by_sigma = attack_rows.empirical_envelope(frame, "sigma")
     assert by_sigma[["sigma", "radius", "empirical_accuracy"]].values.tolist() == [
-        [0.25, 0.0, 1.0], [0.25, 0.5, 0.25], [0.5, 0.0, 0.75], [0.5, 0.5, 0.5],
-    ]  # fmt: skip
+        [0.25, 0.0, 1.0],
+        [0.25, 0.5, 0.25],
+        [0.5, 0.0, 0.75],
+        [0.5, 0.5, 0.5],
+    ]
     table = pd.DataFrame({"radius": [0.0, 0.25, 0.5], "certified_accuracy": [0.9, 0.6, 0.4]})
     out = attack_rows.overlay(table, frame, None)
     assert out["empirical_accuracy"].tolist()[::2] == [1.0, 0.5]
@@ -239,8 +276,9 @@ def test_envelope_overlay_column_and_plot(attacked, setup, tmp_path):
     frame = attacked[2].frame
     base = ["envelope", "--storage", exp.storage, "--experiment", exp.name, "--empirical"]
     plot = tmp_path / "envelope.png"
-    result = runner.invoke(app, [*base, "--radii", "0,0.25,0.5,1", "--format", "csv",
-                                 "--plot", str(plot)])  # fmt: skip
+    result = runner.invoke(
+        app, [*base, "--radii", "0,0.25,0.5,1", "--format", "csv", "--plot", str(plot)]
+    )
     assert result.exit_code == 0, result.output
     table = pd.read_csv(io.StringIO(result.stdout))
     strongest = frame.groupby("epsilon_attack")["correct"].mean()  # one model: clean ...
@@ -311,8 +349,21 @@ def test_envelope_empirical_bad_input(tmp_path, setup):
 @pytest.mark.e2e
 def test_sweeper_empirical_on_a_local_ray(ray_session, setup, attacked):
     space, _, exp, _ = setup
-    args = ["empirical", str(space), "--storage", exp.storage, "--experiment", exp.name,
-            "--cpu-only", "--epsilons", "0,1", "--m-test", "4", "--estimator", "stein"]  # fmt: skip
+    args = [
+        "empirical",
+        str(space),
+        "--storage",
+        exp.storage,
+        "--experiment",
+        exp.name,
+        "--cpu-only",
+        "--epsilons",
+        "0,1",
+        "--m-test",
+        "4",
+        "--estimator",
+        "stein",
+    ]
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     frame = attack_rows.load_empirical(exp).frame

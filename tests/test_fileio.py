@@ -77,7 +77,7 @@ def test_listing_names_every_visible_file_below_as_a_full_location(tmp_path):
         (".c.parquet", b"4444"),
         ("y/.d.tmp", b"5"),
     ]:
-        fileio.write_bytes_atomic(str(tmp_path / name), data)  # fmt: skip
+        fileio.write_bytes_atomic(str(tmp_path / name), data)
     (tmp_path / "dir.parquet").mkdir()  # a directory, not a file
     uri = f"file://{tmp_path}"
     expected = [f"{uri}/a.parquet", f"{uri}/y/b.parquet", f"{uri}/y/empty.parquet"]
@@ -127,7 +127,7 @@ def test_list_stats_gives_each_listed_files_size_and_modification_time(tmp_path)
         (".c.parquet", b"1"),
         ("notes.txt", b"22"),
     ]:
-        fileio.write_bytes_atomic(str(tmp_path / name), data)  # fmt: skip
+        fileio.write_bytes_atomic(str(tmp_path / name), data)
     os.utime(tmp_path / "a.parquet", ns=(0, 1_700_000_000_250_000_000))
     os.utime(tmp_path / "y" / "b.parquet", ns=(0, 0))
     uri = f"file://{tmp_path}"

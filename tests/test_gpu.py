@@ -27,8 +27,16 @@ from trainables.train import fit
 
 pytestmark = pytest.mark.gpu
 
-CFG = dict(dataset="digits", method="gaussian", sigma=0.25, epochs=3, batch_size=64, lr=0.05,
-           train_subset=512, eval_subset=100)  # fmt: skip
+CFG = dict(
+    dataset="digits",
+    method="gaussian",
+    sigma=0.25,
+    epochs=3,
+    batch_size=64,
+    lr=0.05,
+    train_subset=512,
+    eval_subset=100,
+)
 CUDA = torch.device("cuda")
 
 
@@ -168,9 +176,15 @@ def test_load_model_puts_a_cpu_checkpoint_on_cuda_and_a_cuda_one_on_a_machine_wi
     on_cuda = tmp_path / "cuda.pt"
     state = {k: v.to(CUDA) for k, v in model.state_dict().items()}
     checkpoint.save({"model": state, "config": cfg.to_dict()}, on_cuda)
-    read = "from trainables import checkpoint; import sys; m, _ = checkpoint.load_model(sys.argv[1]); print({p.device.type for p in m.parameters()})"  # fmt: skip
+    read = "from trainables import checkpoint; import sys; m, _ = checkpoint.load_model(sys.argv[1]); print({p.device.type for p in m.parameters()})"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-c", read, str(on_cuda)], env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", read, str(on_cuda)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "{'cpu'}"
 
 

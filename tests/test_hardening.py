@@ -134,7 +134,9 @@ def test_an_experiment_linked_outside_the_storage_is_refused(place):
         ("linked", ["run", "grid", "digits", "--smoke", "--dry-run"]),
         ("self", ["run", "grid", "digits", "--smoke", "--restart"]),
     ]:
-        result = runner.invoke(app, [*args, "--storage", str(place / "store"), "--experiment", name])
+        result = runner.invoke(
+            app, [*args, "--storage", str(place / "store"), "--experiment", name]
+        )
         (line,) = error_lines(result)
         assert "outside the storage" in line, line
     assert snapshot(place) == before and not list((place / "outside").iterdir())
@@ -169,7 +171,9 @@ def test_only_slices_become_one_plain_directory_under_reports(tmp_path, only):
     directory = Path(report_dir(reports, only))
     assert directory.parent == Path(reports)
     assert directory.name.startswith("only-") and len(directory.name) <= 100
-    assert set(directory.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=-")  # fmt: skip
+    assert set(directory.name) <= set(
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=-"
+    )
     assert report_dir(reports, "method=gaussian") == str(Path(reports) / "only-method=gaussian")
 
 
@@ -222,12 +226,19 @@ def _run_limited(args: list[str], max_file_bytes: int | None) -> subprocess.Comp
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     code = "from sweeper.cli import app; app()"
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-        preexec_fn=limit if max_file_bytes else None, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=limit if max_file_bytes else None,
+        timeout=300,
+    )
 
 
 def _one_write_error(proc: subprocess.CompletedProcess, where: Path) -> str:
@@ -257,7 +268,9 @@ def test_report_on_a_full_disk_is_one_line_and_resumes(tmp_path):
     store = tmp_path / "store"
     common = ["--storage", str(store), "--experiment", "pub"]
     assert _run_limited(["import", str(tmp_path / "logs"), *common], None).returncode == 0
-    _one_write_error(_run_limited(["report", *common, "--formats", "png"], 8192), store / "pub" / "reports")  # fmt: skip
+    _one_write_error(
+        _run_limited(["report", *common, "--formats", "png"], 8192), store / "pub" / "reports"
+    )
     done = _run_limited(["report", *common, "--formats", "png"], None)
     assert done.returncode == 0, done.stderr
     assert (store / "pub" / "reports" / "index.md").is_file()

@@ -64,13 +64,19 @@ LIMITS = LogLimits.of(100_000, "cifar10", 100_000, 0.001, 0.25)
 @pytest.mark.parametrize(
     ("row", "reason"),
     [
-        ("99999999999999\t3\t3\t0.5\t1\t1.0", "idx 99999999999999 is past the cifar10 test set (10,000 points, idx 0..9999)"),
+        (
+            "99999999999999\t3\t3\t0.5\t1\t1.0",
+            "idx 99999999999999 is past the cifar10 test set (10,000 points, idx 0..9999)",
+        ),
         ("10000\t3\t3\t0.5\t1\t1.0", "idx 10000 is past the cifar10 test set"),
         ("40\t999\t999\t0.5\t1\t1.0", "label 999 or predict 999 is not a cifar10 class (0..9)"),
         ("40\t3\t10\t0.5\t0\t1.0", "label 3 or predict 10 is not a cifar10 class (0..9)"),
-        ("99999\t3\t3\t1e300\t1\t1.0", "idx 99999 is past the cifar10 test set"),  # the first problem
+        (
+            "99999\t3\t3\t1e300\t1\t1.0",
+            "idx 99999 is past the cifar10 test set",
+        ),  # the first problem
     ],
-)  # fmt: skip
+)
 def test_impossible_rows_skip_the_log_naming_the_line(row, reason):
     with pytest.raises(LogSkip) as skipped:
         read_log("\n".join([HEADER, *GOOD, row]), LIMITS)
@@ -80,11 +86,14 @@ def test_impossible_rows_skip_the_log_naming_the_line(row, reason):
 @pytest.mark.parametrize(
     ("row", "reason"),
     [
-        ("40\t3\t3\t1e300\t1\t1.0", "radius 1e+300 is larger than CERTIFY can certify with n=100000, α=0.001, σ_cert=0.25 (at most 0.9576 as printed): pass --set n=..., alpha=... or sigma_cert=... as the log was certified"),
+        (
+            "40\t3\t3\t1e300\t1\t1.0",
+            "radius 1e+300 is larger than CERTIFY can certify with n=100000, α=0.001, σ_cert=0.25 (at most 0.9576 as printed): pass --set n=..., alpha=... or sigma_cert=... as the log was certified",
+        ),
         ("40\t3\t3\t0.96\t1\t1.0", "radius 0.96 is larger than CERTIFY can certify"),
         ("40\t3\t-1\t5.0\t0\t1.0", "radius 5 is larger than CERTIFY can certify"),
     ],
-)  # fmt: skip
+)
 def test_a_radius_beyond_the_bound_refuses_the_log_naming_the_line(row, reason):
     with pytest.raises(LogRefused) as refused:
         read_log("\n".join([HEADER, *GOOD, row]), LIMITS)
@@ -143,7 +152,10 @@ def test_max_rows_option(tmp_path):
     write_log(tmp_path / "logs" / COHEN, [f"{i}\t1\t1\t0.5\t1\t1.0" for i in range(10)])
     store = str(tmp_path / "store")
     args = ["import", str(tmp_path / "logs"), "--storage", store, "--experiment", "pub"]
-    assert "line 11: more than 9 rows (--max-rows)" in runner.invoke(app, [*args, "--max-rows", "9"]).stdout  # fmt: skip
+    assert (
+        "line 11: more than 9 rows (--max-rows)"
+        in runner.invoke(app, [*args, "--max-rows", "9"]).stdout
+    )
     assert runner.invoke(app, [*args, "--max-rows", "10"]).exit_code == 0
     assert runner.invoke(app, [*args, "--max-rows", "0"]).exit_code == 2
 
@@ -210,8 +222,12 @@ def test_issue_case_sigma_1000_is_bounded_by_the_sigma_its_rows_store(tmp_path):
 
 @pytest.mark.parametrize(
     ("sets", "radius", "sigma", "n"),
-    [(["sigma_cert=0.25"], "3000", 0.25, 100_000), ([], "4000", 1000, 100_000), (["n=1000"], "3000", 1000, 1000)],
-)  # fmt: skip
+    [
+        (["sigma_cert=0.25"], "3000", 0.25, 100_000),
+        ([], "4000", 1000, 100_000),
+        (["n=1000"], "3000", 1000, 1000),
+    ],
+)
 def test_issue_case_radius_beyond_the_stored_settings_is_refused(tmp_path, sets, radius, sigma, n):
     """The issue's log certified at σ 0.25 (--set sigma_cert), radius 4000 (beyond σ = 1000's
     3811), or n = 1000 (at most 1000·Φ⁻¹(0.001^(1/1000)) = 2.9e3): refused, file and line named."""
@@ -318,7 +334,9 @@ def _peak_rss_kb(args: list[str]) -> int:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600
+    )
     return int(proc.stderr.rsplit("maxrss ", 1)[1].split()[0])
 
 

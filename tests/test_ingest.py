@@ -52,9 +52,29 @@ DDN_DIR = (
 )
 DDN_ROWS = ["0\t3\t3\t0.75\t1\t2.5", "20\t7\t7\t0.6\t1\t2.5"]
 
-ADV = TrialConfig(dataset="cifar10", arch="cifar_resnet110", method="smoothadv", sigma=0.25, attack="pgd", epsilon=255 / 256, steps=10, m_train=4)  # fmt: skip
-COHEN = TrialConfig(dataset="cifar10", arch="cifar_resnet110", method="gaussian", sigma=0.12, m_train=1)  # fmt: skip
-DDN = TrialConfig(dataset="cifar10", arch="cifar_resnet110", method="smoothadv", sigma=0.5, attack="ddn", epsilon=0.25, steps=4, m_train=1)  # fmt: skip
+ADV = TrialConfig(
+    dataset="cifar10",
+    arch="cifar_resnet110",
+    method="smoothadv",
+    sigma=0.25,
+    attack="pgd",
+    epsilon=255 / 256,
+    steps=10,
+    m_train=4,
+)
+COHEN = TrialConfig(
+    dataset="cifar10", arch="cifar_resnet110", method="gaussian", sigma=0.12, m_train=1
+)
+DDN = TrialConfig(
+    dataset="cifar10",
+    arch="cifar_resnet110",
+    method="smoothadv",
+    sigma=0.5,
+    attack="ddn",
+    epsilon=0.25,
+    steps=4,
+    m_train=1,
+)
 
 
 def write_log(path: Path, rows: list[str], eol: str = "\n", header: bool = True) -> Path:
@@ -91,10 +111,15 @@ def rows_of(exp: Experiment, cfg: TrialConfig, cert_id: str) -> pd.DataFrame:
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("13.7", 13.7), ("0:00:13.736080", 13.73608), ("0:00:14", 14.0), ("1:02:03.5", 3723.5),
-        ("1 day, 1:00:00.500000", 90000.5), ("2 days, 0:00:01", 172801.0), ("0", 0.0),
+        ("13.7", 13.7),
+        ("0:00:13.736080", 13.73608),
+        ("0:00:14", 14.0),
+        ("1:02:03.5", 3723.5),
+        ("1 day, 1:00:00.500000", 90000.5),
+        ("2 days, 0:00:01", 172801.0),
+        ("0", 0.0),
     ],
-)  # fmt: skip
+)
 def test_times_in_seconds_or_timedelta(text, seconds):
     assert log_reader.parse_time(text) == seconds
 
@@ -169,33 +194,85 @@ LAYOUTS = [
     (ADV_DIR + "/sigma_0.25", ADV, 0.25),
     (DDN_DIR + "/sigma_0.50", DDN, 0.5),
     (COHEN_DIR + "/sigma_0.12", COHEN, 0.12),
-    ("smoothing/data/certify/cifar10/resnet110/noise_1.00/test/sigma_0.50", COHEN.replace(sigma=1.0), 0.5),
-    ("smoothing/data/certify/imagenet/resnet50/noise_0.25/test/sigma_0.25", COHEN.replace(dataset="imagenet", arch="resnet50", sigma=0.25), 0.25),
-    ("best_models/cifar10/cohen/resnet110/noise_0.50/test/sigma_0.50", COHEN.replace(sigma=0.5), 0.5),
-    ("ours/cifar10/PGD_10steps_30epochs/eps_127/cifar10/resnet110/noise_0.12/test/sigma_0.12",
-     ADV.replace(sigma=0.12, epsilon=127 / 256, m_train=1, epochs=30), 0.12),
-    ("ours/cifar10/PGD_2steps_multiNoiseSamples/8-multitrain/eps_512/cifar10/resnet110/noise_0.50/test/sigma_0.50",
-     ADV.replace(sigma=0.5, epsilon=2.0, steps=2, m_train=8), 0.5),
-    ("num_noise_vec_2/eps_255/cifar10/resnet110/DDN_2steps/noise_1.00/test/sigma_1.00",
-     DDN.replace(sigma=1.0, epsilon=255 / 256, steps=2, m_train=2), 1.0),
-    ("m8/PGD_6steps/eps_64/cifar10/resnet110/noise_0.25/test/sigma_0.25", ADV.replace(epsilon=0.25, steps=6, m_train=8), 0.25),
+    (
+        "smoothing/data/certify/cifar10/resnet110/noise_1.00/test/sigma_0.50",
+        COHEN.replace(sigma=1.0),
+        0.5,
+    ),
+    (
+        "smoothing/data/certify/imagenet/resnet50/noise_0.25/test/sigma_0.25",
+        COHEN.replace(dataset="imagenet", arch="resnet50", sigma=0.25),
+        0.25,
+    ),
+    (
+        "best_models/cifar10/cohen/resnet110/noise_0.50/test/sigma_0.50",
+        COHEN.replace(sigma=0.5),
+        0.5,
+    ),
+    (
+        "ours/cifar10/PGD_10steps_30epochs/eps_127/cifar10/resnet110/noise_0.12/test/sigma_0.12",
+        ADV.replace(sigma=0.12, epsilon=127 / 256, m_train=1, epochs=30),
+        0.12,
+    ),
+    (
+        "ours/cifar10/PGD_2steps_multiNoiseSamples/8-multitrain/eps_512/cifar10/resnet110/noise_0.50/test/sigma_0.50",
+        ADV.replace(sigma=0.5, epsilon=2.0, steps=2, m_train=8),
+        0.5,
+    ),
+    (
+        "num_noise_vec_2/eps_255/cifar10/resnet110/DDN_2steps/noise_1.00/test/sigma_1.00",
+        DDN.replace(sigma=1.0, epsilon=255 / 256, steps=2, m_train=2),
+        1.0,
+    ),
+    (
+        "m8/PGD_6steps/eps_64/cifar10/resnet110/noise_0.25/test/sigma_0.25",
+        ADV.replace(epsilon=0.25, steps=6, m_train=8),
+        0.25,
+    ),
     # jh-jeong/smoothing-consistency: the log is named noise_<σ>[_<run>], certified at that σ,
     # the model trained with that code's protocol (JEONG: for smoothmix, consistency and
     # stability the methods' own defaults)
-    ("data/certify/cifar10/salman/pgd_255.0_10_10/num_8/cifar_resnet20/noise_0.50_8916",
-     ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8, **JEONG), 0.5),
-    ("data/certify/cifar10/salman/ddn_512.0_4_5_128.0_0.1/num_2/cifar_resnet110/noise_1.00",
-     # the named DDN init norm 128/256 never took effect (train_salman.py resets it to the ε of
-     # the epoch every epoch): ddn_init_norm stays None, the default that does the same
-     DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1, **JEONG), 1.0),
-    ("data/certify/cifar10/consistency/cohen/num_2/lbd_20.0/eta_0.5/cifar_resnet110/noise_0.25",
-     TrialConfig(method="consistency", sigma=0.25, m_train=2, lam=20.0, eta=0.5), 0.25),
-    ("data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
-     TrialConfig(method="macer", sigma=0.5, m_train=16, lam=4.0, macer_gamma=8.0, macer_beta=16.0, **JEONG), 0.5),
-    ("data/certify/mnist/stab/lbd_2.0/lenet/noise_0.50", TrialConfig(dataset="mnist", method="stability", sigma=0.5, lam=2.0), 0.5),
-    ("data/certify/cifar10/cohen/cifar_resnet20/noise_0.50_7483",  # jh-jeong's train_cohen.py
-     COHEN.replace(arch="cifar_resnet20", sigma=0.5, lr_step_offset=1), 0.5),
-]  # fmt: skip
+    (
+        "data/certify/cifar10/salman/pgd_255.0_10_10/num_8/cifar_resnet20/noise_0.50_8916",
+        ADV.replace(arch="cifar_resnet20", sigma=0.5, m_train=8, **JEONG),
+        0.5,
+    ),
+    (
+        "data/certify/cifar10/salman/ddn_512.0_4_5_128.0_0.1/num_2/cifar_resnet110/noise_1.00",
+        # the named DDN init norm 128/256 never took effect (train_salman.py resets it to the ε of
+        # the epoch every epoch): ddn_init_norm stays None, the default that does the same
+        DDN.replace(sigma=1.0, epsilon=2.0, m_train=2, warmup_epochs=5, ddn_gamma=0.1, **JEONG),
+        1.0,
+    ),
+    (
+        "data/certify/cifar10/consistency/cohen/num_2/lbd_20.0/eta_0.5/cifar_resnet110/noise_0.25",
+        TrialConfig(method="consistency", sigma=0.25, m_train=2, lam=20.0, eta=0.5),
+        0.25,
+    ),
+    (
+        "data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
+        TrialConfig(
+            method="macer",
+            sigma=0.5,
+            m_train=16,
+            lam=4.0,
+            macer_gamma=8.0,
+            macer_beta=16.0,
+            **JEONG,
+        ),
+        0.5,
+    ),
+    (
+        "data/certify/mnist/stab/lbd_2.0/lenet/noise_0.50",
+        TrialConfig(dataset="mnist", method="stability", sigma=0.5, lam=2.0),
+        0.5,
+    ),
+    (
+        "data/certify/cifar10/cohen/cifar_resnet20/noise_0.50_7483",  # jh-jeong's train_cohen.py
+        COHEN.replace(arch="cifar_resnet20", sigma=0.5, lr_step_offset=1),
+        0.5,
+    ),
+]
 
 
 @pytest.mark.parametrize(("layout", "cfg", "sigma_cert"), LAYOUTS)
@@ -232,11 +309,17 @@ def test_self_training_and_fine_tuning_logs_are_skipped_unless_set_says_more(tmp
     report = ingest.plan_import(tmp_path / "r", exp_at(tmp_path), [])
     assert [m.cfg for m in report.imported] == [ADV]
     assert report.skipped == [
-        (pre, "pre-training then fine-tuning (finetune_cifar_from_imagenetPGD2steps) is not "
-              "described by the path alone: pass --set init_from (the pre-trained model's trial_id)"),
-        (selftrain, "self-training (self_training_PGD_2steps) is not described by the path alone: "
-                    "pass --set pseudo_data, pseudo_fingerprint and pseudo_eta"),
-    ]  # fmt: skip
+        (
+            pre,
+            "pre-training then fine-tuning (finetune_cifar_from_imagenetPGD2steps) is not "
+            "described by the path alone: pass --set init_from (the pre-trained model's trial_id)",
+        ),
+        (
+            selftrain,
+            "self-training (self_training_PGD_2steps) is not described by the path alone: "
+            "pass --set pseudo_data, pseudo_fingerprint and pseudo_eta",
+        ),
+    ]
 
 
 def test_training_split_logs_are_skipped(tmp_path):
@@ -245,8 +328,11 @@ def test_training_split_logs_are_skipped(tmp_path):
     report = ingest.plan_import(tmp_path / "r", exp_at(tmp_path), [])
     assert len(report.imported) == 1
     assert report.skipped == [
-        ("imagenet/resnet50/noise_0.50/train/sigma_0.50", "certified on the training split (a 'train' directory)")
-    ]  # fmt: skip
+        (
+            "imagenet/resnet50/noise_0.50/train/sigma_0.50",
+            "certified on the training split (a 'train' directory)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------- importing
@@ -254,8 +340,10 @@ def test_import_writes_one_shard_per_log_with_the_exact_rows(tmp_path, logs):
     exp = exp_at(tmp_path)
     report = ingest.import_logs(logs, exp)
     assert [m.rel for m in report.imported] == [  # in path order
-        f"{COHEN_DIR}/sigma_0.12", f"{DDN_DIR}/sigma_0.50", f"{ADV_DIR}/sigma_0.25"
-    ]  # fmt: skip
+        f"{COHEN_DIR}/sigma_0.12",
+        f"{DDN_DIR}/sigma_0.50",
+        f"{ADV_DIR}/sigma_0.25",
+    ]
     assert report.rows == 10 and report.ignored == 1 and report.wrote_sweep
     assert (
         set(report.skipped)
@@ -322,7 +410,16 @@ def test_identical_copies_in_one_tree_are_imported_once(tmp_path):
 
 
 def test_set_overrides_and_adds_hyperparameters(tmp_path, logs):
-    sets = ["epochs=90", "seed=3", "n=10000", "alpha=1e-3", "n0=50", "sigma_cert=0.5", "epsilon=1.0", "lr_step_size=30"]  # fmt: skip
+    sets = [
+        "epochs=90",
+        "seed=3",
+        "n=10000",
+        "alpha=1e-3",
+        "n0=50",
+        "sigma_cert=0.5",
+        "epsilon=1.0",
+        "lr_step_size=30",
+    ]
     report = ingest.import_logs(logs / ADV_DIR, exp_at(tmp_path), sets)
     (model,) = report.imported
     assert model.cfg == ADV.replace(epochs=90, seed=3, epsilon=1.0, lr_step_size=30)
@@ -357,9 +454,23 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
     assert sweep_conflict(exp, ours) == []
     frame = load_results(exp).frame
     assert sorted(frame.groupby(["trial_id", "cert_id"]).size().items()) == [
-        ((COHEN.trial_id, f"imported-sigma-0.12-{PAPER}"), 3), ((COHEN.trial_id, spec.cert_id), 2)
-    ]  # fmt: skip
-    result = runner.invoke(app, ["envelope", "--storage", exp.storage, "--experiment", "cifar10", "--radius", "0", "--format", "csv"])  # fmt: skip
+        ((COHEN.trial_id, f"imported-sigma-0.12-{PAPER}"), 3),
+        ((COHEN.trial_id, spec.cert_id), 2),
+    ]
+    result = runner.invoke(
+        app,
+        [
+            "envelope",
+            "--storage",
+            exp.storage,
+            "--experiment",
+            "cifar10",
+            "--radius",
+            "0",
+            "--format",
+            "csv",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (
         "2 models (a model is a trial certified under one setting: 1 trial here), 5 certified points"
@@ -384,7 +495,9 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
     #   ADV   (5 points): correct radii 0.523, 0.901, 0.000123 -> 3/5, 2/5, 1/5
     #   COHEN (3 points): correct radii 0.457, 0.0734        -> 2/3, 0,   0
     #   DDN   (2 points): correct radii 0.75, 0.6            -> 1,   1,   0
-    result = runner.invoke(app, ["envelope", "--storage", storage, "--radii", "0,0.5,0.9", "--format", "csv"])  # fmt: skip
+    result = runner.invoke(
+        app, ["envelope", "--storage", storage, "--radii", "0,0.5,0.9", "--format", "csv"]
+    )
     assert result.exit_code == 0, result.output
     assert "experiment: pub" in result.stderr  # found by its sweep.json
     table = pd.read_csv(io.StringIO(result.stdout))
@@ -395,14 +508,30 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
         f"imported-sigma-0.25-{PAPER}"
     ]
     assert table.models.tolist() == [3, 3, 3]
-    result = runner.invoke(app, ["table", "--storage", storage, "--experiment", "pub", "--radii", "0,0.5,0.9", "--format", "csv"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "table",
+            "--storage",
+            storage,
+            "--experiment",
+            "pub",
+            "--radii",
+            "0,0.5,0.9",
+            "--format",
+            "csv",
+        ],
+    )
     assert result.exit_code == 0, result.output
     per_model = pd.read_csv(io.StringIO(result.stdout)).set_index("trial_id")
     assert per_model.loc[ADV.trial_id, ["r=0", "r=0.5", "r=0.9"]].tolist() == [0.6, 0.4, 0.2]
     assert per_model.loc[COHEN.trial_id, "r=0"] == pytest.approx(2 / 3)
     result = runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"])
     assert result.exit_code == 0 and "imported 0 logs (0 rows)" in result.stdout
-    assert f"skipped {ADV_DIR}/sigma_0.25: already imported ({ADV.trial_id} imported-sigma-0.25-{PAPER})" in result.stdout  # fmt: skip
+    assert (
+        f"skipped {ADV_DIR}/sigma_0.25: already imported ({ADV.trial_id} imported-sigma-0.25-{PAPER})"
+        in result.stdout
+    )
     assert (
         runner.invoke(app, ["status", "--storage", storage, "--experiment", "pub"]).exit_code == 0
     )
@@ -421,15 +550,37 @@ def _bad(tmp_path: Path, args: list[str]) -> list[str]:
 
 
 def test_cli_bad_input_one_error_line_each_nothing_written(tmp_path, logs):
-    assert _bad(tmp_path, [str(tmp_path / "nowhere"), "--experiment", "x"]) == [f"error: {tmp_path / 'nowhere'}: no such directory"]  # fmt: skip
+    assert _bad(tmp_path, [str(tmp_path / "nowhere"), "--experiment", "x"]) == [
+        f"error: {tmp_path / 'nowhere'}: no such directory"
+    ]
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("hello\n")
     assert (
         "no certification logs" in _bad(tmp_path, [str(tmp_path / "empty"), "--experiment", "x"])[0]
     )
     assert "--experiment is required" in _bad(tmp_path, [str(logs)])[0]
-    lines = _bad(tmp_path, [str(tmp_path / "nowhere"), "--experiment", "x", "--set", "foo=1", "--set", "epochs",
-                            "--set", "epochs=[1, 2]", "--set", "alpha=2", "--set", "n=1.5", "--set", "seed=1", "--set", "seed=2"])  # fmt: skip
+    lines = _bad(
+        tmp_path,
+        [
+            str(tmp_path / "nowhere"),
+            "--experiment",
+            "x",
+            "--set",
+            "foo=1",
+            "--set",
+            "epochs",
+            "--set",
+            "epochs=[1, 2]",
+            "--set",
+            "alpha=2",
+            "--set",
+            "n=1.5",
+            "--set",
+            "seed=1",
+            "--set",
+            "seed=2",
+        ],
+    )
     assert len(lines) == 7
     assert lines[0].endswith("no such directory")
     assert lines[1].startswith("error: --set foo: unknown key (valid: ")
@@ -446,7 +597,9 @@ def test_cli_hyperparameters_trialconfig_rejects(tmp_path, logs):
     # One line for a --set every log rejects, not one per log (the configuration is checked
     # before a log is read: the header-only and the empty log count too).
     lines = _bad(tmp_path, [str(logs), "--experiment", "x", "--set", "arch=foo"])
-    assert lines == [f"error: {COHEN_DIR}/sigma_0.12 and 4 more logs: unknown arch 'foo' (valid: {', '.join(ARCHS)})"]  # fmt: skip
+    assert lines == [
+        f"error: {COHEN_DIR}/sigma_0.12 and 4 more logs: unknown arch 'foo' (valid: {', '.join(ARCHS)})"
+    ]
     write_log(tmp_path / "dense/cifar10/cohen/cifar_densenet40/noise_0.50", ["0\t1\t1\t0.5\t1\t1"])
     (line,) = _bad(tmp_path, [str(tmp_path / "dense"), "--experiment", "x"])
     assert line.startswith(
@@ -469,7 +622,12 @@ def test_cli_two_logs_for_one_model_or_changed_rows_are_errors(tmp_path, logs):
     (line,) = _bad(tmp_path, [str(tmp_path / "runs"), "--experiment", "x"])
     assert "resolve to the same model" in line and "--set" in line
     storage = str(tmp_path / "results")
-    assert runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"]).exit_code == 0  # fmt: skip
+    assert (
+        runner.invoke(
+            app, ["import", str(logs), "--storage", storage, "--experiment", "pub"]
+        ).exit_code
+        == 0
+    )
     write_log(logs / ADV_DIR / "sigma_0.25", ADV_ROWS[:-1])  # the log changed since
     before = {f: f.read_bytes() for f in Path(storage).rglob("*") if f.is_file()}
     result = runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"])

@@ -44,15 +44,28 @@ def _experiment(storage: str, name: str = "e") -> Experiment:
 def _plant(exp: Experiment, **changes) -> Holder:
     """Write a lease.json as another driver would have."""
     now = time.time()
-    holder = Holder(**{"pid": 1, "host": "elsewhere", "command": "sweeper run grid x",
-                       "since": now, "heartbeat": now, "token": "f" * 32, **changes})  # fmt: skip
+    holder = Holder(
+        **{
+            "pid": 1,
+            "host": "elsewhere",
+            "command": "sweeper run grid x",
+            "since": now,
+            "heartbeat": now,
+            "token": "f" * 32,
+            **changes,
+        }
+    )
     fileio.write_bytes_atomic(exp.lease_json, json.dumps(holder.__dict__).encode())
     return holder
 
 
 def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(done.stdout)
 
 

@@ -162,9 +162,17 @@ def test_one_epoch_on_digits_takes_the_reference_optimizer_steps(method, monkeyp
 
     monkeypatch.setattr(train, "build_state", build_state_with_hook)
     cfg = TrialConfig(
-        dataset="digits", method=method, m_train=2, steps=2, warmup_epochs=1, epochs=1,
-        batch_size=32, lr=0.02, train_subset=64, eval_subset=32,
-    )  # fmt: skip
+        dataset="digits",
+        method=method,
+        m_train=2,
+        steps=2,
+        warmup_epochs=1,
+        epochs=1,
+        batch_size=32,
+        lr=0.02,
+        train_subset=64,
+        eval_subset=32,
+    )
     state = train.fit(cfg, None, device=torch.device("cpu"))
     (metrics,) = state.history
     chunks = 2 if REGISTRY[method].splits_batch else 1  # m_train = 2 chunks per batch
@@ -228,9 +236,15 @@ def test_smoothmix_loss_equals_the_hand_computation(monkeypatch, mix_step, epoch
     assert draws == [2]  # one draw of m noises, used by the attack, the clean and mixed copies
     w = min(1.0, (epoch + 1) / 3)  # SmoothMix's own warm-up: (epoch + 1) / warmup_epochs
     hand = smoothmix_by_hand(
-        cases, SMALL_NOISE, seeded_lambda(2), alpha=0.3, steps=3, eta=2.0, w=w,
+        cases,
+        SMALL_NOISE,
+        seeded_lambda(2),
+        alpha=0.3,
+        steps=3,
+        eta=2.0,
+        w=w,
         one_step=mix_step == 1,
-    )  # fmt: skip
+    )
     assert hand["gate"].tolist() == [1.0, 0.0]
     assert hand["x_adv"][0, 0] == 0.0  # the last ascent step was clipped at 0
     assert out.loss.item() == pytest.approx(hand["loss"], rel=ATTACK_REL)
@@ -247,9 +261,15 @@ def test_smoothmix_with_seeded_noise_equals_the_hand_computation():
     noise = torch.randn((3, 2, 1, 1, 2), generator=gen, dtype=DT) * 0.5
     lam = torch.rand(3, generator=gen, dtype=DT).numpy() / 2
     hand = smoothmix_by_hand(
-        cases, noise.view(3, 2, 2).tolist(), lam, alpha=0.3, steps=3, eta=2.0, w=1.0,
+        cases,
+        noise.view(3, 2, 2).tolist(),
+        lam,
+        alpha=0.3,
+        steps=3,
+        eta=2.0,
+        w=1.0,
         one_step=False,
-    )  # fmt: skip
+    )
     assert out.loss.item() == pytest.approx(hand["loss"], rel=ATTACK_REL)
 
 
@@ -286,9 +306,15 @@ def test_smoothmix_inputs_predicted_wrong_contribute_nothing_to_the_mixup_term(m
     both = smoothmix_mix_term(monkeypatch, (RIGHT_0, WRONG_1), SMALL_NOISE)
     right_alone = smoothmix_mix_term(monkeypatch, (RIGHT_0,), SMALL_NOISE[:1])
     hand = smoothmix_by_hand(
-        (RIGHT_0, WRONG_1), SMALL_NOISE, seeded_lambda(2), alpha=0.3, steps=3, eta=1.0, w=1.0,
+        (RIGHT_0, WRONG_1),
+        SMALL_NOISE,
+        seeded_lambda(2),
+        alpha=0.3,
+        steps=3,
+        eta=1.0,
+        w=1.0,
         one_step=False,
-    )  # fmt: skip
+    )
     assert hand["kl"][1].sum() > 0.01  # ungated, the wrong input would add this much
     # A mean over the 2·m (input, copy) pairs against a mean over the m pairs of one input.
     assert 2 * both == pytest.approx(right_alone, rel=1e-10)
@@ -487,9 +513,16 @@ def test_macer_certain_prediction_gives_no_term_and_finite_gradients(monkeypatch
 
 def test_macer_with_the_papers_settings_trains_one_epoch_on_digits():
     cfg = TrialConfig(
-        dataset="digits", method="macer", m_train=16, sigma=0.25, epochs=1, batch_size=32,
-        lr=0.05, train_subset=64, eval_subset=32,
-    )  # fmt: skip
+        dataset="digits",
+        method="macer",
+        m_train=16,
+        sigma=0.25,
+        epochs=1,
+        batch_size=32,
+        lr=0.05,
+        train_subset=64,
+        eval_subset=32,
+    )
     assert (cfg.lam, cfg.macer_beta, cfg.macer_gamma) == (12.0, 16.0, 8.0)
     state = train.fit(cfg, None, device=torch.device("cpu"))
     assert math.isfinite(state.history[0]["train_loss"])

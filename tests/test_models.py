@@ -181,9 +181,14 @@ def test_cifar10_statistics_are_the_references():
 
 @pytest.mark.parametrize(
     ("normalize", "scale", "layer"),
-    [(True, True, "normalize"), (True, None, "normalize"), (True, False, "center"),
-     (False, None, "identity"), (False, True, "identity")],
-)  # fmt: skip
+    [
+        (True, True, "normalize"),
+        (True, None, "normalize"),
+        (True, False, "center"),
+        (False, None, "identity"),
+        (False, True, "identity"),
+    ],
+)
 def test_input_statistics_give_the_references_layers_bit_for_bit(normalize, scale, layer):
     """(means, sds) standardizes as the reference's NormalizeLayer, (means, 1) centers as its
     InputCenterLayer, (0, 1) is the identity (MACER's model): equal, not close."""
@@ -233,9 +238,12 @@ def test_fine_tuning_keeps_the_models_own_input_layer():
 
 @pytest.mark.parametrize(
     ("fields", "sds"),
-    [({}, [1.0, 1.0, 1.0]), ({"scale_input": True}, REFERENCE_CIFAR10[1]),
-     ({"init_from": "0123456789ab"}, REFERENCE_CIFAR10[1])],
-)  # fmt: skip
+    [
+        ({}, [1.0, 1.0, 1.0]),
+        ({"scale_input": True}, REFERENCE_CIFAR10[1]),
+        ({"init_from": "0123456789ab"}, REFERENCE_CIFAR10[1]),
+    ],
+)
 def test_a_smoothadv_trial_builds_the_input_layer_its_config_resolves(fields, sds):
     """From scratch on CIFAR-10: x − μ (the reference's InputCenterLayer); fine-tuned, or with
     scale_input true: (x − μ)/s."""

@@ -33,8 +33,16 @@ from trainables.config import TrialConfig
 runner = CliRunner()
 CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)
 G = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
-S = TrialConfig(dataset="digits", method="smoothadv", sigma=0.5, attack="pgd", epsilon=0.5,
-                steps=2, m_train=1, epochs=1)  # fmt: skip
+S = TrialConfig(
+    dataset="digits",
+    method="smoothadv",
+    sigma=0.5,
+    attack="pgd",
+    epsilon=0.5,
+    steps=2,
+    m_train=1,
+    epochs=1,
+)
 # (predict, label, radius) per test point; certified at the training σ with n = 100, so the
 # largest radius is 0.3751 for G and 0.7502 for S. Each radius is reached by the fewest of the
 # 100 votes that certify it (VOTES; an abstention has 33): the rows' radii are CERTIFY's, at or
@@ -67,8 +75,13 @@ def write_model(exp: Experiment, cfg: TrialConfig, spec: CertifySpec) -> None:
 
 def make(storage: Path) -> Experiment:
     exp = Experiment(str(storage), "exp")
-    write_sweep(exp, {"space": {"name": "hand", "certify": {"batch_size": 400}},
-                      "trials": [c.to_dict() for c in POINTS]})  # fmt: skip
+    write_sweep(
+        exp,
+        {
+            "space": {"name": "hand", "certify": {"batch_size": 400}},
+            "trials": [c.to_dict() for c in POINTS],
+        },
+    )
     for cfg in POINTS:
         certified_rows.trained(exp, cfg)
         write_model(exp, cfg, CERT)
@@ -148,11 +161,16 @@ def test_integers_stay_integers_in_csv_and_json(storage):
 ELLIPSIS = "…"
 
 
-@pytest.mark.parametrize("args", [
-    ["envelope", "--radii", RADII], ["envelope", "--radii", RADII, "--by", "sigma"],
-    ["envelope", "--radii", "0:2.25:0.25", "--by", "method"], ["table"],
-    ["table", "--radii", "0:2.25:0.25"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["envelope", "--radii", RADII],
+        ["envelope", "--radii", RADII, "--by", "sigma"],
+        ["envelope", "--radii", "0:2.25:0.25", "--by", "method"],
+        ["table"],
+        ["table", "--radii", "0:2.25:0.25"],
+    ],
+)
 def test_every_table_fits_80_columns_with_whole_numbers_and_ids(storage, args):
     result = invoke(storage, *args)
     lines = result.stdout.splitlines()
@@ -194,17 +212,31 @@ def test_wide_shows_every_column_whole_when_piped(storage):
     result = invoke(storage, "envelope", "--radii", RADII, "--wide")
     header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
     assert [h.strip() for h in header.strip("┃").split("┃")] == [
-        "radius", "cert. acc", "winner", "clean acc", "ACR", "method", "attack", "σ", "ε", "T",
-        "m", "models", "max r",
-    ]  # fmt: skip
+        "radius",
+        "cert. acc",
+        "winner",
+        "clean acc",
+        "ACR",
+        "method",
+        "attack",
+        "σ",
+        "ε",
+        "T",
+        "m",
+        "models",
+        "max r",
+    ]
     assert ELLIPSIS not in result.stdout and "more columns" not in result.stderr
     assert max(len(line) for line in result.stdout.splitlines()) > 80  # not cut to fit
 
 
 def test_per_model_table_marks_radii_beyond_reach(storage):
     result = invoke(storage, "table", "--radii", "0,0.5,1", "--wide")
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in result.stdout.splitlines() if line.startswith("│")}  # fmt: skip
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+    }
     assert rows[G.trial_id] == ["gaussian", "0.25", "0.750*", "n/a", "n/a", "0.154", "4", "0.375"]
     assert rows[S.trial_id] == [
         "smoothadv",
@@ -231,8 +263,10 @@ def test_only_with_no_such_models_names_the_values_there_are(storage):
 def test_a_different_sweep_names_what_differs_and_the_likely_fix_first(tmp_path):
     spec = load_space("digits").smoked()
     trials = expand(spec, {"data_dir": None, "download": False})
-    write_sweep(Experiment(str(tmp_path), "digits"),
-                {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})  # fmt: skip
+    write_sweep(
+        Experiment(str(tmp_path), "digits"),
+        {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]},
+    )
     result = runner.invoke(app, ["run", "grid", "digits", "--dry-run", "--storage", str(tmp_path)])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
@@ -241,8 +275,20 @@ def test_a_different_sweep_names_what_differs_and_the_likely_fix_first(tmp_path)
         "to continue it; or pass --experiment NEW for a new experiment; or --restart to start "
         "this one over (the old one is kept aside)"
     ]
-    smoke = runner.invoke(app, ["run", "grid", "digits", "--smoke", "--dry-run", "--storage",
-                                str(tmp_path), "--experiment", "digits"])  # fmt: skip
+    smoke = runner.invoke(
+        app,
+        [
+            "run",
+            "grid",
+            "digits",
+            "--smoke",
+            "--dry-run",
+            "--storage",
+            str(tmp_path),
+            "--experiment",
+            "digits",
+        ],
+    )
     assert smoke.exit_code == 0, smoke.output  # the suggested fix works
 
 
@@ -305,8 +351,9 @@ def test_the_demo_figure_and_the_report_figures_have_distinct_names():
 # ----------------------------------------------------------------------------- report
 def test_the_report_states_its_settings_and_marks_radii_beyond_reach(storage):
     frame = load_results(Experiment(str(storage), "exp")).frame
-    report = build_report(frame, [0.0, 0.25, 0.5, 0.75, 1.0], {"digits": 64}, ("png",),
-                          name="exp", batch=400)  # fmt: skip
+    report = build_report(
+        frame, [0.0, 0.25, 0.5, 0.75, 1.0], {"digits": 64}, ("png",), name="exp", batch=400
+    )
     files = {f.name: f.data.decode() for f in report.files if f.name.endswith(".md")}
     index = files["index.md"]
     assert "## Certification settings" in index
@@ -317,8 +364,10 @@ def test_the_report_states_its_settings_and_marks_radii_beyond_reach(storage):
     ) in index
     winners = files["envelope.md"].split("## Upper envelope per ℓ2 radius and its winner")[1]
     rows = [line for line in winners.splitlines() if line.startswith(("| 0.75 ", "| 1 "))]
-    assert rows == ["| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | 2 |",
-                    "| 1 | n/a | - | - | - | - | - | - | - | - | - | 2 |"]  # fmt: skip
+    assert rows == [
+        "| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | 2 |",
+        "| 1 | n/a | - | - | - | - | - | - | - | - | - | 2 |",
+    ]
     per_model = files["per_model.md"].splitlines()
     assert (
         f"| Gaussian (Cohen et al.) | 0.25 |  | 1 | **0.750** | 0.250 | n/a | n/a | n/a | 0.154 | {G.trial_id} |"
@@ -399,8 +448,11 @@ def test_a_wide_table_on_a_narrow_terminal_folds_cells_never_cuts_them(monkeypat
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     monkeypatch.setenv("COLUMNS", "40")
-    cols = [Column("trial_id", [G.trial_id]), Column("value", ["0.123456789012345"], True),
-            Column("note", ["a long note " * 3])]  # fmt: skip
+    cols = [
+        Column("trial_id", [G.trial_id]),
+        Column("value", ["0.123456789012345"], True),
+        Column("note", ["a long note " * 3]),
+    ]
     print_table("t", cols, [], wide=True)
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) <= 40

@@ -91,8 +91,18 @@ def test_sharded_device_order_is_distributed_samplers(n, world):
 
 
 def cifar_cfg(root, **changes) -> TrialConfig:
-    base = dict(dataset="cifar10", arch="cifar_resnet20", method="gaussian", sigma=0.25,
-                epochs=3, batch_size=8, lr=0.01, lr_step_size=2, eval_subset=4, data_dir=str(root))  # fmt: skip
+    base = dict(
+        dataset="cifar10",
+        arch="cifar_resnet20",
+        method="gaussian",
+        sigma=0.25,
+        epochs=3,
+        batch_size=8,
+        lr=0.01,
+        lr_step_size=2,
+        eval_subset=4,
+        data_dir=str(root),
+    )
     return TrialConfig(**{**base, **changes})
 
 
@@ -125,8 +135,11 @@ def old_layout(payload: dict) -> dict:
     """A checkpoint as the code before the device pipeline wrote it: `amp` a bool, no run
     settings in the config, RNG states torch/loader/noise only, no data_pipeline."""
     old = {k: v for k, v in payload.items() if k != "data_pipeline"}
-    config = {k: v for k, v in payload["config"].items()
-              if k not in ("channels_last", "compile", "data_pipeline")}  # fmt: skip
+    config = {
+        k: v
+        for k, v in payload["config"].items()
+        if k not in ("channels_last", "compile", "data_pipeline")
+    }
     old["config"] = {**config, "amp": payload["config"]["amp"] != "off"}
     old["rng"] = {k: payload["rng"][k] for k in ("torch", "loader", "noise")}
     return old
@@ -148,7 +161,9 @@ def test_a_checkpoint_of_the_dataloader_pipeline_resumes_with_it(tmp_path, caplo
     assert resumed.pipeline == "loader" and resumed.epoch == 3
     assert_nested_equal(resumed.payload()["model"], straight.payload()["model"], "model")
     assert "different config" not in caplog.text
-    explicit = fit(cfg.replace(data_pipeline="device"), tmp_path / "c" / "checkpoint.pt", device=CPU)
+    explicit = fit(
+        cfg.replace(data_pipeline="device"), tmp_path / "c" / "checkpoint.pt", device=CPU
+    )
     assert explicit.pipeline == "device" and explicit.epoch == 3
 
 

@@ -114,9 +114,18 @@ def results_frames(draw):
         for idx in range(draw(st.integers(1, 12))):
             correct = draw(st.booleans())
             radius = draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, 1.5]))
-            rows.append({"trial_id": trial, "cert_id": cert, "idx": idx, "correct": correct,
-                         "radius": radius if correct else 0.0, "predict": 1 if correct else -1,
-                         "sigma": 0.25 * (1 + m % 2), "method": "gaussian"})  # fmt: skip
+            rows.append(
+                {
+                    "trial_id": trial,
+                    "cert_id": cert,
+                    "idx": idx,
+                    "correct": correct,
+                    "radius": radius if correct else 0.0,
+                    "predict": 1 if correct else -1,
+                    "sigma": 0.25 * (1 + m % 2),
+                    "method": "gaussian",
+                }
+            )
     frame = pd.DataFrame(rows).drop_duplicates(["trial_id", "cert_id", "idx"])
     return frame.reset_index(drop=True)
 
@@ -177,11 +186,13 @@ def test_the_envelope_does_not_depend_on_the_order_of_the_rows(frame, rng, by):
 # ---------------------------------------------------------------- grid expansion
 axis_values = {
     "sigma": st.lists(st.sampled_from([0.12, 0.25, 0.5, 1.0]), min_size=1, max_size=4, unique=True),
-    "epsilon": st.lists(st.sampled_from([0.25, 0.5, 1.0, 2.0]), min_size=1, max_size=4, unique=True),
+    "epsilon": st.lists(
+        st.sampled_from([0.25, 0.5, 1.0, 2.0]), min_size=1, max_size=4, unique=True
+    ),
     "steps": st.lists(st.integers(1, 8), min_size=1, max_size=3, unique=True),
     "m_train": st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3, unique=True),
     "attack": st.lists(st.sampled_from(["pgd", "ddn"]), min_size=1, max_size=2, unique=True),
-}  # fmt: skip
+}
 
 
 @settings(max_examples=40)

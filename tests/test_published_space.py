@@ -45,9 +45,17 @@ def test_cifar10_published_trains_exactly_the_published_models():
     assert set(smoothadv) == set(published_logs())
     assert Counter(t.method for t in trials) == {"smoothadv": 464, "gaussian": 4}
     by_m = Counter((t.attack, t.m_train) for t in smoothadv.values())
-    assert by_m == {("pgd", 1): 80, ("ddn", 1): 80, ("pgd", 2): 48, ("pgd", 4): 48,
-                    ("pgd", 8): 48, ("ddn", 2): 40, ("ddn", 4): 40, ("ddn", 8): 40,
-                    ("ddn", 16): 40}  # fmt: skip
+    assert by_m == {
+        ("pgd", 1): 80,
+        ("ddn", 1): 80,
+        ("pgd", 2): 48,
+        ("pgd", 4): 48,
+        ("pgd", 8): 48,
+        ("ddn", 2): 40,
+        ("ddn", 4): 40,
+        ("ddn", 8): 40,
+        ("ddn", 16): 40,
+    }
     assert {t.epsilon for t in smoothadv.values()} == {0.25, 127 / 256, 255 / 256, 2.0, 4.0}
     # multiNoiseSamples (at m = 1 the setting means nothing and is unset)
     assert all(t.train_multi_noise is (True if t.m_train > 1 else None) for t in smoothadv.values())

@@ -83,24 +83,63 @@ def ddrs_experiment(tmp_path, monkeypatch) -> Experiment:
     write_status(exp.trial_dir(A.trial_id), A, "finished", 1, {})  # the memory pass reads it
     labels = [2, 0, 4, 9, 4]
     sigmas = [1.0, 1.1, 0.9, 1.0, 1.2]
-    _shard(exp, A, DDRS, 0, 2, [0, 1, 2], [2, 0, 4], labels[:3], [1.2, 1.9, 1.5], sigmas[:3],
-           "data-dependent")  # fmt: skip
+    _shard(
+        exp,
+        A,
+        DDRS,
+        0,
+        2,
+        [0, 1, 2],
+        [2, 0, 4],
+        labels[:3],
+        [1.2, 1.9, 1.5],
+        sigmas[:3],
+        "data-dependent",
+    )
     _shard(
         exp, A, DDRS, 1, 2, [3, 4], [-1, 9], labels[3:], [0.0, 0.8], sigmas[3:], "data-dependent"
     )
     compaction.compact(exp, CERTIFY, A.trial_id, DDRS, 2)
-    _shard(exp, B, FIXED, 0, 1, [0, 1, 2, 3, 4], [2, 0, 1, 9, -1], labels, [0.3, 0.6, 0.2, 0.1, 0.0],
-           [0.25] * 5, "fixed")  # fmt: skip
+    _shard(
+        exp,
+        B,
+        FIXED,
+        0,
+        1,
+        [0, 1, 2, 3, 4],
+        [2, 0, 1, 9, -1],
+        labels,
+        [0.3, 0.6, 0.2, 0.1, 0.0],
+        [0.25] * 5,
+        "fixed",
+    )
     compaction.compact(exp, CERTIFY, B.trial_id, FIXED, 1)
-    _shard(exp, C, DDRS, 0, 1, [0, 1, 2, 3, 4], [2, 0, 4, 9, 4], labels, [1.6, 1.6, 1.6, 1.6, 1.6],
-           [1.0] * 5, "data-dependent")  # fmt: skip
+    _shard(
+        exp,
+        C,
+        DDRS,
+        0,
+        1,
+        [0, 1, 2, 3, 4],
+        [2, 0, 4, 9, 4],
+        labels,
+        [1.6, 1.6, 1.6, 1.6, 1.6],
+        [1.0] * 5,
+        "data-dependent",
+    )
     raw = pq.read_table(exp.shard_path(C.trial_id, DDRS.cert_id, 0, 1)).column("radius").to_pylist()
     memory = pa.Table.from_pydict(
-        {"trial_id": [C.trial_id] * 5, "cert_id": [DDRS.cert_id] * 5, "idx": [0, 1, 2, 3, 4],
-         "predict_memory": [2, 0, -1, 9, 4], "radius_memory": [raw[0], 0.4, 0.0, raw[3], 1.0],
-         "correct_memory": [True, True, False, True, True],
-         "memory_changed": [False, True, True, False, True]}, schema=MEMORY_SCHEMA,
-    )  # fmt: skip
+        {
+            "trial_id": [C.trial_id] * 5,
+            "cert_id": [DDRS.cert_id] * 5,
+            "idx": [0, 1, 2, 3, 4],
+            "predict_memory": [2, 0, -1, 9, 4],
+            "radius_memory": [raw[0], 0.4, 0.0, raw[3], 1.0],
+            "correct_memory": [True, True, False, True, True],
+            "memory_changed": [False, True, True, False, True],
+        },
+        schema=MEMORY_SCHEMA,
+    )
     pq.write_table(memory, Path(exp.setting_dir("certify", C.trial_id, DDRS.cert_id)) / MEMORY)
     return exp
 
@@ -114,8 +153,9 @@ def _envelope(exp: Experiment) -> list[float]:
 def test_each_kind_of_file_is_its_own_glob_of_one_schema(ddrs_experiment):
     exp = ddrs_experiment
     assert exp.glob() == str(Path(exp.root, "certify", "*", "*", "compacted-of-*.parquet"))
-    compacted, shards, memory = (sorted(glob.glob(exp.glob("certify", kind)))
-                                 for kind in ("compacted", "shard", "memory"))  # fmt: skip
+    compacted, shards, memory = (
+        sorted(glob.glob(exp.glob("certify", kind))) for kind in ("compacted", "shard", "memory")
+    )
     assert [Path(p).parts[-3] for p in compacted] == sorted([A.trial_id, B.trial_id])
     assert [Path(p).name for p in shards] == ["shard-00000-of-00001.parquet"]  # model C's
     assert [Path(p).name for p in memory] == [MEMORY]
@@ -192,8 +232,11 @@ def test_the_readme_recipes_give_the_envelope_of_a_ddrs_experiment(
 
 
 def test_the_python_api_in_the_readme_is_the_envelope(ddrs_experiment, capsys):
-    code = next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-                if "from sweeper.results import Experiment, load_results" in b)  # fmt: skip
+    code = next(
+        b
+        for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+        if "from sweeper.results import Experiment, load_results" in b
+    )
     exec(compile(code, "README.md", "exec"), namespace := {})
     assert "certified_accuracy" in capsys.readouterr().out
     assert namespace["frame"]["sound"].all() and len(namespace["frame"]) == 15

@@ -37,7 +37,7 @@ from test_row_provenance import (
 
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
-from sweeper.results import reader
+from sweeper.results import reader, validation
 from sweeper.results.provenance import most_points
 from sweeper.results.reader import COVERS, ROWS, read_stage, refresh_cache
 from sweeper.results.rows import CERTIFIED
@@ -243,8 +243,11 @@ def test_a_file_with_more_rows_than_its_grid_is_named_and_never_scanned(experime
     path = _compacted(exp, W)
     rewrite(path, lambda t: pa.concat_tables([t, *[t.slice(0, 1)] * 1990]))
     scanned: list[str] = []
-    scan = reader._scan
-    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a))
+    scan = validation.scan
+    for module in (reader, validation):  # files are scanned there, the cache here
+        monkeypatch.setattr(
+            module, "scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a)
+        )
     why = "2000 rows, more than the 10 test points its cert_id names in the test split of digits"
     assert_left_out(exp, before, path, why)
     assert path not in scanned
@@ -268,8 +271,11 @@ def test_a_cache_with_more_rows_than_its_models_grids_is_named_and_never_scanned
     cache = exp.cache_path("certify")
     rewrite(cache, lambda t: pa.concat_tables([t, *[t.slice(0, 1)] * 1970]))
     scanned: list[str] = []
-    scan = reader._scan
-    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a))
+    scan = validation.scan
+    for module in (reader, validation):  # files are scanned there, the cache here
+        monkeypatch.setattr(
+            module, "scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a)
+        )
     rows = read_stage(exp, CERTIFIED)
     assert rows.invalid == [
         f"{cache}: 2000 rows, more than the 30 test points of the models it records; "

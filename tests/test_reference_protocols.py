@@ -255,8 +255,9 @@ def test_ddrs_training_follows_the_ddrs_codes_schedule_and_input_layer(method):
     after each epoch and its network's (x − μ)/s (models/resnet.py l. 163-164), not the
     method's own reference (MACER: drops one epoch early, no layer; SmoothAdv: x − μ)."""
     plain = space_config(method)
-    cfg = plain.replace(ddrs_start_epoch=0, lr_step_offset=None, normalize_input=None,
-                        scale_input=None)  # fmt: skip
+    cfg = plain.replace(
+        ddrs_start_epoch=0, lr_step_offset=None, normalize_input=None, scale_input=None
+    )
     assert sweepers_lrs(cfg) == pytest.approx(reference_ddrs(cfg), rel=1e-12)
     assert (cfg.normalize_input, cfg.scale_input, cfg.lr_step_offset) == (True, True, 0)
     ours = sweepers_lrs(cfg)

@@ -173,8 +173,12 @@ def test_per_model_tables_like_appendix_e(frame):
     assert pgd["acr"].tolist() == pytest.approx([ACR[G1], ACR[G2], ACR[A], ACR[B]])
     # Bold: the best per radius over the table (baselines included); none where all are 0.
     assert tables[1].bold == {
-        "r=0": {2}, "r=0.25": {2}, "r=0.5": {3}, "r=1": {3}, "acr": {3},
-    }  # fmt: skip
+        "r=0": {2},
+        "r=0.25": {2},
+        "r=0.5": {3},
+        "r=1": {3},
+        "acr": {3},
+    }
     ddn = tables[0]
     assert ddn.bold["r=0"] == {row_of(ddn.data, G2), row_of(ddn.data, C)}  # a tie: both bold
     assert ddn.bold["r=0.5"] == {row_of(ddn.data, C)}
@@ -204,9 +208,15 @@ def test_wide_envelope_row_bolds_the_best_method(frame):
     )
     models = t.data["models"].tolist()
     assert models == [
-        "Gaussian (Cohen et al.)", "Gaussian (Cohen et al.)", "SmoothAdv", "SmoothAdv",
-        "vanilla PGD", "vanilla PGD", "upper envelope (all models)", "upper envelope (all models)",
-    ]  # fmt: skip
+        "Gaussian (Cohen et al.)",
+        "Gaussian (Cohen et al.)",
+        "SmoothAdv",
+        "SmoothAdv",
+        "vanilla PGD",
+        "vanilla PGD",
+        "upper envelope (all models)",
+        "upper envelope (all models)",
+    ]
     assert t.data.loc[6, ["r=0", "r=0.25", "r=0.5", "r=1"]].tolist() == [1.0, 0.75, 0.5, 0.25]
     assert t.data.loc[7, ["r=0", "r=0.25", "r=0.5", "r=1"]].tolist() == [1.0, 1.0, 0.75, 0.5]
     assert t.bold == {"r=0": {2}, "r=0.25": {2}, "r=0.5": {2}, "r=1": {2}}  # SmoothAdv's rows
@@ -287,9 +297,14 @@ def test_figure_plan_makes_the_figures_the_data_supports(frame):
     figures, notes = figure_plan(frame)
     names = [f.name for f in figures]
     assert names == [
-        "envelope", "envelope_by_sigma", "representative_per_sigma", "envelope_by_method",
-        "envelope_by_attack", "envelope_by_m_train", "envelope_by_epsilon",
-    ]  # fmt: skip
+        "envelope",
+        "envelope_by_sigma",
+        "representative_per_sigma",
+        "envelope_by_method",
+        "envelope_by_attack",
+        "envelope_by_m_train",
+        "envelope_by_epsilon",
+    ]
     assert notes == [
         "envelope_by_smoothing: skipped, smoothing does not vary among all models (fixed)"
     ]
@@ -354,8 +369,16 @@ def test_build_and_write_report(built, frame, tmp_path):
 
 
 def test_run_summary_counts_models_per_run_setting(frame):
-    fast = CertifySpec(sigma=1.0, n0=10, n=100, alpha=0.001, skip=1, max_points=None,
-                       precision="bf16", channels_last=True).cert_id  # fmt: skip
+    fast = CertifySpec(
+        sigma=1.0,
+        n0=10,
+        n=100,
+        alpha=0.001,
+        skip=1,
+        max_points=None,
+        precision="bf16",
+        channels_last=True,
+    ).cert_id
     mixed = pd.concat([frame, frame[frame["trial_id"] == A.trial_id].assign(cert_id=fast)])
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
     assert run_summary(mixed) == f"bf16, channels_last (1 model); fp32 ({models} models)"
@@ -369,8 +392,19 @@ def run(args: list[str]):
 
 def test_cli_report_writes_the_reports_directory(tmp_path):
     exp = make_experiment(tmp_path)
-    result = run(["report", "--storage", f"file://{tmp_path}", "--experiment", "exp",
-                  "--radii", "0:1.5:0.25", "--formats", "pdf"])  # fmt: skip
+    result = run(
+        [
+            "report",
+            "--storage",
+            f"file://{tmp_path}",
+            "--experiment",
+            "exp",
+            "--radii",
+            "0:1.5:0.25",
+            "--formats",
+            "pdf",
+        ]
+    )
     assert result.exit_code == 0, (result.output, result.exception)
     listed = result.stdout.split()
     reports = Path(exp.reports_dir)
@@ -392,8 +426,19 @@ def test_cli_report_writes_the_reports_directory(tmp_path):
 
 def test_cli_only_writes_a_slice_beside_the_report(tmp_path):
     make_experiment(tmp_path)
-    result = run(["report", "--storage", str(tmp_path), "--experiment", "exp",
-                  "--only", "method=gaussian", "--formats", "svg"])  # fmt: skip
+    result = run(
+        [
+            "report",
+            "--storage",
+            str(tmp_path),
+            "--experiment",
+            "exp",
+            "--only",
+            "method=gaussian",
+            "--formats",
+            "svg",
+        ]
+    )
     assert result.exit_code == 0, result.output
     out = tmp_path / "exp" / "reports" / "only-method=gaussian"
     assert (out / "index.md").exists() and (out / "envelope_by_sigma.svg").exists()

@@ -59,9 +59,15 @@ def _configs() -> tuple[TrialConfig, TrialConfig]:
     the higher clean accuracy then cannot win a tie by trial_id alone."""
     a = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=1)
     b = TrialConfig(
-        dataset="digits", method="smoothadv", sigma=0.5, attack="pgd", epsilon=0.5, steps=2,
-        m_train=2, epochs=1,
-    )  # fmt: skip
+        dataset="digits",
+        method="smoothadv",
+        sigma=0.5,
+        attack="pgd",
+        epsilon=0.5,
+        steps=2,
+        m_train=2,
+        epochs=1,
+    )
     return (a, b) if a.trial_id > b.trial_id else (b, a)
 
 
@@ -113,10 +119,22 @@ def write_experiment(storage, name: str = "exp") -> Experiment:
     exp = Experiment(str(storage), name)
     certified_rows.trained(exp, HI)
     certified_rows.trained(exp, LO)
-    write_table(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(HI.trial_id, CID, 0, 2))  # fmt: skip
-    write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
-    write_table(table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name), exp.shard_path(LO.trial_id, CID, 0, 3))  # fmt: skip
-    write_table(table(LO, _part(LO_POINTS, slice(2, 4)), [4, 5], name), exp.shard_path(LO.trial_id, CID, 2, 3))  # fmt: skip
+    write_table(
+        table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1], name),
+        exp.shard_path(HI.trial_id, CID, 0, 2),
+    )
+    write_table(
+        table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3], name),
+        exp.shard_path(HI.trial_id, CID, 1, 2),
+    )
+    write_table(
+        table(LO, _part(LO_POINTS, slice(0, 2)), [0, 1], name),
+        exp.shard_path(LO.trial_id, CID, 0, 3),
+    )
+    write_table(
+        table(LO, _part(LO_POINTS, slice(2, 4)), [4, 5], name),
+        exp.shard_path(LO.trial_id, CID, 2, 3),
+    )
     return exp
 
 
@@ -346,11 +364,19 @@ def _two_settings_each(rows_per_model: int = 3) -> pd.DataFrame:
     """Trials t1, t2, each certified under cert ids c1 and c2 with identical results, the rows
     in an order that sorts neither by trial_id nor by cert_id."""
     rows = [
-        {"trial_id": t, "cert_id": c, "idx": i, "correct": i != 1, "radius": 0.5 * i,
-         "predict": 0 if i != 1 else -1, "sigma": 0.25, "method": "gaussian"}
+        {
+            "trial_id": t,
+            "cert_id": c,
+            "idx": i,
+            "correct": i != 1,
+            "radius": 0.5 * i,
+            "predict": 0 if i != 1 else -1,
+            "sigma": 0.25,
+            "method": "gaussian",
+        }
         for c, t in (("c2", "t2"), ("c1", "t2"), ("c2", "t1"), ("c1", "t1"))
         for i in range(rows_per_model)
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows).sample(frac=1.0, random_state=0).reset_index(drop=True)
 
 
@@ -358,10 +384,19 @@ def test_models_are_listed_by_trial_id_then_cert_id_with_their_own_columns_only(
     frame = _two_settings_each()
     table = model_table(frame)
     assert list(zip(table["trial_id"], table["cert_id"], strict=True)) == [
-        ("t1", "c1"), ("t1", "c2"), ("t2", "c1"), ("t2", "c2")
-    ]  # fmt: skip
-    assert list(table.columns[:6]) == ["trial_id", "cert_id", "points", "clean_acc", "acr",
-                                       "abstain_rate"]  # fmt: skip
+        ("t1", "c1"),
+        ("t1", "c2"),
+        ("t2", "c1"),
+        ("t2", "c2"),
+    ]
+    assert list(table.columns[:6]) == [
+        "trial_id",
+        "cert_id",
+        "points",
+        "clean_acc",
+        "acr",
+        "abstain_rate",
+    ]
     assert set(table.columns) - set(frame.columns) == {"points", "clean_acc", "acr", "abstain_rate"}
     assert table["points"].tolist() == [3] * 4
     assert certified_accuracy(frame, [0.0, 1.0]).values.tolist() == [[2 / 3, 1 / 3]] * 4
@@ -514,8 +549,13 @@ def test_shards_written_while_amp_was_a_bool_still_count(tmp_path):
     old = legacy_amp(table(HI, _part(HI_POINTS, slice(0, 2)), [0, 1]), False)
     assert old.schema.field("amp").type == pa.bool_()
     write_table(old, exp.shard_path(HI.trial_id, CID, 0, 2))
-    write_table(table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2))  # fmt: skip
-    write_table(legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True), exp.shard_path(fp16.trial_id, CID, 0, 1))  # fmt: skip
+    write_table(
+        table(HI, _part(HI_POINTS, slice(2, 4)), [2, 3]), exp.shard_path(HI.trial_id, CID, 1, 2)
+    )
+    write_table(
+        legacy_amp(table(fp16, LO_POINTS, [0, 1, 2, 3]), True),
+        exp.shard_path(fp16.trial_id, CID, 0, 1),
+    )
     results = load_results(exp)
     assert len(results.frame) == 8 and results.models == 2
     amp = results.frame.groupby("trial_id")["amp"].unique().to_dict()

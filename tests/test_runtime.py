@@ -48,8 +48,15 @@ def digits_model(seed: int = 0) -> nn.Module:
 def trained(tmp_path_factory):
     """A digits model trained for two epochs, in an experiment's checkpoint location."""
     exp = Experiment(str(tmp_path_factory.mktemp("runtime") / "store"), "rt")
-    cfg = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, epochs=2, batch_size=64,
-                      lr=0.05, eval_subset=64)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits",
+        method="gaussian",
+        sigma=0.25,
+        epochs=2,
+        batch_size=64,
+        lr=0.05,
+        eval_subset=64,
+    )
     fit(cfg, exp.checkpoint(cfg.trial_id), device=CPU)
     return exp, cfg
 
@@ -143,11 +150,17 @@ def test_channels_last_certification_agrees_with_the_default():
 
 def test_compile_falls_back_with_one_warning_line_where_it_cannot_compile(tmp_path):
     """No C++ compiler for inductor's CPU backend (and an empty compile cache): eager."""
-    code = ("import logging, torch; from trainables import runtime; logging.basicConfig(); "
-            "m = torch.nn.Linear(2, 2); print(runtime.prepare(m, torch.device('cpu'), False, True)); "
-            "print(m(torch.ones(1, 2)).shape)")  # fmt: skip
-    env = {**os.environ, "CXX": str(tmp_path / "no-compiler"), "PYTHONPATH": str(REPO),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    code = (
+        "import logging, torch; from trainables import runtime; logging.basicConfig(); "
+        "m = torch.nn.Linear(2, 2); print(runtime.prepare(m, torch.device('cpu'), False, True)); "
+        "print(m(torch.ones(1, 2)).shape)"
+    )
+    env = {
+        **os.environ,
+        "CXX": str(tmp_path / "no-compiler"),
+        "PYTHONPATH": str(REPO),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+    }
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["eager (compile unavailable)", "torch.Size([1, 2])"]
@@ -176,8 +189,10 @@ def test_cert_id_names_non_default_run_settings_only():
     ddrs = CertifySpec(channels_last=True, ddrs=spec_module.DDRSSettings())
     assert ddrs.cert_id.rsplit("_ddrs", 1)[0] == default.cert_id + "_cl"
     assert [run_settings(s.cert_id) for s in (default, fast, ddrs)] == [
-        "fp32", "bf16, channels_last, compiled", "fp32, channels_last",
-    ]  # fmt: skip
+        "fp32",
+        "bf16, channels_last, compiled",
+        "fp32, channels_last",
+    ]
     assert CertifySpec(precision="fp64").problems() == [
         "unknown precision 'fp64' (valid: fp32, bf16, fp16)"
     ]
@@ -198,22 +213,36 @@ def test_certify_flags_are_validated_like_the_space(tmp_path):
 
 def test_shards_record_how_the_base_classifier_ran(trained):
     exp, cfg = trained
-    for spec in (CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5),
-                 CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5, channels_last=True)):  # fmt: skip
+    for spec in (
+        CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5),
+        CertifySpec(n0=10, n=40, skip=90, batch_size=40, shard_size=5, channels_last=True),
+    ):
         shard = shards.plan(cfg, "certify", spec, 450)[0]
         assert shards.run_shard(exp, CERTIFY, shard, spec, 1) == 5
         path = exp.shard_path(cfg.trial_id, spec.cert_id, 0, shard.count)
         meta = pq.read_schema(path).metadata
-        got = {k: meta[f"sweeper.{k}".encode()].decode() for k in ("precision", "channels_last", "compile")}
-        assert got == {"precision": "fp32", "channels_last": json.dumps(spec.channels_last),
-                       "compile": "eager"}  # fmt: skip
+        got = {
+            k: meta[f"sweeper.{k}".encode()].decode()
+            for k in ("precision", "channels_last", "compile")
+        }
+        assert got == {
+            "precision": "fp32",
+            "channels_last": json.dumps(spec.channels_last),
+            "compile": "eager",
+        }
     assert spec.cert_id.endswith("_cl")
 
 
 # ---------------------------------------------------------------------------- training
 def test_fp16_amp_on_a_cpu_trains_in_fp32_as_before(caplog):
-    cfg = TrialConfig(dataset="digits", method="gaussian", epochs=1, train_subset=128,
-                      eval_subset=32, batch_size=64)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits",
+        method="gaussian",
+        epochs=1,
+        train_subset=128,
+        eval_subset=32,
+        batch_size=64,
+    )
     fp16 = fit(cfg.replace(amp="fp16"), device=CPU)
     off = fit(cfg, device=CPU)
     assert fp16.precision == off.precision == "fp32"
@@ -256,11 +285,17 @@ def test_fp16_certification_without_a_gpu_is_bad_input(tmp_path):
     from sweeper.results.storage import write_sweep
     from trainables.trial_status import write_status
 
-    raw = {"fixed": {"dataset": "digits", "method": "gaussian"}, "grids": [{"name": "g"}],
-           "resources": {"cpu": 1, "gpu": 0}, "certify": {"precision": "fp16"}}  # fmt: skip
-    message = ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
-               "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
-               "instructions)")  # fmt: skip
+    raw = {
+        "fixed": {"dataset": "digits", "method": "gaussian"},
+        "grids": [{"name": "g"}],
+        "resources": {"cpu": 1, "gpu": 0},
+        "certify": {"precision": "fp16"},
+    }
+    message = (
+        "certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
+        "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
+        "instructions)"
+    )
     assert parse_spec("x", raw) == (None, [message])
     assert parse_spec("x", {**raw, "resources": {"cpu": 1, "gpu": 1}})[1] == []
     exp = Experiment(str(tmp_path), "digits")

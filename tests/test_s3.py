@@ -34,8 +34,13 @@ def _objects(prefix: str) -> dict[str, str]:
 
 
 def _sweeper(env: dict, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([*SWEEPER, *args], env={**os.environ, **env, "COLUMNS": "200"},
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [*SWEEPER, *args],
+        env={**os.environ, **env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +87,22 @@ def test_read_commands_read_the_bucket(s3_sweep, tmp_path):
 
 
 def test_empirical_stage_writes_to_the_bucket(s3_sweep, s3_endpoint):
-    done = _sweeper(s3_endpoint, "empirical", "digits", *SLICE, "--storage", STORAGE,
-                    "--epsilons", "0.25", "--m-test", "2", "--steps", "2", "--n", "32")  # fmt: skip
+    done = _sweeper(
+        s3_endpoint,
+        "empirical",
+        "digits",
+        *SLICE,
+        "--storage",
+        STORAGE,
+        "--epsilons",
+        "0.25",
+        "--m-test",
+        "2",
+        "--steps",
+        "2",
+        "--n",
+        "32",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [k for k in _objects("sweeps/digits-smoke/empirical/") if k.endswith(".parquet")]
     assert len(rows) == 2 and all("/compacted-of-00002.parquet" in k for k in rows)

@@ -54,9 +54,16 @@ def pseudo_npz(tmp_path) -> Path:
 
 def small_cfg(pseudo_path: Path | None = None, **changes) -> TrialConfig:
     base = dict(
-        dataset="digits", method="gaussian", m_train=2, epochs=2, batch_size=64, lr=0.02,
-        lr_step_size=2, train_subset=192, eval_subset=96,
-    )  # fmt: skip
+        dataset="digits",
+        method="gaussian",
+        m_train=2,
+        epochs=2,
+        batch_size=64,
+        lr=0.02,
+        lr_step_size=2,
+        train_subset=192,
+        eval_subset=96,
+    )
     if pseudo_path is not None:
         base.update(
             pseudo_data=str(pseudo_path),
@@ -134,8 +141,9 @@ def one_epoch(monkeypatch, cfg: TrialConfig) -> tuple[list[dict], dict, object]:
 # ---------------------------------------------------------------------------- config
 def test_configs_without_pseudo_data_keep_their_trial_ids():
     """Ids pinned before self-training existed."""
-    cfg = TrialConfig(dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=20,
-                      batch_size=64, seed=1)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits", method="gaussian", sigma=0.5, m_train=2, epochs=20, batch_size=64, seed=1
+    )
     assert cfg.trial_id == "81085ae37683"
     cifar = TrialConfig(sigma=0.25, epsilon=0.5, steps=4, scale_input=True)
     # SmoothAdv-PGD: changed once on purpose (from 10b431467c9d) when warmup_schedule joined
@@ -150,8 +158,9 @@ def test_configs_without_pseudo_data_keep_their_trial_ids():
 
 
 def test_pseudo_fields_resolve_and_identity_is_the_content_not_the_path():
-    cfg = TrialConfig(dataset="digits", pseudo_data="/data/a.npz", pseudo_fingerprint=FP,
-                      pseudo_eta=1)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits", pseudo_data="/data/a.npz", pseudo_fingerprint=FP, pseudo_eta=1
+    )
     assert cfg.pseudo_ratio == 1 and type(cfg.pseudo_eta) is float
     assert "pseudo_data" in ENVIRONMENT_FIELDS and "pseudo_data" not in cfg.identity()
     assert {"pseudo_fingerprint", "pseudo_eta", "pseudo_ratio"} <= set(cfg.identity())
@@ -173,13 +182,20 @@ def test_pseudo_fields_resolve_and_identity_is_the_content_not_the_path():
         ({"pseudo_ratio": 0}, ["pseudo_ratio must be >= 1"]),
         ({"pseudo_ratio": 1.5}, ["pseudo_ratio must be int"]),
         ({"ddrs_start_epoch": 0}, ["cannot be combined with DDRS"]),
-        ({"pseudo_eta": -1, "pseudo_ratio": 0, "pseudo_fingerprint": "x"},
-         ["pseudo_eta", "pseudo_ratio", "pseudo_fingerprint"]),
+        (
+            {"pseudo_eta": -1, "pseudo_ratio": 0, "pseudo_fingerprint": "x"},
+            ["pseudo_eta", "pseudo_ratio", "pseudo_fingerprint"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_pseudo_config_problems(changes, expected):
-    base = dict(dataset="digits", method="gaussian", pseudo_data="/d/p.npz",
-                pseudo_fingerprint=FP, pseudo_eta=0.5)  # fmt: skip
+    base = dict(
+        dataset="digits",
+        method="gaussian",
+        pseudo_data="/d/p.npz",
+        pseudo_fingerprint=FP,
+        pseudo_eta=0.5,
+    )
     with pytest.raises(ConfigError) as e:
         TrialConfig(**{**base, **changes})
     assert len(e.value.problems) == len(expected), e.value.problems
@@ -246,12 +262,21 @@ def _bad_data(tmp_path: Path, case: str) -> Path:
 
 @pytest.mark.parametrize(
     ("case", "says"),
-    [("missing", "not found"), ("wrong shape", "needs (N, 1, 8, 8)"), ("float images", "uint8"),
-     ("label too large", "0..9"), ("negative label", "0..9"), ("fewer labels", "one per image"),
-     ("no labels key", "must hold arrays `images` and `labels`"), ("empty", "no images"),
-     ("not an archive", "cannot read"), ("npy", "not an .npz"), ("folder name", "'cat'"),
-     ("folder image size", "needs 8x8")],
-)  # fmt: skip
+    [
+        ("missing", "not found"),
+        ("wrong shape", "needs (N, 1, 8, 8)"),
+        ("float images", "uint8"),
+        ("label too large", "0..9"),
+        ("negative label", "0..9"),
+        ("fewer labels", "one per image"),
+        ("no labels key", "must hold arrays `images` and `labels`"),
+        ("empty", "no images"),
+        ("not an archive", "cannot read"),
+        ("npy", "not an .npz"),
+        ("folder name", "'cat'"),
+        ("folder image size", "needs 8x8"),
+    ],
+)
 def test_bad_pseudo_data_raises_one_line_data_error_naming_the_path(tmp_path, case, says):
     path = _bad_data(tmp_path, case)
     with pytest.raises(DataError) as e:
@@ -260,8 +285,9 @@ def test_bad_pseudo_data_raises_one_line_data_error_naming_the_path(tmp_path, ca
     assert "\n" not in message and says in message, message
     assert str(path) in message or str(path / "3" / "a.png") in message, message
     # the same problem, before Ray starts
-    cfg = TrialConfig(dataset="digits", pseudo_data=str(path), pseudo_fingerprint=FP,
-                      pseudo_eta=0.5)  # fmt: skip
+    cfg = TrialConfig(
+        dataset="digits", pseudo_data=str(path), pseudo_fingerprint=FP, pseudo_eta=0.5
+    )
     assert pseudo_problems([cfg]) == [message]
 
 
@@ -392,9 +418,11 @@ def test_stream_state_round_trip_with_augmentation_leaves_the_global_rng_alone(t
     """CIFAR-shaped data: crop + flip like the labelled set, from the stream's own RNG state."""
     rng = np.random.default_rng(0)
     path = write_npz(
-        tmp_path / "c.npz", rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
-        rng.integers(0, 10, 20), layout="nhwc",
-    )  # fmt: skip
+        tmp_path / "c.npz",
+        rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
+        rng.integers(0, 10, 20),
+        layout="nhwc",
+    )
     fp = fingerprint(*load_pseudo(path, "cifar10"))
     cfg = TrialConfig(
         method="gaussian", pseudo_data=str(path), pseudo_fingerprint=fp, pseudo_eta=0.1

@@ -87,9 +87,16 @@ def parsed_options(command: list[str], args: list[str]) -> dict:
 
 def test_the_walk_covers_every_declared_setting():
     names = {(" ".join(c), f.name) for c, _, _, f in CASES}
-    assert {("certify", "n"), ("certify", "sigma"), ("certify", "ddrs"), ("certify", "precision"),
-            ("empirical", "epsilons"), ("empirical", "max_points"), ("run grid", "max_concurrent"),
-            ("certify", "wait_for_nodes")} <= names  # fmt: skip
+    assert {
+        ("certify", "n"),
+        ("certify", "sigma"),
+        ("certify", "ddrs"),
+        ("certify", "precision"),
+        ("empirical", "epsilons"),
+        ("empirical", "max_points"),
+        ("run grid", "max_concurrent"),
+        ("certify", "wait_for_nodes"),
+    } <= names
     assert len(declared(CertifySpec)) == len(dataclasses.fields(CertifySpec))
     assert len(declared(EmpiricalSpec)) == len(dataclasses.fields(EmpiricalSpec))
     assert len(declared(LaunchOptions)) == len(dataclasses.fields(LaunchOptions))
@@ -139,20 +146,31 @@ def _nested_settings(command: list[str], f: dataclasses.Field) -> None:
         value = part.default * 3
         option = f"--{f.name}-{part.name}".replace("_", "-")
         expected = DDRSSettings(**{part.name: value})
-        assert given(CertifySpec, parsed_options(command, [option, str(value)]))[0] == {f.name: expected}
-        spec, problems = parse_spec("x", {"grids": [{"name": "g"}], "certify": {f.name: {part.name: value}}})
+        assert given(CertifySpec, parsed_options(command, [option, str(value)]))[0] == {
+            f.name: expected
+        }
+        spec, problems = parse_spec(
+            "x", {"grids": [{"name": "g"}], "certify": {f.name: {part.name: value}}}
+        )
         assert problems == [] and spec.certify.ddrs == expected
 
 
-@pytest.mark.parametrize(("command", "cls", "block", "f"),
-                         [c for c in CASES if c[2] is not None and invalid(c[3]) is not None],
-                         ids=[i for c, i in zip(CASES, IDS, strict=True) if c[2] is not None and invalid(c[3]) is not None])  # fmt: skip
-def test_a_value_out_of_bounds_is_refused_alike_in_yaml_and_on_the_command_line(command, cls, block, f):
+@pytest.mark.parametrize(
+    ("command", "cls", "block", "f"),
+    [c for c in CASES if c[2] is not None and invalid(c[3]) is not None],
+    ids=[
+        i for c, i in zip(CASES, IDS, strict=True) if c[2] is not None and invalid(c[3]) is not None
+    ],
+)
+def test_a_value_out_of_bounds_is_refused_alike_in_yaml_and_on_the_command_line(
+    command, cls, block, f
+):
     bad = invalid(f)
     _, problems = parse_spec("x", {"grids": [{"name": "g"}], block: {f.name: _yaml(bad)}})
     yaml_problem = next(p for p in problems if f.name in p)
     typed = ",".join(map(str, bad)) if isinstance(bad, tuple) else str(bad)
-    result = CliRunner().invoke(app, [*command, "digits", "--storage", "/nonexistent/none",
-                                      flag_of(f), typed])  # fmt: skip
+    result = CliRunner().invoke(
+        app, [*command, "digits", "--storage", "/nonexistent/none", flag_of(f), typed]
+    )
     assert result.exit_code == 2
     assert yaml_problem.removeprefix(f"{block}.") in result.stderr

@@ -20,7 +20,7 @@ import pytest
 from scipy.stats import beta, norm
 
 from sweeper.plan.spec import CertifySpec, Resources
-from sweeper.results import attack_rows, reader
+from sweeper.results import attack_rows, reader, validation
 from sweeper.results.envelope import envelope
 from sweeper.results.failures import FailureLog, read_failures
 from sweeper.results.reader import read_stage, refresh_cache
@@ -43,8 +43,14 @@ B = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epoc
 RADII = [0.0, 0.25, 0.5]
 
 
-def rows(cfg: TrialConfig, idx: list[int], radius: list[float], experiment: str = "exp",
-         smoothing: str = "fixed", cert_id: str = CID) -> pa.Table:  # fmt: skip
+def rows(
+    cfg: TrialConfig,
+    idx: list[int],
+    radius: list[float],
+    experiment: str = "exp",
+    smoothing: str = "fixed",
+    cert_id: str = CID,
+) -> pa.Table:
     """CERTIFY's rows (its arithmetic on vote counts among SPEC's n, at the trial's σ) of
     digits points `idx`: each predicts its label with the least radius reaching `radius`
     (`reached`), or abstains where that is 0."""
@@ -75,8 +81,9 @@ def tampered(table: pa.Table, **columns: list) -> pa.Table:
     return table
 
 
-def write(exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Table,
-          cert_id: str = CID) -> Path:  # fmt: skip
+def write(
+    exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Table, cert_id: str = CID
+) -> Path:
     path = Path(exp.shard_path(cfg.trial_id, cert_id, k, count))
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
@@ -160,11 +167,17 @@ def test_a_legacy_ddrs_memory_file_is_folded_into_the_compacted_rows(tmp_path):
     write(exp, A, 0, 1, table, dd.cert_id)
     raw = [reached(r, A.sigma) for r in (0.3, 0.5, 0.2)]  # points 0-2 predict labels 2, 0, 4
     memory = pa.Table.from_pydict(
-        {"trial_id": [A.trial_id] * 3, "cert_id": [dd.cert_id] * 3, "idx": [0, 1, 2],
-         "predict_memory": [2, 0, -1], "radius_memory": [raw[0], 0.25, 0.0],
-         "correct_memory": [True, True, False], "memory_changed": [False, True, True]},
+        {
+            "trial_id": [A.trial_id] * 3,
+            "cert_id": [dd.cert_id] * 3,
+            "idx": [0, 1, 2],
+            "predict_memory": [2, 0, -1],
+            "radius_memory": [raw[0], 0.25, 0.0],
+            "correct_memory": [True, True, False],
+            "memory_changed": [False, True, True],
+        },
         schema=MEMORY_SCHEMA,
-    )  # fmt: skip
+    )
     folder = Path(exp.setting_dir("certify", A.trial_id, dd.cert_id))
     pq.write_table(memory, folder / MEMORY)
     old = load_results(exp).frame  # read as experiments certified before compaction were
@@ -209,13 +222,18 @@ def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates
 
     compacted = pq.read_table(exp.compacted_path("certify", A.trial_id, dd.cert_id, 2))
     results = load_results(exp)
-    assert not results.invalid and results.files == [exp.compacted_path(
-        "certify", A.trial_id, dd.cert_id, 2)]  # fmt: skip
+    assert not results.invalid and results.files == [
+        exp.compacted_path("certify", A.trial_id, dd.cert_id, 2)
+    ]
     frame = results.frame.sort_values("idx")
-    expected = {"predict": [2, 0, 4, -1, 4], "correct": [True, True, True, False, True],
-                "predict_raw": raw_predict, "radius_raw": raw_radius,
-                "correct_raw": [True, True, True, False, False],
-                "memory_changed": [False, True, False, False, True]}  # fmt: skip
+    expected = {
+        "predict": [2, 0, 4, -1, 4],
+        "correct": [True, True, True, False, True],
+        "predict_raw": raw_predict,
+        "radius_raw": raw_radius,
+        "correct_raw": [True, True, True, False, False],
+        "memory_changed": [False, True, False, False, True],
+    }
     adjusted = [r0, d01 - r0, r2, 0.0, r2 - d24]
     for source in (compacted.to_pandas(), frame):
         for col, values in expected.items():
@@ -235,25 +253,50 @@ def _plant(exp: Experiment, cfg: TrialConfig, k: int, count: int, table: pa.Tabl
 
 
 FORGED = [
-    ("another experiment's rows", lambda: rows(A, [0, 1], [0.3, 0.0], experiment="other"),
-     "experiment is not 'exp'"),
-    ("a radius no CERTIFY gives", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[9.0, 0.0]),
-     "a radius larger than n and alpha allow"),
-    ("a negative radius", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[-0.1, 0.0]),
-     "negative, NaN or infinite"),
-    ("a NaN radius", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[float("nan"), 0.0]),
-     "negative, NaN or infinite"),
-    ("duplicated rows", lambda: pa.concat_tables([rows(A, [0, 1], [0.3, 0.0])] * 2),
-     "duplicated rows"),
+    (
+        "another experiment's rows",
+        lambda: rows(A, [0, 1], [0.3, 0.0], experiment="other"),
+        "experiment is not 'exp'",
+    ),
+    (
+        "a radius no CERTIFY gives",
+        lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[9.0, 0.0]),
+        "a radius larger than n and alpha allow",
+    ),
+    (
+        "a negative radius",
+        lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[-0.1, 0.0]),
+        "negative, NaN or infinite",
+    ),
+    (
+        "a NaN radius",
+        lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), radius=[float("nan"), 0.0]),
+        "negative, NaN or infinite",
+    ),
+    (
+        "duplicated rows",
+        lambda: pa.concat_tables([rows(A, [0, 1], [0.3, 0.0])] * 2),
+        "duplicated rows",
+    ),
     ("B's rows under A's path", lambda: rows(B, [0, 1], [0.2, 0.0]), "trial_id is not"),
-    ("no `correct` column", lambda: rows(A, [0, 1], [0.3, 0.0]).drop_columns(["correct"]),
-     "column 'correct' is missing"),
-    ("radius as text", lambda: rows(A, [0, 1], [0.3, 0.0]).set_column(
-        SCHEMA.get_field_index("radius"), "radius", pa.array(["0.3", "0.0"])),
-     "column 'radius' is string"),
-    ("a label of no class", lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), label=[2, 99]),
-     "a label outside the data set's classes"),
-]  # fmt: skip
+    (
+        "no `correct` column",
+        lambda: rows(A, [0, 1], [0.3, 0.0]).drop_columns(["correct"]),
+        "column 'correct' is missing",
+    ),
+    (
+        "radius as text",
+        lambda: rows(A, [0, 1], [0.3, 0.0]).set_column(
+            SCHEMA.get_field_index("radius"), "radius", pa.array(["0.3", "0.0"])
+        ),
+        "column 'radius' is string",
+    ),
+    (
+        "a label of no class",
+        lambda: tampered(rows(A, [0, 1], [0.3, 0.0]), label=[2, 99]),
+        "a label outside the data set's classes",
+    ),
+]
 
 
 @pytest.mark.parametrize("what,table,problem", FORGED, ids=[f[0] for f in FORGED])
@@ -277,7 +320,8 @@ def test_planted_files_change_no_envelope(exp, tmp_path):
     damaged = TrialConfig(dataset="digits", method="gaussian", sigma=1.0, m_train=1, epochs=3)
     bad_schema = rows(damaged, [0, 1], [0.9, 0.9]).drop_columns(["correct"])
     bad_schema = bad_schema.set_column(
-        SCHEMA.get_field_index("radius") - 1, "radius", pa.array(["0.9", "0.9"]))  # fmt: skip
+        SCHEMA.get_field_index("radius") - 1, "radius", pa.array(["0.9", "0.9"])
+    )
     other = tampered(rows(forged, [0, 1], [0.9, 0.9], experiment="other"), radius=[9.0, 9.0])
     planted = [
         _plant(exp, forged, 0, 1, other),
@@ -303,8 +347,11 @@ def test_the_cache_serves_compacted_models_from_one_file(exp, monkeypatch):
         compaction.compact(exp, CERTIFY, cfg.trial_id, SPEC, count)
     assert refresh_cache(exp, CERTIFY) == 2
     scanned: list[list[str]] = []
-    scan = reader._scan
-    monkeypatch.setattr(reader, "_scan", lambda paths, *a: scanned.append(paths) or scan(paths, *a))
+    scan = validation.scan
+    for module in (reader, validation):  # files are scanned there, the cache here
+        monkeypatch.setattr(
+            module, "scan", lambda paths, *a: scanned.append(paths) or scan(paths, *a)
+        )
     result = read_stage(exp, CERTIFY)
     assert result.table.num_rows == 6 and not result.invalid
     assert scanned == [[exp.cache_path("certify")]]  # no compacted file's rows read

@@ -50,10 +50,14 @@ def conv_net(seed: int = 0, logit_scale: float = 4.0) -> nn.Module:
     """A small conv net with batch norm (running statistics set, used in eval mode)."""
     torch.manual_seed(seed)
     model = nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
-        nn.Conv2d(6, 6, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten(),
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Conv2d(6, 6, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
         nn.Linear(6 * 4 * 4, CLASSES),
-    )  # fmt: skip
+    )
     with torch.no_grad():
         model[1].running_mean.uniform_(-0.2, 0.2)
         model[1].running_var.uniform_(0.5, 1.5)
@@ -349,9 +353,15 @@ def test_one_noise_per_input_equals_train_pgd_without_train_multi_noise(attack, 
     model = conv_net().train()
     x, y = batch(model)
     cfg = TrialConfig(
-        dataset="cifar10", method="smoothadv", sigma=0.25, m_train=m, attack=attack,
-        epsilon=0.5, steps=4, train_multi_noise=False,
-    )  # fmt: skip
+        dataset="cifar10",
+        method="smoothadv",
+        sigma=0.25,
+        m_train=m,
+        attack=attack,
+        epsilon=0.5,
+        steps=4,
+        train_multi_noise=False,
+    )
     assert REGISTRY["smoothadv"].chunks(cfg) == 1
     assert REGISTRY["smoothadv"].chunks(cfg.replace(train_multi_noise=True)) == m
     ours_model, ref_model = copy.deepcopy(model), copy.deepcopy(model)
@@ -380,9 +390,18 @@ def test_one_noise_per_input_is_unused_at_m_train_1_and_trains_a_whole_batch_per
     one = TrialConfig(dataset="digits", method="smoothadv", m_train=1, train_multi_noise=False)
     assert one.train_multi_noise is None and one == TrialConfig(dataset="digits", m_train=1)
     cfg = TrialConfig(
-        dataset="digits", method="smoothadv", sigma=0.25, m_train=2, epsilon=0.5, steps=2,
-        epochs=1, batch_size=32, train_subset=64, eval_subset=32, train_multi_noise=False,
-    )  # fmt: skip
+        dataset="digits",
+        method="smoothadv",
+        sigma=0.25,
+        m_train=2,
+        epsilon=0.5,
+        steps=2,
+        epochs=1,
+        batch_size=32,
+        train_subset=64,
+        eval_subset=32,
+        train_multi_noise=False,
+    )
     assert cfg.trial_id != cfg.replace(train_multi_noise=True).trial_id
     taken: list[bool] = []
     hook = register_optimizer_step_post_hook(lambda *_: taken.append(True))

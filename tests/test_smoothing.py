@@ -399,7 +399,10 @@ def test_certify_and_predict_draw_every_sample_from_the_given_generator():
     for x in xs:
         batched = smooth.certify_batch(x[None], 50, 999, 0.01, 256, _gen(21))[0]
         assert smooth.certificate(x, 50, 999, 0.01, 256, _gen(21)) == batched
-        assert smooth.certify(x, 50, 999, 0.01, 256, _gen(21)) == (batched.prediction, batched.radius)
+        assert smooth.certify(x, 50, 999, 0.01, 256, _gen(21)) == (
+            batched.prediction,
+            batched.radius,
+        )
         votes = smooth.sample_counts(x[None], 999, 256, _gen(22))[0].numpy()
         assert smooth.predict(x, 999, 0.01, 256, _gen(22)) == predict_from_counts(votes, 0.01)
     assert torch.equal(torch.get_rng_state(), untouched)
@@ -433,7 +436,12 @@ def test_sampling_keeps_the_inputs_dtype():
 
 @pytest.mark.parametrize(
     ("points", "num", "batch_size", "batches"),
-    [(1, 9, 4, [4, 4, 1]), (3, 5, 7, [6, 6, 3]), (10, 2, 4, [4, 4, 4, 4, 2, 2]), (2, 3, 1, [1] * 6)],
+    [
+        (1, 9, 4, [4, 4, 1]),
+        (3, 5, 7, [6, 6, 3]),
+        (10, 2, 4, [4, 4, 4, 4, 2, 2]),
+        (2, 3, 1, [1] * 6),
+    ],
 )
 def test_forward_batches_are_exactly_as_documented(points, num, batch_size, batches):
     """Up to batch_size points share a forward batch, each with batch_size // (those points)

@@ -51,7 +51,14 @@ def test_a_cached_entry_is_used_only_for_the_same_file_and_code(cache):
 def test_a_damaged_cache_is_ignored_and_rewritten(cache, content):
     cache.parent.mkdir(parents=True)
     if content == "WRONG_TYPES":  # the right code, an entry of the wrong shape
-        entry = {"yaml": "", "name": "digits", "trials": "34", "cpu": 1, "gpu": 0, "description": ""}
+        entry = {
+            "yaml": "",
+            "name": "digits",
+            "trials": "34",
+            "cpu": 1,
+            "gpu": 0,
+            "description": "",
+        }
         content = json.dumps({"code": space_list.code_fingerprint(), "spaces": {"digits": entry}})
     cache.write_text(content)
     assert len(space_list.shipped_summaries()) == len(available_spaces())

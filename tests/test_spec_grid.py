@@ -43,9 +43,15 @@ def trials(specs) -> dict[str, list[TrialConfig]]:
 
 def test_every_shipped_space_loads(specs):
     assert available_spaces() == [
-        "cifar10", "cifar10-methods", "cifar10-pretrain", "cifar10-published", "digits",
-        "digits-methods", "imagenet", "mnist",
-    ]  # fmt: skip
+        "cifar10",
+        "cifar10-methods",
+        "cifar10-pretrain",
+        "cifar10-published",
+        "digits",
+        "digits-methods",
+        "imagenet",
+        "mnist",
+    ]
     for name, spec in specs.items():
         assert isinstance(spec, SweepSpec)
         assert spec.name == name

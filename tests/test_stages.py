@@ -114,8 +114,11 @@ def test_transfer_keeps_normalization_and_a_fresh_logit_layer():
 def test_imagenet32_npz_batches(tmp_path):
     rng = np.random.default_rng(0)
     for i in range(1, 11):
-        np.savez(tmp_path / f"train_data_batch_{i}.npz", data=rng.integers(0, 256, (3, 3072), dtype=np.uint8),
-                 labels=np.array([1, 500, 1000]))  # fmt: skip
+        np.savez(
+            tmp_path / f"train_data_batch_{i}.npz",
+            data=rng.integers(0, 256, (3, 3072), dtype=np.uint8),
+            labels=np.array([1, 500, 1000]),
+        )
     val = rng.integers(0, 256, (2, 3072), dtype=np.uint8)
     np.savez(tmp_path / "val_data.npz", data=val, labels=np.array([7, 8]))
     train = load_dataset("imagenet32", "train", str(tmp_path))
@@ -135,8 +138,15 @@ def test_fine_tune_trials_start_after_their_parent_and_name_it(ray_session, tmp_
     trials = expand(spec)
     events = []
     exp = Experiment(str(tmp_path / "store"), "stages")
-    outcome = run_sweep(exp, trials, [], spec.certify, Resources(cpu=1), LaunchOptions(),
-                        lambda e: events.append((e.kind, e.trial_id)))  # fmt: skip
+    outcome = run_sweep(
+        exp,
+        trials,
+        [],
+        spec.certify,
+        Resources(cpu=1),
+        LaunchOptions(),
+        lambda e: events.append((e.kind, e.trial_id)),
+    )
     assert not outcome.failed and not outcome.blocked and not outcome.interrupted
     order = [tid for kind, tid in events if kind in ("trial_started", "trial_finished")]
     for child in trials[2:]:

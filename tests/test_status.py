@@ -55,8 +55,15 @@ def _state(exp, cfg, state, epoch, epoch_time=None, updated=NOW - 5000):
 
 
 def _lease(exp: Experiment, released: bool, now: float = NOW) -> None:
-    doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": "sweeper run grid x",
-           "since": now - 3600, "heartbeat": now, "token": "t", "released": now if released else None}  # fmt: skip
+    doc = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": "sweeper run grid x",
+        "since": now - 3600,
+        "heartbeat": now,
+        "token": "t",
+        "released": now if released else None,
+    }
     Path(exp.lease_json).write_text(json.dumps(doc))
 
 
@@ -66,8 +73,13 @@ def known_experiment(tmp_path, released: bool = False) -> Experiment:
     failed (failures.json). Epoch times: A, B 30 s, C 60 s."""
     exp = Experiment(str(tmp_path / "store"), "known")
     trials = [A, B, C, D, E, F, G]
-    write_sweep(exp, {"space": {"name": "known", "certify": CERTIFY, "resources": {"cpu": 1, "gpu": 0}},
-                      "trials": [t.to_dict() for t in trials]})  # fmt: skip
+    write_sweep(
+        exp,
+        {
+            "space": {"name": "known", "certify": CERTIFY, "resources": {"cpu": 1, "gpu": 0}},
+            "trials": [t.to_dict() for t in trials],
+        },
+    )
     _state(exp, A, "finished", 5, 30.0)
     _state(exp, B, "finished", 5, 30.0)
     _state(exp, C, "running", 3, 60.0, updated=NOW - 100)
@@ -89,13 +101,20 @@ def test_states_while_a_driver_runs(tmp_path):
     st = StatusReader(known_experiment(tmp_path)).read(now=NOW)
     states = {t.trial_id: (t.state, t.error) for t in st.trials}
     assert states == {
-        A.trial_id: ("finished", ""), B.trial_id: ("certifying", ""), C.trial_id: ("training", ""),
+        A.trial_id: ("finished", ""),
+        B.trial_id: ("certifying", ""),
+        C.trial_id: ("training", ""),
         D.trial_id: ("failed", "train: RuntimeError: CUDA out of memory (3 attempts)"),
-        E.trial_id: ("blocked", f"its parent {D.trial_id} failed"), F.trial_id: ("pending", ""),
+        E.trial_id: ("blocked", f"its parent {D.trial_id} failed"),
+        F.trial_id: ("pending", ""),
         G.trial_id: ("failed", "certify: CheckpointError: cannot read checkpoint x (2 tasks)"),
-    }  # fmt: skip
+    }
     shards = {t.trial_id: (t.shards["certify"].done, t.shards["certify"].total) for t in st.trials}
-    assert shards[A.trial_id] == (2, 2) and shards[B.trial_id] == (1, 2) and shards[G.trial_id] == (0, 2)
+    assert (
+        shards[A.trial_id] == (2, 2)
+        and shards[B.trial_id] == (1, 2)
+        and shards[G.trial_id] == (0, 2)
+    )
 
 
 def test_nothing_is_running_once_the_driver_is_gone(tmp_path):
@@ -130,8 +149,10 @@ def test_watch_and_progress_end(tmp_path):
     for t in st.trials:
         t.state = "finished" if t.state != "failed" else "failed"
     assert sweep_ended(st, driver_seen=False)
-    result = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "x", "--watch",
-                                 "--format", "json"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        ["status", "--storage", exp.storage, "--experiment", "x", "--watch", "--format", "json"],
+    )
     assert result.exit_code == 2 and "--watch refreshes the table" in result.stderr
 
 
@@ -140,8 +161,10 @@ def test_watch_stops_when_the_sweep_has_ended(tmp_path):
     for cfg in (B, C, D, E, F, G):  # everything finished: the first refresh is the last
         _state(exp, cfg, "finished", 5)
         _file(exp, exp.compacted_path("certify", cfg.trial_id, "s", 2), NOW)
-    result = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "known",
-                                 "--watch", "--interval", "1"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        ["status", "--storage", exp.storage, "--experiment", "known", "--watch", "--interval", "1"],
+    )
     assert result.exit_code == 0, result.output
     assert "known: 7 trials: finished 7" in result.stdout and "\x1b" not in result.stdout
 
@@ -156,8 +179,14 @@ def paper_size(tmp_path_factory):
     write_sweep(exp, {"space": json.loads(spec.to_json()), "trials": [t.to_dict() for t in trials]})
     for k, cfg in enumerate(trials[:300]):
         state = "running" if k < 40 else "failed" if k < 45 else "finished"
-        write_status(exp.trial_dir(cfg.trial_id), cfg, state, 10, {"epoch_time_s": 300.0},
-                     error="RuntimeError: boom")  # fmt: skip
+        write_status(
+            exp.trial_dir(cfg.trial_id),
+            cfg,
+            state,
+            10,
+            {"epoch_time_s": 300.0},
+            error="RuntimeError: boom",
+        )
     _lease(exp, released=False, now=time.time())
     return exp, trials
 
@@ -177,7 +206,10 @@ def test_summary_of_644_trials_fits_a_screen(paper_size):
     assert doc["summary"]["trials"] == 644 and doc["summary"]["states"]["training"] == 40
     assert doc["summary"]["elapsed_s"] >= 3600 and doc["summary"]["unit"] == "GPU"
     assert len(doc["trials"]) == 300 and doc["summary"]["shards"]["certify"] == [0, 6440]
-    assert len(json.loads(runner.invoke(app, [*args, "--format", "json", "--all"]).stdout)["trials"]) == 644
+    assert (
+        len(json.loads(runner.invoke(app, [*args, "--format", "json", "--all"]).stdout)["trials"])
+        == 644
+    )
 
 
 def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
@@ -191,18 +223,23 @@ def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
     assert f"trial {G.trial_id} failed (certify): CheckpointError: x [shards 3/14, 2 failed]" in out
     assert "known: 7 trials:" in out  # the summary, at the start and at the end
     assert event_line(Event("shard_done", A.trial_id, "certify 1/2", (1, 2, 0))) == (
-        f"trial {A.trial_id}: shard certify 1/2 written [shards 1/2]")
+        f"trial {A.trial_id}: shard certify 1/2 written [shards 1/2]"
+    )
 
 
 def test_failures_are_grouped_and_kept_in_full(tmp_path):
     exp = Experiment(str(tmp_path / "store"), "f")
     log = FailureLog(exp)
-    text = "\x1b[36mray::run_shard()\x1b[39m\n  File x\npkg.mod.CheckpointError: bad file. Long tail"
+    text = (
+        "\x1b[36mray::run_shard()\x1b[39m\n  File x\npkg.mod.CheckpointError: bad file. Long tail"
+    )
     log.add("a" * 12, "certify", text)
     log.add("a" * 12, "certify", text)
     log.add("b" * 12, "train", "RuntimeError: boom", 2)
-    assert log.rows() == [("a" * 12, "certify", "CheckpointError: bad file. Long tail (2 tasks)"),
-                          ("b" * 12, "train", "RuntimeError: boom (2 attempts)")]  # fmt: skip
+    assert log.rows() == [
+        ("a" * 12, "certify", "CheckpointError: bad file. Long tail (2 tasks)"),
+        ("b" * 12, "train", "RuntimeError: boom (2 attempts)"),
+    ]
     failures, where = read_failures(exp)
     assert failures[("a" * 12, "certify")].count == 2 and where == log.log_path
     full = Path(where).read_text()

@@ -156,9 +156,11 @@ def test_paths_below_the_experiment_parse_back_to_what_they_are(tmp_path):
     )
     windows = exp.stage_dir("certify") + f"\\{trial}\\{setting}\\shard-00000-of-00001.parquet"
     assert exp.parse_stage_file("certify", windows).kind == "shard"
-    for foreign in (f"{trial}/{setting}/deeper/shard-00000-of-00001.parquet",
-                    f"not-a-trial/{setting}/shard-00000-of-00001.parquet",
-                    f"{trial}/{setting}/notes.txt"):  # fmt: skip
+    for foreign in (
+        f"{trial}/{setting}/deeper/shard-00000-of-00001.parquet",
+        f"not-a-trial/{setting}/shard-00000-of-00001.parquet",
+        f"{trial}/{setting}/notes.txt",
+    ):
         assert exp.parse_stage_file("certify", f"{exp.stage_dir('certify')}/{foreign}") is None
     assert exp.relative(shard) == f"certify/{trial}/{setting}/shard-00003-of-00010.parquet"
     assert exp.relative(exp.root + "\\cache\\certify.parquet") == "cache/certify.parquet"

@@ -172,9 +172,18 @@ def test_checkpoint_write_is_atomic(trained, tmp_path, monkeypatch):
 
 def test_smoothadv_on_digits_learns_well_above_chance():
     cfg = TrialConfig(
-        dataset="digits", method="smoothadv", attack="pgd", m_train=1, sigma=0.25,
-        epsilon=0.25, steps=2, warmup_epochs=3, epochs=5, batch_size=64, lr=0.01,
-    )  # fmt: skip
+        dataset="digits",
+        method="smoothadv",
+        attack="pgd",
+        m_train=1,
+        sigma=0.25,
+        epsilon=0.25,
+        steps=2,
+        warmup_epochs=3,
+        epochs=5,
+        batch_size=64,
+        lr=0.01,
+    )
     history = fit(cfg, None, device=CPU).history
     assert [h["epsilon"] for h in history] == pytest.approx([0.25 / 3, 0.5 / 3, 0.25, 0.25, 0.25])
     assert history[-1]["test_noisy_acc"] > 0.6  # chance is 0.1

@@ -25,12 +25,19 @@ def test_paths_inside_the_experiment_become_relative_others_stay():
 def test_a_copied_experiment_with_old_and_new_trial_json_still_reads(tmp_path):
     exp = make_experiment(tmp_path / "a")
     gauss_dir = exp.trial_dir(GAUSS.trial_id)
-    old = {**read_status(gauss_dir), "checkpoint": f"{exp.root}/trials/{GAUSS.trial_id}/checkpoint.pt"}
-    (tmp_path / "a" / exp.name / "trials" / GAUSS.trial_id / "trial.json").write_text(json.dumps(old))
+    old = {
+        **read_status(gauss_dir),
+        "checkpoint": f"{exp.root}/trials/{GAUSS.trial_id}/checkpoint.pt",
+    }
+    (tmp_path / "a" / exp.name / "trials" / GAUSS.trial_id / "trial.json").write_text(
+        json.dumps(old)
+    )
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "a")
     copy = Experiment(str(tmp_path / "b"), exp.name)
-    result = CliRunner().invoke(app, ["status", "--storage", copy.storage, "--experiment", copy.name, "--all"])
+    result = CliRunner().invoke(
+        app, ["status", "--storage", copy.storage, "--experiment", copy.name, "--all"]
+    )
     assert result.exit_code == 0, result.output
     assert GAUSS.trial_id in result.output and "finished" in result.output
     relative = f"trials/{GAUSS.trial_id}/checkpoint.pt"

@@ -41,7 +41,9 @@ def test_the_source_digest_tells_two_checkouts_apart(tmp_path):
     copies = [tmp_path / "a", tmp_path / "b"]
     for copy in copies:
         for package in ("sweeper", "trainables"):
-            shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
+            )
     digests = [source_digest([c / "sweeper", c / "trainables"]) for c in copies]
     assert digests[0] == digests[1] == source_digest([ROOT / "sweeper", ROOT / "trainables"])
     with (copies[1] / "trainables" / "train.py").open("a") as f:

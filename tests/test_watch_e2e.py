@@ -34,16 +34,36 @@ grids:
 resources: {cpu: 1, gpu: 0}
 certify: {n0: 8, n: 32, alpha: 0.01, skip: 45, max_points: null, batch_size: 32, shard_size: 5}
 """
-CURVES = ("train_loss", "train_acc", "test_clean_acc", "test_noisy_acc", "epsilon", "lr", "epoch_time_s")
+CURVES = (
+    "train_loss",
+    "train_acc",
+    "test_clean_acc",
+    "test_noisy_acc",
+    "epsilon",
+    "lr",
+    "epoch_time_s",
+)
 
 
 def sweep(tmp: Path, log: str, *args: str, env: dict | None = None) -> tuple[int, str]:
     """`sweeper run grid` in its own process, stdout and stderr redirected to a file."""
     out = tmp / log
     with out.open("w") as f:
-        code = subprocess.run([*SWEEPER, "run", "grid", str(tmp / "tiny.yaml"), "--storage",
-                               str(tmp / "store"), *args], stdout=f, stderr=subprocess.STDOUT,
-                              timeout=800, env=env).returncode  # fmt: skip
+        code = subprocess.run(
+            [
+                *SWEEPER,
+                "run",
+                "grid",
+                str(tmp / "tiny.yaml"),
+                "--storage",
+                str(tmp / "store"),
+                *args,
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            timeout=800,
+            env=env,
+        ).returncode
     return code, out.read_text()
 
 
@@ -120,8 +140,10 @@ def test_corrupt_checkpoint_is_one_line_then_retrained(first_run):
     assert len(lines) == 1 and "CheckpointError: cannot read checkpoint" in lines[0], out[-3000:]
     assert lines[0].endswith("(2 tasks)")
     logs = list(Path(exp.root, "logs").glob("failures-*.log"))
-    assert len(logs) == 1 and logs[0].read_text().count("Traceback") + logs[0].read_text().count(
-        "File ") >= 2  # the full texts
+    assert (
+        len(logs) == 1
+        and logs[0].read_text().count("Traceback") + logs[0].read_text().count("File ") >= 2
+    )  # the full texts
     assert f"--only trial_id={victim} --retrain" in out
     status = CliRunner().invoke(app, ["status", "--storage", exp.storage, "--experiment", "tiny"])
     assert status.exit_code == 0

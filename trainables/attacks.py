@@ -204,9 +204,17 @@ def quantize(v: torch.Tensor, levels: int | None) -> torch.Tensor:
 
 
 def ddn(
-    model, x, y, noise, epsilon: float, steps: int, init_norm: float | None = None,
-    gamma: float = 0.05, levels: int | None = 256, generator=None,
-) -> torch.Tensor:  # fmt: skip
+    model,
+    x,
+    y,
+    noise,
+    epsilon: float,
+    steps: int,
+    init_norm: float | None = None,
+    gamma: float = 0.05,
+    levels: int | None = 256,
+    generator=None,
+) -> torch.Tensor:
     """SmoothAdv-DDN (Rony et al. 2019) on the smoothed objective, as the reference runs it.
 
     Each step: an iterate whose majority vote is wrong and whose norm is the smallest so far is

@@ -13,8 +13,13 @@ NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "mnist": 10, "digits": 10, "imag
 # Input dimension d = C·H·W of a model input (= INFO[...].dim; ℓ∞ radius implied by ℓ2: r/√d).
 INPUT_DIM = {"cifar10": 3072, "imagenet": 150_528, "mnist": 784, "digits": 64, "imagenet32": 3072}
 # Test (validation) split sizes of the standard files; digits: this project's split of sklearn's.
-STANDARD_TEST_SIZE = {"cifar10": 10_000, "imagenet": 50_000, "mnist": 10_000, "digits": 450,
-                      "imagenet32": 50_000}  # fmt: skip
+STANDARD_TEST_SIZE = {
+    "cifar10": 10_000,
+    "imagenet": 50_000,
+    "mnist": 10_000,
+    "digits": 450,
+    "imagenet32": 50_000,
+}
 ARCHS = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "resnet50", "lenet", "digits_cnn")
 DEFAULT_ARCH = {
     "cifar10": "cifar_resnet110",

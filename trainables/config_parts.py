@@ -299,8 +299,10 @@ class RunPart:
         p += choice("amp", self.amp, AMP_MODES)
         p += choice("data_pipeline", self.data_pipeline, DATA_PIPELINES)
         if self.data_pipeline == "device" and dataset == "imagenet":
-            p.append("data_pipeline device needs an in-memory data set (not imagenet's image "
-                     "files): use auto or loader")  # fmt: skip
+            p.append(
+                "data_pipeline device needs an in-memory data set (not imagenet's image "
+                "files): use auto or loader"
+            )
         if self.init_from is not None and not _TRIAL_ID.fullmatch(self.init_from):
             p.append(f"init_from must be a trial_id (12 hex digits, got {self.init_from!r})")
         return p

@@ -41,14 +41,20 @@ class DatasetInfo:
 
 
 INFO = {
-    "cifar10": DatasetInfo("cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
-    "imagenet": DatasetInfo("imagenet", 1000, (3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "cifar10": DatasetInfo(
+        "cifar10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+    ),
+    "imagenet": DatasetInfo(
+        "imagenet", 1000, (3, 224, 224), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    ),
     "mnist": DatasetInfo("mnist", 10, (1, 28, 28), (0.1307,), (0.3081,)),
     # Statistics of the digits training split (pixels / 16).
     "digits": DatasetInfo("digits", 10, (1, 8, 8), (0.3052,), (0.3760,)),
     # Downsampled ImageNet (Chrabaszcz et al. 2017), 32x32: ImageNet's channel statistics.
-    "imagenet32": DatasetInfo("imagenet32", 1000, (3, 32, 32), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-}  # fmt: skip
+    "imagenet32": DatasetInfo(
+        "imagenet32", 1000, (3, 32, 32), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    ),
+}
 assert tuple(INFO) == DATASETS, "data registry and catalog.DATASETS disagree"
 assert {k: v.num_classes for k, v in INFO.items()} == NUM_CLASSES, "catalog.NUM_CLASSES disagrees"
 assert {k: v.dim for k, v in INFO.items()} == INPUT_DIM, "catalog.INPUT_DIM disagrees"
@@ -141,9 +147,12 @@ def _digits(split: str) -> ImageTensors:
     data = load_digits()
     images = data.images.astype(np.float32) / 16.0
     x_tr, x_te, y_tr, y_te = train_test_split(
-        images, data.target, test_size=DIGITS_TEST_FRACTION, stratify=data.target,
+        images,
+        data.target,
+        test_size=DIGITS_TEST_FRACTION,
+        stratify=data.target,
         random_state=DIGITS_SPLIT_SEED,
-    )  # fmt: skip
+    )
     x, y = (x_tr, y_tr) if split == "train" else (x_te, y_te)
     return ImageTensors(torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y))
 
@@ -242,7 +251,9 @@ def _imagenet32(root: Path, split: str, augment: bool) -> ImageTensors:
     holds `data` uint8 (N, 3072), rows channel-first like CIFAR, and `labels` 1..1000."""
     folder = imagenet32_folder(root, split)
     names = IMAGENET32_FILES[split]
-    _require(folder, names, "ImageNet32 (npz batches: train_data_batch_1..10.npz, val_data.npz)", True)
+    _require(
+        folder, names, "ImageNet32 (npz batches: train_data_batch_1..10.npz, val_data.npz)", True
+    )
     images, labels = [], []
     for fname in names:
         try:
@@ -250,10 +261,14 @@ def _imagenet32(root: Path, split: str, augment: bool) -> ImageTensors:
                 images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
                 labels.append(np.asarray(batch["labels"], dtype=np.int64).reshape(-1) - 1)
         except Exception as e:  # zipfile/pickle/key/shape errors of a damaged file
-            raise DataError(f"cannot read ImageNet32 file {folder / fname}: {type(e).__name__}: {e}") from None
+            raise DataError(
+                f"cannot read ImageNet32 file {folder / fname}: {type(e).__name__}: {e}"
+            ) from None
     y = np.concatenate(labels)
     if y.min() < 0 or y.max() > 999:
-        raise DataError(f"ImageNet32 labels in {folder} must be 1..1000 (got {y.min() + 1}..{y.max() + 1})")
+        raise DataError(
+            f"ImageNet32 labels in {folder} must be 1..1000 (got {y.min() + 1}..{y.max() + 1})"
+        )
     transform = _cifar_augment() if augment else None
     return ImageTensors(torch.from_numpy(np.concatenate(images)), torch.from_numpy(y), transform)
 
@@ -323,7 +338,10 @@ def data_problem(name: str, data_dir: str | None, download: bool = False) -> str
             for split, names in IMAGENET32_FILES.items():
                 _require(imagenet32_folder(root, split), names, "ImageNet32 (npz batches)", True)
         elif not (root / "train").is_dir() or not (root / "val").is_dir():
-            return f"ImageNet not found: expected {root}/train and {root}/val in ImageFolder layout; pass --data-dir pointing at the directory holding them"
+            return (
+                f"ImageNet not found: expected {root}/train and {root}/val in ImageFolder layout; "
+                "pass --data-dir pointing at the directory holding them"
+            )
     except DataError as e:
         return str(e)
     return None

@@ -50,9 +50,12 @@ def init(rank: int, world_size: int, port: int) -> None:
     if torch.cuda.is_available():
         torch.cuda.set_device(rank)
     dist.init_process_group(
-        backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        backend(),
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
         timeout=datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800))),
-    )  # fmt: skip
+    )
 
 
 def prepare(state: TrainState, train_loader: Batches, rank: int, world_size: int) -> Batches:
@@ -73,9 +76,12 @@ def prepare(state: TrainState, train_loader: Batches, rank: int, world_size: int
         train_loader.dataset, world_size, rank, shuffle=True, seed=cfg.seed
     )
     return DataLoader(
-        train_loader.dataset, cfg.batch_size // world_size, sampler=sampler,
-        num_workers=cfg.num_workers, pin_memory=state.device.type == "cuda",
-    )  # fmt: skip
+        train_loader.dataset,
+        cfg.batch_size // world_size,
+        sampler=sampler,
+        num_workers=cfg.num_workers,
+        pin_memory=state.device.type == "cuda",
+    )
 
 
 def assert_in_sync(model: torch.nn.Module) -> None:

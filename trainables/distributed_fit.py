@@ -46,9 +46,13 @@ def fit_data_parallel(
     evaluates, writes `checkpoint_path` and calls `on_epoch`."""
     port = free_port()
     # Every rank reads the same checkpoint on start (only rank 0 ever writes it).
-    shared = {"checkpoint_path": checkpoint_path, "resume_from": resume_from,
-              "init_weights": init_weights, "stop_after": stop_after,
-              "threads": torch.get_num_threads()}  # fmt: skip
+    shared = {
+        "checkpoint_path": checkpoint_path,
+        "resume_from": resume_from,
+        "init_weights": init_weights,
+        "stop_after": stop_after,
+        "threads": torch.get_num_threads(),
+    }
     ctx = mp.get_context("spawn")
     workers = [
         ctx.Process(
@@ -60,8 +64,17 @@ def fit_data_parallel(
         w.start()
     init(0, world_size, port)
     try:
-        state = fit(cfg, checkpoint_path, device_for(0), on_epoch, stop_after, resume_from,
-                    init_weights, rank=0, world_size=world_size)  # fmt: skip
+        state = fit(
+            cfg,
+            checkpoint_path,
+            device_for(0),
+            on_epoch,
+            stop_after,
+            resume_from,
+            init_weights,
+            rank=0,
+            world_size=world_size,
+        )
     finally:
         dist.destroy_process_group()
         for w in workers:

@@ -42,7 +42,9 @@ def _accepted(hint: Any) -> tuple[tuple[type, ...], bool]:
     union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
     args = typing.get_args(hint) if union else (hint,)
     accepted = tuple({int: (int,), float: (int, float)}.get(a, (a,)) for a in args)
-    return tuple(t for ts in accepted for t in ts), bool not in args and (int in args or float in args)
+    return tuple(t for ts in accepted for t in ts), bool not in args and (
+        int in args or float in args
+    )
 
 
 def type_problems(obj: Any) -> list[str]:
@@ -54,7 +56,9 @@ def type_problems(obj: Any) -> list[str]:
         or (no_bool and isinstance(value, bool))
     ]
     hints = _hints(type(obj))
-    return [f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})" for name in bad]
+    return [
+        f"{name} must be {_type_name(hints[name])} (got {getattr(obj, name)!r})" for name in bad
+    ]
 
 
 def float_fields(obj: Any) -> dict[str, float]:

@@ -99,13 +99,21 @@ class LeNet(nn.Module):
     def __init__(self, num_classes: int = 10):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        )  # fmt: skip
+            nn.Conv2d(1, 6, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
-            nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, num_classes),
-        )  # fmt: skip
+            nn.Flatten(),
+            nn.Linear(16 * 5 * 5, 120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.ReLU(),
+            nn.Linear(84, num_classes),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -117,10 +125,14 @@ class DigitsCNN(nn.Module):
     def __init__(self, num_classes: int = 10, width: int = 32):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+            nn.Conv2d(1, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
             nn.MaxPool2d(2),
-        )  # fmt: skip
+        )
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(2 * width * 16, 128), nn.ReLU(), nn.Linear(128, num_classes)
         )
@@ -179,7 +191,8 @@ def transfer_weights(model: nn.Module, pretrained: dict[str, torch.Tensor]) -> l
     ]
     if wrong:
         raise ValueError(
-            f"pre-trained weights do not fit this architecture ({len(wrong)} tensors differ, e.g. {wrong[0]})"
+            f"pre-trained weights do not fit this architecture ({len(wrong)} tensors differ, "
+            f"e.g. {wrong[0]})"
         )
     model.load_state_dict({k: (own[k] if k in kept else pretrained[k]) for k in own})
     return kept

@@ -90,9 +90,17 @@ class DeviceLoader:
     (DistributedSampler's order: a permutation seeded with seed + epoch, padded to a multiple
     of world_size, every world_size-th position from `rank`)."""
 
-    def __init__(self, dataset: Dataset[Any], batch_size: int, device: torch.device, *,
-                 shuffle: bool = False, generator: torch.Generator | None = None,
-                 augment: bool = False, augment_generator: torch.Generator | None = None):  # fmt: skip
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        augment: bool = False,
+        augment_generator: torch.Generator | None = None,
+    ):
         base, positions = in_memory(dataset)
         self.dataset = dataset  # for split_size / split_indices, as DataLoader.dataset
         self.images = base.images[positions].to(device)
@@ -144,9 +152,12 @@ class DeviceLoader:
 
 
 def loaders(
-    cfg: TrialConfig, device: torch.device, which: str, generator: torch.Generator,
+    cfg: TrialConfig,
+    device: torch.device,
+    which: str,
+    generator: torch.Generator,
     augment_generator: torch.Generator | None = None,
-) -> tuple[Batches, Batches]:  # fmt: skip
+) -> tuple[Batches, Batches]:
     """(training, evaluation) batches of `which` pipeline, "device" or "loader". Training
     batches are shuffled with `generator` (CPU); the evaluation ones come in order, at least
     256 at a time. The loader pipeline's crop/flip is torchvision's in the data set (global
@@ -157,17 +168,29 @@ def loaders(
     eval_batch = max(cfg.batch_size, 256)
     if which == "device":  # the torchvision transform loaded with the split goes unused
         return (
-            DeviceLoader(train, cfg.batch_size, device, shuffle=True, generator=generator,
-                         augment=cfg.dataset in CROP_FLIP_DATASETS,
-                         augment_generator=augment_generator),
+            DeviceLoader(
+                train,
+                cfg.batch_size,
+                device,
+                shuffle=True,
+                generator=generator,
+                augment=cfg.dataset in CROP_FLIP_DATASETS,
+                augment_generator=augment_generator,
+            ),
             DeviceLoader(test, eval_batch, device),
-        )  # fmt: skip
+        )
     workers, pin = cfg.num_workers, device.type == "cuda"
     return (
-        DataLoader(train, cfg.batch_size, shuffle=True, generator=generator,
-                   num_workers=workers, pin_memory=pin),
+        DataLoader(
+            train,
+            cfg.batch_size,
+            shuffle=True,
+            generator=generator,
+            num_workers=workers,
+            pin_memory=pin,
+        ),
         DataLoader(test, eval_batch, shuffle=False, num_workers=workers, pin_memory=pin),
-    )  # fmt: skip
+    )
 
 
 def _first(dataset: ImageTensors | IndexedFolder, count: int | None) -> Dataset[Any]:

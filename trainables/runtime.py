@@ -109,8 +109,11 @@ def compile_module(module: nn.Module, device: torch.device) -> bool:
     one warning line and leave it eager. Returns whether it was compiled."""
     problem = compile_problem(device.type)
     if problem is not None:
-        log.warning("compile: torch.compile cannot run on %s here (%s); running eagerly",
-                    device.type, problem)  # fmt: skip
+        log.warning(
+            "compile: torch.compile cannot run on %s here (%s); running eagerly",
+            device.type,
+            problem,
+        )
         return False
     module.compile()
     return True

@@ -34,9 +34,13 @@ import numpy as np
 
 # Sizes in bytes of the official files (cifar-10-python.tar.gz as published, md5 c58f3010...).
 CIFAR_OFFICIAL_SIZES = {
-    "data_batch_1": 31_035_704, "data_batch_2": 31_035_320, "data_batch_3": 31_035_999,
-    "data_batch_4": 31_035_696, "data_batch_5": 31_035_623, "test_batch": 31_035_526,
-}  # fmt: skip
+    "data_batch_1": 31_035_704,
+    "data_batch_2": 31_035_320,
+    "data_batch_3": 31_035_999,
+    "data_batch_4": 31_035_696,
+    "data_batch_5": 31_035_623,
+    "test_batch": 31_035_526,
+}
 
 
 def _latin1_encode(obj: str, encoding: str = "utf-8", errors: str = "strict") -> bytes:
@@ -121,10 +125,14 @@ WRAPPED = {
     "dtype": _dtype,
 }
 ALLOWED = {
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-}  # fmt: skip
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
 
 
 class PlainUnpickler(pickle.Unpickler):

@@ -115,9 +115,12 @@ class Smooth:
     ABSTAIN = ABSTAIN
 
     def __init__(
-        self, base_classifier: torch.nn.Module, num_classes: int, sigma: float,
+        self,
+        base_classifier: torch.nn.Module,
+        num_classes: int,
+        sigma: float,
         precision: str = "fp32",
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0 (got {sigma})")
         if precision not in runtime.PRECISIONS:
@@ -128,24 +131,40 @@ class Smooth:
         self.precision = precision
 
     def certify(
-        self, x: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
+        self,
+        x: torch.Tensor,
+        n0: int,
+        n: int,
+        alpha: float,
+        batch_size: int,
         generator: torch.Generator | None = None,
-    ) -> tuple[int, float]:  # fmt: skip
+    ) -> tuple[int, float]:
         """CERTIFY for one input x of shape (C,H,W): (prediction, radius)."""
         cert = self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
         return cert.prediction, cert.radius
 
     def certificate(
-        self, x: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
+        self,
+        x: torch.Tensor,
+        n0: int,
+        n: int,
+        alpha: float,
+        batch_size: int,
         generator: torch.Generator | None = None,
-    ) -> Certificate:  # fmt: skip
+    ) -> Certificate:
         """CERTIFY for one input, with nA, n and p_lower kept."""
         return self.certify_batch(x.unsqueeze(0), n0, n, alpha, batch_size, generator)[0]
 
     def certify_batch(
-        self, xs: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int,
-        generator: torch.Generator | None = None, sigmas: torch.Tensor | None = None,
-    ) -> list[Certificate]:  # fmt: skip
+        self,
+        xs: torch.Tensor,
+        n0: int,
+        n: int,
+        alpha: float,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        sigmas: torch.Tensor | None = None,
+    ) -> list[Certificate]:
         """CERTIFY for each of the P inputs in `xs` (P,C,H,W), sharing forward batches.
 
         Each input gets its own n0 selection samples and n fresh estimation samples, so the
@@ -163,20 +182,29 @@ class Smooth:
         ]
 
     def predict(
-        self, x: torch.Tensor, n: int, alpha: float, batch_size: int,
+        self,
+        x: torch.Tensor,
+        n: int,
+        alpha: float,
+        batch_size: int,
         generator: torch.Generator | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """PREDICT for one input x (C,H,W): the smoothed prediction or ABSTAIN."""
         counts = self.sample_counts(x.unsqueeze(0), n, batch_size, generator)[0]
         return predict_from_counts(counts.cpu().numpy(), alpha)
 
     def sample_counts(
-        self, xs: torch.Tensor, num: int, batch_size: int,
-        generator: torch.Generator | None = None, sigmas: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+        self,
+        xs: torch.Tensor,
+        num: int,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        sigmas: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
-        summing to `num`; noise N(0, σ²) with σ = self.sigma or, per point, `sigmas` (P,). Every forward batch holds at most max(batch_size, 1) noisy samples:
-        up to `batch_size` points at a time, each with batch_size // (those points) draws.
+        summing to `num`; noise N(0, σ²) with σ = self.sigma or, per point, `sigmas` (P,).
+        Every forward batch holds at most max(batch_size, 1) noisy samples: up to `batch_size`
+        points at a time, each with batch_size // (those points) draws.
 
         The base classifier runs in eval mode (each submodule's mode is restored afterwards),
         so batch-norm uses its running statistics and no point's votes depend on another's.
@@ -196,9 +224,13 @@ class Smooth:
         return counts
 
     def _chunk_counts(
-        self, xs: torch.Tensor, num: int, per_point: int, generator: torch.Generator | None,
+        self,
+        xs: torch.Tensor,
+        num: int,
+        per_point: int,
+        generator: torch.Generator | None,
         sigmas: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
 
         The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by

@@ -5,7 +5,17 @@ to resume); 2 bad input (one line per problem, nothing started, nothing deleted)
 interrupted (re-run the same command to resume).
 """
 
-from sweeper.cli import compact, costs, empirical, ingest, reads, reports, runs, status  # noqa: F401  (importing registers the commands)
+# Importing the command modules registers their commands.
+from sweeper.cli import (  # noqa: F401
+    compact,
+    costs,
+    empirical,
+    ingest,
+    reads,
+    reports,
+    runs,
+    status,
+)
 from sweeper.cli.common import app
 
 __all__ = ["app"]

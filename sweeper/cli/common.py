@@ -18,8 +18,19 @@ from trainables import fileio
 from trainables.errors import ProblemsError
 
 # The commands in the order a sweep uses them (any other is listed after them).
-ORDER = ("run", "certify", "status", "envelope", "table", "report", "empirical", "import",
-         "spaces", "compact", "bench")  # fmt: skip
+ORDER = (
+    "run",
+    "certify",
+    "status",
+    "envelope",
+    "table",
+    "report",
+    "empirical",
+    "import",
+    "spaces",
+    "compact",
+    "bench",
+)
 
 
 class GuardedGroup(TyperGroup):
@@ -57,8 +68,12 @@ class RunGroup(TyperGroup):
         name = args[0] if args else "-"
         if not name.startswith("-") and not difflib.get_close_matches(name, self.commands):
             kinds = ", ".join(self.list_commands(ctx))
-            fail([f"no such command 'sweeper run {name}' (sweeper run takes a kind of sweep: "
-                  f"{kinds}); to run the space {name!r}: sweeper run grid {name}"])  # fmt: skip
+            fail(
+                [
+                    f"no such command 'sweeper run {name}' (sweeper run takes a kind of sweep: "
+                    f"{kinds}); to run the space {name!r}: sweeper run grid {name}"
+                ]
+            )
         return super().resolve_command(ctx, args)
 
 
@@ -113,7 +128,8 @@ def free_space(location: str) -> str | None:
 
 app = typer.Typer(
     cls=GuardedGroup,
-    help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every model, read the envelope.",
+    help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every "
+    "model, read the envelope.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -134,9 +150,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option(
-        "--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
-) -> None:  # fmt: skip
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     pass
 
 
@@ -144,10 +164,22 @@ app.add_typer(run_app, name="run")
 # Piped output keeps whole rows instead of rich's 80-column default.
 console = TerminalConsole(width=None if sys.stdout.isatty() else 160)
 DISPLAY = {
-    "radius": "radius", "certified_accuracy": "cert. acc", "clean_acc": "clean acc", "trial_id": "winner",
-    "method": "method", "attack": "attack", "sigma": "σ", "epsilon": "ε", "steps": "T", "m_train": "m",
-    "acr": "ACR", "models": "models", "lam": "λ", "eta": "η", "max_radius": "max r",
-}  # fmt: skip
+    "radius": "radius",
+    "certified_accuracy": "cert. acc",
+    "clean_acc": "clean acc",
+    "trial_id": "winner",
+    "method": "method",
+    "attack": "attack",
+    "sigma": "σ",
+    "epsilon": "ε",
+    "steps": "T",
+    "m_train": "m",
+    "acr": "ACR",
+    "models": "models",
+    "lam": "λ",
+    "eta": "η",
+    "max_radius": "max r",
+}
 
 Storage = Annotated[
     str, typer.Option("--storage", help="Results location: a path or a URI (s3://...).")
@@ -158,9 +190,12 @@ ExperimentOpt = Annotated[
 # Commands that read an experiment: by default the most recently written one (`resolve_experiment`).
 LatestExperiment = Annotated[
     str | None,
-    typer.Option("--experiment", help="Experiment name (default: the most recent experiment "
-                 "under --storage, named on stderr)."),
-]  # fmt: skip
+    typer.Option(
+        "--experiment",
+        help="Experiment name (default: the most recent experiment "
+        "under --storage, named on stderr).",
+    ),
+]
 DataDir = Annotated[
     str | None,
     typer.Option("--data-dir", help="Directory holding the data set (cifar10, mnist, imagenet)."),
@@ -176,9 +211,13 @@ Wide = Annotated[
 ]
 Digits = Annotated[
     int,
-    typer.Option("--digits", min=0, max=12,
-                 help="Decimals of accuracies and ACR in table and markdown output."),
-]  # fmt: skip
+    typer.Option(
+        "--digits",
+        min=0,
+        max=12,
+        help="Decimals of accuracies and ACR in table and markdown output.",
+    ),
+]
 
 
 def warn_left_out(invalid: list[str], exp: Experiment) -> None:
@@ -191,14 +230,21 @@ def warn_left_out(invalid: list[str], exp: Experiment) -> None:
         line for line in invalid if ": not a readable " in line and not line.startswith(caches)
     ]
     if corrupt:
-        fail([f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
-              "empirical` recomputes what is missing)" for line in corrupt])  # fmt: skip
+        fail(
+            [
+                f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
+                "empirical` recomputes what is missing)"
+                for line in corrupt
+            ]
+        )
     for line in invalid:
         echo(f"warning: left out {line}", err=True)
     if invalid:
-        echo(f"{len(invalid)} result file{'s' * (len(invalid) != 1)} left out (named above): "
-             "move each away and `sweeper certify` (or `sweeper empirical`) recomputes it",
-             err=True)  # fmt: skip
+        echo(
+            f"{len(invalid)} result file{'s' * (len(invalid) != 1)} left out (named above): "
+            "move each away and `sweeper certify` (or `sweeper empirical`) recomputes it",
+            err=True,
+        )
 
 
 def fail(problems: list[str], code: int = 2) -> NoReturn:
@@ -232,9 +278,17 @@ def filter_rows(frame, selection: dict):
             else frame[(frame[key] - value).abs() < 1e-9]
         )
         if chosen.empty and not frame.empty:
-            values = sorted({str(v) if not isinstance(v, float) else f"{v:g}"
-                             for v in frame[key].dropna().unique()})  # fmt: skip
-            fail([f"--only {key}={value} matches no model ({key} values: "
-                  f"{', '.join(values) or 'none'})"])  # fmt: skip
+            values = sorted(
+                {
+                    str(v) if not isinstance(v, float) else f"{v:g}"
+                    for v in frame[key].dropna().unique()
+                }
+            )
+            fail(
+                [
+                    f"--only {key}={value} matches no model ({key} values: "
+                    f"{', '.join(values) or 'none'})"
+                ]
+            )
         frame = chosen
     return frame

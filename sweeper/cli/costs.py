@@ -25,7 +25,9 @@ def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | 
     """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
     data, pseudo = needed_data(plan.all_trials)
     if data or pseudo:
-        what = " and ".join(filter(None, [", ".join(data), "the pseudo-labelled data" if pseudo else None]))
+        what = " and ".join(
+            filter(None, [", ".join(data), "the pseudo-labelled data" if pseudo else None])
+        )
         console.print(
             f"data: not read on a dry run; a real run needs {what}"
             + (" (--data-dir DIR, or --download)" if data else "")
@@ -94,12 +96,22 @@ def _print_groups(sweep: SweepCost, device: str) -> None:
     table = Table(title="cost on the device above", title_justify="left")
     for name in ("trials of", "n", "passes/input", "train/trial", "certify/trial", "all n"):
         # Numbers never cut: only the group's label wraps (fold, never an ellipsis).
-        table.add_column(name, justify="left" if name == "trials of" else "right",
-                         no_wrap=name != "trials of", overflow="fold")  # fmt: skip
+        table.add_column(
+            name,
+            justify="left" if name == "trials of" else "right",
+            no_wrap=name != "trials of",
+            overflow="fold",
+        )
     for g in groups(sweep.costs):
         per = (g.train_hours / g.trials, g.certify_hours / g.trials)
-        table.add_row(g.label, str(g.trials), str(g.passes), _amount(per[0], device),
-                      _amount(per[1], device), _amount(g.train_hours + g.certify_hours, device))  # fmt: skip
+        table.add_row(
+            g.label,
+            str(g.trials),
+            str(g.passes),
+            _amount(per[0], device),
+            _amount(per[1], device),
+            _amount(g.train_hours + g.certify_hours, device),
+        )
     console.print(table)
     console.print(
         "passes/input: forward+backward passes per training input and epoch (after the ε "
@@ -155,14 +167,13 @@ def _cluster_devices(address: str, gpus: int | None) -> Devices:
     return Devices(have, total.get("CPU", 0.0), where)
 
 
-def _print_wall_clock(
-    sweep: SweepCost, resources: Resources, kind: str, capacity: Devices
-) -> None:
+def _print_wall_clock(sweep: SweepCost, resources: Resources, kind: str, capacity: Devices) -> None:
     wall = wall_clock(sweep, resources, kind, capacity)
     if wall is None:
         need = f"cpu={resources.cpu:g}" + (f", gpu={resources.gpu:g}" if kind == "gpu" else "")
         console.print(
-            f"wall-clock: {capacity.where} cannot host one trial ({need}); pass --gpus N for an estimate"
+            f"wall-clock: {capacity.where} cannot host one trial ({need}); "
+            "pass --gpus N for an estimate"
         )
         return
     if kind == "gpu":
@@ -191,7 +202,8 @@ def bench(
         list[str] | None,
         typer.Option(
             "--arch",
-            help=f"Architecture(s) to measure, repeated or comma-separated (default: all of {', '.join(ARCHS)}).",
+            help="Architecture(s) to measure, repeated or comma-separated "
+            f"(default: all of {', '.join(ARCHS)}).",
         ),
     ] = None,
     smoke: Annotated[
@@ -215,7 +227,8 @@ def bench(
     path = throughput.figures_path()
     throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
     console.print(
-        f"figures written to {path}: dry runs of sweeps on {'GPUs' if kind == 'gpu' else 'CPUs'} price with them"
+        f"figures written to {path}: dry runs of sweeps on "
+        f"{'GPUs' if kind == 'gpu' else 'CPUs'} price with them"
     )
 
 
@@ -229,12 +242,19 @@ def _measure(archs: list[str], smoke: bool, repeats: int) -> tuple[str, str, dic
     if device.type == "cpu":
         torch.set_num_threads(1)  # figures per core, as the dry run prices CPU trials
     name = device_name(device)
-    table = Table("arch", "forward samples/s", "train samples/s", "batches (train, forward)",
-                  title=f"sweeper bench on {name}")  # fmt: skip
+    table = Table(
+        "arch",
+        "forward samples/s",
+        "train samples/s",
+        "batches (train, forward)",
+        title=f"sweeper bench on {name}",
+    )
     rates = {}
     for a in archs:
         m = measure(a, device, smoke, repeats)
         rates[a] = (m.forward, m.train, m.forward_batch, m.train_batch)
-        table.add_row(a, f"{m.forward:,.0f}", f"{m.train:,.0f}", f"{m.train_batch}, {m.forward_batch}")  # fmt: skip
+        table.add_row(
+            a, f"{m.forward:,.0f}", f"{m.train:,.0f}", f"{m.train_batch}, {m.forward_batch}"
+        )
     console.print(table)
     return name, "gpu" if device.type == "cuda" else "cpu", rates

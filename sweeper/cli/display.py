@@ -120,13 +120,16 @@ def fit(columns: list[Column], priority: list[str], width: int) -> tuple[list[Co
 def print_table(title: str, columns: list[Column], priority: list[str], wide: bool) -> None:
     """Print the table (the columns that fit unless `wide`); name those left out on stderr."""
     width = terminal_width()
-    shown, left = (columns, []) if wide else fit(columns, priority or [c.header for c in columns], width)
+    shown, left = (
+        (columns, []) if wide else fit(columns, priority or [c.header for c in columns], width)
+    )
     out = Table(title=title)
     for c in shown:
         # Columns of single tokens (numbers, ids) do not wrap, so text columns give way first.
         token = not any(" " in cell for cell in c.cells)
-        out.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold",
-                       no_wrap=token)  # fmt: skip
+        out.add_column(
+            c.header, justify="right" if c.numeric else "left", overflow="fold", no_wrap=token
+        )
     rows = len(shown[0].cells) if shown else 0
     for i in range(rows):
         out.add_row(*(Text(c.cells[i], style="bold" if i in c.bold else "") for c in shown))

@@ -31,7 +31,9 @@ DRIVER = ("address", "cpu_only", "wait_for_nodes", "max_trials")
 
 def launch_options(options: dict[str, Any]) -> LaunchOptions:
     """The launch settings among a command's options (those it does not take: their defaults)."""
-    return LaunchOptions(**{f.name: options[f.name] for f in fields(LaunchOptions) if f.name in options})
+    return LaunchOptions(
+        **{f.name: options[f.name] for f in fields(LaunchOptions) if f.name in options}
+    )
 
 
 def command_line() -> str:
@@ -41,7 +43,9 @@ def command_line() -> str:
     return "sweeper " + " ".join(redact_args(sys.argv[1:]))
 
 
-def finish(interrupted: bool, failures: list[tuple[str, str, str]], notes: Sequence[str] = ()) -> None:
+def finish(
+    interrupted: bool, failures: list[tuple[str, str, str]], notes: Sequence[str] = ()
+) -> None:
     """Exit 130 if the command was interrupted, 1 with one line per (trial_id, stage) that
     failed (its error's telling line, how many tasks or attempts) and `notes` (where the full
     texts are, how to retrain); both say how to resume."""
@@ -95,8 +99,11 @@ def check_node_versions() -> None:
 
     problems, silent = version_problems()
     for node in silent:
-        echo(f"warning: node {node} did not report its versions within "
-             f"{CHECK_TIMEOUT_S:.0f} s: not checked", err=True)  # fmt: skip
+        echo(
+            f"warning: node {node} did not report its versions within "
+            f"{CHECK_TIMEOUT_S:.0f} s: not checked",
+            err=True,
+        )
     if problems:
         raise ProblemsError(problems)
 
@@ -119,8 +126,10 @@ def driving(
     try:
         with Lease(exp, command_line()) as lease, ray_cluster(address):
             if lease.took_over is not None:
-                echo(f"warning: took over the lease of {lease.took_over.describe()}, "
-                     "which is gone", err=True)  # fmt: skip
+                echo(
+                    f"warning: took over the lease of {lease.took_over.describe()}, which is gone",
+                    err=True,
+                )
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
                 check_node_versions()

@@ -9,7 +9,7 @@ import typer
 
 from sweeper.cli.common import DataDir, ExperimentOpt, Only, Storage, app, console, fail
 from sweeper.cli.driver import DRIVER, finish, launch_options
-from sweeper.cli.options import given, settings_options, with_options
+from sweeper.cli.options import SpaceSmoke, given, settings_options, with_options
 from sweeper.plan.spec import EmpiricalSpec
 from sweeper.plan.sweep_plan import PlanError, PlanRequest, is_finished, make_plan, trial_states
 from sweeper.results.storage import DEFAULT_STORAGE
@@ -28,8 +28,12 @@ def _plan(request: PlanRequest, overrides: dict, problems: list[str]):
     if problems:
         fail(problems)
     if not plan.exp.exists():
-        fail([f"no experiment at {plan.exp.root}: run `sweeper run grid {request.space}` first "
-              "(or check --storage/--experiment)"])  # fmt: skip
+        fail(
+            [
+                f"no experiment at {plan.exp.root}: run `sweeper run grid {request.space}` first "
+                "(or check --storage/--experiment)"
+            ]
+        )
     return plan, spec
 
 
@@ -42,16 +46,18 @@ def _report(outcome, trials: int, settings: list) -> None:
 
 
 @app.command()
-@with_options(settings_options(EmpiricalSpec), settings_options(LaunchOptions, only=DRIVER, override=False))
+@with_options(
+    settings_options(EmpiricalSpec), settings_options(LaunchOptions, only=DRIVER, override=False)
+)
 def empirical(
     space: Annotated[str, typer.Argument(help="The space the experiment was run with.")],
     storage: Storage = DEFAULT_STORAGE,
     experiment: ExperimentOpt = None,
     data_dir: DataDir = None,
     only: Only = None,
-    smoke: Annotated[bool, typer.Option("--smoke", help="The --smoke variant of the space.")] = False,
+    smoke: SpaceSmoke = False,
     **options: Any,
-) -> None:  # fmt: skip
+) -> None:
     """Empirical robustness of the finished models: SmoothAdv-PGD at each ε and m_test, then
     PREDICT (Salman et al. section 4.2), as Ray tasks writing Parquet under empirical/.
 
@@ -60,14 +66,26 @@ def empirical(
     skips the shards already written; new settings add files beside the old ones."""
     launch = launch_options(options)
     overrides, problems = given(EmpiricalSpec, options)
-    request = PlanRequest(space, storage, experiment, smoke, only, data_dir, False, None,
-                          launch.address, max_trials=launch.max_trials)  # fmt: skip
+    request = PlanRequest(
+        space=space,
+        storage=storage,
+        experiment=experiment,
+        smoke=smoke,
+        only=only,
+        data_dir=data_dir,
+        address=launch.address,
+        max_trials=launch.max_trials,
+    )
     plan, spec = _plan(request, overrides, problems)
     states = trial_states(plan.exp, plan.trials)
     ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
     if not ready:
-        fail([f"none of the {len(plan.trials)} selected trials has finished training: "
-              f"run `sweeper run grid {space}`"])  # fmt: skip
+        fail(
+            [
+                f"none of the {len(plan.trials)} selected trials has finished training: "
+                f"run `sweeper run grid {space}`"
+            ]
+        )
     _run(plan, ready, spec, launch.address, launch.cpu_only, launch.wait_for_nodes)
 
 

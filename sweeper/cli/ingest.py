@@ -16,30 +16,41 @@ if TYPE_CHECKING:
     from sweeper.ingest.importer import ImportReport, Model
 
 
+LogDirectory = Annotated[
+    str,
+    typer.Argument(help="A directory of certify.py logs (searched recursively), or one log."),
+]
+ImportExperiment = Annotated[
+    str | None,
+    typer.Option(
+        "--experiment",
+        help="The experiment to import into (required): one of yours, to put "
+        "the logs beside its models, or a new name.",
+    ),
+]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="key=value (repeatable): a hyperparameter the directory names do not give, or "
+        "n0/n/alpha/sigma_cert (defaults: 100, 100000, 0.001, the σ in the file name).",
+    ),
+]
+MaxRows = Annotated[
+    int,
+    typer.Option(
+        "--max-rows", min=1, help="At most this many rows per log (a longer log is skipped)."
+    ),
+]
+
+
 @app.command("import")
 def import_(
-    directory: Annotated[
-        str,
-        typer.Argument(help="A directory of certify.py logs (searched recursively), or one log."),
-    ],
+    directory: LogDirectory,
     storage: Storage = DEFAULT_STORAGE,
-    experiment: Annotated[str | None, typer.Option(
-        "--experiment", help="The experiment to import into (required): one of yours, to put "
-        "the logs beside its models, or a new name.")] = None,
-    sets: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="key=value (repeatable): a hyperparameter the directory names do not give, or "
-            "n0/n/alpha/sigma_cert (defaults: 100, 100000, 0.001, the σ in the file name).",
-        ),
-    ] = None,
-    max_rows: Annotated[
-        int,
-        typer.Option(
-            "--max-rows", min=1, help="At most this many rows per log (a longer log is skipped)."
-        ),
-    ] = DEFAULT_MAX_ROWS,
+    experiment: ImportExperiment = None,
+    sets: Sets = None,
+    max_rows: MaxRows = DEFAULT_MAX_ROWS,
 ) -> None:
     """Import certification logs of the reference code (Cohen et al., SmoothAdv) as models of an
     experiment: hyperparameters from the directory names (noise_0.25/, PGD_10steps/, eps_255/,
@@ -47,8 +58,8 @@ def import_(
     if experiment is None:
         fail(
             [
-                "--experiment is required: the experiment to import into (one of yours, to put the "
-                "logs beside it, or a new name)"
+                "--experiment is required: the experiment to import into (one of yours, to "
+                "put the logs beside it, or a new name)"
             ]
         )
     from sweeper.ingest.importer import import_logs  # pyarrow: only when importing
@@ -70,9 +81,7 @@ def import_(
 
 def _print_report(report: ImportReport) -> None:
     exp = report.experiment
-    echo(
-        f"imported {len(report.imported)} logs ({report.rows} rows) into {exp.name} at {exp.root}"
-    )
+    echo(f"imported {len(report.imported)} logs ({report.rows} rows) into {exp.name} at {exp.root}")
     for m in report.imported:
         echo(f"  {m.rel} -> {m.cfg.trial_id} {m.cert_id}: {_summary(m)}, {m.rows} rows")
     for m in report.already:

@@ -48,13 +48,18 @@ def _help(f: dataclasses.Field, override: bool) -> str:
     return f.metadata["help"].rstrip(".") + (f" ({'; '.join(notes)})." if notes else ".")
 
 
-def _option(name: str, decls: list[str], kind: Any, help_text: str, default: Any,
-            ranges: dict[str, float]) -> inspect.Parameter:  # fmt: skip
+def _option(
+    name: str, decls: list[str], kind: Any, help_text: str, default: Any, ranges: dict[str, float]
+) -> inspect.Parameter:
     """One keyword parameter of a command: `name` in **options, flags `decls`."""
     annotation = bool | None if kind is bool else (kind or str) | None
     option = typer.Option(*decls, help=help_text, **ranges)  # type: ignore[arg-type]  # min/max
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[annotation, option])  # fmt: skip
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[annotation, option],
+    )
 
 
 def _field_option(f: dataclasses.Field, hint: Any, override: bool) -> inspect.Parameter:
@@ -71,8 +76,9 @@ def _range(bound: Any) -> dict[str, float]:
     return {"min": bound.low} if isinstance(bound, (AtLeast, NotBelow)) else {}
 
 
-def settings_options(cls: type, *, only: tuple[str, ...] | None = None,
-                     override: bool = True) -> list[inspect.Parameter]:  # fmt: skip
+def settings_options(
+    cls: type, *, only: tuple[str, ...] | None = None, override: bool = True
+) -> list[inspect.Parameter]:
     """A Typer option per declared field of `cls` (only those named in `only`, if given); a
     nested setting (`Settings`) gives a switch `--<name>` and an option per part."""
     hints = typing.get_type_hints(cls)
@@ -95,10 +101,16 @@ def _part_options(f: dataclasses.Field, nested: type) -> list[inspect.Parameter]
     hints = typing.get_type_hints(nested)
     defaults = {part.name: part.default for part in dataclasses.fields(nested)}
     return [
-        _option(f"{f.name}_{part}", ["--" + f"{f.name}-{part}".replace("_", "-")],
-                _scalar_type(hints[part]), f"{text.rstrip('.')} (default: {defaults[part]}).", None, {})
+        _option(
+            f"{f.name}_{part}",
+            ["--" + f"{f.name}-{part}".replace("_", "-")],
+            _scalar_type(hints[part]),
+            f"{text.rstrip('.')} (default: {defaults[part]}).",
+            None,
+            {},
+        )
         for part, text in f.metadata["bound"].parts.items()
-    ]  # fmt: skip
+    ]
 
 
 def with_options(*groups: list[inspect.Parameter]) -> Callable:
@@ -107,9 +119,14 @@ def with_options(*groups: list[inspect.Parameter]) -> Callable:
     def decorate(command: Callable) -> Callable:
         signature = inspect.signature(command)
         hints = typing.get_type_hints(command, include_extras=True)  # its own, evaluated
-        own = [p.replace(annotation=hints.get(p.name, p.annotation))
-               for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]  # fmt: skip
-        command.__signature__ = signature.replace(parameters=own + [p for g in groups for p in g])  # type: ignore[attr-defined]
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in signature.parameters.values()
+            if p.kind is not p.VAR_KEYWORD
+        ]
+        parameters = own + [p for g in groups for p in g]
+        signed = signature.replace(parameters=parameters)
+        command.__signature__ = signed  # type: ignore[attr-defined]
         return command
 
     return decorate
@@ -145,7 +162,9 @@ def _parse(f: dataclasses.Field, hint: Any, value: Any, problems: list[str]) -> 
             parsed = ()
         if not parsed:
             what = "integers" if bound.kind is int else "numbers"
-            problems.append(f"{flag_of(f)} {value!r}: expected {what} separated by commas, e.g. 1,128")
+            problems.append(
+                f"{flag_of(f)} {value!r}: expected {what} separated by commas, e.g. 1,128"
+            )
         return parsed or None
     if _scalar_type(hint) is None and isinstance(value, str):
         try:
@@ -162,5 +181,34 @@ Strict = Annotated[
         "--strict",
         help="Exit 1 (after the output) if anything was left out: a results file that failed "
         "validation (named on stderr), a data-dependent model awaiting its memory pass.",
+    ),
+]
+
+
+# Declared once, for every command that plans a space (`run grid`, `certify`, `empirical`).
+SpaceSmoke = Annotated[
+    bool,
+    typer.Option(
+        "--smoke", help="The space's tiny variant: few epochs and draws (experiment <space>-smoke)."
+    ),
+]
+Download = Annotated[
+    bool, typer.Option("--download", help="Download the data set if missing (needs internet).")
+]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")]
+Restart = Annotated[
+    bool,
+    typer.Option("--restart", help="Start over; the old experiment is moved aside, not deleted."),
+]
+Gpus = Annotated[
+    int | None,
+    typer.Option("--gpus", min=1, help="With --dry-run: the wall-clock on this many GPUs."),
+]
+Retrain = Annotated[
+    bool,
+    typer.Option(
+        "--retrain",
+        help="Train the --only trials again from scratch (e.g. a corrupt checkpoint); "
+        "their checkpoints and results are moved to <experiment>/retired/, not deleted.",
     ),
 ]

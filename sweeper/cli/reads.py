@@ -85,8 +85,14 @@ def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[f
     """`--plot`: the envelope (per `by` group, the empirical curve) from 0 to the largest radius."""
     from sweeper.report.render import plot_envelope
 
-    plot_envelope(frame, plot, by, title=f"{exp.name}: {_models_of(frame)} models",
-                  empirical=curve, radii=grid)  # fmt: skip
+    plot_envelope(
+        frame,
+        plot,
+        by,
+        title=f"{exp.name}: {_models_of(frame)} models",
+        empirical=curve,
+        radii=grid,
+    )
     display.echo(f"figure written to {plot}", err=True)
 
 
@@ -105,42 +111,63 @@ def table(
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
-    from sweeper.report.render import best_rows, per_model_table, render, texts, to_markdown
+    from sweeper.report.render import per_model_table
 
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
         fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
-    rows = per_model_table(frame, grid)
-    best = best_rows(rows)
-    text = texts(rows, digits)
-    for col, index in best.items():
-        text.loc[list(index), col] = text.loc[list(index), col].map(
-            (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*"))  # fmt: skip
-    if fmt == "markdown":
-        display.echo(to_markdown(text))
-    elif fmt == "table":
-        columns = [display.Column(c if c == "trial_id" else DISPLAY.get(c, c), text[c].tolist(),
-                                  rows[c].dtype.kind in "fiu", frozenset(best.get(c, ())))
-                   for c in rows.columns]  # fmt: skip
-        # What tells the models apart and how they do: a couple of radii before the other
-        # hyperparameters, then the remaining radii.
-        radii_headers = [c.header for c in columns if c.header.startswith("r=")]
-        keys = [c.header for c in columns if c.header not in (*radii_headers, "points", "max r")]
-        priority = ["trial_id", "method", "σ", "ACR", *radii_headers[:2], *keys, *radii_headers,
-                    "points", "max r"]  # fmt: skip
-        display.print_table(f"certified accuracy per model of {exp.name} (best per column *)",
-                            columns, list(dict.fromkeys(priority)), wide)  # fmt: skip
-    else:
-        display.echo(render(rows, fmt).rstrip("\n"))
+    _print_model_table(per_model_table(frame, grid), fmt, exp.name, wide, digits)
     print_settings(frame)
     print_coverage(exp, results, frame)
     exit_if_left_out(results, strict)
 
 
-def _envelope_options(fmt: str, radius: float | None, radii: str | None,
-                      plot: str | None) -> tuple[list[float], list[str]]:  # fmt: skip
+def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> None:
+    """The per-model table in `fmt`, the best of each column marked (* or bold)."""
+    from sweeper.report.render import best_rows, render, texts, to_markdown
+
+    best = best_rows(rows)
+    text = texts(rows, digits)
+    for col, index in best.items():
+        text.loc[list(index), col] = text.loc[list(index), col].map(
+            (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*")
+        )
+    if fmt == "markdown":
+        display.echo(to_markdown(text))
+    elif fmt == "table":
+        columns = [
+            display.Column(
+                c if c == "trial_id" else DISPLAY.get(c, c),
+                text[c].tolist(),
+                rows[c].dtype.kind in "fiu",
+                frozenset(best.get(c, ())),
+            )
+            for c in rows.columns
+        ]
+        display.print_table(
+            f"certified accuracy per model of {name} (best per column *)",
+            columns,
+            _model_table_priority([c.header for c in columns]),
+            wide,
+        )
+    else:
+        display.echo(render(rows, fmt).rstrip("\n"))
+
+
+def _model_table_priority(headers: list[str]) -> list[str]:
+    """The columns to keep first when the table is too wide: what tells the models apart and
+    how they do, a couple of radii before the other hyperparameters, then the other radii."""
+    radii = [h for h in headers if h.startswith("r=")]
+    keys = [h for h in headers if h not in (*radii, "points", "max r")]
+    order = ["trial_id", "method", "σ", "ACR", *radii[:2], *keys, *radii, "points", "max r"]
+    return list(dict.fromkeys(order))
+
+
+def _envelope_options(
+    fmt: str, radius: float | None, radii: str | None, plot: str | None
+) -> tuple[list[float], list[str]]:
     """(the radii `sweeper envelope` was asked for, every problem with its options)."""
     problems = _format_problems(fmt)
     if radius is not None and radii is not None:
@@ -164,8 +191,12 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None)
     warn_left_out(loaded.invalid, exp)
     frame = filter_rows(loaded.frame, parse_only(only)[0])
     if frame.empty:
-        fail([f"no empirical robustness results in {exp.name} (check --only, or run "
-              "`sweeper empirical <space>`)"])  # fmt: skip
+        fail(
+            [
+                f"no empirical robustness results in {exp.name} (check --only, or run "
+                "`sweeper empirical <space>`)"
+            ]
+        )
     models = frame["trial_id"].nunique()
     display.echo(
         f"empirical: {models} models, {len(frame)} attacked points; accuracy under each model's "
@@ -173,7 +204,9 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None)
         err=True,
     )
     if loaded.missing_shards:
-        display.echo(f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True)
+        display.echo(
+            f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True
+        )
     return emp.overlay(table, frame, by), emp.empirical_envelope(frame)
 
 
@@ -191,8 +224,13 @@ def radii_option(text: str | None, problems: list[str]) -> list[float]:
         return []
 
 
-def load_selected(storage: str, experiment: str | None, only: str | None, problems: list[str],
-                  columns: list[str] | None = None):  # fmt: skip
+def load_selected(
+    storage: str,
+    experiment: str | None,
+    only: str | None,
+    problems: list[str],
+    columns: list[str] | None = None,
+):
     """(experiment, results, rows selected by --only); exits 2 on any problem so far; a
     results file that fails validation is named and left out. `columns`: read only these (and the
     --only columns), not every results column."""
@@ -221,8 +259,21 @@ def load_selected(storage: str, experiment: str | None, only: str | None, proble
     return exp, results, frame[frame["sound"]] if unsound else frame
 
 
-ENVELOPE_PRIORITY = ["radius", "certified_accuracy", "trial_id", "empirical_accuracy", "clean_acc",
-                     "method", "sigma", "acr", "attack", "epsilon", "steps", "m_train", "models"]  # fmt: skip
+ENVELOPE_PRIORITY = [
+    "radius",
+    "certified_accuracy",
+    "trial_id",
+    "empirical_accuracy",
+    "clean_acc",
+    "method",
+    "sigma",
+    "acr",
+    "attack",
+    "epsilon",
+    "steps",
+    "m_train",
+    "models",
+]
 
 
 def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
@@ -238,10 +289,13 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
         return
     shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
     group = [] if table.columns[0] == "radius" else [table.columns[0]]
-    cols = [c for c in table.columns
-            if (c in shown or c in group) and not text[c].isin(["", "-"]).all()]  # fmt: skip
-    columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
-               for c in cols]  # fmt: skip
+    cols = [
+        c for c in table.columns if (c in shown or c in group) and not text[c].isin(["", "-"]).all()
+    ]
+    columns = [
+        display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
+        for c in cols
+    ]
     priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
     display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
 
@@ -273,8 +327,14 @@ def print_settings(frame) -> None:
 def print_coverage(exp: Experiment, results, frame) -> None:
     models = _models_of(frame)
     trials = frame["trial_id"].nunique() if len(frame) else 0
-    per = "" if models == trials else (
-        f" (a model is a trial certified under one setting: {trials} trial{'s' * (trials != 1)} here)")
+    per = (
+        ""
+        if models == trials
+        else (
+            " (a model is a trial certified under one setting: "
+            f"{trials} trial{'s' * (trials != 1)} here)"
+        )
+    )
     display.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
     try:
         planned = {

@@ -88,8 +88,12 @@ def report(
     linf_255 = _linf(linf, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems)
     if frame.empty:
-        fail([f"no certification results to report in {exp.name} (check --only, or run "
-              "`sweeper certify <space>`)"])  # fmt: skip
+        fail(
+            [
+                f"no certification results to report in {exp.name} (check --only, or run "
+                "`sweeper certify <space>`)"
+            ]
+        )
     dims = dataset_dims(frame["dataset"].unique())
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
     built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch)

@@ -20,7 +20,17 @@ from sweeper.cli.common import (
 )
 from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DRIVER, command_line, driving, finish, launch_options
-from sweeper.cli.options import given, settings_options, with_options
+from sweeper.cli.options import (
+    Download,
+    DryRun,
+    Gpus,
+    Restart,
+    Retrain,
+    SpaceSmoke,
+    given,
+    settings_options,
+    with_options,
+)
 from sweeper.plan.run_settings import precision_problem
 from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import (
@@ -70,12 +80,14 @@ def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
     table.add_row("space", f"{plan.spec.name}: {plan.spec.description}")
     table.add_row(
         "trials",
-        f"{len(plan.trials)} of {len(plan.all_trials)} in the sweep: {done} finished, {started} to resume, {len(plan.trials) - done - started} new",
+        f"{len(plan.trials)} of {len(plan.all_trials)} in the sweep: {done} finished, "
+        f"{started} to resume, {len(plan.trials) - done - started} new",
     )
     table.add_row("per trial", f"cpu={resources.cpu:g} gpu={resources.gpu:g}")
     table.add_row(
         "certify",
-        f"n0={c.n0} n={c.n} alpha={c.alpha:g} every {c.skip}-th test point (max {c.max_points}), {c.shard_size} per shard",
+        f"n0={c.n0} n={c.n} alpha={c.alpha:g} every {c.skip}-th test point "
+        f"(max {c.max_points}), {c.shard_size} per shard",
     )
     table.add_row("storage", plan.exp.root)
     console.print(table)
@@ -86,7 +98,10 @@ def _report_outcome(outcome, exp: Experiment, space: str) -> None:
     failures = (
         [(tid, "train", msg) for tid, msg in outcome.failed.items()]
         + list(outcome.certify_failures)
-        + [(tid, "blocked", f"not started: its parent {p} did not finish") for tid, p in blocked.items()]
+        + [
+            (tid, "blocked", f"not started: its parent {p} did not finish")
+            for tid, p in blocked.items()
+        ]
     )
     finish(outcome.interrupted, failures, failure_notes(exp, space, failures))
 
@@ -98,11 +113,15 @@ def failure_notes(exp: Experiment, space: str, failures: list[tuple[str, str, st
     notes = []
     if failures and (log := read_failures(exp)[1]) is not None:
         notes.append(f"full error texts: {log}")
-    broken = [tid for tid, stage, line in failures if stage == "certify" and "checkpoint" in line.lower()]
+    broken = [
+        tid for tid, stage, line in failures if stage == "certify" and "checkpoint" in line.lower()
+    ]
     if broken:
-        notes.append("a trial whose checkpoint cannot be read is trained again alone (the old "
-                     f"checkpoint moved aside): sweeper run grid {space} --only trial_id={broken[0]} "
-                     "--retrain")  # fmt: skip
+        notes.append(
+            "a trial whose checkpoint cannot be read is trained again alone (the old "
+            f"checkpoint moved aside): sweeper run grid {space} --only trial_id={broken[0]} "
+            "--retrain"
+        )
     return notes
 
 
@@ -127,22 +146,15 @@ def run_grid(
     storage: Storage = DEFAULT_STORAGE,
     experiment: ExperimentOpt = None,
     data_dir: DataDir = None,
-    download: Annotated[
-        bool, typer.Option("--download", help="Download the data set if missing (needs internet).")
-    ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
+    download: Download = False,
+    dry_run: DryRun = False,
     only: Only = None,
-    smoke: Annotated[bool, typer.Option(
-        "--smoke", help="Tiny epochs and n for a quick look (experiment <space>-smoke).")] = False,
-    restart_: Annotated[bool, typer.Option(
-        "--restart", help="Start over; the old experiment is moved aside, not deleted.")] = False,
-    gpus: Annotated[int | None, typer.Option(
-        "--gpus", min=1, help="With --dry-run: the wall-clock on this many GPUs.")] = None,
-    retrain: Annotated[bool, typer.Option(
-        "--retrain", help="Train the --only trials again from scratch (e.g. a corrupt checkpoint); "
-        "their checkpoints and results are moved to <experiment>/retired/, not deleted.")] = False,
+    smoke: SpaceSmoke = False,
+    restart_: Restart = False,
+    gpus: Gpus = None,
+    retrain: Retrain = False,
     **options: Any,
-) -> None:  # fmt: skip
+) -> None:
     """Train every trial of SPACE on Ray Tune and certify each one as it finishes.
 
     Re-running the same command resumes: finished trials are not retrained, interrupted ones
@@ -150,25 +162,46 @@ def run_grid(
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     launch = launch_options(options)
-    request = PlanRequest(space, storage, experiment, smoke, only, data_dir, download, None,
-                          launch.address, restart_, dry_run, launch.max_trials)  # fmt: skip
+    request = PlanRequest(
+        space=space,
+        storage=storage,
+        experiment=experiment,
+        smoke=smoke,
+        only=only,
+        data_dir=data_dir,
+        download=download,
+        address=launch.address,
+        restarting=restart_,
+        dry_run=dry_run,
+        max_trials=launch.max_trials,
+    )
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     plan = _plan(request)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
-        print_plan(plan, resources, trial_states(plan.exp, plan.trials), "sweeper run grid (dry run)")
+        states = trial_states(plan.exp, plan.trials)
+        print_plan(plan, resources, states, "sweeper run grid (dry run)")
         dry_run_report(plan, launch.cpu_only, launch.address, gpus)
         return
+    _train_and_certify(request, plan, resources, launch, retrain)
+
+
+def _train_and_certify(
+    request: PlanRequest, plan: Plan, resources, launch: LaunchOptions, retrain: bool
+) -> None:
+    """`run grid` past its dry run: the trials not yet trained and certified, on Ray."""
     _check_precision(plan, resources)
-    if restart_:
+    if request.restarting:
         _move_aside(plan.exp)
     states = trial_states(plan.exp, plan.trials)
     print_plan(plan, resources, states, "sweeper run grid")
     trained = all(is_finished(states[t.trial_id], t) for t in plan.trials)
     if retrain or not (trained and _all_certified(plan, plan.trials)):
-        _report_outcome(_launch(plan, states, resources, launch, retrain), plan.exp, space)
+        outcome = _launch(plan, states, resources, launch, retrain)
+        _report_outcome(outcome, plan.exp, request.space)
     console.print(
-        f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage {storage} --experiment {plan.exp.name} --radii 0:2:0.25"
+        f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage "
+        f"{request.storage} --experiment {plan.exp.name} --radii 0:2:0.25"
     )
 
 
@@ -180,8 +213,10 @@ def _all_certified(plan: Plan, trials: list) -> bool:
     settings = [(CERTIFY.name, spec.setting_id) for spec in plan.spec.certify.variants()]
     done = all_compacted(plan.exp, [t.trial_id for t in trials], settings)
     if done:
-        console.print(f"nothing to do: all {len(trials)} trials are trained and certified with "
-                      f"{', '.join(s for _, s in settings)}")  # fmt: skip
+        console.print(
+            f"nothing to do: all {len(trials)} trials are trained and certified with "
+            f"{', '.join(s for _, s in settings)}"
+        )
     return done
 
 
@@ -190,8 +225,13 @@ def _check_precision(plan: Plan, resources) -> None:
         fail([problem])
 
 
-def _check_flags(launch: LaunchOptions, retrain: bool, only: str | None, restart: bool,
-                 gpus_without_dry_run: bool) -> None:  # fmt: skip
+def _check_flags(
+    launch: LaunchOptions,
+    retrain: bool,
+    only: str | None,
+    restart: bool,
+    gpus_without_dry_run: bool,
+) -> None:
     """--gpus needs --dry-run, --retrain needs --only; --mlflow and --wandb their packages."""
     import importlib.util
 
@@ -199,8 +239,10 @@ def _check_flags(launch: LaunchOptions, retrain: bool, only: str | None, restart
         fail(["--gpus sizes the wall-clock estimate of --dry-run: add --dry-run, or drop --gpus"])
     problems = []
     if retrain and not only:
-        problems.append("--retrain trains again the trials --only selects: add --only "
-                        "trial_id=<id> (sweeper status names the failed ones)")  # fmt: skip
+        problems.append(
+            "--retrain trains again the trials --only selects: add --only "
+            "trial_id=<id> (sweeper status names the failed ones)"
+        )
     if retrain and restart:
         problems.append("--retrain and --restart: pass one (--restart starts the whole sweep over)")
     for flag, package in (("mlflow", "mlflow"), ("wandb", "wandb")):
@@ -225,12 +267,18 @@ def _launch(plan: Plan, states: dict, resources, options, retrain: bool = False)
     with driving(plan.exp, options.address, resources, wanted, options.wait_for_nodes) as room:
         write_sweep(
             plan.exp,
-            {"space": json.loads(plan.spec.to_json()), "trials": [t.to_dict() for t in plan.all_trials]},
+            {
+                "space": json.loads(plan.spec.to_json()),
+                "trials": [t.to_dict() for t in plan.all_trials],
+            },
         )
         return _with_progress(
-            plan, len(finished),
-            lambda on_event: run_sweep(plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room),
-        )  # fmt: skip
+            plan,
+            len(finished),
+            lambda on_event: run_sweep(
+                plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room
+            ),
+        )
 
 
 def _retire(plan: Plan) -> str | None:
@@ -253,16 +301,18 @@ def _with_progress(plan: Plan, finished_count: int, launch) -> object:
 
 
 @app.command()
-@with_options(settings_options(CertifySpec), settings_options(LaunchOptions, only=DRIVER, override=False))
+@with_options(
+    settings_options(CertifySpec), settings_options(LaunchOptions, only=DRIVER, override=False)
+)
 def certify(
     space: Annotated[str, typer.Argument(help="The space the experiment was run with.")],
     storage: Storage = DEFAULT_STORAGE,
     experiment: ExperimentOpt = None,
     data_dir: DataDir = None,
     only: Only = None,
-    smoke: Annotated[bool, typer.Option("--smoke", help="The --smoke variant of the space.")] = False,
+    smoke: SpaceSmoke = False,
     **options: Any,
-) -> None:  # fmt: skip
+) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
 
     New settings write new files beside the old ones; existing shards are skipped. With
@@ -272,36 +322,63 @@ def certify(
     overrides, problems = given(CertifySpec, options)
     if problems:
         fail(problems)
-    plan = _plan(PlanRequest(space, storage, experiment, smoke, only, data_dir, False, overrides,
-                             launch.address, max_trials=launch.max_trials))  # fmt: skip
+    plan = _plan(
+        PlanRequest(
+            space=space,
+            storage=storage,
+            experiment=experiment,
+            smoke=smoke,
+            only=only,
+            data_dir=data_dir,
+            certify_overrides=overrides,
+            address=launch.address,
+            max_trials=launch.max_trials,
+        )
+    )
     ready = finished_trials(plan, space)
     resources = effective_resources(plan.spec.resources, launch.cpu_only)
     _check_precision(plan, resources)
+    waiting = len(plan.trials) - len(ready)
     console.print(
-        f"certifying {len(ready)} finished trials ({len(plan.trials) - len(ready)} not finished) with {plan.spec.certify.cert_id}"
+        f"certifying {len(ready)} finished trials ({waiting} not finished) with "
+        f"{plan.spec.certify.cert_id}"
     )
-    if _all_certified(plan, ready):
-        return
+    if not _all_certified(plan, ready):
+        _report_outcome(_certify_on_ray(plan, ready, resources, launch), plan.exp, space)
+
+
+def _certify_on_ray(plan: Plan, ready: list, resources, launch: LaunchOptions):
+    """Certify the `ready` trials under the plan's setting as Ray tasks; their Outcome."""
     from sweeper.run.capacity import per_process
     from sweeper.run.launch import certify_trials
 
     room = per_process(resources, ready)
     with driving(plan.exp, launch.address, room, len(ready), launch.wait_for_nodes):
-        outcome = _with_progress(
-            plan, len(ready),
-            lambda on_event: certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event),
-        )  # fmt: skip
-    _report_outcome(outcome, plan.exp, space)
+        return _with_progress(
+            plan,
+            len(ready),
+            lambda on_event: certify_trials(
+                plan.exp, ready, plan.spec.certify, resources, on_event
+            ),
+        )
 
 
 def finished_trials(plan: Plan, space: str) -> list:
     """The selected trials that finished training; exit 2 if the experiment or they are missing."""
     if not plan.exp.exists():
-        fail([f"no experiment at {plan.exp.root}: run `sweeper run grid {space}` first "
-              "(or check --storage/--experiment)"])  # fmt: skip
+        fail(
+            [
+                f"no experiment at {plan.exp.root}: run `sweeper run grid {space}` first "
+                "(or check --storage/--experiment)"
+            ]
+        )
     states = trial_states(plan.exp, plan.trials)
     ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
     if not ready:
-        fail([f"none of the {len(plan.trials)} selected trials has finished training: "
-              f"run `sweeper run grid {space}`"])  # fmt: skip
+        fail(
+            [
+                f"none of the {len(plan.trials)} selected trials has finished training: "
+                f"run `sweeper run grid {space}`"
+            ]
+        )
     return ready

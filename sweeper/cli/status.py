@@ -46,12 +46,18 @@ def read_status(reader: StatusReader) -> Status:
 def status(
     storage: Storage = DEFAULT_STORAGE,
     experiment: LatestExperiment = None,
-    everything: Annotated[bool, typer.Option("--all", help="List every trial, not only those that need attention.")] = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="List every trial, not only those that need attention.")
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="Output: table or json.")] = "table",
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until the sweep ends (Ctrl-C stops).")] = False,
-    interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between refreshes of --watch.")] = 5.0,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh in place until the sweep ends (Ctrl-C stops).")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=1.0, help="Seconds between refreshes of --watch.")
+    ] = 5.0,
     strict: Strict = False,
-) -> None:  # fmt: skip
+) -> None:
     """Where the sweep stands: trials by state, epochs and shards done of planned, throughput,
     ETAs and resource-hours; then the trials that need attention (failed with their error,
     blocked, interrupted, running), and the result files that fail validation (left out of
@@ -172,8 +178,9 @@ class RunDisplay:
             if event.kind.endswith("_failed") and self.live is not None:
                 self.live.console.print(Text(line, style="red"), soft_wrap=True)
             return
-        console.print(f"{time.strftime('%H:%M:%S')} {line}", soft_wrap=True, highlight=False,
-                      markup=False)  # fmt: skip
+        console.print(
+            f"{time.strftime('%H:%M:%S')} {line}", soft_wrap=True, highlight=False, markup=False
+        )
         if time.monotonic() >= self._next:
             self._plain_summary()
 
@@ -202,7 +209,9 @@ def event_line(event) -> str:
     }
     line = words.get(event.kind) or (
         f"trial {tid} failed ({event.kind.removesuffix('_failed')}): {detail}"
-        if event.kind.endswith("_failed") else f"{event.kind} {tid} {detail}")
+        if event.kind.endswith("_failed")
+        else f"{event.kind} {tid} {detail}"
+    )
     if event.shards is not None:
         done, total, failed = event.shards
         line += f" [shards {done}/{total}" + (f", {failed} failed]" if failed else "]")

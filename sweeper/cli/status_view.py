@@ -42,7 +42,9 @@ def _ends(what: str, eta: float | None, running: bool) -> str:
     if eta == 0:
         return f"{what} done"
     if eta is None:
-        return f"{what}: no ETA " + ("yet (nothing finished in the window)" if running else "(not running)")
+        return f"{what}: no ETA " + (
+            "yet (nothing finished in the window)" if running else "(not running)"
+        )
     return f"{what} ends in ≈ {duration(eta)}"
 
 
@@ -69,15 +71,23 @@ def summary_lines(s: Summary) -> list[str]:
     lines = [f"{s.experiment}: {s.trials:,} trials: {states or 'none'}"]
     unfinished = sum(s.states.get(k, 0) for k in ("pending", "interrupted", "trained"))
     if s.driver is None:
-        lines.append("driver: none, nothing is running" + (
-            f" ({unfinished:,} trials unfinished: re-run the sweep's command to resume)"
-            if unfinished else ""))
+        lines.append(
+            "driver: none, nothing is running"
+            + (
+                f" ({unfinished:,} trials unfinished: re-run the sweep's command to resume)"
+                if unfinished
+                else ""
+            )
+        )
     else:
         lines.append(f"driver: {s.driver}, running for {duration(s.elapsed_s)}")
     rate = ""
     if s.window_s is not None:
         rate = f"; {_n(s.epochs_per_hour)} epochs/h over the last {duration(s.window_s)}"
-    lines.append(f"epochs: {_share(*s.epochs)}{rate}; {_ends('training', s.eta_train_s, s.driver is not None)}")
+    lines.append(
+        f"epochs: {_share(*s.epochs)}{rate}; "
+        f"{_ends('training', s.eta_train_s, s.driver is not None)}"
+    )
     for stage, (done, total) in s.shards.items():
         line = f"{stage} shards: {_share(done, total)}"
         if stage == "certify":
@@ -86,8 +96,10 @@ def summary_lines(s: Summary) -> list[str]:
                 line += f"; {_n(s.points_per_hour)} points/h"
             line += f"; {_ends('certification', s.eta_certify_s, s.driver is not None)}"
         lines.append(line)
-    lines.append(f"training: {_hours(s.train_hours, s.unit)}; certification: "
-                 f"{_hours(s.certify_hours, s.unit)}")  # fmt: skip
+    lines.append(
+        f"training: {_hours(s.train_hours, s.unit)}; certification: "
+        f"{_hours(s.certify_hours, s.unit)}"
+    )
     extra = f"; {s.extra_models} more certified models (imported)" if s.extra_models else ""
     lines.append(f"storage: {s.size_bytes / 1e6:,.1f} MB{extra}")
     return lines
@@ -101,8 +113,11 @@ def needing_attention(st: Status) -> list[TrialRow]:
 
 def trial_cells(t: TrialRow) -> list[str]:
     certify = t.shards["certify"]
-    shards = "-" if certify.total is None and not certify.done else (
-        f"{certify.done}/{certify.total if certify.total is not None else '?'}")
+    shards = (
+        "-"
+        if certify.total is None and not certify.done
+        else (f"{certify.done}/{certify.total if certify.total is not None else '?'}")
+    )
     return [t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error]
 
 
@@ -120,7 +135,9 @@ def trials_table(rows: list[TrialRow], title: str) -> Table:
     return table
 
 
-def shown_trials(st: Status, everything: bool, limit: int = ATTENTION_ROWS) -> tuple[list[TrialRow], int]:
+def shown_trials(
+    st: Status, everything: bool, limit: int = ATTENTION_ROWS
+) -> tuple[list[TrialRow], int]:
     """(the trials to list, how many more need attention than are listed)."""
     if everything:
         return st.trials, 0
@@ -133,11 +150,15 @@ def hints(st: Status, space: str | None) -> list[str]:
     out = []
     if st.failures_log and any(t.state == "failed" for t in st.trials):
         out.append(f"full error texts: {st.failures_log}")
-    broken = [t.trial_id for t in st.trials if t.state == "failed" and t.error.startswith("certify")]
+    broken = [
+        t.trial_id for t in st.trials if t.state == "failed" and t.error.startswith("certify")
+    ]
     if broken:
-        out.append("a trial whose checkpoint cannot be read is retrained alone (its old checkpoint "
-                   f"moved aside): sweeper run grid {space or 'SPACE'} --only trial_id={broken[0]} "
-                   "--retrain")  # fmt: skip
+        out.append(
+            "a trial whose checkpoint cannot be read is retrained alone (its old checkpoint "
+            f"moved aside): sweeper run grid {space or 'SPACE'} --only trial_id={broken[0]} "
+            "--retrain"
+        )
     return out
 
 

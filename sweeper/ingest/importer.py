@@ -41,10 +41,11 @@ The method is smoothadv when an attack part is present, else the one method a ke
 (cohen/gaussian only if no other), else gaussian; a path naming two (consistency/salman/pgd_...)
 is an error unless --set method=... says which. `--set key=value` (`sets`: values parsed as
 YAML scalars; 1e-3 is read as a number) overrides or adds any TrialConfig field and the
-certification settings n0, n, alpha (default: the papers' 100, 100000, 0.001) and sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv
-CIFAR-10 protocol: 150 epochs, batch 256, ...). The trial_id is the hash of that config, so an
-imported model with the same resolved config as one of ours gets the same trial_id; its rows
-keep a cert_id of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
+certification settings n0, n, alpha (default: the papers' 100, 100000, 0.001) and
+sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv CIFAR-10 protocol:
+150 epochs, batch 256, ...). The trial_id is the hash of that config, so an imported model
+with the same resolved config as one of ours gets the same trial_id; its rows keep a cert_id
+of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
 
 Each log becomes one shard (`certify/<trial_id>/<cert_id>/shard-00000-of-00001.parquet`,
 written atomically, count and p_lower null). Everything is checked before anything is written.
@@ -148,9 +149,10 @@ def find_logs(directory: Path) -> tuple[list[Path], list[tuple[Path, str]], int]
         files = [directory]
     else:  # not inside hidden directories (.git of a cloned repository)
         files = sorted(
-            p for p in directory.rglob("*")
+            p
+            for p in directory.rglob("*")
             if p.is_file() and not any(s.startswith(".") for s in p.relative_to(directory).parts)
-        )  # fmt: skip
+        )
     logs, skipped, ignored = [], [], 0
     for path in files:
         try:
@@ -252,7 +254,8 @@ def _place(model: Model, seen: dict[str, Model], report: ImportReport, problems:
         else:
             problems.append(
                 f"{model.rel} and {other.rel} resolve to the same model {model.cfg.trial_id} "
-                f"({model.cert_id}) with different rows: import them separately with --set (e.g. seed=1)"
+                f"({model.cert_id}) with different rows: import them separately with --set "
+                "(e.g. seed=1)"
             )
         return
     seen[model.out] = model
@@ -268,7 +271,8 @@ def _place(model: Model, seen: dict[str, Model], report: ImportReport, problems:
     else:
         problems.append(
             f"{model.rel}: {model.out} already holds different rows for model {model.cfg.trial_id} "
-            f"({model.cert_id}): pass --set to tell them apart (e.g. seed=1) or another --experiment"
+            f"({model.cert_id}): pass --set to tell them apart (e.g. seed=1) or another "
+            "--experiment"
         )
 
 
@@ -291,7 +295,8 @@ def plan_import(
     if not logs:
         raise IngestError(
             [
-                f"{directory}: no certification logs (files starting with the line {' '.join(HEADER)})"
+                f"{directory}: no certification logs "
+                f"(files starting with the line {' '.join(HEADER)})"
             ]
         )
     seen: dict[str, Model] = {}

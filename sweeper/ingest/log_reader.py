@@ -74,9 +74,15 @@ class LogLimits:
         if self.dataset is not None:
             size, classes = STANDARD_TEST_SIZE[self.dataset], NUM_CLASSES[self.dataset]
             if idx >= size:
-                return f"idx {idx} is past the {self.dataset} test set ({size:,} points, idx 0..{size - 1})"
+                return (
+                    f"idx {idx} is past the {self.dataset} test set "
+                    f"({size:,} points, idx 0..{size - 1})"
+                )
             if label >= classes or predict >= classes:
-                return f"label {label} or predict {predict} is not a {self.dataset} class (0..{classes - 1})"
+                return (
+                    f"label {label} or predict {predict} is not a {self.dataset} class "
+                    f"(0..{classes - 1})"
+                )
         return None
 
     def radius_problem(self, radius: float) -> str | None:
@@ -110,9 +116,13 @@ def _flag(text: str) -> bool:
 
 
 _WHAT = {
-    "idx": "an integer", "label": "an integer", "predict": "an integer", "radius": "a number",
-    "correct": "0 or 1", "time": "seconds or h:mm:ss.ffffff",
-}  # fmt: skip
+    "idx": "an integer",
+    "label": "an integer",
+    "predict": "an integer",
+    "radius": "a number",
+    "correct": "0 or 1",
+    "time": "seconds or h:mm:ss.ffffff",
+}
 _PARSE: tuple[Callable[[str], Any], ...] = (int, int, int, float, _flag, parse_time)
 
 

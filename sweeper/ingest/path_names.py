@@ -16,7 +16,11 @@ from typing import Any
 from sweeper.ingest.layouts import jh_jeong, locuslab, shared, smoothing_adversarial
 from sweeper.ingest.layouts.shared import Handler
 
-LAYOUTS = (smoothing_adversarial, jh_jeong, locuslab)  # each module's names; `shared` holds the names all use
+LAYOUTS = (
+    smoothing_adversarial,
+    jh_jeong,
+    locuslab,
+)  # each module's names; `shared` holds the names all use
 NEEDS = smoothing_adversarial.NEEDS
 METHOD_WORDS = {word: method for layout in LAYOUTS for word, method in layout.METHOD_WORDS.items()}
 PATTERNS: list[tuple[re.Pattern, Handler]] = [

@@ -29,10 +29,20 @@ from trainables.config import TrialConfig, setting
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
 # ImageNet32) 1,281,167 train and the 50,000 validation images; MNIST 60,000/10,000; digits:
 # scikit-learn's 1,797 split 75/25 stratified (trainables.datasets) into 1,347/450.
-TRAIN_SIZE = {"cifar10": 50_000, "imagenet": 1_281_167, "mnist": 60_000, "digits": 1_347,
-              "imagenet32": 1_281_167}  # fmt: skip
-TEST_SIZE = {"cifar10": 10_000, "imagenet": 50_000, "mnist": 10_000, "digits": 450,
-             "imagenet32": 50_000}  # fmt: skip
+TRAIN_SIZE = {
+    "cifar10": 50_000,
+    "imagenet": 1_281_167,
+    "mnist": 60_000,
+    "digits": 1_347,
+    "imagenet32": 1_281_167,
+}
+TEST_SIZE = {
+    "cifar10": 10_000,
+    "imagenet": 50_000,
+    "mnist": 10_000,
+    "digits": 450,
+    "imagenet32": 50_000,
+}
 assert set(TRAIN_SIZE) == set(TEST_SIZE) == set(DATASETS), "a data set without its sizes"
 ATTACKED = ("smoothadv", "vanilla_pgd", "pgd_noise")  # attacks that skip epochs with ε = 0
 
@@ -76,7 +86,9 @@ def training_work(cfg: TrialConfig) -> tuple[float, float]:
         cfg, False
     )
     if cfg.ddrs_start_epoch is not None:  # OptimizeSigma before every chunk's step
-        steps = setting(cfg.ddrs_iterations, "ddrs_iterations") * setting(cfg.ddrs_samples, "ddrs_samples")
+        steps = setting(cfg.ddrs_iterations, "ddrs_iterations") * setting(
+            cfg.ddrs_samples, "ddrs_samples"
+        )
         per_input += (cfg.epochs - cfg.ddrs_start_epoch) * steps
     passes = per_input * train_inputs(cfg) * (1 + (cfg.pseudo_ratio or 0))
     test = TEST_SIZE[cfg.dataset]
@@ -154,10 +166,15 @@ def groups(costs: list[TrialCost]) -> list[Group]:
     for c in costs:
         found.setdefault(group_label(c.trial), []).append(c)
     return [
-        Group(label, len(cs), step_passes(cs[0].trial),
-              sum(c.train_hours for c in cs), sum(c.certify_hours for c in cs))
+        Group(
+            label,
+            len(cs),
+            step_passes(cs[0].trial),
+            sum(c.train_hours for c in cs),
+            sum(c.certify_hours for c in cs),
+        )
         for label, cs in found.items()
-    ]  # fmt: skip
+    ]
 
 
 @dataclass(frozen=True)

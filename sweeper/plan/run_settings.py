@@ -15,9 +15,11 @@ def precision_problem(certify: Any, resources: Any) -> str | None:
     """fp16 certification (a CertifySpec) where the tasks get no GPU (Resources): every shard
     would fail on its worker."""
     if certify.precision == "fp16" and not resources.gpu:
-        return ("certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
-                "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
-                "instructions)")  # fmt: skip
+        return (
+            "certify.precision fp16 needs CUDA, but the certification tasks get no GPU "
+            "(resources.gpu 0 or --cpu-only): use precision fp32 (or bf16 on a CPU with bf16 "
+            "instructions)"
+        )
     return None
 
 

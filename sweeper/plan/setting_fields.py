@@ -118,7 +118,9 @@ class ListOf(Bound):
         if not isinstance(value, tuple) or not value:
             return [f"{name} must be a non-empty list (got {value!r})"]
         kinds = (int, float) if self.kind is float else (int,)
-        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, kinds) or not v >= self.low]
+        bad = [
+            v for v in value if isinstance(v, bool) or not isinstance(v, kinds) or not v >= self.low
+        ]
         return [f"{name}: every value must be {self.what()} (got {v!r})" for v in bad]
 
     def what(self) -> str:
@@ -140,8 +142,14 @@ class Settings(Bound):
         return [] if value is None else [f"{name}.{q}" for q in value.problems()]
 
 
-def setting(default: Any = MISSING, help: str = "", bound: Bound | None = None, *,
-            flag: str | None = None, default_factory: Any = MISSING) -> Any:  # fmt: skip
+def setting(
+    default: Any = MISSING,
+    help: str = "",
+    bound: Bound | None = None,
+    *,
+    flag: str | None = None,
+    default_factory: Any = MISSING,
+) -> Any:
     """A dataclass field declaring a setting: its default, its help, what values it takes
     (`bound`) and its command-line flag (default: --<name>, underscores as dashes)."""
     metadata = {"help": help, "bound": bound or Bound(), "flag": flag}

@@ -48,8 +48,9 @@ def code_fingerprint() -> str:
 def summarize(name: str) -> SpaceSummary:
     """Load, validate and expand one space (SpecError listing its problems)."""
     spec = load_space(name)
-    return SpaceSummary(name, len(expand(spec)), spec.resources.cpu, spec.resources.gpu,
-                        spec.description)  # fmt: skip
+    return SpaceSummary(
+        name, len(expand(spec)), spec.resources.cpu, spec.resources.gpu, spec.description
+    )
 
 
 def shipped_summaries() -> list[SpaceSummary]:
@@ -83,13 +84,22 @@ def _read(path: Path, code: str) -> dict[str, dict]:
     return {k: v for k, v in data["spaces"].items() if _well_formed(v)}
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {"yaml": str, "name": str, "trials": int, "cpu": (int, float), "gpu": (int, float),
-          "description": str}  # fmt: skip
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "yaml": str,
+    "name": str,
+    "trials": int,
+    "cpu": (int, float),
+    "gpu": (int, float),
+    "description": str,
+}
 
 
 def _well_formed(entry: object) -> bool:
-    return (isinstance(entry, dict) and set(entry) == set(_TYPES)
-            and all(isinstance(entry[k], t) for k, t in _TYPES.items()))  # fmt: skip
+    return (
+        isinstance(entry, dict)
+        and set(entry) == set(_TYPES)
+        and all(isinstance(entry[k], t) for k, t in _TYPES.items())
+    )
 
 
 def _write(path: Path, code: str, spaces: dict[str, dict]) -> None:

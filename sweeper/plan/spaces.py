@@ -155,30 +155,19 @@ def parse_spec(
     resources = _dataclass(Resources, raw.get("resources"), "resources", problems)
     certify = _dataclass(CertifySpec, raw.get("certify"), "certify", problems)
     empirical = _dataclass(EmpiricalSpec, raw.get("empirical"), "empirical", problems)
-    smoke = raw.get("smoke") or {}
-    if not isinstance(smoke, dict) or set(smoke) - {"fixed", "certify"}:
-        problems.append("smoke must be a mapping with keys fixed, certify")
-        smoke = {}
-    smoke_fixed = _trial_mapping(smoke.get("fixed"), "smoke.fixed", problems)
-    smoke_certify = smoke.get("certify") or {}
-    if isinstance(smoke_certify, dict):
-        merged: list[str] = []  # the certify block's own problems are reported once
-        _dataclass(
-            CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", merged
-        )
-        problems += [p for p in merged if p.replace("smoke.", "", 1) not in problems]
-        names = {f.name for f in fields(CertifySpec)}
-        smoke_certify = {k: v for k, v in smoke_certify.items() if k in names}
-        if "ddrs" in smoke_certify:
-            smoke_certify["ddrs"] = _ddrs(smoke_certify["ddrs"], "smoke.certify.ddrs", [])
-    else:
-        problems.append("smoke.certify must be a mapping")
-        smoke_certify = {}
+    smoke_fixed, smoke_certify = _smoke(raw.get("smoke") or {}, certify, problems)
     description = str(raw.get("description", ""))
     spec = SweepSpec(
-        name, description, fixed, grids, resources, certify, smoke_fixed, smoke_certify,
+        name,
+        description,
+        fixed,
+        grids,
+        resources,
+        certify,
+        smoke_fixed,
+        smoke_certify,
         empirical=empirical,
-    )  # fmt: skip
+    )
     if (problem := size_problem(spec, max_trials)) is not None:
         return None, [*problems, problem]  # not expanded: that is what the limit prevents
     # The trials' own problems (types, sigma <= 0, ...) are reported alongside the structural
@@ -190,6 +179,29 @@ def parse_spec(
     if (problem := precision_problem(certify, resources)) is not None:
         problems.append(problem)
     return (None, problems) if problems else (spec, [])
+
+
+def _smoke(smoke: Any, certify: CertifySpec, problems: list[str]) -> tuple[dict, dict]:
+    """The smoke block's (fixed, certify) overrides; its problems appended to `problems`
+    (those of the certify block it overrides only once)."""
+    if not isinstance(smoke, dict) or set(smoke) - {"fixed", "certify"}:
+        problems.append("smoke must be a mapping with keys fixed, certify")
+        smoke = {}
+    smoke_fixed = _trial_mapping(smoke.get("fixed"), "smoke.fixed", problems)
+    smoke_certify = smoke.get("certify") or {}
+    if not isinstance(smoke_certify, dict):
+        problems.append("smoke.certify must be a mapping")
+        return smoke_fixed, {}
+    merged: list[str] = []  # the certify block's own problems are reported once
+    _dataclass(
+        CertifySpec, {**dataclasses.asdict(certify), **smoke_certify}, "smoke.certify", merged
+    )
+    problems += [p for p in merged if p.replace("smoke.", "", 1) not in problems]
+    names = {f.name for f in fields(CertifySpec)}
+    smoke_certify = {k: v for k, v in smoke_certify.items() if k in names}
+    if "ddrs" in smoke_certify:
+        smoke_certify["ddrs"] = _ddrs(smoke_certify["ddrs"], "smoke.certify.ddrs", [])
+    return smoke_fixed, smoke_certify
 
 
 def size_problem(spec: SweepSpec, max_trials: int) -> str | None:

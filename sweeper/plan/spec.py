@@ -70,32 +70,47 @@ class CertifySpec:
     alpha: float = setting(0.001, "Failure probability.", Between(0, 0.5))
     skip: int = setting(20, "Certify every SKIP-th test point (0, skip, 2·skip, ...).", AtLeast(1))
     max_points: int | None = setting(
-        500, "At most this many test points (null: the whole subset).", AtLeast(1))
+        500, "At most this many test points (null: the whole subset).", AtLeast(1)
+    )
     sigma: float | None = setting(
-        None, "Smoothing σ for certification (null: each model's training σ).", Positive(),
-        flag="--sigma-cert")
+        None,
+        "Smoothing σ for certification (null: each model's training σ).",
+        Positive(),
+        flag="--sigma-cert",
+    )
     batch_size: int = setting(
-        1000, "Noisy samples per forward pass (lower it if a GPU runs out).", AtLeast(1))
+        1000, "Noisy samples per forward pass (lower it if a GPU runs out).", AtLeast(1)
+    )
     points_per_batch: int | None = setting(
-        None, "Test points per forward pass (null: enough to fill a batch at n0 samples each).",
-        AtLeast(1))
+        None,
+        "Test points per forward pass (null: enough to fill a batch at n0 samples each).",
+        AtLeast(1),
+    )
     shard_size: int = setting(50, "Test points per task (and Parquet file).", AtLeast(1))
     # In a space, `ddrs: {}` or true certifies every model a second time with σ_x per point
     # (the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
     ddrs: DDRSSettings | None = setting(
-        None, "Also certify with data-dependent σ per point (DDRS), then the memory pass.",
-        Settings(DDRS_PARTS))
+        None,
+        "Also certify with data-dependent σ per point (DDRS), then the memory pass.",
+        Settings(DDRS_PARTS),
+    )
     # How the base classifier is run (trainables.runtime). All three can change the votes, so
     # any non-default value is part of cert_id (see there).
     precision: str = setting(
-        "fp32", "Numeric precision of the base classifier's forward passes (autocast; fp16 "
+        "fp32",
+        "Numeric precision of the base classifier's forward passes (autocast; fp16 "
         "needs CUDA, bf16 a GPU or CPU with bf16 support). The certificate is of the classifier "
-        "as run: deploy it (PREDICT) at the same one.", OneOf(PRECISIONS))
+        "as run: deploy it (PREDICT) at the same one.",
+        OneOf(PRECISIONS),
+    )
     channels_last: bool = setting(
-        False, "Run the base classifier in channels-last (NHWC) memory layout.")
+        False, "Run the base classifier in channels-last (NHWC) memory layout."
+    )
     compile: bool = setting(
-        False, "torch.compile the base classifier (runs eagerly, with a warning, where it "
-        "cannot compile).")
+        False,
+        "torch.compile the base classifier (runs eagerly, with a warning, where it "
+        "cannot compile).",
+    )
 
     def problems(self) -> list[str]:
         return type_problems(self) or bound_problems(self)
@@ -148,20 +163,25 @@ class EmpiricalSpec:
     max_points "all" attacks the whole subset."""
 
     epsilons: tuple[float, ...] = setting(
-        (0.0, 0.25, 0.5, 1.0, 2.0), "ℓ2 attack radii (0: clean).", ListOf(float, 0))
+        (0.0, 0.25, 0.5, 1.0, 2.0), "ℓ2 attack radii (0: clean).", ListOf(float, 0)
+    )
     m_test: tuple[int, ...] = setting((128,), "Noise draws of the attack.", ListOf(int, 1))
     steps: int = setting(20, "Attack steps (the paper: 20).", AtLeast(1))
     estimator: str = setting(
-        "plugin", "The attack's gradient: plugin (6) or stein (7, gradient-free).",
-        OneOf(ESTIMATORS))
+        "plugin",
+        "The attack's gradient: plugin (6) or stein (7, gradient-free).",
+        OneOf(ESTIMATORS),
+    )
     n: int | None = setting(None, "PREDICT's Monte-Carlo samples.", AtLeast(1))
     alpha: float | None = setting(None, "PREDICT's level.", Between(0, 0.5))
     skip: int | None = setting(None, "Attack every SKIP-th test point.", AtLeast(1))
     max_points: int | str | None = setting(
-        None, "At most this many test points (all: the whole subset).", AtLeast(1, all_ok=True))
+        None, "At most this many test points (all: the whole subset).", AtLeast(1, all_ok=True)
+    )
     shard_size: int | None = setting(None, "Test points per task.", AtLeast(1))
     batch_size: int | None = setting(
-        None, "Noisy samples per forward pass, attack and PREDICT.", AtLeast(1))
+        None, "Noisy samples per forward pass, attack and PREDICT.", AtLeast(1)
+    )
 
     def __post_init__(self) -> None:  # YAML and the CLI give lists (or one number)
         for name in ("epsilons", "m_test"):

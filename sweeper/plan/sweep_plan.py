@@ -123,7 +123,8 @@ def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
         }
     )
     return [
-        f"--only selects fine-tune trials of {p}, which is neither selected nor finished: widen --only to include it"
+        f"--only selects fine-tune trials of {p}, which is neither selected nor finished: "
+        "widen --only to include it"
         for p in orphans
     ]
 
@@ -161,7 +162,8 @@ def address_problems(address: str | None) -> list[str]:
     except OSError as e:
         return [
             f"cannot reach the Ray cluster at --address {redact(address)} ({e.strerror or e}): "
-            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a local Ray"
+            "start it (`ray up cluster.yaml` or `ray start --head`) or omit --address for a "
+            "local Ray"
         ]
     return []
 
@@ -187,17 +189,20 @@ def sweep_conflict(exp: Experiment, trials: list[TrialConfig], name: str = "") -
         old = [] if existing is None else [TrialConfig.from_dict(d) for d in existing["trials"]]
     except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
         return [
-            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): pass --experiment NEW, or --restart"
+            f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): "
+            "pass --experiment NEW, or --restart"
         ]
     if not old or {t.trial_id for t in old} == {t.trial_id for t in trials}:
         return []  # none yet, or only imported results
     was = str(((existing or {}).get("space") or {}).get("name") or "")
     fixes = [f"{fix} to continue it" for fix in _smoke_fix(was, name)]
-    fixes += ["pass --experiment NEW for a new experiment",
-              "--restart to start this one over (the old one is kept aside)"]  # fmt: skip
+    fixes += [
+        "pass --experiment NEW for a new experiment",
+        "--restart to start this one over (the old one is kept aside)",
+    ]
     return [
-        f"experiment {exp.name!r} at {exp.root} holds a different sweep ({sweep_difference(old, trials)}): "
-        + "; or ".join(fixes)
+        f"experiment {exp.name!r} at {exp.root} holds a different sweep "
+        f"({sweep_difference(old, trials)}): " + "; or ".join(fixes)
     ]
 
 
@@ -221,10 +226,14 @@ def sweep_difference(old: list[TrialConfig], new: list[TrialConfig]) -> str:
         if a != b:
             parts.append(f"{key} {', '.join(a[:4])} there, {', '.join(b[:4])} here")
     if parts:
-        return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more settings" if len(parts) > 5 else "")
+        return "; ".join(parts[:5]) + (
+            f"; and {len(parts) - 5} more settings" if len(parts) > 5 else ""
+        )
     ids_old, ids_new = {t.trial_id for t in old}, {t.trial_id for t in new}
-    return (f"{len(ids_old - ids_new)} of its {len(ids_old)} trials are not in this sweep, "
-            f"{len(ids_new - ids_old)} of this sweep's {len(ids_new)} not in it")  # fmt: skip
+    return (
+        f"{len(ids_old - ids_new)} of its {len(ids_old)} trials are not in this sweep, "
+        f"{len(ids_new - ids_old)} of this sweep's {len(ids_new)} not in it"
+    )
 
 
 def move_aside(exp: Experiment) -> Path | None:
@@ -252,12 +261,19 @@ def retire_trials(exp: Experiment, trials: list[TrialConfig]) -> str | None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     dst = exp.retired_dir(stamp)
     moves = [(exp.trial_dir(t.trial_id), ("trials", t.trial_id)) for t in trials]
-    moves += [(fileio.join(exp.stage_dir(stage), t.trial_id), (stage, t.trial_id))
-              for stage in STAGES for t in trials]  # fmt: skip
+    moves += [
+        (fileio.join(exp.stage_dir(stage), t.trial_id), (stage, t.trial_id))
+        for stage in STAGES
+        for t in trials
+    ]
     moves += [(exp.cache_path(stage), ("cache", f"{stage}.parquet")) for stage in STAGES]
     if fileio.is_uri(exp.root):
-        raise PlanError([f"--retrain cannot move files on remote storage ({exp.root}): move "
-                         "trials/<trial_id>/ and certify/<trial_id>/ aside yourself"])  # fmt: skip
+        raise PlanError(
+            [
+                f"--retrain cannot move files on remote storage ({exp.root}): move "
+                "trials/<trial_id>/ and certify/<trial_id>/ aside yourself"
+            ]
+        )
     present = [(src, rel) for src, rel in moves if fileio.local_path(src).exists()]
     for src, rel in present:  # refuses a link planted below the storage (`retired -> /x`)
         fileio.move_confined(src, fileio.join(dst, *rel))

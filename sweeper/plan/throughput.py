@@ -76,7 +76,10 @@ def _scaled(arch: str) -> Figure:
     ResNet-50 runs ~1.5× faster than this scaling predicts), and per-batch overheads dominate
     LeNet and digits_cnn."""
     forward = F110 * MACS["cifar_resnet110"] / MACS[arch]
-    source = f"estimate: cifar_resnet110's {F110:,.0f}/s × MACs 253.1M / {MACS[arch] / 1e6:.2f}M; {_TRAIN_EST}"
+    source = (
+        f"estimate: cifar_resnet110's {F110:,.0f}/s × MACs 253.1M / {MACS[arch] / 1e6:.2f}M; "
+        f"{_TRAIN_EST}"
+    )
     return Figure(forward, forward / FB_RATIO, source)
 
 

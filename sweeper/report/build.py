@@ -32,22 +32,55 @@ from trainables import fileio
 
 FRACTION_COLUMNS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate"}
 HEADERS = {
-    "section": "", "models": "models", "quantity": "", "sigma": "σ", "epsilon": "ε", "steps": "T",
-    "acr": "ACR", "clean_acc": "clean acc", "abstain_rate": "abstain", "certified_accuracy": "cert. acc",
-    "radius": "ℓ2 radius", "lam": "λ", "eta": "η", "sigma_cert": "σ_cert",
-}  # fmt: skip
+    "section": "",
+    "models": "models",
+    "quantity": "",
+    "sigma": "σ",
+    "epsilon": "ε",
+    "steps": "T",
+    "acr": "ACR",
+    "clean_acc": "clean acc",
+    "abstain_rate": "abstain",
+    "certified_accuracy": "cert. acc",
+    "radius": "ℓ2 radius",
+    "lam": "λ",
+    "eta": "η",
+    "sigma_cert": "σ_cert",
+}
 TEX_HEADERS = {
-    "sigma": r"$\sigma$", "epsilon": r"$\epsilon$", "steps": "$T$", "m_train": r"$m_{\mathrm{train}}$",
-    "lam": r"$\lambda$", "eta": r"$\eta$", "sigma_cert": r"$\sigma_{\mathrm{cert}}$",
-}  # fmt: skip
+    "sigma": r"$\sigma$",
+    "epsilon": r"$\epsilon$",
+    "steps": "$T$",
+    "m_train": r"$m_{\mathrm{train}}$",
+    "lam": r"$\lambda$",
+    "eta": r"$\eta$",
+    "sigma_cert": r"$\sigma_{\mathrm{cert}}$",
+}
 TEX_SPECIAL = str.maketrans(
-    {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-)  # fmt: skip
+    {
+        "\\": r"\textbackslash{}",
+        "&": r"\&",
+        "%": r"\%",
+        "$": r"\$",
+        "#": r"\#",
+        "_": r"\_",
+        "{": r"\{",
+        "}": r"\}",
+        "~": r"\textasciitilde{}",
+        "^": r"\textasciicircum{}",
+    }
+)
 TEX_UNICODE = {
-    "ℓ2": r"$\ell_2$", "ℓ∞": r"$\ell_\infty$", "√d": r"$\sqrt{d}$", "σ": r"$\sigma$",
-    "ε": r"$\epsilon$", "λ": r"$\lambda$", "η": r"$\eta$", "·": r"$\cdot$", "≥": r"$\geq$",
-}  # fmt: skip
+    "ℓ2": r"$\ell_2$",
+    "ℓ∞": r"$\ell_\infty$",
+    "√d": r"$\sqrt{d}$",
+    "σ": r"$\sigma$",
+    "ε": r"$\epsilon$",
+    "λ": r"$\lambda$",
+    "η": r"$\eta$",
+    "·": r"$\cdot$",
+    "≥": r"$\geq$",
+}
 
 
 @dataclass
@@ -184,11 +217,12 @@ def _envelope_files(frame: pd.DataFrame, radii: list[float]) -> list[ReportFile]
     """Per model, envelope, abstention and ACR tables at the ℓ2 radii."""
     summary = envelope_summary(frame, radii)
     files = table_files(
-        "per_model", "Certified accuracy per model (appendix E)",
+        "per_model",
+        "Certified accuracy per model (appendix E)",
         "One table per method, attack and T; rows are models, columns ℓ2 radii, the best entry "
         "of each column in bold (Gaussian baselines included). " + ENVELOPE_RULE,
         per_model_tables(frame, radii),
-    )  # fmt: skip
+    )
     envelope = wide_table(
         summary,
         [("certified_accuracy", "certified accuracy"), ("clean_acc", "winner clean acc.")],
@@ -201,16 +235,18 @@ def _envelope_files(frame: pd.DataFrame, radii: list[float]) -> list[ReportFile]
     abstain = [("abstain_rate", "winner abstention rate")]
     title = "Certification abstention rate of the envelope's winners per ℓ2 radius"
     files += table_files(
-        "abstention", "Abstention rate of the winners",
+        "abstention",
+        "Abstention rate of the winners",
         "Share of the winner's test points on which CERTIFY abstained. " + ENVELOPE_RULE,
         [wide_table(summary, abstain, title)],
-    )  # fmt: skip
+    )
     winners = wide_table(summary, [("acr", "winner ACR")], "ACR of the envelope's winners")
     return files + table_files(
-        "acr", "Average certified radius (ACR)",
+        "acr",
+        "Average certified radius (ACR)",
         "ACR = mean over test points of radius · correct (0 when wrong or abstaining).",
         [winners, acr_table(frame)],
-    )  # fmt: skip
+    )
 
 
 def _linf_tables(frame, dims, linf_255) -> tuple[list[PaperTable], list[str]]:
@@ -243,16 +279,19 @@ def run_summary(frame: pd.DataFrame) -> str:
     return "; ".join(f"{mode} ({k} model{'s' * (k != 1)})" for mode, k in counts.items())
 
 
-def index_markdown(frame, report: Report, radii, dims, linf_255, name: str,
-                   batch: int | None = None) -> bytes:  # fmt: skip
+def index_markdown(
+    frame, report: Report, radii, dims, linf_255, name: str, batch: int | None = None
+) -> bytes:
     """What the report holds: its settings, a line per table and figure, what was skipped."""
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
     data = ", ".join(f"{d} (d = {dims.get(d, '?')})" for d in sorted(frame["dataset"].unique()))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
-        f"# Report of {name or 'the experiment'}", "",
+        f"# Report of {name or 'the experiment'}",
+        "",
         f"{models} models, {len(frame)} certified points; data set {data}. Written {stamp} by "
-        "`sweeper report`; only the files listed here belong to this report.", "",
+        "`sweeper report`; only the files listed here belong to this report.",
+        "",
         f"- ℓ2 radii: {', '.join(f'{r:g}' for r in radii)}",
         f"- ℓ∞ radii: {', '.join(f'{k:g}/255' for k in linf_255)} (an ℓ2 certificate of radius "
         "r certifies ℓ∞ radius r/√d, so these need ℓ2 radius ρ·√d)",
@@ -260,12 +299,15 @@ def index_markdown(frame, report: Report, radii, dims, linf_255, name: str,
         f"- Base classifier run at: {run_summary(frame)}. A certificate holds for the base "
         "classifier run that way: deploy it (PREDICT) at the same precision.",
         "- Representative model per σ (figure): the model with the best ACR of that σ (ties: "
-        "higher clean accuracy, then smaller trial_id).", "",
-        "## Certification settings", "",
+        "higher clean accuracy, then smaller trial_id).",
+        "",
+        "## Certification settings",
+        "",
         *(f"- {line}" for line in settings_lines(frame, batch)),
         f"- {BEYOND}: a radius beyond the largest one the settings can certify (every vote for "
-        "one class); certified accuracy there is 0 by construction, not by the models.", "",
-    ]  # fmt: skip
+        "one class); certified accuracy there is 0 by construction, not by the models.",
+        "",
+    ]
     for kind, suffixes in (("Tables", (".md", ".tex")), ("Figures", (".png", ".pdf", ".svg"))):
         listed = [f for f in report.files if f.name.endswith(suffixes) and f.name != "index.md"]
         lines += [f"## {kind}", "", "| files | contents |", "|---|---|"]

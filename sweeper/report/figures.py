@@ -27,10 +27,15 @@ GROUPED = [
     ("envelope_by_sigma", "sigma", False, "Upper envelope per training σ (Fig. 1, middle)"),
     ("envelope_by_method", "method", False, "Upper envelope per method (Fig. 4)"),
     ("envelope_by_attack", "attack", True, "Upper envelope per SmoothAdv attack (PGD vs DDN)"),
-    ("envelope_by_m_train", "m_train", True, "Upper envelope per m_train, the noise draws per input (Fig. 5)"),
+    (
+        "envelope_by_m_train",
+        "m_train",
+        True,
+        "Upper envelope per m_train, the noise draws per input (Fig. 5)",
+    ),
     ("envelope_by_epsilon", "epsilon", True, "Upper envelope per attack radius ε (Fig. 6)"),
     ("envelope_by_smoothing", "smoothing", False, "Upper envelope with fixed vs data-dependent σ"),
-]  # fmt: skip
+]
 
 
 @dataclass
@@ -161,12 +166,24 @@ def draw_figure(figure: FigureData):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for c in sorted(figure.curves, key=lambda c: not c.envelope):
-        style = {"color": "0.6", "linewidth": 3.5, "zorder": 1} if c.envelope else {
-            "linewidth": 1.3, "zorder": 2}  # fmt: skip
+        style = (
+            {"color": "0.6", "linewidth": 3.5, "zorder": 1}
+            if c.envelope
+            else {"linewidth": 1.3, "zorder": 2}
+        )
         ax.plot(figure.radii, c.accuracy, label=c.label, **style)
     for x, y, label in figure.dashed:
-        ax.plot(x, y, color="black", linestyle="--", marker="o", markersize=3,
-                linewidth=1.5, label=label, zorder=3)  # fmt: skip
+        ax.plot(
+            x,
+            y,
+            color="black",
+            linestyle="--",
+            marker="o",
+            markersize=3,
+            linewidth=1.5,
+            label=label,
+            zorder=3,
+        )
     ax.set_xlabel("ℓ2 radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(0, 1)

@@ -20,8 +20,14 @@ from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
 # Measured (not set) quantities, shown with DIGITS decimals
-FRACTIONS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate", "empirical_accuracy",
-             "max_radius"}  # fmt: skip
+FRACTIONS = {
+    "certified_accuracy",
+    "clean_acc",
+    "acr",
+    "abstain_rate",
+    "empirical_accuracy",
+    "max_radius",
+}
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
 NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}
 COUNTS = {"points", "models"}  # integers that are no schema column
@@ -70,8 +76,11 @@ def no_winner(table: pd.DataFrame) -> pd.DataFrame:
 def texts(frame: pd.DataFrame, digits: int = DIGITS) -> pd.DataFrame:
     """Every cell as `cell` prints it; an envelope's rows without a winner say "-" there."""
     typed = with_integers(frame)
-    out = pd.DataFrame({c: [cell(v, c, digits) for v in typed[c].tolist()]
-                        for c in frame.columns}, index=frame.index, dtype=object)  # fmt: skip
+    out = pd.DataFrame(
+        {c: [cell(v, c, digits) for v in typed[c].tolist()] for c in frame.columns},
+        index=frame.index,
+        dtype=object,
+    )
     if "certified_accuracy" in frame and "trial_id" in frame:
         nobody = (frame["certified_accuracy"] <= 0).to_numpy()
         winner = [c for c in frame.columns if c not in no_winner_columns(frame)]
@@ -109,8 +118,12 @@ def to_markdown(frame: pd.DataFrame, blank: str = "") -> str:
     """A markdown table; missing values as `blank`."""
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v, c) or blank for c, v in zip(frame.columns, row, strict=True))
-            + " |" for row in frame.itertuples(index=False)]  # fmt: skip
+    body = [
+        "| "
+        + " | ".join(cell(v, c) or blank for c, v in zip(frame.columns, row, strict=True))
+        + " |"
+        for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body])
 
 
@@ -125,8 +138,13 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r} (valid: {', '.join(FORMATS)})")
 
 
-def envelope_figure(frame: pd.DataFrame, by: str | None = None, title: str = "",
-                    empirical: pd.DataFrame | None = None, radii=None) -> FigureData:  # fmt: skip
+def envelope_figure(
+    frame: pd.DataFrame,
+    by: str | None = None,
+    title: str = "",
+    empirical: pd.DataFrame | None = None,
+    radii=None,
+) -> FigureData:
     """The data of `sweeper envelope --plot`: the envelope per `by` group and over all
     models, from 0 to the largest of `radii` (if given); `empirical` (columns radius,
     empirical_accuracy) as dashed points."""
@@ -136,20 +154,33 @@ def envelope_figure(frame: pd.DataFrame, by: str | None = None, title: str = "",
     grid = radius_grid(frame, radii=top)
     curves = []
     if by is not None:
-        curves = [Curve(value_label(by, value), envelope_curve(part, grid))
-                  for value, part in frame.groupby(by, dropna=False)]  # fmt: skip
+        curves = [
+            Curve(value_label(by, value), envelope_curve(part, grid))
+            for value, part in frame.groupby(by, dropna=False)
+        ]
     curves.append(Curve("upper envelope", envelope_curve(frame, grid), envelope=True))
     dashed = []
     if empirical is not None and len(empirical):
         points = empirical.sort_values("radius")
-        dashed.append((points["radius"].to_numpy(), points["empirical_accuracy"].to_numpy(),
-                       "empirical (SmoothAdv-PGD)"))  # fmt: skip
+        dashed.append(
+            (
+                points["radius"].to_numpy(),
+                points["empirical_accuracy"].to_numpy(),
+                "empirical (SmoothAdv-PGD)",
+            )
+        )
     caption = title or f"{frame['trial_id'].nunique()} models"
     return FigureData("envelope", caption, grid, curves, dashed)
 
 
-def plot_envelope(frame: pd.DataFrame, location: str, by: str | None = None, title: str = "",
-                  empirical: pd.DataFrame | None = None, radii=None) -> None:  # fmt: skip
+def plot_envelope(
+    frame: pd.DataFrame,
+    location: str,
+    by: str | None = None,
+    title: str = "",
+    empirical: pd.DataFrame | None = None,
+    radii=None,
+) -> None:
     """Certified accuracy vs ℓ2 radius (`envelope_figure`), written to `location` (format
     from its suffix: .png, .pdf, .svg)."""
     figure = envelope_figure(frame, by, title, empirical, radii)

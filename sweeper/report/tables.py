@@ -193,7 +193,9 @@ def envelope_summary(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     winners = [c for c in WINNER_COLUMNS if c in out]
     out[winners] = out[winners].astype(object)
     out.loc[out["certified_accuracy"] <= 0, winners] = None
-    return out[["group", "radius", "column", "certified_accuracy", *winners, "models", "max_radius"]]
+    return out[
+        ["group", "radius", "column", "certified_accuracy", *winners, "models", "max_radius"]
+    ]
 
 
 def _group_order(groups) -> list:
@@ -239,10 +241,13 @@ def winners_table(summary: pd.DataFrame) -> PaperTable:
     rate and configuration (blank where nobody certifies anything)."""
     part = summary[summary["group"] == ALL].reset_index(drop=True)
     part = part.assign(
-        method=pd.Series([
-            method_label(m, a) if isinstance(m, str) else None
-            for m, a in zip(part["method"], part["attack"], strict=True)
-        ], index=part.index)
+        method=pd.Series(
+            [
+                method_label(m, a) if isinstance(m, str) else None
+                for m, a in zip(part["method"], part["attack"], strict=True)
+            ],
+            index=part.index,
+        )
     )
     scores = ["certified_accuracy", "clean_acc", "acr", "abstain_rate"]
     ids = [c for c in SUMMARY_COLUMNS if c != "attack" and part[c].notna().any()]
@@ -316,6 +321,8 @@ def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
         bound = ", ".join(f"{r:.3f} at σ = {s:g}" for s, r in reach.items() if np.isfinite(r))
         dependent = (part["smoothing"] == "data-dependent").any()
         smoothing = " (data-dependent: at the largest σ_x)" if dependent else ""
-        lines.append(f"{cert_id}: {', '.join(said)}; largest certifiable radius "
-                     f"σ·Φ⁻¹(α^(1/n)){smoothing}: {bound or 'unknown'}")  # fmt: skip
+        lines.append(
+            f"{cert_id}: {', '.join(said)}; largest certifiable radius "
+            f"σ·Φ⁻¹(α^(1/n)){smoothing}: {bound or 'unknown'}"
+        )
     return lines

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sweeper.results.reader import float_column, prediction_checks, read_stage
+from sweeper.results.reader import read_stage
 from sweeper.results.rows import ResultsError, identity_fields
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
+from sweeper.results.validation import float_column, prediction_checks
 from trainables import fileio
 
 EMPIRICAL_COLUMNS = [
@@ -55,9 +56,11 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     return [
         *prediction_checks(table),
         (~np.isfinite(eps) | (eps < 0), "an attack radius that is negative, NaN or infinite"),
-        (~np.isfinite(norm) | (norm < 0) | (norm > eps * (1 + 1e-6) + 1e-6),
-         "a perturbation outside the attack's ball"),
-    ]  # fmt: skip
+        (
+            ~np.isfinite(norm) | (norm < 0) | (norm > eps * (1 + 1e-6) + 1e-6),
+            "a perturbation outside the attack's ball",
+        ),
+    ]
 
 
 CHECKED = ("dataset", "label", "predict", "correct", "epsilon_attack", "perturbation_norm")
@@ -105,11 +108,17 @@ def empirical_envelope(frame: pd.DataFrame, by: str | None = None) -> pd.DataFra
     groups = [by] if by is not None and by in frame else []
     if groups:
         acc = acc.merge(frame.drop_duplicates("trial_id")[["trial_id", by]], on="trial_id")
-    best = acc.sort_values([*groups, "epsilon_attack", "accuracy", "trial_id"],
-                           ascending=[True] * len(groups) + [True, False, True])  # fmt: skip
+    best = acc.sort_values(
+        [*groups, "epsilon_attack", "accuracy", "trial_id"],
+        ascending=[True] * len(groups) + [True, False, True],
+    )
     best = best.drop_duplicates([*groups, "epsilon_attack"], keep="first")
-    renamed = {"epsilon_attack": "radius", "accuracy": "empirical_accuracy",
-               "trial_id": "empirical_winner", "m_test": "empirical_m_test"}  # fmt: skip
+    renamed = {
+        "epsilon_attack": "radius",
+        "accuracy": "empirical_accuracy",
+        "trial_id": "empirical_winner",
+        "m_test": "empirical_m_test",
+    }
     return best[[*groups, *renamed]].rename(columns=renamed).reset_index(drop=True)
 
 

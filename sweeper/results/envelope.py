@@ -26,8 +26,18 @@ SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "
 # What `sweeper envelope` reads of each row (with the --by and --only columns): a projection
 # of the 80-odd results columns, most of a 6,440-model read's time otherwise. n0, n and alpha:
 # the certification settings it states and the largest radius they allow (`max_radii`).
-READ_COLUMNS = [*MODEL_KEY, "radius", "correct", "predict", *SUMMARY_COLUMNS, "lam", "eta",
-                "n0", "n", "alpha"]  # fmt: skip
+READ_COLUMNS = [
+    *MODEL_KEY,
+    "radius",
+    "correct",
+    "predict",
+    *SUMMARY_COLUMNS,
+    "lam",
+    "eta",
+    "n0",
+    "n",
+    "alpha",
+]
 Pick = tuple[object, float, int, int, float]  # (group value, radius, best model, size, reach)
 
 
@@ -137,7 +147,8 @@ def _summarize(
         "points": points,
         "clean_acc": np.bincount(codes, weights=correct, minlength=k) / points,
         "acr": np.bincount(codes, weights=radius * correct, minlength=k) / points,
-        "abstain_rate": np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k) / points,
+        "abstain_rate": np.bincount(codes, weights=frame["predict"].to_numpy() == -1, minlength=k)
+        / points,
     }
     identity = [c for c in IDENTITY_COLUMNS if c in frame and c not in models and c not in stats]
     # One take of each model's first row, not one column assignment per identity column.
@@ -171,7 +182,8 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
     """Per radius (and per value of column `by`): the best certified accuracy and its model."""
     if frame.empty:
         raise EnvelopeError(
-            "no certification results yet: run `sweeper run grid <space>` or `sweeper certify <space>`"
+            "no certification results yet: run `sweeper run grid <space>` or "
+            "`sweeper certify <space>`"
         )
     if by is not None and by not in frame.columns:
         raise EnvelopeError(

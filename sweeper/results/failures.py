@@ -91,8 +91,10 @@ class FailureLog:
         return self.exp.failures_log(self.stamp)
 
     def _write_json(self) -> None:
-        doc = {"log": self.exp.relative(self.log_path) if self.texts else None,
-               "failures": [asdict(f) for f in self.failures.values()]}  # fmt: skip
+        doc = {
+            "log": self.exp.relative(self.log_path) if self.texts else None,
+            "failures": [asdict(f) for f in self.failures.values()],
+        }
         fileio.write_bytes_atomic(self.exp.failures_json, json.dumps(doc, indent=1).encode())
 
     def rows(self) -> list[tuple[str, str, str]]:

@@ -98,7 +98,8 @@ def _own_spelling(s: Setting, m: re.Match) -> str:
     text = f"sigma-{sigma}_n0-{s.n0}_n-{s.n}_alpha-{s.alpha:g}_skip-{s.skip}_max-{top}{m['tags']}"
     if m["K"] is None:
         return text
-    return f"{text}_ddrs-K{int(m['K'])}-lr{_number(m['lr']):g}-n{int(m['samples'])}-min{s.ddrs_min_sigma:g}"
+    ddrs = f"K{int(m['K'])}-lr{_number(m['lr']):g}-n{int(m['samples'])}-min{s.ddrs_min_sigma:g}"
+    return f"{text}_ddrs-{ddrs}"
 
 
 def _number(text: str) -> float:
@@ -194,7 +195,9 @@ def _point_checks(table: pa.Table, per: dict) -> list[Check]:
     ]
 
 
-def _gap_checks(table: pa.Table, files: list[StageFile], frag: np.ndarray, per: dict) -> list[Check]:
+def _gap_checks(
+    table: pa.Table, files: list[StageFile], frag: np.ndarray, per: dict
+) -> list[Check]:
     """A finished model (its compacted file, or all K of its shards) holds the first points of
     its grid without a gap: every skip-th point from 0 up to its last (with the checks above,
     as many rows as that). An unfinished model is named as missing shards instead; an imported

@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from sweeper.results.bounds import max_radius as max_radius  # its home; read from here too
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks
-from sweeper.results.reader import float_column, int_column, prediction_checks, read_stage
+from sweeper.results.reader import read_stage
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
+from sweeper.results.validation import float_column, int_column, prediction_checks
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -231,5 +232,6 @@ def _legacy_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
     changed = frame["memory_changed"].astype(object)
     changed[legacy] = frame.loc[legacy, "changed_memory"]
     frame["memory_changed"] = changed
-    return frame.drop(columns=["predict_memory", "radius_memory", "correct_memory",
-                               "changed_memory"])  # fmt: skip
+    return frame.drop(
+        columns=["predict_memory", "radius_memory", "correct_memory", "changed_memory"]
+    )

@@ -31,8 +31,16 @@ from trainables.catalog import STANDARD_TEST_SIZE
 from trainables.config import TrialConfig
 from trainables.trial_status import parse_status, read_raw
 
-STATES = ("pending", "blocked", "training", "interrupted", "certifying", "trained", "failed",
-          "finished")  # fmt: skip
+STATES = (
+    "pending",
+    "blocked",
+    "training",
+    "interrupted",
+    "certifying",
+    "trained",
+    "failed",
+    "finished",
+)
 ATTENTION = ("failed", "blocked", "interrupted", "training", "certifying", "trained")
 
 
@@ -81,7 +89,9 @@ class Status:
     last_driver: Holder | None = None  # who held it last (alive or not)
     now: float = 0.0
     units: tuple[str, float] = ("GPU", 0.0)  # what a trial holds: ("GPU", 0.25), ("CPU", 1)
-    file_times: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # stage -> (mtime, points)
+    file_times: dict[str, list[tuple[float, int]]] = field(
+        default_factory=dict
+    )  # stage -> (mtime, points)
     seconds_per_point: float | None = None  # certification, measured (the cache's time_s)
     failures_log: str | None = None
     space: str | None = None  # the space the sweep was run with (sweep.json)
@@ -132,8 +142,15 @@ class StatusReader:
         configs, certify, units = self._configs()
         holder = read_holder(self.exp)
         driver = holder if holder is not None and holder.alive() else None
-        st = Status(self.exp.name, self.exp.root, driver=driver, last_driver=holder,
-                    now=now or time.time(), units=units, space=self.space)  # fmt: skip
+        st = Status(
+            self.exp.name,
+            self.exp.root,
+            driver=driver,
+            last_driver=holder,
+            now=now or time.time(),
+            units=units,
+            space=self.space,
+        )
         listed = {stage: self._listing(stage, st) for stage in STAGES}
         grouped = {stage: _by_trial(files) for stage, files in listed.items()}
         docs = self._trial_docs(st)
@@ -144,7 +161,9 @@ class StatusReader:
         _block_children(st.trials, configs)
         st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
         datasets = {tid: cfg.dataset for tid, cfg in zip(self.ids, configs, strict=True)}
-        st.file_times = {stage: _file_points(files, chunks, datasets) for stage, files in listed.items()}
+        st.file_times = {
+            stage: _file_points(files, chunks, datasets) for stage, files in listed.items()
+        }
         st.seconds_per_point = self._seconds_per_point(st)
         return st
 
@@ -153,14 +172,17 @@ class StatusReader:
             raw = sweep_bytes(self.exp)
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"no experiment at {self.exp.root} (no sweep.json): check --storage and --experiment"
+                f"no experiment at {self.exp.root} (no sweep.json): "
+                "check --storage and --experiment"
             ) from None
         key = hashlib.sha256(raw).hexdigest()
         if self._sweep is None or self._sweep[0] != key:
             sweep = parse_sweep(self.exp, raw)  # SweepError naming it if it is not one
             space = sweep.get("space") or {}
             res = space.get("resources") or {}
-            units = ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
+            units = (
+                ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
+            )
             configs = [TrialConfig.from_dict(d) for d in sweep["trials"]]
             self.ids = [c.trial_id for c in configs]  # a hash of the config: computed once
             self.space = space.get("name")
@@ -198,17 +220,26 @@ class StatusReader:
         doc = docs.get(tid) or {"state": "pending", "epoch": 0}
         plan = chunks.setdefault(cfg.dataset, _chunks(certify, cfg.dataset))
         files = {stage: grouped[stage].get(tid, []) for stage in STAGES}
-        shards = {stage: stage_shards([f for f, _ in files[stage]]).get(tid, Shards())
-                  for stage in STAGES}  # fmt: skip
+        shards = {
+            stage: stage_shards([f for f, _ in files[stage]]).get(tid, Shards()) for stage in STAGES
+        }
         settings = 2 if certify.get("ddrs") else 1
         planned = len(plan) * settings if plan else None
         if planned is not None:
             shards["certify"] = Shards(shards["certify"].done, planned)
         points = (_points_done(files["certify"], plan), sum(map(len, plan)) * settings)
         metrics = doc.get("metrics") or {}
-        row = TrialRow(tid, "", int(doc.get("epoch", 0)), cfg.epochs, shards, summary_of(cfg),
-                       epoch_time_s=metrics.get("epoch_time_s"), updated=doc.get("updated"),
-                       points=points)  # fmt: skip
+        row = TrialRow(
+            tid,
+            "",
+            int(doc.get("epoch", 0)),
+            cfg.epochs,
+            shards,
+            summary_of(cfg),
+            epoch_time_s=metrics.get("epoch_time_s"),
+            updated=doc.get("updated"),
+            points=points,
+        )
         row.state, row.error = _state(doc, shards["certify"], failures, tid, driver is not None)
         return row
 
@@ -238,8 +269,9 @@ def _mean_time(path: str) -> float | None:
     return float(mean) if mean is not None and mean > 0 else None
 
 
-def _state(doc: dict, certify: Shards, failures: dict[tuple[str, str], Failure], tid: str,
-           alive: bool) -> tuple[str, str]:  # fmt: skip
+def _state(
+    doc: dict, certify: Shards, failures: dict[tuple[str, str], Failure], tid: str, alive: bool
+) -> tuple[str, str]:
     """(state, error line) of one trial (see the module's docstring)."""
     state = doc.get("state", "pending")
     if state == "failed":
@@ -274,8 +306,9 @@ def _chunks(certify: dict, dataset: str) -> list[tuple[int, ...]]:
     return index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
 
 
-def _file_points(files: list[tuple[StageFile, float]], chunks: dict,
-                 dataset: dict[str, str]) -> list[tuple[float, int]]:  # fmt: skip
+def _file_points(
+    files: list[tuple[StageFile, float]], chunks: dict, dataset: dict[str, str]
+) -> list[tuple[float, int]]:
     """(time written, points in it) of every file of a stage: what the throughput counts."""
     out = []
     for f, mtime in files:
@@ -295,8 +328,11 @@ def _file_size_in_points(f: StageFile, plan: list[tuple[int, ...]]) -> int:
 def _points_done(files: list[tuple[StageFile, float]], plan: list[tuple[int, ...]]) -> int:
     """Certified points of one trial on storage (a compacted model's leftover shards aside)."""
     compacted = {f.setting_id for f, _ in files if f.kind == "compacted"}
-    return sum(_file_size_in_points(f, plan) for f, _ in files
-               if f.kind == "compacted" or f.setting_id not in compacted)  # fmt: skip
+    return sum(
+        _file_size_in_points(f, plan)
+        for f, _ in files
+        if f.kind == "compacted" or f.setting_id not in compacted
+    )
 
 
 def _by_trial(files: list[tuple[StageFile, float]]) -> dict[str, list[tuple[StageFile, float]]]:

@@ -2,13 +2,13 @@
 
 <storage>/<experiment>/
   sweep.json                                   the resolved sweep, written before Ray starts
-  lease.json, .lease.lock                      which driver holds the experiment (sweeper.results.lease)
+  lease.json, .lease.lock                      which driver holds the experiment (`lease`)
   tune/run-<time>/                             Ray Tune's directory for each `sweeper run`
   trials/<trial_id>/checkpoint.pt, trial.json  newest epoch's checkpoint and the trial's state
   certify/<trial_id>/<cert_id>/shard-00003-of-00010.parquet    a shard of a model's rows
   certify/<trial_id>/<cert_id>/compacted-of-00010.parquet      all 10 of them, once complete
-  certify/<trial_id>/<cert_id>/memory.parquet                  (DDRS, written before compaction
-                                                                existed; `sweeper compact` folds it in)
+  certify/<trial_id>/<cert_id>/memory.parquet                  (DDRS, written before
+                                                   compaction existed; `sweeper compact` folds it)
   empirical/<trial_id>/<emp_id>/shard-...parquet, compacted-...parquet   the attack stage, alike
   cache/<stage>.parquet                        the compacted rows of many models in one file
   failures.json, logs/failures-<time>.log      the last run's failures grouped; each one's full text
@@ -58,7 +58,11 @@ COMPACTED_RE = re.compile(r"compacted-of-(\d{5})\.parquet$")
 STAGES = ("certify", "empirical")
 MEMORY = "memory.parquet"  # DDRS memory pass of experiments written before compaction
 # One name pattern per kind of file (SHARD_RE, COMPACTED_RE and MEMORY read them back).
-KIND_GLOBS = {"compacted": "compacted-of-*.parquet", "shard": "shard-*-of-*.parquet", "memory": MEMORY}
+KIND_GLOBS = {
+    "compacted": "compacted-of-*.parquet",
+    "shard": "shard-*-of-*.parquet",
+    "memory": MEMORY,
+}
 _ID = re.compile(r"[0-9a-f]{12}")
 
 
@@ -227,7 +231,9 @@ class Experiment:
         """Every shard, compacted and memory file of `stage` (of one model and setting if
         `within` is its setting directory), from one listing; anything else is ignored."""
         out, head = [], len(self.stage_dir(stage))
-        for f, size in sorted(fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()):
+        for f, size in sorted(
+            fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()
+        ):
             parsed = self._parse(stage, f, size, f[head:])
             if parsed is not None:
                 out.append(parsed)
@@ -322,11 +328,17 @@ def experiments(storage: str) -> list[str]:
     fs, base = fileio.filesystem(storage)
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
-    folders = [i.base_name for i in fs.get_file_info(pafs.FileSelector(base))
-               if i.type == pafs.FileType.Directory]  # fmt: skip
+    folders = [
+        i.base_name
+        for i in fs.get_file_info(pafs.FileSelector(base))
+        if i.type == pafs.FileType.Directory
+    ]
     infos = fs.get_file_info([f"{base.rstrip('/')}/{name}/sweep.json" for name in folders])
-    found = [(i.mtime_ns or 0, name) for i, name in zip(infos, folders, strict=True)
-             if i.type == pafs.FileType.File]  # fmt: skip
+    found = [
+        (i.mtime_ns or 0, name)
+        for i, name in zip(infos, folders, strict=True)
+        if i.type == pafs.FileType.File
+    ]
     return [name for _, name in sorted(found)]
 
 

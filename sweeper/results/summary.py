@@ -66,12 +66,25 @@ def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
         eta_certify = max(eta_certify, eta_train)
     unit, per_trial = st.units
     return Summary(
-        st.experiment, len(st.trials), states, epochs, _shards(st), rows,
-        st.driver.describe() if st.driver is not None else None, elapsed, window,
-        per_hour[0], per_hour[1], eta_train, eta_certify, unit,
-        _train_hours(st, per_trial), _certify_hours(st, per_trial, rows),
-        st.extra_models, st.size_bytes,
-    )  # fmt: skip
+        st.experiment,
+        len(st.trials),
+        states,
+        epochs,
+        _shards(st),
+        rows,
+        st.driver.describe() if st.driver is not None else None,
+        elapsed,
+        window,
+        per_hour[0],
+        per_hour[1],
+        eta_train,
+        eta_certify,
+        unit,
+        _train_hours(st, per_trial),
+        _certify_hours(st, per_trial, rows),
+        st.extra_models,
+        st.size_bytes,
+    )
 
 
 def _shards(st: Status) -> dict[str, tuple[int, int | None]]:

@@ -70,10 +70,13 @@ def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting
 
     mp = pick("max_points")
     common = {
-        "n": pick("n"), "alpha": pick("alpha"), "skip": pick("skip"),
-        "max_points": None if mp == "all" else mp, "shard_size": pick("shard_size"),
+        "n": pick("n"),
+        "alpha": pick("alpha"),
+        "skip": pick("skip"),
+        "max_points": None if mp == "all" else mp,
+        "shard_size": pick("shard_size"),
         "batch_size": pick("batch_size"),
-    }  # fmt: skip
+    }
     out: dict[str, EmpiricalSetting] = {}
     for eps in sorted(float(e) for e in spec.epsilons):
         for m in sorted(spec.m_test) if eps > 0 else [None]:
@@ -84,8 +87,16 @@ def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting
 
 
 # ------------------------------------------------------------------------------ the task
-def attack_points(model, dataset, indices: Sequence[int], setting: EmpiricalSetting,
-                  sigma: float, num_classes: int, generator, device) -> dict[str, list]:  # fmt: skip
+def attack_points(
+    model,
+    dataset,
+    indices: Sequence[int],
+    setting: EmpiricalSetting,
+    sigma: float,
+    num_classes: int,
+    generator,
+    device,
+) -> dict[str, list]:
     """Attack and PREDICT each `dataset[i]` for i in `indices`: columns idx, label, predict,
     correct, perturbation_norm, time_s (wall time per point; shared batches split evenly).
     Points are attacked together, at most batch_size // m_test at a time, so that every
@@ -96,18 +107,29 @@ def attack_points(model, dataset, indices: Sequence[int], setting: EmpiricalSett
 
     m = setting.m_test or 1
     group = max(1, setting.batch_size // m)
-    cols: dict[str, list] = {k: [] for k in ("idx", "label", "predict", "correct",
-                                             "perturbation_norm", "time_s")}  # fmt: skip
+    cols: dict[str, list] = {
+        k: [] for k in ("idx", "label", "predict", "correct", "perturbation_norm", "time_s")
+    }
     for start in range(0, len(indices), group):
         items = [dataset[i] for i in indices[start : start + group]]
         x = torch.stack([it[0] for it in items]).to(device)
         y = torch.tensor([int(it[1]) for it in items], device=device)
         t0 = _now(device)
         results = attack_and_predict(
-            model, x, y, sigma, setting.epsilon, setting.steps or 1, m, setting.n,
-            setting.alpha, setting.batch_size, setting.estimator or "plugin", generator,
+            model,
+            x,
+            y,
+            sigma,
+            setting.epsilon,
+            setting.steps or 1,
+            m,
+            setting.n,
+            setting.alpha,
+            setting.batch_size,
+            setting.estimator or "plugin",
+            generator,
             num_classes,
-        )  # fmt: skip
+        )
         per_point = (_now(device) - t0) / len(items)
         for it, r in zip(items, results, strict=True):
             row = [int(it[2]), r.label, r.prediction, r.correct, r.perturbation_norm, per_point]
@@ -145,10 +167,19 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
         seed_for(shard.trial_id, shard.setting_id, shard.index)
     )
     cols = attack_points(
-        model, dataset, shard.indices, setting, cfg.sigma, NUM_CLASSES[cfg.dataset], generator, device
+        model,
+        dataset,
+        shard.indices,
+        setting,
+        cfg.sigma,
+        NUM_CLASSES[cfg.dataset],
+        generator,
+        device,
     )
     metadata = {
-        "empirical_backend": f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}",
+        "empirical_backend": (
+            f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}"
+        ),
         "normalization": type(model[0]).__name__,
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
@@ -156,19 +187,29 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     return empirical_table(cfg, exp.name, setting, cols, metadata)
 
 
-def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting,
-                    columns: dict[str, list], metadata: dict) -> pa.Table:  # fmt: skip
+def empirical_table(
+    cfg: TrialConfig,
+    experiment: str,
+    setting: EmpiricalSetting,
+    columns: dict[str, list],
+    metadata: dict,
+) -> pa.Table:
     """A shard's rows: the trial's identity and the setting repeated per row, then `columns`."""
     import json
 
     rows = len(columns["idx"])
     constants = {
-        "trial_id": cfg.trial_id, "experiment": experiment, "emp_id": setting.emp_id,
+        "trial_id": cfg.trial_id,
+        "experiment": experiment,
+        "emp_id": setting.emp_id,
         **{k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS},
-        "epsilon_attack": setting.epsilon, "m_test": setting.m_test,
-        "steps_attack": setting.steps, "estimator": setting.estimator,
-        "n": setting.n, "alpha": setting.alpha,
-    }  # fmt: skip
+        "epsilon_attack": setting.epsilon,
+        "m_test": setting.m_test,
+        "steps_attack": setting.steps,
+        "estimator": setting.estimator,
+        "n": setting.n,
+        "alpha": setting.alpha,
+    }
     data = {**{k: [v] * rows for k, v in constants.items()}, **columns}
     table = pa.Table.from_pydict(
         {f.name: data[f.name] for f in EMPIRICAL_SCHEMA}, schema=EMPIRICAL_SCHEMA
@@ -180,8 +221,13 @@ def empirical_table(cfg: TrialConfig, experiment: str, setting: EmpiricalSetting
 EMPIRICAL = Stage.of(ATTACKED, attack_shard)
 
 
-def run_empirical(exp: Experiment, trials: list[TrialConfig], settings_: list[EmpiricalSetting],
-                  resources: Resources, on_event: Callable) -> Outcome:  # fmt: skip
+def run_empirical(
+    exp: Experiment,
+    trials: list[TrialConfig],
+    settings_: list[EmpiricalSetting],
+    resources: Resources,
+    on_event: Callable,
+) -> Outcome:
     """Attack every finished trial in `trials` under every setting; Ray must be initialized.
     Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted."""
     runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)

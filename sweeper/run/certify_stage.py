@@ -35,9 +35,17 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
     sigma = spec.sigma if spec.sigma is not None else cfg.sigma
     settings = CertifySettings(
-        spec.n0, spec.n, spec.alpha, sigma, spec.batch_size, spec.points_per_batch, spec.ddrs,
-        precision=spec.precision, channels_last=spec.channels_last, compile=spec.compile,
-    )  # fmt: skip
+        spec.n0,
+        spec.n,
+        spec.alpha,
+        sigma,
+        spec.batch_size,
+        spec.points_per_batch,
+        spec.ddrs,
+        precision=spec.precision,
+        channels_last=spec.channels_last,
+        compile=spec.compile,
+    )
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     seed = seed_for(shard.trial_id, shard.setting_id, shard.index)
     cols = certify_points(
@@ -46,9 +54,12 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     smoothing = "fixed" if spec.ddrs is None else "data-dependent"
     constants = {"smoothing": smoothing, "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
     norm = model[0]
+    means, sds = (norm.get_buffer(b).flatten().tolist() for b in ("means", "sds"))
     metadata = {
-        "certify_backend": f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}",
-        "normalization": f"{type(norm).__name__}(means={norm.get_buffer('means').flatten().tolist()}, sds={norm.get_buffer('sds').flatten().tolist()})",
+        "certify_backend": (
+            f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}"
+        ),
+        "normalization": f"{type(norm).__name__}(means={means}, sds={sds})",
         "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
         **run_mode(settings, device),  # precision, channels_last, compile: how f was run

@@ -31,7 +31,9 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
     if not fileio.exists(target):
         missing = sorted(set(range(count)) - {f.index for f in shards})
         if missing:
-            raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
+            raise RuntimeError(
+                f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing"
+            )
         _check_footers(shards, stage)
         table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
         if stage.finish is not None:
@@ -124,6 +126,8 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
             memory += any(f.kind == "memory" for f in files)
         cached = refresh_cache(exp, stage)
         legacy = f" ({memory} with a legacy DDRS {MEMORY} folded in and deleted)" if memory else ""
-        lines.append(f"{stage.name}: compacted {folded} models{legacy}, {waiting} not complete; "
-                     f"the cache holds {cached} models")  # fmt: skip
+        lines.append(
+            f"{stage.name}: compacted {folded} models{legacy}, {waiting} not complete; "
+            f"the cache holds {cached} models"
+        )
     return lines

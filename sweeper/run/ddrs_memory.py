@@ -6,10 +6,10 @@ every shard of a model exists, just before its rows are compacted: one pass over
 model's certificates in ascending test index applies `trainables.ddrs.memory_certify` to the
 inputs (read again from the data set by index), abstentions in the memory as the authors'
 post_processing_memory_based.py keeps them (radius-0 balls of class −1: a later ball is shrunk
-to leave an abstained point out, an abstained point inside an earlier ball takes its class). The compacted rows hold the adjusted
-predict/radius/correct and the Monte-Carlo ones as predict_raw/radius_raw/correct_raw, with
-`memory_changed`. A different order (or another subset of test points) can give different
-adjusted certificates; the order here is fixed.
+to leave an abstained point out, an abstained point inside an earlier ball takes its class).
+The compacted rows hold the adjusted predict/radius/correct and the Monte-Carlo ones as
+predict_raw/radius_raw/correct_raw, with `memory_changed`. A different order (or another
+subset of test points) can give different adjusted certificates; the order here is fixed.
 
 Experiments certified before compaction existed have a `memory.parquet` beside the shards
 (idx, predict_memory, radius_memory, correct_memory, memory_changed): it is used once it passes
@@ -81,11 +81,14 @@ def with_memory(table: pa.Table, prediction, radius, changed) -> pa.Table:
     label = table.column("label").to_numpy()
     correct = (np.asarray(prediction) == label) & (np.asarray(prediction) != -1)
     replaced = {
-        "predict_raw": table.column("predict"), "radius_raw": table.column("radius"),
-        "correct_raw": table.column("correct"), "predict": pa.array(prediction, pa.int64()),
-        "radius": pa.array(radius, pa.float64()), "correct": pa.array(correct, pa.bool_()),
+        "predict_raw": table.column("predict"),
+        "radius_raw": table.column("radius"),
+        "correct_raw": table.column("correct"),
+        "predict": pa.array(prediction, pa.int64()),
+        "radius": pa.array(radius, pa.float64()),
+        "correct": pa.array(correct, pa.bool_()),
         "memory_changed": pa.array(changed, pa.bool_()),
-    }  # fmt: skip
+    }
     for name, column in replaced.items():
         table = table.set_column(table.schema.get_field_index(name), name, column)
     return table

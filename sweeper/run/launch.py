@@ -88,11 +88,17 @@ def ray_cluster(address: str | None) -> Iterator[None]:
         yield
         return
     try:
-        ray.init(address=target, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR)  # fmt: skip
+        ray.init(
+            address=target,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
     except (ConnectionError, RuntimeError) as e:  # Ray's text may quote the address: scrubbed
         where = f"--address {redact(address)}" if address else f"RAY_ADDRESS={redact(target)}"
-        what = "cannot start a local Ray" if target == "local" else f"cannot connect to Ray at {where}"
+        what = (
+            "cannot start a local Ray" if target == "local" else f"cannot connect to Ray at {where}"
+        )
         raise LaunchError([f"{what}: {scrub(str(e).splitlines()[0], target)}"]) from None
     try:
         yield
@@ -193,7 +199,9 @@ class _SweepCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         cfg = TrialConfig.from_dict(trial.config["trial"])
         attempts = max(1, int(getattr(trial, "num_failures", 1) or 1))
-        failure = self.certifier.failure_log.add(cfg.trial_id, "train", _error_text(trial), attempts)
+        failure = self.certifier.failure_log.add(
+            cfg.trial_id, "train", _error_text(trial), attempts
+        )
         message = failure.line()
         self.outcome.failed[cfg.trial_id] = message
         self._shrink()
@@ -246,9 +254,13 @@ def _run_trial() -> Callable:
 
 
 def _tuner(
-    exp: Experiment, searcher: StageSearcher, resources: Resources, options: LaunchOptions,
-    callback, trainable: Callable | None,
-):  # fmt: skip
+    exp: Experiment,
+    searcher: StageSearcher,
+    resources: Resources,
+    options: LaunchOptions,
+    callback,
+    trainable: Callable | None,
+):
     # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
     cpus = ray.cluster_resources().get("CPU", 1.0)
@@ -288,8 +300,11 @@ def trackers(exp: Experiment, options: LaunchOptions) -> list:
         if options.mlflow.startswith("file:"):  # asked for by name: MLflow 3 wants an opt-in
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
-        out.append(MLflowLoggerCallback(tracking_uri=options.mlflow, experiment_name=exp.name,
-                                        save_artifact=False))  # fmt: skip
+        out.append(
+            MLflowLoggerCallback(
+                tracking_uri=options.mlflow, experiment_name=exp.name, save_artifact=False
+            )
+        )
     if options.wandb:
         from ray.air.integrations.wandb import WandbLoggerCallback
 
@@ -317,7 +332,7 @@ def run_sweep(
     for cfg in finished:
         certifier.submit(cfg)
     if to_train:
-        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}  # fmt: skip
+        constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
         parents = {t.init_from for t in to_train if t.init_from}
         done = {t.trial_id for t in finished} | {
             p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
@@ -339,8 +354,13 @@ def run_sweep(
     return outcome
 
 
-def _certifier(exp: Experiment, certify: CertifySpec, resources: Resources, on_event,
-               plane: DataPlane = DataPlane()) -> StageRunner:  # fmt: skip
+def _certifier(
+    exp: Experiment,
+    certify: CertifySpec,
+    resources: Resources,
+    on_event,
+    plane: DataPlane = DataPlane(),
+) -> StageRunner:
     """Certification of every finished model under each setting (fixed σ, and DDRS if asked)."""
     work = [Work(plane.certify, spec) for spec in certify.variants()]
     return StageRunner(exp, work, resources, on_event, plane.sizer)

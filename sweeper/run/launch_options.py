@@ -25,24 +25,35 @@ class CredentialsError(ProblemsError):
 @dataclass(frozen=True)
 class LaunchOptions:
     address: str | None = setting(
-        None, "Ray cluster: auto, host:port or ray://host:port (default: a local Ray).")
+        None, "Ray cluster: auto, host:port or ray://host:port (default: a local Ray)."
+    )
     max_concurrent: int | None = setting(None, "At most this many trials at once.", AtLeast(1))
     max_failures: int = setting(
-        2, "Retries per trial (each resumes from its checkpoint).", AtLeast(0))
+        2, "Retries per trial (each resumes from its checkpoint).", AtLeast(0)
+    )
     cpu_only: bool = setting(False, "Ask for no GPU (train and certify on CPUs).")
     wait_for_nodes: float = setting(
-        30.0, "Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
-        NotBelow(0))
+        30.0,
+        "Minutes to wait for an autoscaling cluster to add nodes that can host a trial.",
+        NotBelow(0),
+    )
     mlflow: str | None = setting(
-        None, "Also log every trial's per-epoch metrics to MLflow at this tracking URI "
+        None,
+        "Also log every trial's per-epoch metrics to MLflow at this tracking URI "
         "(file:/path or http://host:5000; needs the mlflow package; a user and password go in "
-        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, never in the URI).")
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, never in the URI).",
+    )
     max_trials: int = setting(
-        MAX_TRIALS, "Refuse a space whose grids describe more trials than this (counted from "
-        "its axes, before expanding them).", AtLeast(1))
+        MAX_TRIALS,
+        "Refuse a space whose grids describe more trials than this (counted from "
+        "its axes, before expanding them).",
+        AtLeast(1),
+    )
     wandb: str | None = setting(
-        None, "Also log every trial's per-epoch metrics to this Weights & Biases project "
-        "(needs the wandb package and a login, or WANDB_MODE=offline).")
+        None,
+        "Also log every trial's per-epoch metrics to this Weights & Biases project "
+        "(needs the wandb package and a login, or WANDB_MODE=offline).",
+    )
 
     def __post_init__(self) -> None:
         problems = [address_credentials_problem(self.address), mlflow_problem(self.mlflow)]

@@ -194,9 +194,16 @@ class StageRunner:
     (grouped per model and stage), never raised. Tasks run on Ray unless `tasks` says where
     (Ray must then be initialized)."""
 
-    def __init__(self, exp: Experiment, work: list[Work], resources: Resources,
-                 on_event: Callable[[Event], None], sizer: Callable[[str, str | None], int] = test_size,
-                 failure_log: FailureLog | None = None, tasks: Tasks | None = None):  # fmt: skip
+    def __init__(
+        self,
+        exp: Experiment,
+        work: list[Work],
+        resources: Resources,
+        on_event: Callable[[Event], None],
+        sizer: Callable[[str, str | None], int] = test_size,
+        failure_log: FailureLog | None = None,
+        tasks: Tasks | None = None,
+    ):
         self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
         self.sizer = sizer
         if failure_log is None:
@@ -229,8 +236,12 @@ class StageRunner:
             return 0
         if state.other_counts:  # another shard_size: its files would count rows twice
             other = sorted(state.other_counts)[0]
-            self._fail(cfg.trial_id, stage, f"{sid} was computed in {other} shards, now "
-                       f"{len(shards)}: use the shard_size used before, or move that directory away")  # fmt: skip
+            self._fail(
+                cfg.trial_id,
+                stage,
+                f"{sid} was computed in {other} shards, now "
+                f"{len(shards)}: use the shard_size used before, or move that directory away",
+            )
             return 0
         todo = [s for s in shards if s.index not in state.shards]
         self.done += len(shards) - len(todo)

@@ -55,8 +55,12 @@ class Stage(StageTable):
     finish: Callable[..., pa.Table] | None = None
 
     @classmethod
-    def of(cls, table: StageTable, compute: Callable[..., pa.Table],
-           finish: Callable[..., pa.Table] | None = None) -> Stage:  # fmt: skip
+    def of(
+        cls,
+        table: StageTable,
+        compute: Callable[..., pa.Table],
+        finish: Callable[..., pa.Table] | None = None,
+    ) -> Stage:
         """The stage writing `table`'s rows with `compute` (and `finish`)."""
         parts = {f.name: getattr(table, f.name) for f in fields(StageTable)}
         return cls(**parts, compute=compute, finish=finish)

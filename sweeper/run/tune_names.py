@@ -20,8 +20,14 @@ def readable(cfg: TrialConfig) -> str:
     """`smoothadv_pgd_sigma=0.25_eps=0.5_T=2_m=1`: the settings that tell a grid's trials apart
     (method, attack, σ, ε, steps, m_train, the other methods' own settings when set)."""
     parts = [cfg.method, cfg.attack or "", f"sigma={cfg.sigma:g}"]
-    named = (("eps", cfg.epsilon), ("T", cfg.steps), ("m", cfg.m_train), ("lam", cfg.lam),
-             ("eta", cfg.eta), ("beta", cfg.macer_beta))  # fmt: skip
+    named = (
+        ("eps", cfg.epsilon),
+        ("T", cfg.steps),
+        ("m", cfg.m_train),
+        ("lam", cfg.lam),
+        ("eta", cfg.eta),
+        ("beta", cfg.macer_beta),
+    )
     parts += [f"{key}={value:g}" for key, value in named if value is not None]
     parts += [f"from={cfg.init_from}"] if cfg.init_from else []
     return re.sub(r"[^A-Za-z0-9.=_-]+", "-", "_".join(p for p in parts if p))

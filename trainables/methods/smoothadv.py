@@ -44,9 +44,16 @@ def _attack(
     if cfg.attack == "pgd":
         return attacks.pgd(model, x, y, noise, ctx.epsilon, steps, generator=ctx.generator)
     return attacks.ddn(
-        model, x, y, noise, ctx.epsilon, steps, cfg.ddn_init_norm,
-        setting(cfg.ddn_gamma, "ddn_gamma"), generator=ctx.generator,
-    )  # fmt: skip
+        model,
+        x,
+        y,
+        noise,
+        ctx.epsilon,
+        steps,
+        cfg.ddn_init_norm,
+        setting(cfg.ddn_gamma, "ddn_gamma"),
+        generator=ctx.generator,
+    )
 
 
 def _one_noise_each(

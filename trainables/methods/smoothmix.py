@@ -7,7 +7,8 @@ Per chunk of b inputs, with m noises δ_1..δ_m per input drawn once and used ev
 - λ ~ U[0, ½] per input; x_mix = (1−λ)·x + λ·x_adv;
   target = (1−λ)·mean_k softmax(F(x + δ_k)) + λ·uniform;
 - loss = mean_k CE(F(x + δ_k), y)
-         + η·w·mean_k[ 1{argmax mean_k softmax(F(x + δ_k)) = y} · KL(target ‖ softmax(F(x_mix + δ_k))) ],
+         + η·w·mean_k[ 1{argmax mean_k softmax(F(x + δ_k)) = y}
+                       · KL(target ‖ softmax(F(x_mix + δ_k))) ],
   w = min(1, (epoch + 1) / warmup_epochs) the warm-up factor, as in the official code (unlike
   SmoothAdv's ε warm-up it is not 0 in the first epoch);
 - `mix_step = 1`, the "one-step adversary": the first ascent iterate, projected to radius
@@ -33,9 +34,15 @@ UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
 
 
 def adversary(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor, alpha: float,
-    steps: int, mix_step: int, maxnorm: float | None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor,
+    alpha: float,
+    steps: int,
+    mix_step: int,
+    maxnorm: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_{mix_step}, x_T): the iterate at `mix_step` and the last one, shapes (b, C, H, W).
     As the reference (SmoothMix_PGD.attack), the anchor is taken at the start of step
     `mix_step`, so it stays x when mix_step >= steps (the config refuses mix_step 1, steps 1)."""

@@ -44,6 +44,9 @@ PATTERNS: list[tuple[str, Handler]] = [
     (rf"beta_{NUM}", number("macer_beta")),
 ]
 METHOD_WORDS = {
-    "consistency": "consistency", "stab": "stability", "stability": "stability",
-    "smoothmix": "smoothmix", "macer": "macer",
-}  # fmt: skip
+    "consistency": "consistency",
+    "stab": "stability",
+    "stability": "stability",
+    "smoothmix": "smoothmix",
+    "macer": "macer",
+}

@@ -1,12 +1,12 @@
 """Names every layout shares: the data set, the architecture, the split certified, m_train.
 
-    cifar10, imagenet, mnist                                   dataset
-    resnet110, cifar_resnet20, resnet50, lenet, densenet40, ...   arch (resnet20/56/110 ->
-                                                               cifar_*, the CIFAR variants)
-    test, train                                                the split certified
-    <m>-multitrain, num_<m>, num_noise_vec_<m>, m<m>, m_train_<m>   m_train (SmoothAdv's
-                                                               `<m>-multitrain`, the jh-jeong
-                                                               code's `num_<m>`, ...)
+cifar10, imagenet, mnist                                   dataset
+resnet110, cifar_resnet20, resnet50, lenet, densenet40, ...   arch (resnet20/56/110 ->
+                                                           cifar_*, the CIFAR variants)
+test, train                                                the split certified
+<m>-multitrain, num_<m>, num_noise_vec_<m>, m<m>, m_train_<m>   m_train (SmoothAdv's
+                                                           `<m>-multitrain`, the jh-jeong
+                                                           code's `num_<m>`, ...)
 """
 
 from __future__ import annotations
