@@ -204,6 +204,18 @@ METHOD_CASES = [
 ]
 
 
+def test_every_method_is_priced_and_named_by_its_own_row():
+    """A method of the table is never priced or labelled by a fallback: each row says its
+    passes and its label, and the cases above run every one of them."""
+    from sweeper.report.tables import method_label
+    from trainables.methods import REGISTRY
+
+    assert {f["method"] for f in METHOD_CASES} == set(REGISTRY)
+    for name, row in REGISTRY.items():
+        assert method_label(name) == row.label and row.label != name
+        assert row.passes(4, 3) >= 1
+
+
 @pytest.mark.parametrize("fields", METHOD_CASES, ids=lambda f: "-".join(map(str, f.values())))
 def test_step_passes_count_what_the_method_runs(fields):
     """Every sample through the model in one training epoch (attack steps included), per

@@ -25,6 +25,7 @@ from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.throughput import Figure
 from trainables.catalog import DATASETS
 from trainables.config import TrialConfig, setting
+from trainables.methods import EPSILON_METHODS, REGISTRY
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
 # ImageNet32) 1,281,167 train and the 50,000 validation images; MNIST 60,000/10,000; digits:
@@ -44,31 +45,21 @@ TEST_SIZE = {
     "imagenet32": 50_000,
 }
 assert set(TRAIN_SIZE) == set(TEST_SIZE) == set(DATASETS), "a data set without its sizes"
-ATTACKED = ("smoothadv", "vanilla_pgd", "pgd_noise")  # attacks that skip epochs with ε = 0
 
 
 def step_passes(cfg: TrialConfig, attacked: bool = True) -> int:
-    """Forward+backward passes per training input in one epoch (`attacked`: ε > 0 that epoch):
-    SmoothAdv attacks m noisy copies T times and trains on them, m·(T+1); vanilla PGD attacks
-    the clean input, T+1; PGD + noise, T+m; SmoothMix attacks m copies T times and trains on
-    m clean and m mixed copies, m·(T+2); Gaussian, MACER, consistency: m; stability: clean
-    and noisy, 2."""
-    m, t = cfg.m_train or 1, cfg.steps or 0
-    t = t if attacked or cfg.method not in ATTACKED else 0
-    return {
-        "smoothadv": m * (t + 1),
-        "vanilla_pgd": t + 1,
-        "pgd_noise": t + m,
-        "smoothmix": m * (t + 2),
-        "stability": 2,
-    }.get(cfg.method, m)
+    """Forward+backward passes per training input in one epoch (`attacked`: ε > 0 that epoch),
+    as the method's row says (`trainables.methods.Method.passes`)."""
+    t = cfg.steps or 0
+    t = t if attacked or cfg.method not in EPSILON_METHODS else 0
+    return REGISTRY[cfg.method].passes(cfg.m_train or 1, t)
 
 
 def attack_epochs(cfg: TrialConfig) -> int:
     """Epochs whose ε is > 0: none for ε = 0; every epoch under the reference warm-up (ε/W in
     the first); all but the first under the paper's (0 in the first epoch; see
     `trainables.methods.base.warmup_factor`)."""
-    if cfg.method not in ATTACKED or not cfg.epsilon:
+    if cfg.method not in EPSILON_METHODS or not cfg.epsilon:
         return 0
     paper = cfg.warmup_schedule == "paper" and (cfg.warmup_epochs or 0) > 1
     return cfg.epochs - (1 if paper else 0)

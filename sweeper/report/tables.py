@@ -24,21 +24,12 @@ from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
 from sweeper.results.rows import MODEL_KEY, identity_fields
+from trainables.methods import REGISTRY
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
 SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]
 BASELINE = "gaussian"
 ALL = "all"  # the group of every model in an envelope summary
-METHOD_NAMES = {
-    "gaussian": "Gaussian (Cohen et al.)",
-    "smoothadv": "SmoothAdv",
-    "vanilla_pgd": "vanilla PGD",
-    "pgd_noise": "vanilla PGD + noise",
-    "smoothmix": "SmoothMix",
-    "macer": "MACER",
-    "consistency": "Consistency",
-    "stability": "Stability",
-}
 WINNER_COLUMNS = [
     "clean_acc",
     "acr",
@@ -74,7 +65,9 @@ def linf_column(k: float) -> str:
 
 
 def method_label(method, attack=None) -> str:
-    name = METHOD_NAMES.get(method, str(method))
+    """The method's name in the papers' tables (its row's `label`), SmoothAdv's with its attack."""
+    row = REGISTRY.get(method) if isinstance(method, str) else None
+    name = row.label if row else str(method)
     if method == "smoothadv" and isinstance(attack, str):
         return f"{name}-{attack.upper()}"
     return name
@@ -199,7 +192,7 @@ def envelope_summary(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
 
 
 def _group_order(groups) -> list:
-    rank = {m: i for i, m in enumerate(METHOD_NAMES)}
+    rank = {m: i for i, m in enumerate(REGISTRY)}
     methods = sorted((g for g in set(groups) if g != ALL), key=lambda g: (rank.get(g, 99), g))
     return [*methods, ALL] if ALL in set(groups) else methods
 

@@ -17,6 +17,10 @@ A row names, once, everything the rest of the code knows about a method:
   copies, one optimizer step per chunk; MACER and stability training take one step per batch
   on all B·k copies (`Method.chunks`; SmoothAdv with train_multi_noise false: one step).
 - `ddrs`: whether DDRS training (a σ_x per input) supports it: the paper's three methods.
+- `label`: its name in the papers' tables and figures.
+- `passes`: forward+backward passes of the network per training input in one epoch, from m
+  (`m_train`, 1 where unused) and T (the attack's steps; 0 in an epoch without an attack):
+  what the dry run prices (`sweeper.plan.cost.step_passes`).
 - `module`, `function`: its loss, `trainables.methods.<module>.<function>(model, x, y, ctx)`
   (see `base`). This package's front (this table) is pure Python, so the control plane
   validates a grid without torch; the loss module (and torch) is imported when a trial trains.
@@ -54,6 +58,8 @@ class Method:
     module: str
     function: str
     splits_batch: bool
+    label: str  # as the papers' tables name it
+    passes: Callable[[int, int], int]  # (m, T) -> forward+backward passes per training input
     defaults: Mapping[str, Any] = field(default_factory=dict)
     protocol: Mapping[str, Any] = field(default_factory=dict)
     attacks: tuple[str, ...] = ()
@@ -109,39 +115,48 @@ _JEONG = {"lr_step_offset": 1}
 
 # fmt: off
 _ROWS = (
-    Method("gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True),
+    Method(  # m noisy copies
+        "gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True,
+        label="Gaussian (Cohen et al.)", passes=lambda m, t: m,
+    ),
     Method(
         "smoothadv", ("m_train", "train_multi_noise", *ATTACK_SETTINGS, *DDN_SETTINGS),
         "smoothadv", "loss", splits_batch=True, defaults={"train_multi_noise": True},
+        label="SmoothAdv", passes=lambda m, t: m * (t + 1),  # T attack steps on m copies
         attacks=ATTACKS, ddrs=True, protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
+        label="vanilla PGD", passes=lambda m, t: t + 1,  # the clean input attacked
         splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",), protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "pgd_noise", ("m_train", *ATTACK_SETTINGS), "vanilla_pgd", "loss_with_noise",
+        label="vanilla PGD + noise", passes=lambda m, t: t + m,
         splits_batch=True, defaults={"attack": "pgd"}, attacks=("pgd",), protocol=_SMOOTHADV_INPUT,
     ),
     Method(  # Jeong et al. 2021: η = 5, the ascent step α = 2σ
         "smoothmix", ("m_train", "steps", "warmup_epochs", *_MIX), "smoothmix", "loss",
-        splits_batch=True,
+        splits_batch=True, label="SmoothMix",
+        passes=lambda m, t: m * (t + 2),  # T ascent steps on m copies, m clean + m mixed
         defaults={"eta": 5.0, "mix_step": 0, "mix_detach": False, "mix_alpha": SigmaTimes(2.0)},
         protocol=_JEONG,
     ),
     Method(  # Zhai et al. 2020; RuntianZ/macer main.py: MultiStepLR stepped before each
         # 1-based epoch (the LR drops entering 0-based lr_step_size − 1), no normalization
         "macer", ("m_train", "lam", "macer_beta", "macer_gamma", "macer_deferred"), "macer",
-        "loss", splits_batch=False, ddrs=True,
+        "loss", splits_batch=False, ddrs=True, label="MACER", passes=lambda m, t: m,
         defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0, "macer_deferred": False},
         protocol={"lr_step_offset": -1, "normalize_input": False},
     ),
     Method(  # Jeong & Shin 2020 (λ = 20 at σ = 0.25)
         "consistency", ("m_train", "lam", "eta"), "consistency", "loss",
+        label="Consistency", passes=lambda m, t: m,
         splits_batch=True, defaults={"lam": 10.0, "eta": 0.5}, protocol=_JEONG,
     ),
     Method(  # Li et al. 2019, as the SmoothMix paper ran it (jh-jeong's train_stab.py)
         "stability", ("lam", "stability_loss"), "stability", "loss", splits_batch=False,
+        label="Stability", passes=lambda m, t: 2,  # the clean and one noisy copy
         defaults={"lam": 2.0, "stability_loss": "cross_entropy"}, protocol=_JEONG,
     ),
 )
@@ -151,3 +166,5 @@ METHODS = tuple(REGISTRY)
 # Every field some method uses: None (and no part of the trial_id) for the others.
 METHOD_SETTINGS = frozenset(name for row in _ROWS for name in row.settings)
 DDRS_METHODS = tuple(row.name for row in _ROWS if row.ddrs)
+# Methods that attack with ε (SmoothAdv and the PGD baselines): no attack in an epoch with ε = 0.
+EPSILON_METHODS = tuple(row.name for row in _ROWS if "epsilon" in row.settings)
