@@ -24,7 +24,8 @@ import pyarrow as pa
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec, Resources
 from sweeper.results.attack_rows import ATTACKED, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
-from sweeper.run.shards import Outcome, StageRunner, Work
+from sweeper.run.outcome import Outcome
+from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -237,6 +238,6 @@ def run_empirical(
         runner.wait()
     except KeyboardInterrupt:
         runner.cancel()
-        return Outcome(runner.failure_rows(), interrupted=True)
+        return Outcome(failures=runner.failure_rows(), interrupted=True)
     runner.finish()
-    return Outcome(runner.failure_rows())
+    return Outcome(failures=runner.failure_rows())

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # Tune's loggers are chosen explicitly (`trackers`), and the legacy reporter, which honours
@@ -35,6 +35,7 @@ from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.outcome import Outcome
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
 from sweeper.run.tune_names import trial_dirname, trial_name
@@ -61,15 +62,6 @@ class DataPlane:
     trainable: Callable | None = None  # None: trainables.tune_trial.run_trial (imports torch)
     certify: Stage = CERTIFY
     sizer: Callable[[str, str | None], int] = test_size
-
-
-@dataclass
-class Outcome:
-    completed: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # trial_id -> error message
-    blocked: dict[str, str] = field(default_factory=dict)  # trial_id -> its failed parent
-    interrupted: bool = False
-    certify_failures: list[tuple[str, str, str]] = field(default_factory=list)  # tid, stage, error
 
 
 # ---------------------------------------------------------------------------- the cluster
@@ -203,7 +195,7 @@ class _SweepCallback(tune.Callback):
             cfg.trial_id, "train", _error_text(trial), attempts
         )
         message = failure.line()
-        self.outcome.failed[cfg.trial_id] = message
+        self.outcome.failures.append((cfg.trial_id, "train", message))
         self._shrink()
         status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
         write_status(
@@ -350,7 +342,7 @@ def run_sweep(
     else:
         certifier.wait()
         certifier.finish()
-    outcome.certify_failures = certifier.failure_rows()
+    outcome.failures += certifier.failure_rows()
     return outcome
 
 
@@ -384,5 +376,5 @@ def certify_trials(
     except KeyboardInterrupt:
         certifier.cancel()
         outcome.interrupted = True
-    outcome.certify_failures = certifier.failure_rows()
+    outcome.failures += certifier.failure_rows()
     return outcome

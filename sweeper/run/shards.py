@@ -24,7 +24,7 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sweeper.plan.spec import Resources
@@ -330,11 +330,3 @@ class StageRunner:
         for handle in self.pending:
             self.tasks.cancel(handle)
         self.pending.clear()
-
-
-@dataclass
-class Outcome:
-    """What a run of stages left: failures per model and stage, and whether it was cut short."""
-
-    failures: list[tuple[str, str, str]] = field(default_factory=list)  # trial_id, stage, error
-    interrupted: bool = False
