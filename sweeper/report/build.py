@@ -15,6 +15,7 @@ import pandas as pd
 
 from sweeper.plan.run_settings import run_settings
 from sweeper.report.figures import figure_plan, render_figure
+from sweeper.report.formats import COLUMN_LABELS, is_fraction
 from sweeper.report.render import BEYOND, cell, to_markdown
 from sweeper.report.tables import (
     LINF_RADII_255,
@@ -30,22 +31,12 @@ from sweeper.report.tables import (
 )
 from trainables import fileio
 
-FRACTION_COLUMNS = {"certified_accuracy", "clean_acc", "acr", "abstain_rate"}
+# The report's tables keep m_train as the papers print it (no label) and head their section
+# and quantity columns with nothing.
 HEADERS = {
+    **{k: v for k, v in COLUMN_LABELS.items() if k not in ("m_train", "empirical_accuracy")},
     "section": "",
-    "models": "models",
     "quantity": "",
-    "sigma": "σ",
-    "epsilon": "ε",
-    "steps": "T",
-    "acr": "ACR",
-    "clean_acc": "clean acc",
-    "abstain_rate": "abstain",
-    "certified_accuracy": "cert. acc",
-    "radius": "ℓ2 radius",
-    "lam": "λ",
-    "eta": "η",
-    "sigma_cert": "σ_cert",
 }
 TEX_HEADERS = {
     "sigma": r"$\sigma$",
@@ -109,17 +100,13 @@ def tex(text: str) -> str:
     return _tex(str(text))
 
 
-def _is_score(column: str) -> bool:
-    return column.startswith(("r=", "linf=")) or column in FRACTION_COLUMNS
-
-
 def _cells(table: PaperTable, bold, escape=str) -> pd.DataFrame:
     """Cell texts: scores with 3 decimals ("-" where there is none), others as `cell`; bold
     cells wrapped by `bold`; a sections column printed once per section."""
     columns = {}
     for c in table.data.columns:
         values = table.data[c].tolist()  # plain Python values: no per-cell Arrow scalars
-        if _is_score(c):
+        if is_fraction(c):
             texts = ["-" if pd.isna(v) else f"{float(v):.3f}" for v in values]
         else:
             texts = [cell(v) for v in values]
@@ -151,7 +138,7 @@ def table_markdown(table: PaperTable) -> str:
 def table_latex(table: PaperTable) -> str:
     """A `table` float holding a `tabular` (no package needed), sections split by rules."""
     text = _cells(table, lambda s: rf"\textbf{{{s}}}", escape=tex)
-    numeric = [_is_score(c) or table.data[c].dtype.kind in "fiu" for c in text.columns]
+    numeric = [is_fraction(c) or table.data[c].dtype.kind in "fiu" for c in text.columns]
     header = [
         f"$r={c[2:]}$" if c.startswith("r=") else TEX_HEADERS.get(c) or tex(_header(c))
         for c in text.columns

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweeper.report.formats import COLUMN_LABELS
 from sweeper.report.tables import method_label
 from sweeper.results.envelope import certified_accuracy, model_table
 
 SMOOTHADV = "smoothadv"
-SYMBOLS = {"sigma": "σ", "epsilon": "ε", "m_train": "m_train", "steps": "T"}
+SYMBOLS = {k: COLUMN_LABELS[k] for k in ("sigma", "epsilon", "m_train", "steps")}  # legends
 # (file stem, column compared, restrict to SmoothAdv models when there are some, what it shows)
 GROUPED = [
     ("envelope_by_sigma", "sigma", False, "Upper envelope per training σ (Fig. 1, middle)"),

@@ -9,32 +9,15 @@ import pandas as pd
 import pyarrow as pa
 
 from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
-from sweeper.report.formats import DIGITS, FORMATS
-from sweeper.report.tables import (  # noqa: F401  (KEY_COLUMNS, SETTING_COLUMNS: were defined here)
-    KEY_COLUMNS,
-    SETTING_COLUMNS,
-    distinguishing_columns,
-)
+from sweeper.report.formats import DIGITS, FORMATS, is_fraction
+from sweeper.report.tables import distinguishing_columns
 from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
 from sweeper.results.rows import SCHEMA
 from trainables import fileio
 
-# Measured (not set) quantities, shown with DIGITS decimals
-FRACTIONS = {
-    "certified_accuracy",
-    "clean_acc",
-    "acr",
-    "abstain_rate",
-    "empirical_accuracy",
-    "max_radius",
-}
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
 NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}
 COUNTS = {"points", "models"}  # integers that are no schema column
-
-
-def is_fraction(column) -> bool:
-    return str(column) in FRACTIONS or str(column).startswith(("r=", "linf="))
 
 
 def cell(value, column=None, digits: int = DIGITS) -> str:
