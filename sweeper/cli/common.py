@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, echo, printable
-from sweeper.results.storage import Experiment, check_storage, experiments, plain_name_problem
+from sweeper.results.storage import Experiment
 from trainables import fileio
 from trainables.errors import ProblemsError
 
@@ -255,40 +255,13 @@ def fail(problems: list[str], code: int = 2) -> NoReturn:
 
 def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
     """The named experiment, or the most recently written one under `storage`."""
+    from sweeper.api.sweep import latest_experiment
+
     if experiment is not None:
         return Experiment(storage, experiment)
-    check_storage(storage)
-    names = [n for n in experiments(storage) if plain_name_problem(n, "") is None]
-    if not names:
-        fail([f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"])
-    name = names[-1]
-    echo(f"experiment: {name} (pass --experiment to choose another)", err=True)
-    return Experiment(storage, name)
-
-
-def filter_rows(frame, selection: dict):
-    """The rows matching every key=value of --only; a value no row has is bad input naming
-    the values there are (as `run grid` does for trials)."""
-    for key, value in selection.items():
-        if key not in frame:
-            fail([f"--only: {key!r} is not a results column"])
-        chosen = (
-            frame[frame[key].astype(object) == value]
-            if not isinstance(value, float)
-            else frame[(frame[key] - value).abs() < 1e-9]
-        )
-        if chosen.empty and not frame.empty:
-            values = sorted(
-                {
-                    str(v) if not isinstance(v, float) else f"{v:g}"
-                    for v in frame[key].dropna().unique()
-                }
-            )
-            fail(
-                [
-                    f"--only {key}={value} matches no model ({key} values: "
-                    f"{', '.join(values) or 'none'})"
-                ]
-            )
-        frame = chosen
-    return frame
+    try:
+        exp = latest_experiment(storage)
+    except ProblemsError as e:
+        fail(e.problems)
+    echo(f"experiment: {exp.name} (pass --experiment to choose another)", err=True)
+    return exp

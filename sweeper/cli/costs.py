@@ -10,57 +10,52 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from sweeper.api.pricing import PricedPlan
 from sweeper.cli.common import app, console, fail
 from sweeper.cli.display import echo
 from sweeper.plan import throughput
-from sweeper.plan.cost import Devices, SweepCost, groups, price_sweep, wall_clock
+from sweeper.plan.cost import Devices, SweepCost, groups, wall_clock
 from sweeper.plan.spec import Resources
-from sweeper.plan.sweep_plan import Plan, needed_data
-from sweeper.run.capacity import effective_resources
 from trainables.catalog import ARCHS
-from trainables.config import setting
 
 
-def dry_run_report(plan: Plan, cpu_only: bool, address: str | None, gpus: int | None) -> None:
+def dry_run_report(priced: PricedPlan, address: str | None, gpus: int | None) -> None:
     """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
-    data, pseudo = needed_data(plan.all_trials)
-    if data or pseudo:
+    if priced.data or priced.pseudo:
         what = " and ".join(
-            filter(None, [", ".join(data), "the pseudo-labelled data" if pseudo else None])
+            filter(
+                None,
+                [", ".join(priced.data), "the pseudo-labelled data" if priced.pseudo else None],
+            )
         )
         console.print(
             f"data: not read on a dry run; a real run needs {what}"
-            + (" (--data-dir DIR, or --download)" if data else "")
+            + (" (--data-dir DIR, or --download)" if priced.data else "")
         )
-    if not plan.trials:
+    if priced.cost is None:
         return
-    resources = effective_resources(plan.spec.resources, cpu_only)
-    kind = "gpu" if resources.gpu > 0 else "cpu"
-    figures = _figures(kind, sorted({setting(t.arch, "arch") for t in plan.trials}))
-    sweep = price_sweep(plan.trials, plan.spec.certify, {a: f for a, (f, _) in figures.items()})
-    device = "GPU" if kind == "gpu" else "core"
-    _print_groups(sweep, device)
-    _print_totals(sweep, device)
-    capacity = _devices(kind, address, gpus)
+    device = "GPU" if priced.kind == "gpu" else "core"
+    _print_figures(priced)
+    _print_groups(priced.cost, device)
+    _print_totals(priced.cost, device)
+    capacity = _devices(priced.kind, address, gpus)
     if capacity is None:
         console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
         return
-    _print_wall_clock(sweep, resources, kind, capacity)
+    _print_wall_clock(priced.cost, priced.resources, priced.kind, capacity)
 
 
-def _figures(kind: str, archs: list[str]) -> dict:
-    """arch -> (figure, device), printed with where they came from; a figures file that cannot
-    be trusted is named in one warning line and the shipped table is used instead."""
-    path = throughput.figures_path()
-    measured, problem = throughput.read_measured(path)
-    if problem:
+def _print_figures(priced: PricedPlan) -> None:
+    """The figures that priced each architecture, with where they came from; measured figures
+    that cannot be trusted are named in one warning line (the shipped table priced instead)."""
+    path = priced.figures_file
+    if priced.figures_problem:
         echo(
-            f"warning: ignoring the measured figures in {path} ({problem}): using the shipped "
-            "table; re-run `sweeper bench` to measure again",
+            f"warning: ignoring the measured figures in {path} ({priced.figures_problem}): "
+            "using the shipped table; re-run `sweeper bench` to measure again",
             err=True,
         )
-    chosen = throughput.figures_for(kind, archs, measured)
-    for arch, (fig, device) in chosen.items():
+    for arch, (fig, device) in priced.figures.items():
         smoke = " --smoke, tiny batches: not representative" if device.smoke else ""
         console.print(
             f"figures: {arch} on {device.name} ({device.origin}{smoke}): forward "
@@ -68,9 +63,8 @@ def _figures(kind: str, archs: list[str]) -> dict:
             highlight=False,
             markup=False,
         )
-    if kind not in measured:
+    if priced.kind not in priced.measured_kinds:
         console.print(f"(measure your own device with `sweeper bench`; stored in {path})")
-    return chosen
 
 
 def _amount(h: float, device: str) -> str:

@@ -1,29 +1,26 @@
-"""What a command that drives work on Ray holds while it runs: the experiment's lease, a
-connection to Ray, and room on the cluster (waiting for an autoscaler to provide it)."""
+"""How a command that drives work on Ray shows it (`sweeper.run.driving` holds the lease, Ray
+and the room on the cluster): its launch settings from the options, the command line as the
+lease names it, the wait for nodes, and how it ends (exit codes, failures)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sweeper.cli.common import console, fail
+from sweeper.cli.common import console
 from sweeper.cli.display import echo
 from sweeper.plan.spec import Resources
 from sweeper.results.credentials import redact_args
-from sweeper.results.storage import Experiment
+from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
-from trainables.errors import ProblemsError
 
 if TYPE_CHECKING:
     from rich.status import Status
-
-    from sweeper.run.capacity import Capacity
 
 # The launch settings of every command that drives work on Ray (`run grid` takes them all).
 DRIVER = ("address", "cpu_only", "wait_for_nodes", "max_trials")
@@ -90,50 +87,21 @@ class WaitDisplay:
     def close(self) -> None:
         if self.status is not None:
             self.status.stop()
+            self.status = None
 
 
-def check_node_versions() -> None:
-    """Every alive node must run the driver's sweeper, torch and ray (sweeper.run.versions):
-    ProblemsError naming each difference; a node that does not answer is a warning."""
-    from sweeper.run.versions import CHECK_TIMEOUT_S, version_problems
+def watchers(planned: Callable[[Any, Resources, dict], None] | None = None) -> Watchers:
+    """How a command that runs work shows it: the lease names the command as typed, the
+    progress display (`RunDisplay`) and the wait for nodes (`WaitDisplay`) are live on a
+    terminal, warnings are `warning:` lines on stderr, notes and the plan (`planned`) go to
+    the console."""
+    from sweeper.cli.status import RunDisplay
 
-    problems, silent = version_problems()
-    for node in silent:
-        echo(
-            f"warning: node {node} did not report its versions within "
-            f"{CHECK_TIMEOUT_S:.0f} s: not checked",
-            err=True,
-        )
-    if problems:
-        raise ProblemsError(problems)
-
-
-@contextmanager
-def driving(
-    exp: Experiment, address: str | None, resources: Resources, count: int, wait_minutes: float
-) -> Iterator[Capacity]:
-    """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
-    (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
-    yields the `Capacity` request, released on exit. Any problem is one `error:` line and
-    exit 2."""
-    from sweeper.results.lease import Lease
-    from sweeper.run.capacity import capacity_for
-    from sweeper.run.launch import ray_cluster
-
-    if links := exp.link_problems():  # before the lease: its lock file is inside too
-        fail(links)
-    display = WaitDisplay()
-    try:
-        with Lease(exp, command_line()) as lease, ray_cluster(address):
-            if lease.took_over is not None:
-                echo(
-                    f"warning: took over the lease of {lease.took_over.describe()}, which is gone",
-                    err=True,
-                )
-            with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
-                display.close()
-                check_node_versions()
-                yield capacity
-    except ProblemsError as e:
-        display.close()
-        fail(e.problems)
+    return Watchers(
+        holder=command_line(),
+        progress=RunDisplay,
+        waiting=WaitDisplay,
+        warn=lambda line: echo(f"warning: {line}", err=True),
+        note=console.print,
+        planned=planned or (lambda plan, resources, states: None),
+    )

@@ -1,6 +1,8 @@
-"""Commands that read results: `envelope`, `table`, `status`. pandas, pyarrow and matplotlib
-are imported inside the commands, so listing them (`--help`) stays fast; none imports torch or
-Ray (tests/test_cli_speed.py)."""
+"""Commands that read certification results: `envelope` and `table` (`sweeper status` is
+cli/status.py). Each parses its options, reads the rows through the front door
+(`sweeper.api`: the selection, the envelope, the coverage) and renders them. pandas, pyarrow
+and matplotlib are imported inside the commands, so listing them (`--help`) stays fast; none
+imports torch or Ray (tests/test_cli_speed.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ from typing import Annotated
 
 import typer
 
+from sweeper.api import selection
+from sweeper.api.selection import filter_rows, models_of
+from sweeper.api.sweep import envelope_of
 from sweeper.cli import display
 from sweeper.cli.common import (
     DISPLAY,
@@ -18,15 +23,13 @@ from sweeper.cli.common import (
     Wide,
     app,
     fail,
-    filter_rows,
     resolve_experiment,
     warn_left_out,
 )
 from sweeper.cli.options import Strict
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import DIGITS, FORMATS
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment, read_sweep
-from trainables.config import TrialConfig
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
 
 @app.command()
@@ -66,11 +69,10 @@ def envelope(
     columns = env.read_columns(by, "smoothing")
     exp, results, frame = load_selected(storage, experiment, only, problems, columns)
     try:
-        # Fixed-σ and data-dependent certification side by side, unless grouped otherwise.
-        by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
-        table = env.envelope(frame, grid, by)
+        table = envelope_of(frame, grid, by)
     except env.EnvelopeError as e:
         fail([str(e)])
+    by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
     overlay = _empirical_overlay(exp, table, by, only) if empirical else None
     table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
@@ -89,7 +91,7 @@ def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[f
         frame,
         plot,
         by,
-        title=f"{exp.name}: {_models_of(frame)} models",
+        title=f"{exp.name}: {models_of(frame)} models",
         empirical=curve,
         radii=grid,
     )
@@ -189,7 +191,7 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None)
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(loaded.invalid, exp)
-    frame = filter_rows(loaded.frame, parse_only(only)[0])
+    frame = filter_rows(loaded.frame, parse_only(only)[0])  # parsed without problems already
     if frame.empty:
         fail(
             [
@@ -231,32 +233,29 @@ def load_selected(
     problems: list[str],
     columns: list[str] | None = None,
 ):
-    """(experiment, results, rows selected by --only); exits 2 on any problem so far; a
-    results file that fails validation is named and left out. `columns`: read only these (and the
+    """(experiment, results, rows selected by --only, sound models only); exits 2 on any
+    problem so far; a results file that fails validation is named and left out, and so are the
+    data-dependent models awaiting their memory pass. `columns`: read only these (and the
     --only columns), not every results column."""
-    from sweeper.results.rows import SCHEMA, ResultsError, load_results
+    from sweeper.results.rows import ResultsError
 
-    selection, only_problems = parse_only(only)
+    chosen, only_problems = parse_only(only)
     if problems or only_problems:
         fail(problems + only_problems)
     exp = resolve_experiment(storage, experiment)
-    if columns is not None:
-        columns = [*columns, *(k for k in selection if k in SCHEMA.names)]
     try:
-        results = load_results(exp, columns)
+        results = selection.load(exp, chosen, columns)
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(results.invalid, exp)
-    frame = filter_rows(results.frame, selection)
-    unsound = frame.loc[~frame["sound"], "trial_id"].nunique()
+    frame, unsound = selection.sound_rows(filter_rows(results.frame, chosen))
     if unsound:
         display.echo(
             f"{unsound} data-dependent models await their memory pass and are left out: "
             "re-run `sweeper certify <space> --ddrs` to finish them",
             err=True,
         )
-    # Filtering copies every row (3.2M at 6,440 models): only when some are left out.
-    return exp, results, frame[frame["sound"]] if unsound else frame
+    return exp, results, frame
 
 
 ENVELOPE_PRIORITY = [
@@ -311,10 +310,6 @@ def exit_if_left_out(results, strict: bool) -> None:
         raise typer.Exit(1)
 
 
-def _models_of(frame) -> int:
-    return frame.groupby(["trial_id", "cert_id"]).ngroups if len(frame) else 0
-
-
 def print_settings(frame) -> None:
     """The certification settings and each σ's largest certifiable radius, on stderr."""
     from sweeper.report.tables import settings_lines
@@ -325,43 +320,28 @@ def print_settings(frame) -> None:
 
 
 def print_coverage(exp: Experiment, results, frame) -> None:
-    models = _models_of(frame)
-    trials = frame["trial_id"].nunique() if len(frame) else 0
+    """What was read (`selection.coverage`), on stderr."""
+    c = selection.coverage(exp, results, frame)
     per = (
         ""
-        if models == trials
+        if c.models == c.trials
         else (
             " (a model is a trial certified under one setting: "
-            f"{trials} trial{'s' * (trials != 1)} here)"
+            f"{c.trials} trial{'s' * (c.trials != 1)} here)"
         )
     )
-    display.echo(f"{models} models{per}, {len(frame)} certified points", err=True)
-    try:
-        planned = {
-            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
-    absent = planned - set(results.frame["trial_id"])
-    if absent:
+    display.echo(f"{c.models} models{per}, {c.points} certified points", err=True)
+    if c.absent:
+        display.echo(f"{c.absent} of the sweep's {c.planned} trials have no results yet", err=True)
+    if c.dependent_points:
         display.echo(
-            f"{len(absent)} of the sweep's {len(planned)} trials have no results yet", err=True
-        )
-    dependent = frame[frame["smoothing"] == "data-dependent"]
-    if len(dependent):
-        changed = int(dependent["memory_changed"].fillna(False).astype(bool).sum())
-        models_dd = dependent.groupby(["trial_id", "cert_id"]).ngroups
-        display.echo(
-            f"data-dependent smoothing: {models_dd} models; the memory pass adjusted {changed} "
-            f"of {len(dependent)} certificates",
+            f"data-dependent smoothing: {c.dependent_models} models; the memory pass adjusted "
+            f"{c.memory_changed} of {c.dependent_points} certificates",
             err=True,
         )
-    if results.missing_shards:
-        listed = ", ".join(
-            f"{tid} ({len(v)} shards)"
-            for (tid, _), v in sorted(results.missing_shards.items())[:10]
-        )
+    if c.missing_shards:
+        listed = ", ".join(f"{tid} ({n} shards)" for tid, n in c.missing_listed)
         display.echo(
-            f"{len(results.missing_shards)} models are missing shards (partial results): {listed}",
+            f"{c.missing_shards} models are missing shards (partial results): {listed}",
             err=True,
         )

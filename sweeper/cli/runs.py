@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
+from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
     ExperimentOpt,
@@ -19,7 +19,7 @@ from sweeper.cli.common import (
     run_app,
 )
 from sweeper.cli.costs import dry_run_report
-from sweeper.cli.driver import DRIVER, command_line, driving, finish, launch_options
+from sweeper.cli.driver import DRIVER, finish, launch_options, watchers
 from sweeper.cli.options import (
     Download,
     DryRun,
@@ -31,46 +31,16 @@ from sweeper.cli.options import (
     settings_options,
     with_options,
 )
-from sweeper.plan.run_settings import precision_problem
-from sweeper.plan.spec import CertifySpec
-from sweeper.plan.sweep_plan import (
-    Plan,
-    PlanError,
-    PlanRequest,
-    is_finished,
-    make_plan,
-    move_aside,
-    retire_trials,
-    trial_states,
-)
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment, write_sweep
-from sweeper.run.capacity import effective_resources
+from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.sweep_plan import Plan, is_finished
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.run.launch_options import LaunchOptions
-from trainables.errors import ProblemsError
+
+if TYPE_CHECKING:
+    from sweeper.run.launch import Outcome
 
 
-def _plan(request: PlanRequest) -> Plan:
-    try:
-        return make_plan(request)
-    except PlanError as e:
-        fail(e.problems)
-
-
-def _move_aside(exp: Experiment) -> None:
-    """--restart: move the experiment aside, unless another driver is using it."""
-    from sweeper.results.lease import Lease
-
-    try:
-        with Lease(exp, command_line()):
-            pass
-        moved = move_aside(exp)
-    except ProblemsError as e:
-        fail(e.problems)
-    if moved is not None:
-        console.print(f"previous experiment moved to {moved}")
-
-
-def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
+def print_plan(plan: Plan, resources: Resources, states: dict, title: str) -> None:
     done = sum(is_finished(states[t.trial_id], t) for t in plan.trials)
     started = sum(
         1 for t in plan.trials if states[t.trial_id] and not is_finished(states[t.trial_id], t)
@@ -93,14 +63,13 @@ def print_plan(plan: Plan, resources, states: dict, title: str) -> None:
     console.print(table)
 
 
-def _report_outcome(outcome, exp: Experiment, space: str) -> None:
-    blocked = getattr(outcome, "blocked", {})
+def _report_outcome(outcome: Outcome, exp: Experiment, space: str) -> None:
     failures = (
         [(tid, "train", msg) for tid, msg in outcome.failed.items()]
         + list(outcome.certify_failures)
         + [
             (tid, "blocked", f"not started: its parent {p} did not finish")
-            for tid, p in blocked.items()
+            for tid, p in outcome.blocked.items()
         ]
     )
     finish(outcome.interrupted, failures, failure_notes(exp, space, failures))
@@ -162,67 +131,29 @@ def run_grid(
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     launch = launch_options(options)
-    request = PlanRequest(
-        space=space,
+    sweep = Sweep(
+        space,
         storage=storage,
         experiment=experiment,
-        smoke=smoke,
         only=only,
+        smoke=smoke,
         data_dir=data_dir,
         download=download,
-        address=launch.address,
-        restarting=restart_,
-        dry_run=dry_run,
-        max_trials=launch.max_trials,
     )
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
-    plan = _plan(request)
-    resources = effective_resources(plan.spec.resources, launch.cpu_only)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
-        states = trial_states(plan.exp, plan.trials)
-        print_plan(plan, resources, states, "sweeper run grid (dry run)")
-        dry_run_report(plan, launch.cpu_only, launch.address, gpus)
+        priced = sweep.plan(launch, restarting=restart_)
+        print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
+        dry_run_report(priced, launch.address, gpus)
         return
-    _train_and_certify(request, plan, resources, launch, retrain)
-
-
-def _train_and_certify(
-    request: PlanRequest, plan: Plan, resources, launch: LaunchOptions, retrain: bool
-) -> None:
-    """`run grid` past its dry run: the trials not yet trained and certified, on Ray."""
-    _check_precision(plan, resources)
-    if request.restarting:
-        _move_aside(plan.exp)
-    states = trial_states(plan.exp, plan.trials)
-    print_plan(plan, resources, states, "sweeper run grid")
-    trained = all(is_finished(states[t.trial_id], t) for t in plan.trials)
-    if retrain or not (trained and _all_certified(plan, plan.trials)):
-        outcome = _launch(plan, states, resources, launch, retrain)
-        _report_outcome(outcome, plan.exp, request.space)
+    shown = watchers(lambda plan, res, states: print_plan(plan, res, states, "sweeper run grid"))
+    ran = sweep.run(options=launch, retrain=retrain, restart=restart_, watchers=shown)
+    if ran.outcome is not None:
+        _report_outcome(ran.outcome, ran.plan.exp, space)
     console.print(
-        f"done: {len(plan.trials)} trials. Next: sweeper envelope --storage "
-        f"{request.storage} --experiment {plan.exp.name} --radii 0:2:0.25"
+        f"done: {len(ran.trials)} trials. Next: sweeper envelope --storage "
+        f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25"
     )
-
-
-def _all_certified(plan: Plan, trials: list) -> bool:
-    """Every trial certified under every setting of the plan (nothing to do: no Ray); says so."""
-    from sweeper.run.certify_stage import CERTIFY
-    from sweeper.run.shards import all_compacted
-
-    settings = [(CERTIFY.name, spec.setting_id) for spec in plan.spec.certify.variants()]
-    done = all_compacted(plan.exp, [t.trial_id for t in trials], settings)
-    if done:
-        console.print(
-            f"nothing to do: all {len(trials)} trials are trained and certified with "
-            f"{', '.join(s for _, s in settings)}"
-        )
-    return done
-
-
-def _check_precision(plan: Plan, resources) -> None:
-    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
-        fail([problem])
 
 
 def _check_flags(
@@ -252,54 +183,6 @@ def _check_flags(
         fail(problems)
 
 
-def _launch(plan: Plan, states: dict, resources, options, retrain: bool = False) -> object:
-    """Hold the experiment, wait for room on the cluster, train what is unfinished and certify
-    (with `retrain`, the selected trials' old checkpoints and results moved aside first)."""
-    from sweeper.run.launch import run_sweep
-
-    if retrain:
-        moved = _retire(plan)
-        states = trial_states(plan.exp, plan.trials)
-        console.print(f"retraining {len(plan.trials)} trials; their old files are in {moved}")
-    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
-    to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
-    wanted = min(len(to_train), options.max_concurrent or len(to_train)) or 1
-    with driving(plan.exp, options.address, resources, wanted, options.wait_for_nodes) as room:
-        write_sweep(
-            plan.exp,
-            {
-                "space": json.loads(plan.spec.to_json()),
-                "trials": [t.to_dict() for t in plan.all_trials],
-            },
-        )
-        return _with_progress(
-            plan,
-            len(finished),
-            lambda on_event: run_sweep(
-                plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room
-            ),
-        )
-
-
-def _retire(plan: Plan) -> str | None:
-    """--retrain: move the selected trials' files aside, holding the experiment meanwhile."""
-    from sweeper.results.lease import Lease
-
-    try:
-        with Lease(plan.exp, command_line()):
-            return retire_trials(plan.exp, plan.trials)
-    except ProblemsError as e:
-        fail(e.problems)
-
-
-def _with_progress(plan: Plan, finished_count: int, launch) -> object:
-    """Run `launch(on_event)` under the progress display (`sweeper status`'s view, live)."""
-    from sweeper.cli.status import RunDisplay
-
-    with RunDisplay(plan.exp) as display:
-        return launch(display)
-
-
 @app.command()
 @with_options(
     settings_options(CertifySpec), settings_options(LaunchOptions, only=DRIVER, override=False)
@@ -322,63 +205,9 @@ def certify(
     overrides, problems = given(CertifySpec, options)
     if problems:
         fail(problems)
-    plan = _plan(
-        PlanRequest(
-            space=space,
-            storage=storage,
-            experiment=experiment,
-            smoke=smoke,
-            only=only,
-            data_dir=data_dir,
-            certify_overrides=overrides,
-            address=launch.address,
-            max_trials=launch.max_trials,
-        )
+    sweep = Sweep(
+        space, storage=storage, experiment=experiment, only=only, smoke=smoke, data_dir=data_dir
     )
-    ready = finished_trials(plan, space)
-    resources = effective_resources(plan.spec.resources, launch.cpu_only)
-    _check_precision(plan, resources)
-    waiting = len(plan.trials) - len(ready)
-    console.print(
-        f"certifying {len(ready)} finished trials ({waiting} not finished) with "
-        f"{plan.spec.certify.cert_id}"
-    )
-    if not _all_certified(plan, ready):
-        _report_outcome(_certify_on_ray(plan, ready, resources, launch), plan.exp, space)
-
-
-def _certify_on_ray(plan: Plan, ready: list, resources, launch: LaunchOptions):
-    """Certify the `ready` trials under the plan's setting as Ray tasks; their Outcome."""
-    from sweeper.run.capacity import per_process
-    from sweeper.run.launch import certify_trials
-
-    room = per_process(resources, ready)
-    with driving(plan.exp, launch.address, room, len(ready), launch.wait_for_nodes):
-        return _with_progress(
-            plan,
-            len(ready),
-            lambda on_event: certify_trials(
-                plan.exp, ready, plan.spec.certify, resources, on_event
-            ),
-        )
-
-
-def finished_trials(plan: Plan, space: str) -> list:
-    """The selected trials that finished training; exit 2 if the experiment or they are missing."""
-    if not plan.exp.exists():
-        fail(
-            [
-                f"no experiment at {plan.exp.root}: run `sweeper run grid {space}` first "
-                "(or check --storage/--experiment)"
-            ]
-        )
-    states = trial_states(plan.exp, plan.trials)
-    ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
-    if not ready:
-        fail(
-            [
-                f"none of the {len(plan.trials)} selected trials has finished training: "
-                f"run `sweeper run grid {space}`"
-            ]
-        )
-    return ready
+    ran = sweep.certify(options=launch, overrides=overrides, watchers=watchers())
+    if ran.outcome is not None:
+        _report_outcome(ran.outcome, ran.plan.exp, space)

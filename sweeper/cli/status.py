@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
+from sweeper.api.sweep import Sweep
 from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
 from sweeper.cli.display import echo
 from sweeper.cli.options import Strict
@@ -32,14 +33,12 @@ PLAIN_SUMMARY_S = 60.0  # a log file gets the summary lines this often, beside t
 
 def read_status(reader: StatusReader) -> Status:
     """The experiment's status, or one `error:` line and exit 2."""
+    from sweeper.api.running import read_status as read
+
     try:
-        return reader.read()
-    except FileNotFoundError as e:
-        fail([str(e)])
-    except ProblemsError as e:  # a lease.json that is no lease: it says which and the fix
+        return read(reader)
+    except ProblemsError as e:
         fail(e.problems)
-    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
-        fail([f"cannot read the experiment at {reader.exp.root} ({type(e).__name__}: {e})"])
 
 
 @app.command()
@@ -67,29 +66,18 @@ def status(
         problems.append("--watch refreshes the table: drop --format json (it prints once)")
     if problems:
         fail(problems)
-    reader = StatusReader(resolve_experiment(storage, experiment))
+    exp = resolve_experiment(storage, experiment)
     if watch:
-        watch_status(reader, everything, interval)
+        watch_status(StatusReader(exp), everything, interval)
         return
-    st = read_status(reader)
-    st.left_out = _left_out(reader.exp)
+    report = Sweep(storage=exp.storage, experiment=exp.name).status()
+    st = report.status
     if fmt == "json":
-        echo(json.dumps(as_json(st, summarize(st), everything), indent=1))
+        echo(json.dumps(as_json(st, report.summary, everything), indent=1))
     else:
-        console.print(view(st, summarize(st), everything, st.space))
+        console.print(view(st, report.summary, everything, st.space))
     if strict and st.left_out:
         raise typer.Exit(1)
-
-
-def _left_out(exp: Experiment) -> list[str]:
-    """The result files left out, "path: why"; one line naming why if they cannot be read."""
-    from sweeper.results.rows import ResultsError
-    from sweeper.results.status import left_out
-
-    try:
-        return left_out(exp)
-    except ResultsError as e:
-        return [str(e)]
 
 
 def sweep_ended(st: Status, driver_seen: bool) -> bool:

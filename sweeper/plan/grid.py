@@ -148,8 +148,10 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
     return selection, problems
 
 
-def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
-    have = getattr(cfg, key)
+def value_matches(key: str, have: Any, wanted: Any) -> bool:
+    """Whether a value `have` of hyperparameter `key` is the `wanted` one of `--only`: numbers
+    within a relative 1e-9, `amp=off`/`amp=true` as YAML reads them. The one matcher of
+    `--only`, for trials (`select`) and for results rows (`sweeper.api.selection`)."""
     if key == "amp" and isinstance(wanted, bool):  # --only amp=off (YAML: false), amp=true
         wanted = "fp16" if wanted else "off"
     if (
@@ -158,7 +160,11 @@ def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
         and not isinstance(wanted, bool)
     ):
         return math.isclose(have, wanted, rel_tol=1e-9)
-    return have == wanted
+    return bool(have == wanted)
+
+
+def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
+    return value_matches(key, getattr(cfg, key), wanted)
 
 
 def select(

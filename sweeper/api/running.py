@@ -1,0 +1,147 @@
+"""The steps of `Sweep.run`, `Sweep.certify` and `Sweep.attack` (each one command's work,
+what it says through the `Watchers`), and reading an experiment's status with every way it
+can fail one `ProblemsError`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.plan.run_settings import precision_problem
+from sweeper.plan.spec import EmpiricalSpec, Resources
+from sweeper.plan.sweep_plan import (
+    Plan,
+    PlanError,
+    PlanRequest,
+    is_finished,
+    make_plan,
+    move_aside,
+    trial_states,
+)
+from sweeper.results.status import Status, StatusReader
+from sweeper.results.storage import Experiment
+from sweeper.run import sweep_run
+from sweeper.run.driving import Watchers
+from sweeper.run.launch_options import LaunchOptions
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a run did: its `plan`, the trials it worked on (`trials`), what Ray left
+    (`outcome`: failures per trial and stage, interrupted; None when there was nothing to do)
+    and, for an attack, the setting_ids it attacked under (`settings`)."""
+
+    plan: Plan
+    trials: list[TrialConfig]
+    outcome: Any = None
+    settings: tuple[str, ...] = ()
+
+
+def resources_of(plan: Plan, options: LaunchOptions) -> Resources:
+    """A trial's resources under `options` (`cpu_only`: no GPU); PlanError if the plan
+    certifies in fp16 and they hold no GPU."""
+    from sweeper.run.capacity import effective_resources
+
+    resources = effective_resources(plan.spec.resources, options.cpu_only)
+    if (problem := precision_problem(plan.spec.certify, resources)) is not None:
+        raise PlanError([problem])
+    return resources
+
+
+def restart(exp: Experiment, holder: str) -> str | None:
+    """Move the experiment aside (`--restart`), unless another driver is using it; where it
+    went (None: there was none)."""
+    from sweeper.results.lease import Lease
+
+    with Lease(exp, holder):
+        pass
+    moved = move_aside(exp)
+    return None if moved is None else str(moved)
+
+
+def run_grid(
+    request: PlanRequest, options: LaunchOptions, retrain: bool, watchers: Watchers
+) -> Ran:
+    """`sweeper run grid` past its dry run: the trials not yet trained and certified, on Ray
+    (`request.restarting`: the experiment moved aside first)."""
+    plan = make_plan(request)
+    resources = resources_of(plan, options)
+    if request.restarting and (moved := restart(plan.exp, watchers.holder)) is not None:
+        watchers.note(f"previous experiment moved to {moved}")
+    states = trial_states(plan.exp, plan.trials)
+    watchers.planned(plan, resources, states)
+    trained = all(is_finished(states[t.trial_id], t) for t in plan.trials)
+    if not retrain and trained and _nothing_to_certify(plan, plan.trials, watchers):
+        return Ran(plan, plan.trials)
+    if retrain:
+        moved = sweep_run.retire(plan, watchers.holder)
+        states = trial_states(plan.exp, plan.trials)
+        watchers.note(f"retraining {len(plan.trials)} trials; their old files are in {moved}")
+    outcome = sweep_run.train_and_certify(plan, resources, options, watchers, states)
+    return Ran(plan, plan.trials, outcome)
+
+
+def _nothing_to_certify(plan: Plan, trials: list, watchers: Watchers) -> bool:
+    """Every trial certified under every setting of the plan (nothing to do: no Ray); says so."""
+    done = sweep_run.all_certified(plan, trials)
+    if done:
+        watchers.note(
+            f"nothing to do: all {len(trials)} trials are trained and certified with "
+            f"{', '.join(sweep_run.certify_settings(plan))}"
+        )
+    return done
+
+
+def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Watchers) -> Ran:
+    """`sweeper certify`: the finished trials certified under the plan's settings (with the
+    request's `certify_overrides`)."""
+    plan = make_plan(request)
+    ready = sweep_run.finished_trials(plan, request.space)
+    resources = resources_of(plan, options)
+    waiting = len(plan.trials) - len(ready)
+    watchers.note(
+        f"certifying {len(ready)} finished trials ({waiting} not finished) with "
+        f"{plan.spec.certify.cert_id}"
+    )
+    if _nothing_to_certify(plan, ready, watchers):
+        return Ran(plan, ready)
+    return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))
+
+
+def attack_finished(
+    space: str, plan: Plan, spec: EmpiricalSpec, options: LaunchOptions, watchers: Watchers
+) -> Ran:
+    """`sweeper empirical`: the finished trials of `plan` attacked under every setting of
+    `spec` (its `empirical` block, overrides applied)."""
+    from sweeper.run.attack_stage import settings
+    from sweeper.run.capacity import effective_resources
+
+    ready = sweep_run.finished_trials(plan, space)
+    chosen = settings(spec, plan.spec.certify)
+    resources = effective_resources(plan.spec.resources, options.cpu_only)
+    watchers.note(
+        f"attacking {len(ready)} finished models ({len(plan.trials) - len(ready)} not finished) "
+        f"under {len(chosen)} settings: " + ", ".join(s.emp_id for s in chosen)
+    )
+    ids = tuple(s.setting_id for s in chosen)
+    if sweep_run.all_attacked(plan, ready, chosen):
+        watchers.note("nothing to do: every model is attacked under every setting")
+        return Ran(plan, ready, None, ids)
+    outcome = sweep_run.attack(plan, ready, chosen, resources, options, watchers)
+    return Ran(plan, ready, outcome, ids)
+
+
+def read_status(reader: StatusReader) -> Status:
+    """The experiment's status; `ProblemsError` with one line if it cannot be read."""
+    try:
+        return reader.read()
+    except FileNotFoundError as e:
+        raise ProblemsError([str(e)]) from None
+    except ProblemsError:  # a lease.json that is no lease: it says which and the fix
+        raise
+    except (ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
+        raise ProblemsError(
+            [f"cannot read the experiment at {reader.exp.root} ({type(e).__name__}: {e})"]
+        ) from None

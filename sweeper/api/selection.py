@@ -1,0 +1,121 @@
+"""An experiment's certification rows as `sweeper envelope`, `sweeper table` and
+`sweeper.Sweep` read them: validated (`load_results`), the `--only` slice (the one matcher of
+`plan.grid`), without the data-dependent models that await their memory pass; and what was
+read (`coverage`). pandas is imported inside the functions: importing this stays cheap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sweeper.plan.grid import parse_only, value_matches
+from sweeper.results.storage import Experiment, read_sweep
+from trainables.config import TrialConfig
+from trainables.errors import ProblemsError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sweeper.results.rows import Results
+
+
+def only_selection(only: str | None) -> dict[str, Any]:
+    """`--only`'s key=value pairs; `ProblemsError` naming each malformed one."""
+    selection, problems = parse_only(only)
+    if problems:
+        raise ProblemsError(problems)
+    return selection
+
+
+def load(exp: Experiment, selection: dict[str, Any], columns: list[str] | None = None) -> Results:
+    """The experiment's validated rows (a file that fails validation is in `invalid`, its rows
+    left out); `columns`: only these (and the selection's), not every results column.
+    `ResultsError` if they cannot be read."""
+    from sweeper.results.rows import SCHEMA, load_results
+
+    if columns is not None:
+        columns = [*columns, *(k for k in selection if k in SCHEMA.names)]
+    return load_results(exp, columns)
+
+
+def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
+    """The rows matching every key=value of `--only` (`plan.grid.value_matches`); a key that
+    is no column, or a value no row has (naming the values there are), is a `ProblemsError`."""
+    for key, wanted in selection.items():
+        if key not in frame:
+            raise ProblemsError([f"--only: {key!r} is not a results column"])
+        # Matched once per distinct value, not per row (millions at thousands of models).
+        keep = [v for v in frame[key].unique() if value_matches(key, v, wanted)]
+        chosen = frame[frame[key].isin(keep)]
+        if chosen.empty and not frame.empty:
+            values = sorted(
+                {
+                    str(v) if not isinstance(v, float) else f"{v:g}"
+                    for v in frame[key].dropna().unique()
+                }
+            )
+            raise ProblemsError(
+                [
+                    f"--only {key}={wanted} matches no model ({key} values: "
+                    f"{', '.join(values) or 'none'})"
+                ]
+            )
+        frame = chosen
+    return frame
+
+
+def sound_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(the rows of sound models, how many data-dependent models await their memory pass and
+    were left out)."""
+    unsound = int(frame.loc[~frame["sound"], "trial_id"].nunique())
+    # Filtering copies every row (3.2M at 6,440 models): only when some are left out.
+    return (frame[frame["sound"]] if unsound else frame), unsound
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a read covered: models (a trial under one certification setting), trials and
+    points; the sweep's planned trials without results; the data-dependent models and the
+    certificates their memory pass adjusted; the models missing shards (first ten)."""
+
+    models: int
+    trials: int
+    points: int
+    planned: int
+    absent: int
+    dependent_models: int
+    dependent_points: int
+    memory_changed: int
+    missing_shards: int
+    missing_listed: list[tuple[str, int]]
+
+
+def models_of(frame: pd.DataFrame) -> int:
+    """How many models (trial, certification setting) have rows in `frame`."""
+    return int(frame.groupby(["trial_id", "cert_id"]).ngroups) if len(frame) else 0
+
+
+def coverage(exp: Experiment, results: Results, frame: pd.DataFrame) -> Coverage:
+    """What `frame` (the rows selected from `results`) covers of the experiment."""
+    try:
+        planned = {
+            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
+    dependent = frame[frame["smoothing"] == "data-dependent"]
+    missing = sorted(results.missing_shards.items())
+    return Coverage(
+        models=models_of(frame),
+        trials=int(frame["trial_id"].nunique()) if len(frame) else 0,
+        points=len(frame),
+        planned=len(planned),
+        absent=len(planned - set(results.frame["trial_id"])),
+        dependent_models=models_of(dependent),
+        dependent_points=len(dependent),
+        memory_changed=int(dependent["memory_changed"].fillna(False).astype(bool).sum())
+        if len(dependent)
+        else 0,
+        missing_shards=len(missing),
+        missing_listed=[(tid, len(v)) for (tid, _), v in missing[:10]],
+    )

@@ -1,0 +1,278 @@
+"""`sweeper.Sweep`: a sweep from Python, as the command line runs it.
+
+    from sweeper import Sweep
+
+    sweep = Sweep("digits", storage="results", smoke=True)
+    sweep.plan().cost.hours          # what `sweeper run grid digits --smoke --dry-run` prices
+    sweep.run()                      # train and certify every trial (a local Ray)
+    sweep.envelope([0, 0.25, 0.5])   # the certified-accuracy envelope, a DataFrame
+
+Each method is one command's work (`plan`: `run grid --dry-run`, `run`: `run grid`,
+`certify`, `attack`: `empirical`, `status`, `envelope`, `table`) and returns its data; bad
+input is a `ProblemsError` (`PlanError` for a plan) listing every problem, progress is
+logged (`logging`, logger `sweeper`) unless `Watchers` say otherwise. Torch and Ray are
+imported only by the methods that run work."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sweeper.api import running, selection
+from sweeper.api.pricing import PricedPlan, price_plan
+from sweeper.api.running import Ran
+from sweeper.plan.grid import MAX_TRIALS
+from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.spec import EmpiricalSpec
+from sweeper.plan.sweep_plan import Plan, PlanError, PlanRequest, make_plan
+from sweeper.results.storage import (
+    DEFAULT_STORAGE,
+    Experiment,
+    check_storage,
+    experiments,
+    plain_name_problem,
+)
+from sweeper.run.driving import Watchers
+from sweeper.run.launch_options import LaunchOptions
+from trainables.errors import ProblemsError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sweeper.results.rows import Results
+    from sweeper.results.status import Status
+    from sweeper.results.summary import Summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """An experiment's rows as the read commands take them: `results` (every validated row,
+    `invalid` files named), `frame` (the `--only` slice, sound models only), `unsound` (the
+    data-dependent models left out awaiting their memory pass)."""
+
+    exp: Experiment
+    results: Results
+    frame: pd.DataFrame
+    unsound: int
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """`sweeper status`: each trial's state (`status`, its `left_out` result files read) and
+    the summary (throughput, ETAs, resource-hours)."""
+
+    status: Status
+    summary: Summary
+
+
+def latest_experiment(storage: str) -> Experiment:
+    """The most recently written experiment under `storage`; ProblemsError if there is none."""
+    check_storage(storage)
+    names = [n for n in experiments(storage) if plain_name_problem(n, "") is None]
+    if not names:
+        raise ProblemsError(
+            [f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"]
+        )
+    return Experiment(storage, names[-1])
+
+
+def attack_plan(
+    request: PlanRequest, overrides: dict[str, Any], problems: Sequence[str] = ()
+) -> tuple[Plan, EmpiricalSpec]:
+    """The plan and its `empirical` block with `overrides`; PlanError listing every problem
+    (`problems` the caller found already, the space's, the options', the experiment's)."""
+    try:
+        plan = make_plan(request)
+    except PlanError as e:
+        raise PlanError([*problems, *e.problems]) from None
+    spec = dataclasses.replace(plan.spec.empirical, **overrides)
+    found = [*problems, *(f"empirical option: {p}" for p in spec.problems())]
+    if found:
+        raise PlanError(found)
+    return plan, spec
+
+
+def envelope_of(frame: pd.DataFrame, radii: Sequence[float], by: str | None) -> pd.DataFrame:
+    """`sweeper envelope`'s table: fixed-σ and data-dependent certification side by side
+    unless grouped otherwise (`by`); EnvelopeError for a `by` that is no column."""
+    from sweeper.results import envelope as env
+
+    by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
+    return env.envelope(frame, list(radii), by)
+
+
+class Sweep:
+    """A space planned on a storage: `Sweep(space, storage=..., experiment=..., only=...,
+    smoke=..., data_dir=...)`. `space` is a shipped space's name or a YAML file; it may be
+    None to read an experiment only (then `experiment`, by default the latest one)."""
+
+    def __init__(
+        self,
+        space: str | None = None,
+        *,
+        storage: str = DEFAULT_STORAGE,
+        experiment: str | None = None,
+        only: str | None = None,
+        smoke: bool = False,
+        data_dir: str | None = None,
+        download: bool = False,
+    ) -> None:
+        self.space = space
+        self.storage = storage
+        self.experiment = experiment
+        self.only = only
+        self.smoke = smoke
+        self.data_dir = data_dir
+        self.download = download
+
+    def request(self, **changes: Any) -> PlanRequest:
+        """The `PlanRequest` of this sweep (`changes`: address, dry_run, certify_overrides, ...)."""
+        if self.space is None:
+            raise PlanError(["this Sweep names no space: Sweep(space, ...) to plan or run it"])
+        base = {"max_trials": MAX_TRIALS, **changes}
+        return PlanRequest(
+            space=self.space,
+            storage=self.storage,
+            experiment=self.experiment,
+            smoke=self.smoke,
+            only=self.only,
+            data_dir=self.data_dir,
+            download=self.download,
+            **base,
+        )
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, options: LaunchOptions | None = None, *, restarting: bool = False) -> PricedPlan:
+        """The dry run: the plan with its trials, how far each got, and its cost (the numbers
+        `sweeper run grid --dry-run` prints). Reads no data set and starts no Ray."""
+        options = options or LaunchOptions()
+        request = self.request(
+            address=options.address,
+            max_trials=options.max_trials,
+            dry_run=True,
+            restarting=restarting,
+        )
+        return price_plan(make_plan(request), options.cpu_only)
+
+    # ------------------------------------------------------------------ running
+    def run(
+        self,
+        address: str | None = None,
+        *,
+        options: LaunchOptions | None = None,
+        retrain: bool = False,
+        restart: bool = False,
+        watchers: Watchers | None = None,
+    ) -> Ran:
+        """Train every selected trial not yet trained on Ray Tune and certify each as it
+        finishes (`sweeper run grid`); resumes what an earlier run left. `retrain`: the
+        selected trials' files moved aside and trained again; `restart`: the experiment."""
+        launch = _options(options, address)
+        request = self.request(
+            address=launch.address, max_trials=launch.max_trials, restarting=restart
+        )
+        return running.run_grid(request, launch, retrain, watchers or Watchers())
+
+    def certify(
+        self,
+        address: str | None = None,
+        *,
+        options: LaunchOptions | None = None,
+        overrides: dict[str, Any] | None = None,
+        watchers: Watchers | None = None,
+    ) -> Ran:
+        """Certify the finished trials (`sweeper certify`), with the space's certification
+        settings changed by `overrides` (fields of `CertifySpec`)."""
+        launch = _options(options, address)
+        request = self.request(
+            address=launch.address, max_trials=launch.max_trials, certify_overrides=overrides
+        )
+        return running.certify_finished(request, launch, watchers or Watchers())
+
+    def attack(
+        self,
+        address: str | None = None,
+        *,
+        options: LaunchOptions | None = None,
+        overrides: dict[str, Any] | None = None,
+        watchers: Watchers | None = None,
+    ) -> Ran:
+        """SmoothAdv-PGD, then PREDICT, on every finished model (`sweeper empirical`), with
+        the space's `empirical` block changed by `overrides` (fields of `EmpiricalSpec`)."""
+        launch = _options(options, address)
+        request = self.request(address=launch.address, max_trials=launch.max_trials)
+        plan, spec = attack_plan(request, overrides or {})
+        return running.attack_finished(request.space, plan, spec, launch, watchers or Watchers())
+
+    # ------------------------------------------------------------------ reading
+    def exp(self) -> Experiment:
+        """The experiment read: `experiment`, else the space's (its smoke variant's with
+        `smoke`), else the latest one under `storage`."""
+        if self.experiment is not None:
+            return Experiment(self.storage, self.experiment)
+        if self.space is not None:
+            try:
+                spec = load_space(self.space)
+            except SpecError as e:
+                raise PlanError(e.problems) from None
+            return Experiment(self.storage, (spec.smoked() if self.smoke else spec).name)
+        exp = latest_experiment(self.storage)
+        log.info("experiment: %s", exp.name)
+        return exp
+
+    def read(self, columns: list[str] | None = None) -> Selected:
+        """The experiment's certification rows, the `--only` slice of the sound models."""
+        chosen = selection.only_selection(self.only)
+        exp = self.exp()
+        results = selection.load(exp, chosen, columns)
+        frame, unsound = selection.sound_rows(selection.filter_rows(results.frame, chosen))
+        return Selected(exp, results, frame, unsound)
+
+    def status(self) -> StatusReport:
+        """Where the sweep stands (`sweeper status`): states, shards, throughput, ETAs."""
+        from sweeper.results.status import StatusReader
+        from sweeper.results.summary import summarize
+
+        reader = StatusReader(self.exp())
+        st = running.read_status(reader)
+        st.left_out = left_out(reader.exp)
+        return StatusReport(st, summarize(st))
+
+    def envelope(self, radii: Sequence[float], by: str | None = None) -> pd.DataFrame:
+        """The upper envelope of certified accuracy over the models, and who got it, at each
+        radius (per `by` group): `sweeper envelope`'s numbers."""
+        from sweeper.results import envelope as env
+
+        return envelope_of(self.read(env.read_columns(by, "smoothing")).frame, radii, by)
+
+    def table(self, radii: Sequence[float]) -> pd.DataFrame:
+        """One row per model: certified accuracy per radius, ACR, points (`sweeper table`)."""
+        from sweeper.report.render import per_model_table
+
+        frame = self.read().frame
+        if frame.empty:
+            raise ProblemsError(
+                ["no certification results to tabulate (check --only, or run `sweeper certify`)"]
+            )
+        return per_model_table(frame, list(radii))
+
+
+def left_out(exp: Experiment) -> list[str]:
+    """The result files left out, "path: why"; one line naming why if they cannot be read."""
+    from sweeper.results.rows import ResultsError
+    from sweeper.results.status import left_out as files_left_out
+
+    try:
+        return files_left_out(exp)
+    except ResultsError as e:
+        return [str(e)]
+
+
+def _options(options: LaunchOptions | None, address: str | None) -> LaunchOptions:
+    options = options or LaunchOptions()
+    return options if address is None else dataclasses.replace(options, address=address)

@@ -1,0 +1,120 @@
+"""What a driver holds while it runs work on Ray: the experiment's lease, a connection to Ray,
+and room on the cluster (waiting for an autoscaler to provide it), with the nodes' versions
+checked. Who is told what, and how, is the caller's (`Watchers`): the command line shows a
+live line and its progress display, the Python API logs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sweeper.plan.spec import Resources
+from sweeper.results.storage import Experiment
+from trainables.errors import ProblemsError
+
+if TYPE_CHECKING:
+    from sweeper.run.capacity import Capacity
+
+log = logging.getLogger(__name__)
+
+
+class WaitWatcher(Protocol):
+    """Told of each wait for room on the cluster (`capacity.Waiting`), then closed when the
+    room is there (or the wait failed)."""
+
+    def __call__(self, waiting: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LoggedWait:
+    """The Python API's wait watcher: one log line per change of what the cluster has."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def __call__(self, waiting: Any) -> None:
+        what = waiting.view.describe()
+        if what != self.last:
+            log.info("waiting for room on the cluster (%.0f s): it has %s", waiting.elapsed, what)
+            self.last = what
+
+    def close(self) -> None:
+        pass
+
+
+def _log_event(event: Any) -> None:
+    log.debug("%s %s %s", event.kind, event.trial_id, event.detail)
+
+
+def _logged_progress(exp: Experiment) -> AbstractContextManager[Callable[[Any], None]]:
+    return nullcontext(_log_event)
+
+
+def _log_plan(plan: Any, resources: Resources, states: dict) -> None:
+    log.info("%s: %d of %d trials selected", plan.exp.root, len(plan.trials), len(plan.all_trials))
+
+
+@dataclass(frozen=True)
+class Watchers:
+    """Who drives and who watches a run: `holder`, the driver as the lease names it (the
+        command line as typed, or the Python caller); `progress(exp)`, a context manager giving
+        the callback every `shards.Event` goes to; `waiting()`, a new `WaitWatcher`; `warn`, a
+        warning line (a lease taken over, a node that did not report its versions); `note`, a line
+    of what is being done (nothing to do, an experiment moved aside); `planned(plan, resources,
+    states)`, the plan of a run about to start, with each selected trial's trial.json."""
+
+    holder: str = "sweeper.Sweep (Python)"
+    progress: Callable[[Experiment], AbstractContextManager[Callable[[Any], None]]] = field(
+        default=_logged_progress
+    )
+    waiting: Callable[[], WaitWatcher] = field(default=LoggedWait)
+    warn: Callable[[str], None] = field(default=log.warning)
+    note: Callable[[str], None] = field(default=log.info)
+    planned: Callable[[Any, Resources, dict], None] = field(default=_log_plan)
+
+
+def check_node_versions(warn: Callable[[str], None]) -> None:
+    """Every alive node must run the driver's sweeper, torch and ray (sweeper.run.versions):
+    ProblemsError naming each difference; a node that does not answer is a warning."""
+    from sweeper.run.versions import CHECK_TIMEOUT_S, version_problems
+
+    problems, silent = version_problems()
+    for node in silent:
+        warn(f"node {node} did not report its versions within {CHECK_TIMEOUT_S:.0f} s: not checked")
+    if problems:
+        raise ProblemsError(problems)
+
+
+@contextmanager
+def driving(
+    exp: Experiment,
+    address: str | None,
+    resources: Resources,
+    count: int,
+    wait_minutes: float,
+    watchers: Watchers,
+) -> Iterator[Capacity]:
+    """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
+    (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
+    yields the `Capacity` request, released on exit. Any problem: `ProblemsError`."""
+    from sweeper.results.lease import Lease
+    from sweeper.run.capacity import capacity_for
+    from sweeper.run.launch import ray_cluster
+
+    if links := exp.link_problems():  # before the lease: its lock file is inside too
+        raise ProblemsError(links)
+    display = watchers.waiting()
+    try:
+        with Lease(exp, watchers.holder) as lease, ray_cluster(address):
+            if lease.took_over is not None:
+                watchers.warn(f"took over the lease of {lease.took_over.describe()}, which is gone")
+            with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
+                display.close()
+                check_node_versions(watchers.warn)
+                yield capacity
+    finally:
+        display.close()

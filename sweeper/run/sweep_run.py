@@ -1,0 +1,149 @@
+"""A plan's work on Ray, as `sweeper run grid`, `sweeper certify` and `sweeper empirical` do
+it and `sweeper.Sweep` offers it: what is left to do (`all_certified`, `finished_trials`,
+`all_attacked`), the trials to train again moved aside (`retire`), and the runs themselves
+(`train_and_certify`, `certify`, `attack`), each holding the experiment and the cluster
+(`driving`) and returning what they left (`Outcome`). No printing: problems are
+`ProblemsError`s, progress goes to the caller's `Watchers`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sweeper.plan.spec import Resources
+from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials, trial_states
+from sweeper.results.storage import write_sweep
+from sweeper.run.driving import Watchers, driving
+from sweeper.run.launch_options import LaunchOptions
+from trainables.config import TrialConfig
+
+if TYPE_CHECKING:
+    from sweeper.run.attack_stage import EmpiricalSetting
+    from sweeper.run.outcome import Outcome
+
+    StageOutcome = Outcome  # one Outcome for every run (sweeper.run.outcome)
+
+
+def certify_settings(plan: Plan) -> list[str]:
+    """The setting_ids a plan certifies with (fixed σ, and DDRS if asked)."""
+    return [spec.setting_id for spec in plan.spec.certify.variants()]
+
+
+def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:
+    """Every one of `trials` certified under every setting of the plan (nothing to do)."""
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.shards import all_compacted
+
+    settings = [(CERTIFY.name, s) for s in certify_settings(plan)]
+    return all_compacted(plan.exp, [t.trial_id for t in trials], settings)
+
+
+def finished_trials(plan: Plan, space: str) -> list[TrialConfig]:
+    """The selected trials that finished training; `PlanError` if the experiment or they are
+    missing (`space`: the one to run first, as the message says)."""
+    if not plan.exp.exists():
+        raise PlanError(
+            [
+                f"no experiment at {plan.exp.root}: run `sweeper run grid {space}` first "
+                "(or check --storage/--experiment)"
+            ]
+        )
+    states = trial_states(plan.exp, plan.trials)
+    ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+    if not ready:
+        raise PlanError(
+            [
+                f"none of the {len(plan.trials)} selected trials has finished training: "
+                f"run `sweeper run grid {space}`"
+            ]
+        )
+    return ready
+
+
+def retire(plan: Plan, holder: str) -> str | None:
+    """`--retrain`: move the selected trials' files aside, holding the experiment meanwhile;
+    where they went (None: there was nothing to move)."""
+    from sweeper.results.lease import Lease
+
+    with Lease(plan.exp, holder):
+        return retire_trials(plan.exp, plan.trials)
+
+
+def train_and_certify(
+    plan: Plan,
+    resources: Resources,
+    options: LaunchOptions,
+    watchers: Watchers,
+    states: dict | None = None,
+) -> Outcome:
+    """Hold the experiment, wait for room on the cluster, write sweep.json, train what is
+    unfinished and certify every selected trial (`states`: the trials' as read already)."""
+    from sweeper.run.launch import run_sweep
+
+    states = trial_states(plan.exp, plan.trials) if states is None else states
+    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+    to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
+    wanted = min(len(to_train), options.max_concurrent or len(to_train)) or 1
+    with driving(
+        plan.exp, options.address, resources, wanted, options.wait_for_nodes, watchers
+    ) as room:
+        write_sweep(
+            plan.exp,
+            {
+                "space": json.loads(plan.spec.to_json()),
+                "trials": [t.to_dict() for t in plan.all_trials],
+            },
+        )
+        with watchers.progress(plan.exp) as on_event:
+            return run_sweep(
+                plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room
+            )
+
+
+def certify(
+    plan: Plan,
+    ready: list[TrialConfig],
+    resources: Resources,
+    options: LaunchOptions,
+    watchers: Watchers,
+) -> Outcome:
+    """Certify the `ready` trials under the plan's settings as Ray tasks."""
+    from sweeper.run.capacity import per_process
+    from sweeper.run.launch import certify_trials
+
+    room = per_process(resources, ready)
+    with (
+        driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
+        watchers.progress(plan.exp) as on_event,
+    ):
+        return certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event)
+
+
+def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
+    """Every one of `ready` attacked under every setting of `chosen` (nothing to do)."""
+    from sweeper.run.attack_stage import EMPIRICAL
+    from sweeper.run.shards import all_compacted
+
+    ids = [t.trial_id for t in ready]
+    return all_compacted(plan.exp, ids, [(EMPIRICAL.name, s.setting_id) for s in chosen])
+
+
+def attack(
+    plan: Plan,
+    ready: list[TrialConfig],
+    chosen: list[EmpiricalSetting],
+    resources: Resources,
+    options: LaunchOptions,
+    watchers: Watchers,
+) -> StageOutcome:
+    """Attack the `ready` trials under every setting of `chosen` (SmoothAdv-PGD, then
+    PREDICT) as Ray tasks (`resources`: a trial's)."""
+    from sweeper.run.attack_stage import run_empirical
+    from sweeper.run.capacity import per_process
+
+    room = per_process(resources, ready)
+    with (
+        driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
+        watchers.progress(plan.exp) as on_event,
+    ):
+        return run_empirical(plan.exp, ready, chosen, resources, on_event)
