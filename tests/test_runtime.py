@@ -122,7 +122,8 @@ def test_reduced_precision_draws_the_noise_in_its_dtype():
     """The noisy batch itself is bf16 (not fp32 cast inside the model), on the device."""
     torch.manual_seed(0)
     model, x = DtypeRecorder(), torch.rand(2, 1, 8, 8)
-    counts = Smooth(model, 10, 0.25, precision="bf16").sample_counts(x, 30, 20)
+    with runtime.autocast("bf16", x.device):  # as certify_points runs it
+        counts = Smooth(model, 10, 0.25, runtime.noise_dtype("bf16")).sample_counts(x, 30, 20)
     assert model.seen == {(torch.bfloat16, "cpu")} and counts.sum(1).tolist() == [30, 30]
     model.seen.clear()
     Smooth(model.double(), 10, 0.25).sample_counts(x.double(), 30, 20)

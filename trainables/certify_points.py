@@ -79,9 +79,10 @@ def _certify_batch(model, smooth: Smooth, xs: torch.Tensor, settings: CertifySet
         sigmas = optimize_sigma(
             model, xs, settings.sigma, d.iterations, d.lr, d.samples, d.min_sigma, generator
         )
-    certs = smooth.certify_batch(
-        xs, settings.n0, settings.n, settings.alpha, settings.batch_size, generator, sigmas
-    )
+    with runtime.autocast(settings.precision, xs.device):
+        certs = smooth.certify_batch(
+            xs, settings.n0, settings.n, settings.alpha, settings.batch_size, generator, sigmas
+        )
     if xs.device.type == "cuda":
         torch.cuda.synchronize(xs.device)
     per_point = (time.perf_counter() - t0) / len(xs)
@@ -109,7 +110,7 @@ def certify_points(
     """
     runtime.check_precision(settings.precision, device)
     runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
-    smooth = Smooth(model, num_classes, settings.sigma, settings.precision)
+    smooth = Smooth(model, num_classes, settings.sigma, runtime.noise_dtype(settings.precision))
     generator = torch.Generator(device=device).manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in COLUMNS}
     P = settings.points(len(indices))

@@ -65,6 +65,12 @@ def check_precision(precision: str, device: torch.device) -> None:
         raise RuntimeSettingError(problem)
 
 
+def noise_dtype(precision: str) -> torch.dtype | None:
+    """The dtype of the noisy batches `Smooth` draws at `precision` (None at fp32: the
+    inputs' own)."""
+    return None if precision == "fp32" else DTYPES[precision]
+
+
 def autocast(precision: str, device: torch.device):
     """The autocast context of `precision` on `device` (nothing at fp32)."""
     if precision == "fp32":

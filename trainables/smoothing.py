@@ -14,9 +14,10 @@ This module is pure: no Ray, no I/O; the device is that of the input. Sampling d
 of noise on the device, counts votes with `bincount` there, and never loops over samples in
 Python; the only transfer to the host is the counts. Several test points can share one forward
 batch (`certify_batch`). The base classifier is evaluated in eval mode (its modes are restored
-afterwards). At a reduced `precision` (bf16/fp16, `trainables.runtime`) the noise is drawn and
-added in that dtype and the forward passes run under autocast: the certificate is then one of
-the base classifier as run at that precision.
+afterwards). Precision is the caller's: `Smooth(dtype=...)` draws and adds the noise in that
+dtype, and the caller runs it under the matching autocast (`trainables.runtime`, which
+`certify_points` applies): the certificate is then one of the base classifier as run at that
+precision.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta, binomtest, norm
-
-from trainables import runtime
 
 ABSTAIN = -1
 
@@ -109,8 +108,9 @@ def predict_from_counts(counts: ArrayLike, alpha: float) -> int:
 
 
 class Smooth:
-    """A smoothed classifier around `base_classifier` (a module mapping (B,C,H,W) -> logits),
-    evaluated at `precision` (fp32: no autocast, the inputs' own dtype)."""
+    """A smoothed classifier around `base_classifier` (a module mapping (B,C,H,W) -> logits).
+    Its noisy batches have `dtype` (None: the inputs' own); for a reduced precision, call it
+    under the matching autocast (`trainables.runtime.autocast`), as `certify_points` does."""
 
     ABSTAIN = ABSTAIN
 
@@ -119,16 +119,14 @@ class Smooth:
         base_classifier: torch.nn.Module,
         num_classes: int,
         sigma: float,
-        precision: str = "fp32",
+        dtype: torch.dtype | None = None,
     ) -> None:
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0 (got {sigma})")
-        if precision not in runtime.PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r} (valid: {runtime.PRECISIONS})")
         self.base_classifier = base_classifier
         self.num_classes = num_classes
         self.sigma = float(sigma)
-        self.precision = precision
+        self.dtype = dtype
 
     def certify(
         self,
@@ -213,8 +211,7 @@ class Smooth:
         counts = torch.zeros(P, self.num_classes, dtype=torch.long, device=xs.device)
         group = max(1, min(P, batch_size))
         per_point = max(1, batch_size // group)
-        autocast = runtime.autocast(self.precision, xs.device)
-        with _eval_mode(self.base_classifier), torch.inference_mode(), autocast:
+        with _eval_mode(self.base_classifier), torch.inference_mode():
             for start in range(0, P, group):
                 chunk = xs[start : start + group]
                 scale = None if sigmas is None else sigmas[start : start + group]
@@ -235,11 +232,10 @@ class Smooth:
 
         The noisy batch is one preallocated buffer: noise is drawn into it in place (scaled by
         σ on the fly) and xs is added by broadcasting, so nothing is repeated or reallocated.
-        The buffer has the compute dtype: xs's own at fp32, else that of the precision."""
+        The buffer has the compute dtype: `self.dtype`, else xs's own."""
         g, shape, K = xs.shape[0], xs.shape[1:], self.num_classes
         k = min(per_point, num)
-        dtype = xs.dtype if self.precision == "fp32" else runtime.DTYPES[self.precision]
-        buffer = torch.empty((g * k, *shape), dtype=dtype, device=xs.device)
+        buffer = torch.empty((g * k, *shape), dtype=self.dtype or xs.dtype, device=xs.device)
         offsets = torch.arange(g, device=xs.device).unsqueeze(1) * K
         counts = torch.zeros(g * K, dtype=torch.long, device=xs.device)
         remaining = num
