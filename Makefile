@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-gpu mutate lint demo bench lock clean
+.PHONY: install test test-fast test-gpu mutate lint docs demo bench lock clean
 
 DEMO_STORAGE ?= results
 
@@ -49,11 +49,19 @@ demo: $(STAMP)
 
 # ruff (lint and format: `ruff format` decides every line's layout, no `fmt: skip`), then mypy on
 # sweeper/ and trainables/ ([tool.mypy] in pyproject.toml: which modules are strict and why the
-# others are not); all must report nothing.
+# others are not), then the documentation site with `mkdocs build --strict` (a broken page,
+# link or anchor fails; built into a temporary directory); all must report nothing.
 lint: $(STAMP)
-	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks
-	$(BIN)/ruff format --check sweeper trainables tests benchmarks
+	$(BIN)/ruff check sweeper trainables search_spaces tests benchmarks docs/*.py
+	$(BIN)/ruff format --check sweeper trainables tests benchmarks docs/*.py
 	$(BIN)/mypy
+	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir $$site; \
+		status=$$?; rm -rf $$site; exit $$status
+
+# The documentation site (mkdocs.yml, docs/) into site/; `$(BIN)/mkdocs serve` to browse it
+# while editing. Transcripts: `$(BIN)/python docs/make_transcripts.py`.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # `sweeper bench` stores this machine's throughput for dry runs' cost estimates. The speed
 # benchmarks (certify vs the reference loop, the SmoothAdv step vs train_pgd.py, the data

@@ -195,7 +195,7 @@ def test_cluster_yaml_and_readme_use_these_roles():
     workers = [t["node_config"] for k, t in types.items() if k != config["head_node_type"]]
     assert head["IamInstanceProfile"] == {"Name": f"{name}-ray-head"}
     assert all(w["IamInstanceProfile"] == {"Name": f"{name}-ray-worker"} for w in workers)
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "security.md").read_text()
     for file in ("head-policy.json", "worker-policy.json", "trust-policy.json"):
         assert f"cluster/iam/{file}" in readme
     assert f"{name}-ray-head" in readme and f"{name}-ray-worker" in readme

@@ -129,7 +129,8 @@ def test_docker_image_pins_ray_and_python_by_digest(config):
     if image["digest"] == "REPLACE_ME":
         assert "replace sha256:REPLACE_ME" in text
     assert (
-        f"docker buildx imagetools inspect rayproject/ray:{tag}" in (ROOT / "README.md").read_text()
+        f"docker buildx imagetools inspect rayproject/ray:{tag}"
+        in (ROOT / "docs" / "security.md").read_text()
     )
 
 

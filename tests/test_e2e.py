@@ -305,7 +305,7 @@ def test_certify_ddrs_adds_sound_data_dependent_rows(finished_sweep):
     assert len(fixed) == 3 * 10  # the same settings at fixed σ, side by side
     table = env.envelope(frame, [0.0, 0.25], "smoothing")
     assert set(table["smoothing"]) == {"fixed", "data-dependent"}
-    # Read outside sweeper (README "Reading results"): DuckDB over the storage's glob of
+    # Read outside sweeper (docs/guide/reading-results.md): DuckDB over the storage's glob of
     # compacted files gives the envelope's certified accuracies, DDRS ones sound.
     duckdb = pytest.importorskip("duckdb")
     exp = Experiment(exp.storage, "e2e")

@@ -1,4 +1,4 @@
-"""Reading results outside sweeper: the storage's globs are one table each, and the README's
+"""Reading results outside sweeper: the storage's globs are one table each, and the docs'
 pandas, DuckDB and polars recipes give `sweeper envelope`'s certified accuracies on a DDRS
 experiment (built without Ray: real shards, the real memory pass, a legacy memory file
 migrated by `sweeper compact`)."""
@@ -50,10 +50,10 @@ from sweeper.run.certify_stage import CERTIFY
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.ddrs_settings import DDRSSettings
-from trainables.smoothing import radius_from_counts
+from trainables.kernel.certificates import radius_from_counts
 from trainables.trial_status import write_status
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "reading-results.md"
 FIXED = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None)
 DDRS = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, ddrs=DDRSSettings())
 A = TrialConfig(dataset="digits", method="gaussian", sigma=0.5, m_train=1, epochs=1)
@@ -183,11 +183,9 @@ def test_sweeper_compact_migrates_the_legacy_memory_file_and_says_so(ddrs_experi
 
 
 def _recipes() -> dict[str, str]:
-    """The README's "Reading results" code blocks, by the library each imports."""
-    text = README.read_text()
-    section = text[text.index("## Reading results") :]
-    section = section[: section.index("\n## ", 3)]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    """The code blocks of docs/guide/reading-results.md, by the library each imports."""
+    text = PAGE.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     found = [(re.search(r"^import (pandas|duckdb|polars)\b", b, re.M), b) for b in blocks]
     return {m[1]: b for m, b in found if m}
 
@@ -196,7 +194,7 @@ def _run(code: str, r: float, capsys) -> dict:
     code, replaced = re.subn(r"^r = 0\.5  #", f"r = {r!r}  #", code, flags=re.M)
     assert replaced == 1
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, str(PAGE), "exec"), namespace)
     capsys.readouterr()
     return namespace
 
@@ -211,9 +209,7 @@ def _best(library: str, namespace: dict) -> float:
 
 
 @pytest.mark.parametrize("library", ["pandas", "duckdb", "polars"])
-def test_the_readme_recipes_give_the_envelope_of_a_ddrs_experiment(
-    ddrs_experiment, library, capsys
-):
+def test_the_docs_recipes_give_the_envelope_of_a_ddrs_experiment(ddrs_experiment, library, capsys):
     pytest.importorskip(library)
     exp = ddrs_experiment
     assert (
@@ -231,13 +227,13 @@ def test_the_readme_recipes_give_the_envelope_of_a_ddrs_experiment(
     assert np.round(got, 9).tolist() == expected
 
 
-def test_the_python_api_in_the_readme_is_the_envelope(ddrs_experiment, capsys):
+def test_the_python_api_in_the_docs_is_the_envelope(ddrs_experiment, capsys):
     code = next(
         b
-        for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+        for b in re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
         if "from sweeper.results import Experiment, load_results" in b
     )
-    exec(compile(code, "README.md", "exec"), namespace := {})
+    exec(compile(code, str(PAGE), "exec"), namespace := {})
     assert "certified_accuracy" in capsys.readouterr().out
     assert namespace["frame"]["sound"].all() and len(namespace["frame"]) == 15
 

@@ -593,7 +593,7 @@ def test_data_dependent_rows_before_their_memory_pass_are_read_as_unsound(tmp_pa
     dependent = (frame["cert_id"] == DDRS_CERT.cert_id).to_numpy()
     assert dependent.sum() == 4 and frame["memory_changed"].isna().all()
     assert frame["sound"].tolist() == (~dependent).tolist()
-    env = envelope(frame[frame["sound"]], RADII)  # as README's "Reading results" says
+    env = envelope(frame[frame["sound"]], RADII)  # as docs/guide/reading-results.md says
     assert env["certified_accuracy"].tolist() == [0.75, 0.5, 0.25, 0.25, 0.25, 0.0]
     assert set(env["trial_id"].dropna()) == {HI.trial_id, LO.trial_id}
 

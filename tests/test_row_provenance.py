@@ -162,8 +162,9 @@ def test_a_finished_model_with_a_gap_in_its_grid_is_left_out(experiment):
 
 
 def test_a_finished_model_truncated_at_its_end_is_not_told_apart(experiment):
-    """What the rows cannot show (README): a grid cut short after its last point reads as a
-    smaller test split. A's last two points (both abstained) gone lift its clean accuracy."""
+    """What the rows cannot show (docs/guide/results.md): a grid cut short after its last point
+    reads as a smaller test split. A's last two points (both abstained) gone lift its clean
+    accuracy."""
     path = _compacted(experiment, A)
     rewrite(path, lambda t: t.slice(0, 8))
     accuracy, stderr = envelope(experiment)

@@ -4,7 +4,7 @@ code/attacks.py, driven by code/train_pgd.py), on a small conv net, same inputs 
 The reference cannot be vendored: `reference_ddn` and `reference_pgd` below re-derive its
 arithmetic in its own layout (the m copies of input b on rows b·m .. b·m + m − 1, one δ per
 input repeated over them, torch's SGD and CosineAnnealingLR stepped as train_pgd.py's
-attacker steps them), with sweeper's one deviation from its arithmetic (README, Deviations 19:
+attacker steps them), with sweeper's one deviation from its arithmetic (docs/deviations.md, 19:
 a nonzero gradient whose fp32 norm underflows keeps its direction, where the code draws at
 random). Our attacks must equal them to 1e-5 over T ∈ {1, 2, 4, 10}, m ∈ {1, 2, 4} and
 several ε, including inputs whose gradient is exactly zero.
@@ -457,7 +457,7 @@ def reference_no_grad_attack(model, x, y, noise, epsilon, steps, generator=None)
 def test_stein_pgd_equals_the_no_gradient_attacks_arithmetic(steps, m, epsilon):
     """sweeper's estimator "stein" is the code's `_attack_mutlinoise_no_grad` for every m (the
     1/σ² it adds leaves the direction as it is), m = 1 included, where the code does not run
-    it (README, Deviations: `estimator: plugin` at m_test 1 is the code's number there)."""
+    it (docs/deviations.md: `estimator: plugin` at m_test 1 is the code's number there)."""
     model = conv_net()
     x, y = batch(model)
     noise = gaussian(x, m)
