@@ -69,6 +69,9 @@ def test_no_transcript_is_pasted():
 def test_each_transcript_names_a_commit_of_this_repository():
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout (mutmut's copy)")
+    shallow = ["git", "rev-parse", "--is-shallow-repository"]
+    if subprocess.run(shallow, cwd=ROOT, capture_output=True, text=True).stdout.strip() == "true":
+        pytest.skip("a shallow clone holds no earlier commit")
     for name in mt.TRANSCRIPTS:
         header, _ = transcript(name)
         commit = mt.HEADER.match(header)["commit"]
