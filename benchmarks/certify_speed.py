@@ -39,8 +39,9 @@ from reference_loops import certify as reference_certify
 from trainables import runtime
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
+from trainables.kernel.certificates import ABSTAIN
 from trainables.models import build_model
-from trainables.smoothing import ABSTAIN, Smooth
+from trainables.smoothing import Smooth
 from trainables.train import fit
 
 SIGMA, ALPHA = 0.25, 0.001

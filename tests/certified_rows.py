@@ -16,7 +16,7 @@ from sweeper.results.storage import Experiment
 from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
 from trainables.config import TrialConfig
-from trainables.smoothing import certificate_from_counts, radius_from_counts
+from trainables.kernel.certificates import certificate_from_counts, radius_from_counts
 from trainables.trial_status import write_status
 
 # The first test points of digits' test split and their labels.

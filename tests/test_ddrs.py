@@ -27,7 +27,8 @@ from torch import nn
 from trainables.certify_points import CertifySettings, certify_points
 from trainables.ddrs import PROB_CLAMP, MemoryResult, memory_certify, optimize_sigma, proxy_radius
 from trainables.ddrs_settings import DDRSSettings
-from trainables.smoothing import ABSTAIN, Smooth, max_radius
+from trainables.kernel.certificates import ABSTAIN, max_radius
+from trainables.smoothing import Smooth
 
 SHAPE = (1, 2, 2)
 D = math.prod(SHAPE)
@@ -524,7 +525,7 @@ def test_constant_classifier_radius_is_each_points_sigma_times_the_max_probit():
     certs = Smooth(Constant(2), 3, 0.25).certify_batch(xs, 10, n, alpha, 64, _gen(), sigmas)
     for cert, s in zip(certs, sigmas.tolist(), strict=True):
         assert (cert.prediction, cert.nA, cert.n) == (2, n, n)
-        assert cert.radius == pytest.approx(max_radius(n, alpha, s), rel=1e-6)
+        assert cert.radius == pytest.approx(max_radius(s, n, alpha), rel=1e-6)
         assert cert.radius == pytest.approx(s * norm.ppf(alpha ** (1 / n)), rel=1e-6)
 
 
@@ -585,7 +586,7 @@ def test_mixed_sigmas_in_one_batch_match_each_point_alone_on_a_deterministic_cla
         alone = Smooth(model, 2, s).certify_batch(x[None], 20, 300, 0.01, 3, _gen(9))[0]
         assert cert == alone
         assert cert.prediction == int(d > 0)
-        assert cert.radius == pytest.approx(max_radius(300, 0.01, s), rel=1e-6)
+        assert cert.radius == pytest.approx(max_radius(s, 300, 0.01), rel=1e-6)
 
 
 def test_a_sigma_table_longer_than_the_points_is_refused():

@@ -21,8 +21,8 @@ from sweeper.results.rows import SCHEMA, load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.tune_names import readable
 from trainables import checkpoint
+from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.trial_status import read_status
-from trainables.tune_trial import FAULT_ENV
 
 pytestmark = pytest.mark.e2e
 

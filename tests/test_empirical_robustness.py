@@ -8,7 +8,8 @@ import torch
 from trainables import empirical_robustness
 from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
-from trainables.smoothing import ABSTAIN, Smooth
+from trainables.kernel.certificates import ABSTAIN
+from trainables.smoothing import Smooth
 from trainables.train import fit
 
 SIGMA = 0.25

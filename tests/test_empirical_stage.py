@@ -20,14 +20,13 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space, parse_spec
-from sweeper.plan.spec import ESTIMATORS, CertifySpec, EmpiricalSpec
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec
 from sweeper.results import attack_rows
 from sweeper.results.rows import ResultsError
 from sweeper.results.storage import Experiment, write_sweep
 from sweeper.run import attack_stage as emp
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
-from trainables import empirical_robustness
 from trainables.train import fit
 from trainables.trial_status import write_status
 
@@ -105,7 +104,6 @@ def test_defaults_are_the_papers_attack_on_the_certified_points():
     assert {(s.n, s.alpha, s.skip, s.max_points) for s in chosen} == {(1000, 0.001, 5, None)}
     smoke = emp.settings(spec.smoked().empirical, spec.smoked().certify)
     assert {(s.n, s.max_points, s.shard_size) for s in smoke} == {(200, 20, 10)}
-    assert ESTIMATORS == empirical_robustness.ESTIMATORS
 
 
 def test_block_values_lists_scalars_and_all():

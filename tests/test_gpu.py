@@ -20,9 +20,10 @@ from trainables import checkpoint
 from trainables.certify_points import CertifySettings, certify_points
 from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
+from trainables.kernel.certificates import max_radius
 from trainables.models import build_model
 from trainables.pseudo import fingerprint, load_pseudo
-from trainables.smoothing import Smooth, max_radius
+from trainables.smoothing import Smooth
 from trainables.train import fit
 
 pytestmark = pytest.mark.gpu
@@ -98,7 +99,7 @@ def test_certify_on_cuda_gives_the_certificates_of_the_cpu():
     gpu = smooth.certify_batch(xs.to(CUDA), n0, n, alpha, 1000, _gen(0))
     assert gpu == cpu
     assert [c.prediction for c in gpu] == labels
-    assert all(c.radius == pytest.approx(max_radius(n, alpha, sigma)) for c in gpu)
+    assert all(c.radius == pytest.approx(max_radius(sigma, n, alpha)) for c in gpu)
 
 
 def test_cuda_votes_follow_the_gaussian_and_seeds_reproduce():
@@ -132,7 +133,7 @@ def test_certify_points_of_a_trained_model_on_cuda(tmp_path):
     settings = CertifySettings(n0=16, n=256, alpha=0.01, sigma=0.25, batch_size=512)
     cols = certify_points(state.model, dataset, list(range(0, 40, 4)), 10, settings, 7, CUDA)
     assert cols["idx"] == list(range(0, 40, 4))
-    limit = max_radius(256, 0.01, 0.25)
+    limit = max_radius(0.25, 256, 0.01)
     for predict, radius, correct, label in zip(
         cols["predict"], cols["radius"], cols["correct"], cols["label"], strict=True
     ):

@@ -22,7 +22,7 @@ from sweeper.results.rows import load_results, max_radius
 from sweeper.results.storage import Experiment
 from trainables.catalog import NUM_CLASSES
 from trainables.catalog import STANDARD_TEST_SIZE as TEST_SIZE
-from trainables.smoothing import radius_from_counts
+from trainables.kernel.certificates import radius_from_counts
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from statsmodels.stats.proportion import proportion_confint
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import parse_spec
 from sweeper.results.envelope import certified_accuracy, envelope, envelope_curve, model_table
-from trainables.smoothing import (
+from trainables.kernel.certificates import (
     ABSTAIN,
     certificate_from_counts,
     lower_confidence_bound,
@@ -57,7 +57,7 @@ def test_certificate_is_monotone_in_the_votes(counts, alpha, sigma):
 def test_radius_is_at_most_sigma_times_the_probit_of_alpha_to_the_one_over_n(n, data, alpha, sigma):
     """σ·Φ⁻¹(α^(1/n)) (all n votes for the class) bounds every radius CERTIFY gives with n
     samples at level α; the bound is reached at nA = n."""
-    bound = max_radius(n, alpha, sigma)
+    bound = max_radius(sigma, n, alpha)
     nA = data.draw(st.integers(0, n))
     p_lower, radius = radius_from_counts(nA, n, alpha, sigma)
     assert 0.0 <= p_lower <= alpha ** (1 / n) * (1 + 1e-12)

@@ -392,13 +392,6 @@ def test_status_counts_shards_from_names(exp):
     assert (counts[B.trial_id].done, counts[B.trial_id].total) == (1, 1)
 
 
-def test_the_driver_spells_the_fault_hook_as_the_trial_does():
-    from sweeper.run.launch import FAULT_ENV
-    from trainables.tune_trial import FAULT_ENV as trial_fault
-
-    assert trial_fault == FAULT_ENV
-
-
 def test_sweeper_compact_migrates_an_experiment_written_before(exp):
     """Shards of complete models are compacted and cached; an incomplete model is left."""
     from typer.testing import CliRunner

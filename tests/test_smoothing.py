@@ -16,16 +16,16 @@ from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
 from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
-from trainables.models import NormalizeLayer
-from trainables.smoothing import (
+from trainables.kernel.certificates import (
     ABSTAIN,
-    Smooth,
     certificate_from_counts,
     lower_confidence_bound,
     max_radius,
     predict_from_counts,
     radius_from_counts,
 )
+from trainables.models import NormalizeLayer
+from trainables.smoothing import Smooth
 
 SHAPE = (1, 4, 4)
 ALPHAS = (0.001, 0.01, 0.05)
@@ -182,8 +182,8 @@ def test_scalar_counts_give_python_floats_and_arrays_give_arrays():
 
 
 def test_max_radius_value():
-    assert round(max_radius(100_000, 0.001, 1.0), 4) == 3.8115
-    assert max_radius(100_000, 0.001, 0.25) == pytest.approx(0.25 * 3.8115, abs=1e-4)
+    assert round(max_radius(1.0, 100_000, 0.001), 4) == 3.8115
+    assert max_radius(0.25, 100_000, 0.001) == pytest.approx(0.25 * 3.8115, abs=1e-4)
 
 
 # ---------------------------------------------------------------- CERTIFY
@@ -197,7 +197,7 @@ def test_constant_classifier_certifies_the_largest_radius(sigma):
     expected = sigma * norm.ppf(alpha ** (1 / n))
     assert (cert.prediction, cert.nA, cert.n) == (3, n, n)
     assert cert.radius == pytest.approx(expected, rel=1e-9)
-    assert max_radius(n, alpha, sigma) == pytest.approx(expected, rel=1e-12)
+    assert max_radius(sigma, n, alpha) == pytest.approx(expected, rel=1e-12)
     assert round(cert.radius / sigma, 4) == 3.8115
 
 
@@ -299,7 +299,7 @@ def test_certify_keeps_the_n0_class_when_the_n_draws_agree():
     model = SwitchAfter(switch=n0, first=2, then=2)
     cert = Smooth(model, 3, sigma).certificate(torch.rand(SHAPE), n0, n, alpha, 64, _gen())
     assert (cert.prediction, cert.nA, cert.n) == (2, n, n)
-    assert cert.radius == pytest.approx(max_radius(n, alpha, sigma), rel=1e-12)
+    assert cert.radius == pytest.approx(max_radius(sigma, n, alpha), rel=1e-12)
 
 
 # (nA, n, α) whose Clopper–Pearson bound is exactly 1/2 in floating point: α^(1/n) = 1/2 when
@@ -338,7 +338,7 @@ def test_certify_batch_matches_one_at_a_time():
     single = [smooth.certify(x, 11, 1001, 0.001, 128, _gen(9)) for x in xs]
     assert [(c.prediction, c.radius) for c in batched] == single
     assert [c.prediction for c in batched] == labels
-    assert all(r == pytest.approx(max_radius(1001, 0.001, 0.05)) for _, r in single)
+    assert all(r == pytest.approx(max_radius(0.05, 1001, 0.001)) for _, r in single)
 
 
 @pytest.mark.parametrize(("points", "num", "batch_size"), [(1, 101, 7), (3, 10, 2), (7, 13, 5)])
@@ -415,7 +415,7 @@ def test_one_point_entry_points_take_a_multichannel_input():
     xs = torch.zeros(len(labels), 3, 2, 2)
     xs.view(len(labels), -1)[torch.arange(len(labels)), torch.tensor(labels)] = 1.0
     smooth = Smooth(PixelArgmax(12), num_classes=12, sigma=0.05)
-    limit = max_radius(500, 0.001, 0.05)
+    limit = max_radius(0.05, 500, 0.001)
     for x, label in zip(xs, labels, strict=True):
         assert smooth.certify(x, 10, 500, 0.001, 64, _gen()) == (label, pytest.approx(limit))
         cert = smooth.certificate(x, 10, 500, 0.001, 64, _gen())

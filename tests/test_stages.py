@@ -19,9 +19,9 @@ from sweeper.results.storage import Experiment
 from sweeper.run.launch import StageSearcher, run_sweep
 from sweeper.run.launch_options import LaunchOptions
 from trainables.datasets import DataError, load_dataset
+from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.models import build_model, transfer_weights
 from trainables.trial_status import read_status
-from trainables.tune_trial import FAULT_ENV
 
 SPACE = """
 fixed: {dataset: digits, batch_size: 64, train_subset: 128, eval_subset: 60, lr: 0.05}

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.smoothing import ABSTAIN
+from trainables.kernel.certificates import ABSTAIN
 
 PROB_CLAMP = (0.02, 0.98)
 

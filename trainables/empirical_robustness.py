@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from trainables import attacks
+from trainables.kernel.certificates import ABSTAIN
+from trainables.kernel.run_modes import ESTIMATORS
 from trainables.methods.base import draw_noise
-from trainables.smoothing import ABSTAIN, Smooth
-
-ESTIMATORS = ("plugin", "stein")
+from trainables.smoothing import Smooth
 
 
 @dataclass(frozen=True)

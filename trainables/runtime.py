@@ -24,9 +24,10 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
+from trainables.kernel.run_modes import PRECISIONS
+
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16")  # certification; training's `amp` uses off for fp32
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -22,89 +22,17 @@ precision.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import overload
 
-import numpy as np
 import torch
-from numpy.typing import ArrayLike, NDArray
-from scipy.stats import beta, binomtest, norm
 
-ABSTAIN = -1
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """The outcome of CERTIFY for one input, with the counts it came from."""
-
-    prediction: int  # ĉ_A, or ABSTAIN (-1)
-    radius: float  # σ·Φ⁻¹(pABar); 0.0 when abstaining
-    nA: int  # votes for ĉ_A among the n selection-independent samples
-    n: int
-    p_lower: float  # pABar: one-sided (1 − α) Clopper–Pearson lower bound on P(f(x+ε) = ĉ_A)
-
-
-@overload
-def lower_confidence_bound(nA: float, n: float, alpha: float) -> float: ...
-@overload
-def lower_confidence_bound(
-    nA: ArrayLike, n: ArrayLike, alpha: float
-) -> float | NDArray[np.float64]: ...
-def lower_confidence_bound(
-    nA: ArrayLike, n: ArrayLike, alpha: float
-) -> float | NDArray[np.float64]:
-    """One-sided (1 − α) Clopper–Pearson lower bound on a binomial proportion.
-
-    Equals statsmodels' `proportion_confint(nA, n, alpha=2*alpha, method="beta")[0]`,
-    i.e. `beta.ppf(alpha, nA, n - nA + 1)`, and 0 when nA = 0. Works elementwise on arrays.
-    """
-    a = np.asarray(nA, dtype=np.float64)
-    total = np.asarray(n, dtype=np.float64)
-    safe = np.where(a > 0, a, 1.0)
-    bound: NDArray[np.float64] = np.where(a > 0, beta.ppf(alpha, safe, total - a + 1), 0.0)
-    return float(bound) if bound.ndim == 0 else bound
-
-
-@overload
-def radius_from_counts(nA: float, n: float, alpha: float, sigma: float) -> tuple[float, float]: ...
-@overload
-def radius_from_counts(
-    nA: ArrayLike, n: ArrayLike, alpha: float, sigma: ArrayLike
-) -> tuple[float | NDArray[np.float64], float | NDArray[np.float64]]: ...
-def radius_from_counts(
-    nA: ArrayLike, n: ArrayLike, alpha: float, sigma: ArrayLike
-) -> tuple[float | NDArray[np.float64], float | NDArray[np.float64]]:
-    """(p_lower, radius) of CERTIFY's second stage; radius 0 where p_lower < 1/2 (abstain).
-
-    Vectorised, so stored counts can be re-certified for another α or σ without a model.
-    """
-    p_lower = lower_confidence_bound(nA, n, alpha)
-    p = np.asarray(p_lower, dtype=np.float64)
-    scale = np.asarray(sigma, dtype=np.float64)
-    radius: NDArray[np.float64] = np.where(p >= 0.5, scale * norm.ppf(p), 0.0)
-    return p_lower, (float(radius) if radius.ndim == 0 else radius)
-
-
-def certificate_from_counts(cAHat: int, nA: int, n: int, alpha: float, sigma: float) -> Certificate:
-    """CERTIFY's decision given the selected class ĉ_A and its vote count nA among n."""
-    p_lower, radius = radius_from_counts(nA, n, alpha, sigma)
-    if p_lower < 0.5:
-        return Certificate(ABSTAIN, 0.0, int(nA), int(n), float(p_lower))
-    return Certificate(int(cAHat), float(radius), int(nA), int(n), float(p_lower))
-
-
-def predict_from_counts(counts: ArrayLike, alpha: float) -> int:
-    """PREDICT's decision: the top class unless the two-sided binomial test of the top two
-    counts n1, n2 against 1/2 has p-value > α (then ABSTAIN)."""
-    votes = np.asarray(counts)
-    top2 = np.argsort(votes, kind="stable")[::-1][:2]
-    n1, n2 = int(votes[top2[0]]), int(votes[top2[1]])
-    if n1 + n2 == 0 or binomtest(n1, n1 + n2, 0.5).pvalue > alpha:
-        return ABSTAIN
-    return int(top2[0])
+from trainables.kernel.certificates import (
+    ABSTAIN,
+    Certificate,
+    certificate_from_counts,
+    predict_from_counts,
+)
 
 
 class Smooth:
@@ -265,8 +193,3 @@ def _eval_mode(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
     finally:
         for m, training in modes:
             m.training = training
-
-
-def max_radius(n: int, alpha: float, sigma: float) -> float:
-    """Largest radius CERTIFY can return with n samples (all votes agree): σ·Φ⁻¹(α^(1/n))."""
-    return sigma * float(norm.ppf(math.pow(alpha, 1.0 / n)))

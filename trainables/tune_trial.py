@@ -17,14 +17,11 @@ import torch
 from trainables import checkpoint, fileio
 from trainables.config import TrialConfig
 from trainables.distributed_fit import fit_data_parallel
+from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.train import fit
 from trainables.train_state import TrainState
 from trainables.trial_status import experiment_relative, trial_dir, write_status
 
-# Test hook: with "<trial_id>:<epoch>" in this variable of the driver's environment, that trial
-# raises right after writing that epoch's checkpoint, so tests can interrupt a sweep at a known
-# point. A retry or a later run resumes past that epoch and is not interrupted again.
-FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
 # The column of Tune's progress.csv and result.json naming sweeper's trial (Tune fills its
 # own `trial_id` column with Ray's id).
 SWEEPER_TRIAL_ID = "sweeper_trial_id"

@@ -36,7 +36,7 @@ def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
     reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
     to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
     the stage reader accepts for imported rows (sweeper.results.rows.check)."""
-    from sweeper.results.rows import max_radius  # pandas, pyarrow: only once a log is read
+    from trainables.kernel.certificates import max_radius
 
     bound = max(float(max_radius(sigma, n, alpha)), 0.0)
     return bound + max(5e-3 * bound, 5e-5)

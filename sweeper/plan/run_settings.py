@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# = trainables.runtime.PRECISIONS (the control plane stays torch-free; a test checks they agree)
-PRECISIONS = ("fp32", "bf16", "fp16")
 _TAG_NAMES = {"cl": "channels_last", "compiled": "compiled"}  # cert_id segment -> setting
 
 

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sweeper.plan.run_settings import PRECISIONS
 from sweeper.plan.setting_fields import (
     AtLeast,
     Between,
@@ -29,11 +28,11 @@ from sweeper.plan.setting_fields import (
 from trainables.config import TrialConfig
 from trainables.ddrs_settings import DDRSSettings
 from trainables.field_types import type_problems
+from trainables.kernel.run_modes import ESTIMATORS, PRECISIONS
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 
 
-ESTIMATORS = ("plugin", "stein")  # = trainables.empirical.ESTIMATORS (spec stays torch-free)
 # The DDRS settings (trainables.config.DDRSSettings) as `sweeper certify --ddrs-<part>` says them.
 DDRS_PARTS = {
     "iterations": "OptimizeSigma ascent steps K.",

@@ -19,7 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sweeper.results.rows import MODEL_KEY, SCHEMA, max_radius
+from sweeper.results.rows import MODEL_KEY, SCHEMA
+from trainables.kernel.certificates import max_radius
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
@@ -229,7 +230,7 @@ def _envelope_rows(
 
 def max_radii(frame: pd.DataFrame) -> np.ndarray:
     """Per model (`model_table` order), the largest radius its certification can give at all
-    (`rows.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
+    (`kernel.certificates.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
     per-point σ): certified accuracy beyond it is 0 by construction, not by the model."""
     reach: np.ndarray = _LAST.get(frame, "reach", _max_radii)
     return reach.copy()

@@ -22,10 +22,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.results.bounds import max_radius
 from sweeper.results.storage import StageFile
 from trainables import fileio
 from trainables.catalog import NUM_CLASSES
+from trainables.kernel.certificates import max_radius
 
 OTHER_MODEL = "rows of another model than the one whose directory holds it"
 # What a memory file is checked against: its model's rows as CERTIFY wrote them.

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.results.bounds import max_radius as max_radius  # its home; read from here too
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks
 from sweeper.results.reader import read_stage
@@ -28,6 +27,7 @@ from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, int_column, prediction_checks
 from trainables import fileio
 from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.certificates import max_radius as max_radius  # its home; read from here too
 
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 CERT_COLUMNS = [

@@ -41,11 +41,10 @@ from sweeper.run.stage import Stage
 from sweeper.run.tune_names import trial_dirname, trial_name
 from trainables.config import TrialConfig
 from trainables.errors import ProblemsError
+from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.trial_status import read_status, write_status
 
 log = logging.getLogger(__name__)
-# = trainables.tune_trial.FAULT_ENV (a test hook; spelled here so the driver needs no torch)
-FAULT_ENV = "SWEEPER_FAIL_AFTER_EPOCH"
 
 
 class LaunchError(ProblemsError):
