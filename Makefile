@@ -34,7 +34,7 @@ test-gpu: $(STAMP)
 # Mutation testing (mutmut, config in pyproject.toml) of the smoothing math, the attacks, the
 # envelope and the storage/resume code with the fast tests; incremental (only changed code
 # is re-tested, and so are survivors not listed as equivalent and mutants of functions added
-# since); FRESH=1 starts over. Prints the score; README "Mutation testing" lists it.
+# since); FRESH=1 starts over. Prints the score; docs/development.md "Mutation testing" lists it.
 mutate: $(STAMP)
 	$(if $(FRESH),rm -rf mutants,$(BIN)/python tests/mutation_score.py --prepare)
 	$(BIN)/mutmut run --max-children 2 || true

@@ -13,7 +13,7 @@ with m > 1 the batch mean of J with the probability clamped at 1e-20 inside the 
 `_attack_mutlinoise`); each step moves along the ℓ2-normalized gradient, and a row whose
 gradient is exactly zero moves along a standard normal draw instead (from `generator`, so runs
 stay reproducible). One difference: a nonzero gradient too small for fp32's sum of squares
-keeps its direction, where the reference draws at random (`unit_or_random`; README,
+keeps its direction, where the reference draws at random (`unit_or_random`; docs/deviations.md,
 Deviations 19). With zero noise and m = 1 the objective is the base classifier's cross-entropy
 ("vanilla PGD" of appendix C.1).
 
@@ -143,7 +143,7 @@ def unit_or_random(grad: torch.Tensor, generator: torch.Generator | None) -> tor
 
     The norm is taken after `pow2_rows`, so a nonzero row keeps its direction however small:
     the plain sum of squares underflows to 0 in fp32 once every entry is below ~1e-23, and the
-    reference code then draws at random (README, Deviations 19). For every other row the
+    reference code then draws at random (docs/deviations.md, 19). For every other row the
     result is the plain division's, bit for bit (scaling by a power of two is exact)."""
     scaled = pow2_rows(grad)
     norms = scaled.flatten(1).norm(p=2, dim=1)
@@ -261,11 +261,11 @@ def stein_pgd(
     the product of an fp32 probability and fp32 noise is exact and every sum of such products a
     multiple of 2^-298: a nonzero estimate, however confident the model, stays nonzero and keeps
     its direction, whatever positive factor (1/σ²) it carries. `pow2_rows` brings it back into
-    fp32's range (README, Deviations 19).
+    fp32's range (docs/deviations.md, 19).
 
     With one noise (m = 1) this is the one-sample estimate (7), the paper's reading; the
     reference's `PGD_L2.attack` runs its gradient attack there whatever `no_grad` says (it
-    tests `num_noise_vectors == 1` first), i.e. `pgd` with m = 1 (README, Deviations: the
+    tests `num_noise_vectors == 1` first), i.e. `pgd` with m = 1 (docs/deviations.md: the
     no-gradient attack with m_test = 1)."""
     if epsilon == 0:
         return x.detach()

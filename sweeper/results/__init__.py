@@ -7,7 +7,7 @@ rows validated and cached (`reader`), the certified-accuracy envelope (`envelope
 experiment's status (`status`). May import `trainables` (its config and file helpers) and
 nothing else of `sweeper`: plan, run, report, ingest and cli all build on it.
 
-The Python API for reading an experiment's results (README "Reading results"):
+The Python API for reading an experiment's results (docs/guide/reading-results.md):
 
     from sweeper.results import Experiment, load_results
     from sweeper.results.envelope import envelope

@@ -69,7 +69,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
     """Use an already-initialized Ray, join `address` (or $RAY_ADDRESS, as `ray job submit`
     sets it), or else start a local Ray; shut down what we started. Without an address this
     never joins the cluster a `ray start` on this machine last recorded (Ray's own default):
-    the README promises a local Ray, and a stale record must not capture a sweep. An address
+    the docs promise a local Ray, and a stale record must not capture a sweep. An address
     with credentials (`ray://user:pass@host`, from either) is LaunchError before Ray starts,
     and an error shows the address redacted."""
     target = address or os.environ.get("RAY_ADDRESS") or "local"
