@@ -230,8 +230,9 @@ def _envelope_rows(
 
 def max_radii(frame: pd.DataFrame) -> np.ndarray:
     """Per model (`model_table` order), the largest radius its certification can give at all
-    (`kernel.certificates.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS, at its largest
-    per-point σ): certified accuracy beyond it is 0 by construction, not by the model."""
+    (`kernel.certificates.max_radius`: σ·Φ⁻¹(α^(1/n)), every vote for one class; under DDRS,
+    at its largest per-point σ): certified accuracy beyond it is 0 by construction, not by the
+    model."""
     reach: np.ndarray = _LAST.get(frame, "reach", _max_radii)
     return reach.copy()
 
