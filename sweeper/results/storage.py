@@ -24,13 +24,14 @@ the process below the storage (`fileio.confine`: a symlink planted inside is ref
 followed).
 
 Every stage (certify, empirical) keeps one directory per model and setting. Each kind of file
-has its own name pattern, and a glob of one kind (`Experiment.glob`) is one table of one schema:
-`<stage>/*/*/compacted-of-*.parquet` is every finished model's rows, what pandas, DuckDB or
-polars should read (for DDRS the sound, memory-adjusted certificates;
-docs/guide/reading-results.md); `shard-*-of-*.parquet` the rows of models still being
-computed (for DDRS not yet sound, and a crash may leave shards beside a compacted file); `memory.parquet` the legacy DDRS
-memory pass, another schema (`sweeper compact` folds an old experiment's into compacted files
-and deletes them). This module is the only one that spells paths or reads them back.
+has its own name pattern, and a glob of one kind (`Experiment.glob`) is one table of one
+schema: `<stage>/*/*/compacted-of-*.parquet` is every finished model's rows, what pandas,
+DuckDB or polars should read (for DDRS the sound, memory-adjusted certificates;
+docs/guide/reading-results.md); `shard-*-of-*.parquet` the rows of models still being computed
+(for DDRS not yet sound, and a crash may leave shards beside a compacted file);
+`memory.parquet` the legacy DDRS memory pass, another schema (`sweeper compact` folds an old
+experiment's into compacted files and deletes them). This module is the only one that spells
+paths or reads them back.
 """
 
 from __future__ import annotations
