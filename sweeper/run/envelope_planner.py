@@ -1,0 +1,230 @@
+"""The `envelope` certification strategy's planner: which model to pilot, certify or prune next
+(issue 28). Pure (numpy, scipy through `envelope_bounds`); no Ray, no I/O.
+
+The sweep's state is a `Ledger` of small records: per model its arrival (`arrive`: order j,
+σ, points and labels), per point and pilot stage the selected class ĉ and the pilot's draws and
+votes (`PilotRow`; stage 1 carries CERTIFY's n0 selection), per point of a full certification
+its count nA or −1 when skipped (`FullRow`). `decide(ledger)` is a deterministic function of
+those records, so a run resumed from the persisted rows decides the same. Steps:
+
+1. every arrived model gets the selection and the first pilot (`SELECT`): n0 draws per point,
+   then `pilots[0]` draws on the points whose ĉ is their label (the others count at no radius);
+2. the envelope E so far is the best count per grid radius over fully certified models; a
+   model whose upper bound U (`envelope_bounds.point_levels`, summed per radius) is below E at
+   every radius is pruned (strictly: a tie could win on the tie rule);
+3. of the live models, the most promising (largest plug-in gain over E, then largest upper
+   gain, then arrival) gets its next pilot stage (`PILOT`), or once all `pilots` are drawn its
+   full certification (`FULL`), in both cases only on the points that can reach the smallest
+   grid radius t_min at which the model could still win (U(t) ≥ E(t)).
+
+Soundness. Every counted certificate is an exact CERTIFY(n0, n, α) from fresh draws: the pilots
+never enter one. A skipped point counts as not certified (−1), which only lowers the model's
+reported accuracy, and only below t_min where, whenever the bounds hold, the model is below E,
+so the envelope is unchanged. The bounds of model j (j-th to arrive) at each pilot stage and
+point hold with probability ≥ 1 − δ_j/(S·P), δ_j = δ·6/(π² j²) (`envelope_bounds.point_delta`;
+S = len(pilots)); by the union bound, the chance that a pruned model, or a skipped point, would
+have changed the envelope at some radius is at most Σ_j δ_j = δ, however many models arrive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sweeper.run import envelope_bounds as eb
+
+SELECT, PILOT, FULL = "select", "pilot", "full"
+SKIPPED = -1  # FullRow.nA of a point the full certification did not draw
+
+
+@dataclass(frozen=True)
+class Settings:
+    n0: int
+    n: int
+    alpha: float
+    radii: tuple[float, ...]
+    delta: float = 0.01
+    pilots: tuple[int, ...] = (1_000, 10_000)  # cumulative pilot draws per stage
+
+    def __post_init__(self) -> None:
+        if list(self.pilots) != sorted(set(self.pilots)) or not self.pilots or self.pilots[0] < 1:
+            raise ValueError(f"pilots must be increasing cumulative sizes, got {self.pilots}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+
+
+@dataclass(frozen=True)
+class PilotRow:
+    model: str
+    stage: int  # 1 = with the selection
+    idx: int
+    cAHat: int
+    draws: int  # this stage's draws (0: not drawn at this stage)
+    votes: int  # of them, votes for cAHat
+
+
+@dataclass(frozen=True)
+class FullRow:
+    model: str
+    idx: int
+    nA: int  # votes for cAHat among n, or SKIPPED
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # SELECT, PILOT or FULL
+    model: str
+    stage: int  # the pilot stage it draws (SELECT: 1; FULL: len(pilots) + 1)
+    idx: tuple[int, ...]  # the points to draw (FULL: the others are recorded SKIPPED)
+    draws: int  # per point: n0 + pilots[0], the stage's new pilot draws, or n
+    from_level: int = 0  # FULL/PILOT: t_min, the first grid radius the model could win at
+
+
+@dataclass
+class Model:
+    name: str
+    arrival: int
+    sigma: float
+    idx: np.ndarray  # the test points, in order
+    labels: np.ndarray
+    cAHat: np.ndarray | None = None
+    draws: np.ndarray | None = None  # cumulative pilot draws per point
+    votes: np.ndarray | None = None
+    upper: np.ndarray | None = None  # per point: min over stages of the upper level bound
+    stage: int = 0
+    upper_curve: np.ndarray | None = None  # points per grid radius under `upper`
+    plug_in: np.ndarray | None = None  # points per grid radius at the pilot's rates
+    certified: np.ndarray | None = None  # the full certification's curve (points per radius)
+    from_level: int = 0
+
+
+@dataclass
+class Ledger:
+    """The planner's state, rebuilt from the records (`arrive`, `record_pilot`, `record_full`);
+    the bounds are computed once per record (a cache of a function of the records)."""
+
+    settings: Settings
+    models: dict[str, Model] = field(default_factory=dict)
+
+    @property
+    def T(self) -> int:
+        return len(self.settings.radii)
+
+    def thresholds(self, sigma: float) -> eb.IntArray:
+        s = self.settings
+        return eb.certified_counts(float(sigma), s.n, s.alpha, tuple(s.radii))
+
+    def arrive(self, model: str, arrival: int, sigma: float, idx, labels) -> None:
+        if model in self.models or arrival in {m.arrival for m in self.models.values()}:
+            raise ValueError(f"model {model!r} or arrival {arrival} recorded twice")
+        self.models[model] = Model(
+            model, arrival, sigma, np.asarray(idx, np.int64), np.asarray(labels, np.int64)
+        )
+
+    def record_pilot(self, model: str, stage: int, rows: list[PilotRow]) -> None:
+        m = self.models[model]
+        if stage != m.stage + 1:
+            raise ValueError(f"{model}: pilot stage {stage} after stage {m.stage}")
+        by_idx = {r.idx: r for r in rows}
+        pos = np.arange(len(m.idx))
+        new_draws = np.array([by_idx[i].draws if i in by_idx else 0 for i in m.idx.tolist()])
+        new_votes = np.array([by_idx[i].votes if i in by_idx else 0 for i in m.idx.tolist()])
+        if stage == 1:
+            m.cAHat = np.array([by_idx[i].cAHat for i in m.idx.tolist()], np.int64)
+            m.draws, m.votes = np.zeros(len(pos), np.int64), np.zeros(len(pos), np.int64)
+            m.upper = np.full(len(pos), self.T, np.int64)
+        assert m.draws is not None and m.votes is not None and m.upper is not None
+        m.draws, m.votes, m.stage = m.draws + new_draws, m.votes + new_votes, stage
+        self._bound(m, new_draws > 0)
+
+    def _bound(self, m: Model, drawn: np.ndarray) -> None:
+        """Tighten the upper levels of the points drawn at this stage (the union bound covers
+        every stage's bound, so the least one holds); a point whose ĉ is not its label has
+        level 0 and needs no draws."""
+        s = self.settings
+        assert m.cAHat is not None and m.upper is not None
+        assert m.votes is not None and m.draws is not None
+        m.upper[m.cAHat != m.labels] = 0
+        todo = drawn & (m.cAHat == m.labels)
+        if todo.any():
+            d = eb.point_delta(m.arrival, s.delta, len(s.pilots), len(m.idx))
+            lv = eb.point_levels(m.votes[todo], m.draws[todo], s.n, self.thresholds(m.sigma), d)
+            m.upper[todo] = np.minimum(m.upper[todo], lv)
+        m.upper_curve = eb.curve(m.upper, self.T)
+        guess = eb.plug_in_levels(m.votes, m.draws, s.n, self.thresholds(m.sigma))
+        guess[m.cAHat != m.labels] = 0
+        m.plug_in = eb.curve(guess, self.T)
+
+    def record_full(self, model: str, rows: list[FullRow], from_level: int) -> None:
+        m = self.models[model]
+        if m.stage < len(self.settings.pilots) or m.cAHat is None:
+            raise ValueError(f"{model}: certified before its last pilot stage")
+        nA = dict((r.idx, r.nA) for r in rows)
+        counts = np.array([nA.get(i, SKIPPED) for i in m.idx.tolist()], np.int64)
+        lv = eb.levels(counts, self.thresholds(m.sigma))
+        lv[(counts == SKIPPED) | (m.cAHat != m.labels)] = 0
+        m.certified, m.from_level = eb.curve(lv, self.T), from_level
+
+    # ----------------------------------------------------------------- derived state
+    def envelope(self) -> np.ndarray:
+        """Best certified count per grid radius over fully certified models (0 if none)."""
+        curves = [m.certified for m in self.models.values() if m.certified is not None]
+        return np.max(curves, axis=0) if curves else np.zeros(self.T, np.int64)
+
+    def pruned(self, m: Model, envelope: np.ndarray) -> bool:
+        if m.certified is not None or m.upper_curve is None:
+            return False
+        return bool(np.all(m.upper_curve < envelope))
+
+    def status(self, model: str) -> str:
+        """'waiting' (no pilot yet), 'piloted', 'pruned' or 'certified'."""
+        m = self.models[model]
+        if m.certified is not None:
+            return "certified"
+        if m.stage == 0:
+            return "waiting"
+        return "pruned" if self.pruned(m, self.envelope()) else "piloted"
+
+
+# --------------------------------------------------------------------------- decisions
+def could_win_from(upper: np.ndarray, envelope: np.ndarray) -> int:
+    """t_min: the first grid radius at which the upper bound reaches the envelope (a tie could
+    win on the tie rule); len(upper) when there is none (the model is pruned)."""
+    reach = np.flatnonzero(upper >= envelope)
+    return int(reach[0]) if reach.size else len(upper)
+
+
+def promise(m: Model, envelope: np.ndarray) -> tuple[int, int, int]:
+    """Sort key, most promising first: the plug-in gain over the envelope (what certifying the
+    model would likely add), then the upper bound's gain, then arrival order."""
+    assert m.plug_in is not None and m.upper_curve is not None
+    gain = int(np.maximum(m.plug_in - envelope, 0).sum())
+    upper_gain = int(np.maximum(m.upper_curve - envelope, 0).sum())
+    return (-gain, -upper_gain, m.arrival)
+
+
+def decide(ledger: Ledger) -> list[Step]:
+    """The steps to run now, a deterministic function of the records: SELECT for every model
+    without its first pilot (they can run in parallel), then the one next step of the most
+    promising live model (PILOT or FULL), or none when every model is certified or pruned."""
+    s = ledger.settings
+    models = sorted(ledger.models.values(), key=lambda m: m.arrival)
+    steps = [
+        Step(SELECT, m.name, 1, tuple(m.idx.tolist()), s.n0 + s.pilots[0])
+        for m in models
+        if m.stage == 0
+    ]
+    envelope = ledger.envelope()
+    live = [m for m in models if m.stage > 0 and m.certified is None]
+    live = [m for m in live if not ledger.pruned(m, envelope)]
+    if not live:
+        return steps
+    best = min(live, key=lambda m: promise(m, envelope))
+    assert best.upper is not None and best.upper_curve is not None
+    t_min = could_win_from(best.upper_curve, envelope)
+    points = tuple(best.idx[best.upper > t_min].tolist())
+    if best.stage < len(s.pilots):
+        draws = s.pilots[best.stage] - s.pilots[best.stage - 1]
+        return [*steps, Step(PILOT, best.name, best.stage + 1, points, draws, t_min)]
+    return [*steps, Step(FULL, best.name, best.stage + 1, points, s.n, t_min)]
