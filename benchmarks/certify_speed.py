@@ -37,9 +37,9 @@ from certify_throughput import CLOCKS, Timer
 from reference_loops import certify as reference_certify
 
 from trainables import runtime
-from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.kernel.certificates import ABSTAIN
+from trainables.kernel.config import TrialConfig
 from trainables.models import build_model
 from trainables.smoothing import Smooth
 from trainables.train import fit

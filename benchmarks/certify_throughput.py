@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.methods import gaussian, smoothadv
 from trainables.methods.base import StepContext
 from trainables.models import build_model

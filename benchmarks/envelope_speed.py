@@ -44,7 +44,7 @@ from sweeper.results.envelope import envelope, parse_radii
 from sweeper.results.rows import MODEL_KEY, SCHEMA, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 RADII = "0:2.25:0.25"
 BIG = 2_000_000  # rows above which the naive baseline is timed once

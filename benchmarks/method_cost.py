@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
+from trainables.kernel.config import TrialConfig
 from trainables.methods import REGISTRY
 from trainables.train import train_epoch
 from trainables.train_state import build_state

@@ -14,7 +14,7 @@ checks that one exists, lists them with sizes and reads every one back:
 - `before`: pyarrow as fileio used it until this benchmark: `FileSystem.from_uri` on every
   call (a region lookup: two HEAD requests), the parent folders made before each write (an
   empty marker object per ancestor) and an eager multipart upload (three requests);
-- `fileio`: trainables.fileio as it is.
+- `fileio`: trainables.kernel.fileio as it is.
 Requests are counted from the server's access log; the ratios compare with `boto3`.
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainables import fileio
+from trainables.kernel import fileio
 
 BUCKET = "sweeper-bench"
 

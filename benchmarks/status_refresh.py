@@ -40,7 +40,7 @@ from sweeper.cli.status_view import view
 from sweeper.results.status import StatusReader
 from sweeper.results.storage import Experiment
 from sweeper.results.summary import summarize
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def timed(fn, repeats: int) -> tuple[float, float, object]:

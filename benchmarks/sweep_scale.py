@@ -53,8 +53,8 @@ import pyarrow as pa
 from sweeper.results.rows import CERTIFIED, SCHEMA, max_radius, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Stage
-from trainables import fileio
-from trainables.config import TrialConfig
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig
 
 CPUS, GPUS = 16, 2  # advertised: the cifar10 space's packing, 8 trials at once
 TEST_SIZE = 10_000  # CIFAR-10's test split
@@ -65,7 +65,7 @@ def standin_trial(config: dict, experiment_root: str) -> None:
     """The Tune trainable's bookkeeping without training: a start marker, trial.json, one report."""
     from ray import tune
 
-    from trainables.trial_status import trial_dir, write_status
+    from trainables.kernel.trial_status import trial_dir, write_status
 
     cfg = TrialConfig.from_dict(config["trial"])
     marker = fileio.join(experiment_root, "standin-starts", f"{cfg.trial_id}.{time.time_ns()}")
@@ -76,7 +76,7 @@ def standin_trial(config: dict, experiment_root: str) -> None:
 
 def standin_certify(exp: Experiment, shard, spec, cpus: float) -> pa.Table:
     """CERTIFY-like rows for the shard's points: votes drawn per point, radius from them."""
-    from trainables.trial_status import read_status
+    from trainables.kernel.trial_status import read_status
 
     cfg = TrialConfig.from_dict(read_status(exp.trial_dir(shard.trial_id))["config"])
     rng = np.random.default_rng(abs(hash((shard.trial_id, shard.index))) % 2**32)

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainables import attacks, runtime
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.train import train_epoch
 from trainables.train_state import build_state
 

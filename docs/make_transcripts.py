@@ -69,8 +69,8 @@ def _hand_experiment(workdir: Path) -> None:
 
     from sweeper.plan.spec import CertifySpec
     from sweeper.results.storage import Experiment, write_sweep
-    from trainables.config import TrialConfig
-    from trainables.trial_status import write_status
+    from trainables.kernel.config import TrialConfig
+    from trainables.kernel.trial_status import write_status
 
     exp = Experiment(str(workdir / "hand"), "hand")
     spec = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)

@@ -15,9 +15,9 @@ from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
-from trainables.config import TrialConfig
 from trainables.kernel.certificates import certificate_from_counts, radius_from_counts
-from trainables.trial_status import write_status
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.trial_status import write_status
 
 # The first test points of digits' test split and their labels.
 DIGIT_LABELS = [2, 0, 4, 9, 4, 8, 7, 3, 5, 1]

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainables import attacks
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.methods import smoothadv, vanilla_pgd
 from trainables.methods.base import StepContext, draw_noise, epoch_epsilon, warmup_factor
 

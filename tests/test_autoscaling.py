@@ -36,7 +36,7 @@ from sweeper.plan.spec import Resources
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import ClusterView, parse_report
-from trainables.trial_status import read_status
+from trainables.kernel.trial_status import read_status
 
 pytestmark = pytest.mark.e2e
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from trainables import checkpoint
-from trainables.config import TrialConfig
 from trainables.datasets import INFO
+from trainables.kernel.config import TrialConfig
 from trainables.models import build_model
 
 

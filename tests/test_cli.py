@@ -20,8 +20,8 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
-from trainables.config import TrialConfig
-from trainables.trial_status import write_status
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.trial_status import write_status
 
 runner = CliRunner()
 SWEEPER = Path(sys.executable).parent / "sweeper"

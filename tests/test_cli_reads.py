@@ -22,8 +22,8 @@ from sweeper.results.rows import MEMORY_SCHEMA, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, write_sweep
 from sweeper.run.attack_stage import EmpiricalSetting, empirical_table
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
 
 runner = CliRunner()
 CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)

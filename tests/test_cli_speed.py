@@ -18,8 +18,8 @@ from sweeper.plan.grid import expand
 from sweeper.plan.spaces import available_spaces, load_space
 from sweeper.results.storage import Experiment, write_sweep
 from sweeper.run.shards import all_compacted
-from trainables import fileio
-from trainables.trial_status import write_status
+from trainables.kernel import fileio
+from trainables.kernel.trial_status import write_status
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "ray")

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from trainables.catalog import ARCHS, DATASETS, DEFAULT_ARCH
-from trainables.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
-from trainables.errors import ConfigError
+from trainables.kernel.catalog import ARCHS, DATASETS, DEFAULT_ARCH
+from trainables.kernel.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.errors import ConfigError
 from trainables.methods import ATTACKS, DDRS_METHODS, METHOD_SETTINGS, METHODS, REGISTRY
 
 METHOD_FIELDS = {name: method.settings for name, method in REGISTRY.items()}
@@ -597,7 +597,7 @@ def test_amp_and_data_pipeline_values_are_validated():
     ],
 )
 def test_auto_pipeline_is_the_device_one_for_small_in_memory_sets(dataset, pipeline):
-    from trainables.config import pipeline_for
+    from trainables.kernel.config import pipeline_for
 
     assert pipeline_for(TrialConfig(dataset=dataset)) == pipeline
     assert pipeline_for(TrialConfig(dataset=dataset, data_pipeline="loader")) == "loader"

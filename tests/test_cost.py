@@ -33,9 +33,9 @@ from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.results.storage import index_chunks
-from trainables.catalog import DATASETS
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel.catalog import DATASETS
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
 
 runner = CliRunner()
 FIG = throughput.Figure(forward=1000.0, train=100.0, source="test figures")

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.catalog import DATASETS
 from trainables.datasets import (
     CIFAR_FILES,
     INFO,
@@ -19,6 +18,7 @@ from trainables.datasets import (
     DataError,
     load_dataset,
 )
+from trainables.kernel.catalog import DATASETS
 
 CIFAR_TRAIN_PER_BATCH = 3
 CIFAR_TEST = 4

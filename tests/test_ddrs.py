@@ -26,8 +26,8 @@ from torch import nn
 
 from trainables.certify_points import CertifySettings, certify_points
 from trainables.ddrs import PROB_CLAMP, MemoryResult, memory_certify, optimize_sigma, proxy_radius
-from trainables.ddrs_settings import DDRSSettings
 from trainables.kernel.certificates import ABSTAIN, max_radius
+from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.smoothing import Smooth
 
 SHAPE = (1, 2, 2)

@@ -12,10 +12,10 @@ import torch
 from scipy.stats import norm
 
 from trainables import checkpoint, train
-from trainables.config import TrialConfig
 from trainables.ddrs import optimize_sigma
-from trainables.ddrs_settings import DDRS_FIELDS
-from trainables.errors import ConfigError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRS_FIELDS
+from trainables.kernel.errors import ConfigError
 from trainables.methods import METHODS, REGISTRY, gaussian, macer
 from trainables.methods.base import StepContext, draw_noise
 from trainables.train import fit, make_loaders, train_epoch

@@ -13,13 +13,13 @@ from sweeper.results.storage import Experiment
 from sweeper.run.launch import run_sweep
 from sweeper.run.launch_options import LaunchOptions
 from trainables import checkpoint
-from trainables.config import TrialConfig
 from trainables.distributed import TIMEOUT_ENV, free_port
 from trainables.distributed_fit import fit_data_parallel
-from trainables.errors import ConfigError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ConfigError
+from trainables.kernel.trial_status import read_status
 from trainables.train import _ready
 from trainables.train_state import build_state
-from trainables.trial_status import read_status
 
 
 @pytest.fixture(autouse=True)

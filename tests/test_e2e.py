@@ -22,7 +22,7 @@ from sweeper.results.storage import Experiment
 from sweeper.run.tune_names import readable
 from trainables import checkpoint
 from trainables.kernel.trial_hooks import FAULT_ENV
-from trainables.trial_status import read_status
+from trainables.kernel.trial_status import read_status
 
 pytestmark = pytest.mark.e2e
 
@@ -200,7 +200,7 @@ def packed_trial(config: dict, experiment_root: str) -> None:
     once and the trial fails with that message. The wait is on files, not on time."""
     import time as clock
 
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.tune_trial import run_trial
 
     barrier = Path(experiment_root).parent.parent / "running"  # beside the storage

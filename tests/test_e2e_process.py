@@ -18,7 +18,7 @@ from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results.storage import Experiment
 from trainables import checkpoint
-from trainables.trial_status import read_status
+from trainables.kernel.trial_status import read_status
 
 pytestmark = pytest.mark.e2e
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
@@ -33,12 +33,12 @@ from sweeper.run.launch import DataPlane, LaunchOptions, run_sweep
 from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
-from trainables.trial_status import read_status
+from trainables.kernel.trial_status import read_status
 
 def together(config, experiment_root):
     # The real trial, entered once all four run at once (files, not time): then each node
     # (1 CPU, 1 GPU) holds exactly two of the 0.5-CPU, 0.5-GPU trials.
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.tune_trial import run_trial
     barrier = Path(experiment_root).parent.parent / "running"
     barrier.mkdir(exist_ok=True)

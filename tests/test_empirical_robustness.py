@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from trainables import empirical_robustness
-from trainables.config import TrialConfig
 from trainables.datasets import load_dataset
 from trainables.kernel.certificates import ABSTAIN
+from trainables.kernel.config import TrialConfig
 from trainables.smoothing import Smooth
 from trainables.train import fit
 

@@ -27,8 +27,8 @@ from sweeper.results.storage import Experiment, write_sweep
 from sweeper.run import attack_stage as emp
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
+from trainables.kernel.trial_status import write_status
 from trainables.train import fit
-from trainables.trial_status import write_status
 
 runner = CliRunner()
 SPACE = """

@@ -14,7 +14,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 # Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below are ones CERTIFY can
 # give at n = 100 (up to 1.5), which the trials' σ = 0.25 could not.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def test_atomic_write_leaves_no_temp_and_a_shareable_mode(tmp_path):

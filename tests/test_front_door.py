@@ -20,7 +20,7 @@ import sweeper
 from sweeper.cli import app
 from sweeper.plan.sweep_plan import PlanError
 from sweeper.run.launch_options import LaunchOptions
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -18,9 +18,9 @@ from torch import nn
 
 from trainables import checkpoint
 from trainables.certify_points import CertifySettings, certify_points
-from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
 from trainables.kernel.certificates import max_radius
+from trainables.kernel.config import TrialConfig
 from trainables.models import build_model
 from trainables.pseudo import fingerprint, load_pseudo
 from trainables.smoothing import Smooth

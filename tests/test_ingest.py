@@ -22,8 +22,8 @@ from sweeper.plan.sweep_plan import sweep_conflict
 from sweeper.results.rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, read_sweep, write_sweep
-from trainables.catalog import ARCHS
-from trainables.config import TrialConfig
+from trainables.kernel.catalog import ARCHS
+from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()
 HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"

@@ -29,7 +29,7 @@ from sweeper.results.lease import (
 )
 from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
-from trainables import fileio
+from trainables.kernel import fileio
 
 runner = CliRunner()
 SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]

@@ -23,7 +23,7 @@ from sweeper.results import lease as lease_module
 from sweeper.results import lease_s3
 from sweeper.results.lease import LAST_TIME, Holder, Lease, LeaseHeld, read_holder
 from sweeper.results.storage import Experiment
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def _experiment() -> Experiment:

@@ -18,7 +18,7 @@ from scipy.stats import norm
 from torch import nn
 
 from trainables import train
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.methods import REGISTRY, consistency, macer, smoothmix, stability
 from trainables.methods.base import StepContext
 from trainables.models import build_model

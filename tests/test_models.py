@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from trainables import methods, models
-from trainables.catalog import ARCHS, DATASETS, DEFAULT_ARCH
 from trainables.datasets import INFO
+from trainables.kernel.catalog import ARCHS, DATASETS, DEFAULT_ARCH
 from trainables.methods import METHODS
 from trainables.models import BasicBlock, CifarResNet, NormalizeLayer, build_model
 
@@ -247,7 +247,7 @@ def test_fine_tuning_keeps_the_models_own_input_layer():
 def test_a_smoothadv_trial_builds_the_input_layer_its_config_resolves(fields, sds):
     """From scratch on CIFAR-10: x − μ (the reference's InputCenterLayer); fine-tuned, or with
     scale_input true: (x − μ)/s."""
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.train_state import build_state
 
     cfg = TrialConfig(dataset="cifar10", method="smoothadv", arch="cifar_resnet20", **fields)

@@ -28,7 +28,7 @@ from sweeper.report.render import envelope_figure
 from sweeper.results.rows import load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()
 CERT = CertifySpec(n0=10, n=100, alpha=0.001, skip=1, max_points=None)

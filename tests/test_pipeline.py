@@ -12,8 +12,8 @@ from test_training import assert_nested_equal
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from trainables import checkpoint, pipeline
-from trainables.config import TrialConfig
 from trainables.datasets import _cifar_augment, load_dataset
+from trainables.kernel.config import TrialConfig
 from trainables.train import fit, make_loaders
 from trainables.train_state import build_state
 

@@ -47,11 +47,11 @@ from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, StageFile
 from sweeper.run import compaction
 from sweeper.run.certify_stage import CERTIFY
-from trainables import fileio
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel import fileio
 from trainables.kernel.certificates import radius_from_counts
-from trainables.trial_status import write_status
+from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.trial_status import write_status
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "reading-results.md"
 FIXED = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None)
@@ -845,7 +845,7 @@ def test_a_file_and_trial_from_before_issue_26s_settings_read_as_they_trained(tm
     """A compacted file written before normalize_input, stability_loss, macer_deferred and
     lr_step_offset existed lacks their columns, and its trial.json their keys: the trial
     keeps its id, the rows are read (those columns null) with their certificates unchanged."""
-    from trainables.config import ADDED_FIELDS
+    from trainables.kernel.config import ADDED_FIELDS
 
     exp = Experiment(str(tmp_path), "old")
     old = {"stability_loss": "kl", "lr_step_offset": 0}  # how stability trained then

@@ -30,7 +30,7 @@ from torch import nn
 
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.methods import REGISTRY, macer, stability
 from trainables.methods.base import StepContext
 from trainables.models import NormalizeLayer

@@ -36,7 +36,7 @@ from sweeper.results.envelope import model_table
 from sweeper.results.rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()
 # Certified at σ = 1 whatever σ a model was trained at: every radius below is one CERTIFY can

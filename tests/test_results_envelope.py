@@ -32,8 +32,8 @@ from sweeper.results.envelope import (
 from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
 
 # Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below (up to 2.0) are ones
 # CERTIFY can give (at most 3.81·σ at n = 10^5), which the trials' own σ could not.

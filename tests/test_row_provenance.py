@@ -28,8 +28,8 @@ from sweeper.results.reader import refresh_cache
 from sweeper.results.rows import CERTIFIED, MEMORY_SCHEMA, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=2, max_points=10)  # points 0, 2, ..., 18
 DD = CertifySpec(n0=10, n=1000, alpha=0.001, skip=2, max_points=10, ddrs=DDRSSettings())

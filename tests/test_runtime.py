@@ -25,8 +25,8 @@ from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from trainables import attacks, runtime
 from trainables.certify_points import CertifySettings, certify_points, run_mode
-from trainables.config import TrialConfig
 from trainables.datasets import INFO, load_dataset
+from trainables.kernel.config import TrialConfig
 from trainables.models import build_model
 from trainables.smoothing import Smooth
 from trainables.train import fit
@@ -282,7 +282,7 @@ def test_fp16_certification_without_a_gpu_is_bad_input(tmp_path):
     from sweeper.plan.grid import expand
     from sweeper.plan.spaces import load_space, parse_spec
     from sweeper.results.storage import write_sweep
-    from trainables.trial_status import write_status
+    from trainables.kernel.trial_status import write_status
 
     raw = {
         "fixed": {"dataset": "digits", "method": "gaussian"},

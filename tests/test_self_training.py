@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.datasets import DataError, load_dataset
-from trainables.errors import ConfigError
+from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.errors import ConfigError
 from trainables.methods import REGISTRY
 from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, main, pseudo_problems
 from trainables.train import fit, make_loaders, pseudo_metrics, train_epoch

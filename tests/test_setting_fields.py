@@ -29,7 +29,7 @@ from sweeper.plan.setting_fields import (
 from sweeper.plan.spaces import parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec
 from sweeper.run.launch_options import LaunchOptions
-from trainables.ddrs_settings import DDRSSettings
+from trainables.kernel.ddrs_settings import DDRSSettings
 
 # (command, the settings dataclass, the YAML block holding it or None, which fields it takes)
 COMMANDS = [

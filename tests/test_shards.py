@@ -32,9 +32,9 @@ from sweeper.run import compaction, shards
 from sweeper.run.attack_stage import EMPIRICAL, EmpiricalSetting, empirical_table
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.stage import Shard
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
-from trainables.trial_status import write_status
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.trial_status import write_status
 
 SPEC = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=None, shard_size=2)
 CID = SPEC.cert_id

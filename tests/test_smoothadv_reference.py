@@ -346,7 +346,7 @@ def test_one_noise_per_input_equals_train_pgd_without_train_multi_noise(attack, 
     chunk from generators in the same state) and a model in the same state."""
     import copy
 
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.methods import REGISTRY, smoothadv
     from trainables.methods.base import StepContext
 
@@ -384,7 +384,7 @@ def test_one_noise_per_input_is_unused_at_m_train_1_and_trains_a_whole_batch_per
     optimizer step per loader batch, with it true one per chunk."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.train import fit
 
     one = TrialConfig(dataset="digits", method="smoothadv", m_train=1, train_multi_noise=False)

@@ -19,7 +19,7 @@ from sweeper.plan.spaces import (
     resolve_space_path,
 )
 from sweeper.plan.spec import CertifySpec, Resources, SweepSpec
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 # The first cifar10 trial (sigma 0.12, eps 0.25, T 2, m 1, pgd), computed once and pinned:
 # a change means every stored result of an existing sweep would be orphaned. (Changed once on

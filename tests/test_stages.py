@@ -20,8 +20,8 @@ from sweeper.run.launch import StageSearcher, run_sweep
 from sweeper.run.launch_options import LaunchOptions
 from trainables.datasets import DataError, load_dataset
 from trainables.kernel.trial_hooks import FAULT_ENV
+from trainables.kernel.trial_status import read_status
 from trainables.models import build_model, transfer_weights
-from trainables.trial_status import read_status
 
 SPACE = """
 fixed: {dataset: digits, batch_size: 64, train_subset: 128, eval_subset: 60, lr: 0.05}

@@ -27,8 +27,8 @@ from sweeper.results.status import StatusReader
 from sweeper.results.storage import Experiment, shard_name, write_sweep
 from sweeper.results.summary import summarize
 from sweeper.run.shards import Event
-from trainables.config import TrialConfig
-from trainables.trial_status import write_status
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.trial_status import write_status
 
 runner = CliRunner()
 NOW = 2_000_000_000.0

@@ -21,7 +21,7 @@ from sweeper.results.storage import (
     storage_problem,
     write_sweep,
 )
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def _sweep(root, name: str, mtime_ns: int) -> None:

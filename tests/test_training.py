@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainables import checkpoint
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.methods import REGISTRY
 from trainables.train import evaluate, fit, make_loaders, train_epoch
 from trainables.train_state import build_state

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from trainables import checkpoint
-from trainables.config import ADDED_FIELDS, TrialConfig
+from trainables.kernel.config import ADDED_FIELDS, TrialConfig
+from trainables.kernel.trial_status import read_status
 from trainables.train import fit
-from trainables.trial_status import read_status
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = json.loads((DATA / "configs_before_issue13.json").read_text())

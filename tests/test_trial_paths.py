@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.results.storage import Experiment
-from trainables.trial_status import experiment_relative, read_status, write_status
+from trainables.kernel.trial_status import experiment_relative, read_status, write_status
 
 
 def test_paths_inside_the_experiment_become_relative_others_stay():

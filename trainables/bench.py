@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import TensorDataset
 
-from trainables.catalog import ARCHS
-from trainables.config import TrialConfig
 from trainables.datasets import INFO
+from trainables.kernel.catalog import ARCHS
+from trainables.kernel.config import TrialConfig
 from trainables.pipeline import Batch
 from trainables.smoothing import Smooth
 from trainables.train import train_epoch

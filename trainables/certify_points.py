@@ -19,8 +19,8 @@ import torch
 
 from trainables import runtime
 from trainables.ddrs import optimize_sigma
-from trainables.ddrs_settings import DDRSSettings
 from trainables.kernel.certificates import ABSTAIN
+from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.smoothing import Smooth
 
 COLUMNS = (

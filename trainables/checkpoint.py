@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from trainables import fileio
-from trainables.config import TrialConfig, setting
 from trainables.datasets import INFO
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig, setting
 from trainables.models import build_model
 
 CHECKPOINT_NAME = "checkpoint.pt"

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainables.catalog import DATASETS, INPUT_DIM, NUM_CLASSES
+from trainables.kernel.catalog import DATASETS, INPUT_DIM, NUM_CLASSES
 from trainables.safe_pickle import load_plain, official_md5_problem
 
 

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainables.config import TrialConfig
 from trainables.distributed import device_for, free_port, init
+from trainables.kernel.config import TrialConfig
 from trainables.train import fit
 
 

@@ -10,7 +10,7 @@ import torch
 import torchvision
 from torch import nn
 
-from trainables.catalog import ARCHS
+from trainables.kernel.catalog import ARCHS
 
 
 class NormalizeLayer(nn.Module):

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainables.config import TrialConfig
 from trainables.datasets import CROP_FLIP_DATASETS, ImageTensors, IndexedFolder, load_dataset
+from trainables.kernel.config import TrialConfig
 
 PAD = 4  # RandomCrop's padding for 32x32 CIFAR-style images
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, idx

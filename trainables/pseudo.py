@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.config import TrialConfig, setting
 from trainables.datasets import INFO, DataError
+from trainables.kernel.config import TrialConfig, setting
 
 FINGERPRINT_DIGITS = 16
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")

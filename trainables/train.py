@@ -39,9 +39,10 @@ from typing import Any
 
 import torch
 
-from trainables import attacks, checkpoint, distributed, fileio, pipeline, pseudo, runtime
-from trainables.config import TrialConfig, setting
+from trainables import attacks, checkpoint, distributed, pipeline, pseudo, runtime
 from trainables.ddrs import optimize_sigma
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig, setting
 from trainables.methods import REGISTRY, Method
 from trainables.methods.base import StepContext, epoch_epsilon
 from trainables.models import transfer_weights

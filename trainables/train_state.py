@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from trainables import attacks, pseudo, runtime
-from trainables.config import TrialConfig, pipeline_for, setting
 from trainables.datasets import INFO
-from trainables.errors import ConfigError
+from trainables.kernel.config import TrialConfig, pipeline_for, setting
+from trainables.kernel.errors import ConfigError
 from trainables.models import build_model, input_statistics
 
 log = logging.getLogger(__name__)

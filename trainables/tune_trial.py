@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 
-from trainables import checkpoint, fileio
-from trainables.config import TrialConfig
+from trainables import checkpoint
 from trainables.distributed_fit import fit_data_parallel
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_hooks import FAULT_ENV
+from trainables.kernel.trial_status import experiment_relative, trial_dir, write_status
 from trainables.train import fit
 from trainables.train_state import TrainState
-from trainables.trial_status import experiment_relative, trial_dir, write_status
 
 # The column of Tune's progress.csv and result.json naming sweeper's trial (Tune fills its
 # own `trial_id` column with Ray's id).

@@ -12,7 +12,7 @@ from sweeper.plan.cost import SweepCost, price_sweep
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
 from sweeper.run.capacity import effective_resources
-from trainables.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, setting
 
 
 @dataclass(frozen=True)

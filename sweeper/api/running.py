@@ -23,8 +23,8 @@ from sweeper.results.storage import Experiment
 from sweeper.run import sweep_run
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 
 
 @dataclass(frozen=True)

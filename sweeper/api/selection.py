@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.plan.grid import parse_only, value_matches
 from sweeper.results.storage import Experiment, read_sweep
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -37,7 +37,7 @@ from sweeper.results.storage import (
 )
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     import pandas as pd

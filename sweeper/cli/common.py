@@ -14,8 +14,8 @@ from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, echo, printable
 from sweeper.results.storage import Experiment
-from trainables import fileio
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
 
 # The commands in the order a sweep uses them (any other is listed after them).
 ORDER = (

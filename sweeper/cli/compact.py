@@ -5,7 +5,7 @@ from __future__ import annotations
 from sweeper.cli.common import LatestExperiment, Storage, app, fail, resolve_experiment
 from sweeper.cli.display import echo
 from sweeper.results.storage import DEFAULT_STORAGE
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 
 @app.command()

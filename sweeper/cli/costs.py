@@ -16,7 +16,7 @@ from sweeper.cli.display import echo
 from sweeper.plan import throughput
 from sweeper.plan.cost import Devices, SweepCost, groups, wall_clock
 from sweeper.plan.spec import Resources
-from trainables.catalog import ARCHS
+from trainables.kernel.catalog import ARCHS
 
 
 def dry_run_report(priced: PricedPlan, address: str | None, gpus: int | None) -> None:

@@ -14,7 +14,7 @@ from sweeper.cli.options import Strict
 from sweeper.cli.reads import exit_if_left_out, load_selected, print_coverage, radii_option
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
@@ -41,7 +41,7 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
 
 def dataset_dims(datasets) -> dict[str, int]:
     """Input dimension d (C·H·W) per known data set."""
-    from trainables.catalog import INPUT_DIM
+    from trainables.kernel.catalog import INPUT_DIM
 
     return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 

@@ -20,7 +20,7 @@ from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.results.summary import summarize
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

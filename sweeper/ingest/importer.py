@@ -80,9 +80,9 @@ from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_se
 from sweeper.results.rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
-from trainables import fileio
-from trainables.config import TrialConfig
-from trainables.errors import ConfigError
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ConfigError
 
 _SNIFF_BYTES = 4096
 _LOG_NAME = re.compile(r"(sigma|noise)_.*|.*\.(tsv|log)", re.IGNORECASE)  # reported if empty

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainables.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
+from trainables.kernel.catalog import NUM_CLASSES, STANDARD_TEST_SIZE
 
 HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 COLUMNS = ("idx", "label", "predict", "radius", "correct", "time_s")

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 
 PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
 CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.throughput import Figure
-from trainables.catalog import DATASETS
-from trainables.config import TrialConfig, setting
+from trainables.kernel.catalog import DATASETS
+from trainables.kernel.config import TrialConfig, setting
 from trainables.methods import EPSILON_METHODS, REGISTRY
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from sweeper.plan.spec import TRIAL_KEYS, Grid, SweepSpec
-from trainables.config import TrialConfig
-from trainables.errors import ConfigError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ConfigError
 
 
 def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:

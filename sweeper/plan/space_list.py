@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import available_spaces, load_space, resolve_space_path
-from trainables import fileio
+from trainables.kernel import fileio
 
 # The code a space's expansion depends on: the plan package and the configs it builds.
 _CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[2] / "trainables")

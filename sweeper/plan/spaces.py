@@ -22,8 +22,8 @@ import yaml
 from sweeper.plan.grid import MAX_TRIALS, expansion_problems, trial_count
 from sweeper.plan.run_settings import precision_problem
 from sweeper.plan.spec import TRIAL_KEYS, CertifySpec, EmpiricalSpec, Grid, Resources, SweepSpec
-from trainables.ddrs_settings import DDRSSettings
-from trainables.errors import ProblemsError
+from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.errors import ProblemsError
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")

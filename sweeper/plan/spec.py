@@ -25,15 +25,16 @@ from sweeper.plan.setting_fields import (
     bound_problems,
     setting,
 )
-from trainables.config import TrialConfig
-from trainables.ddrs_settings import DDRSSettings
-from trainables.field_types import type_problems
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.field_types import type_problems
 from trainables.kernel.run_modes import ESTIMATORS, PRECISIONS
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 
 
-# The DDRS settings (trainables.config.DDRSSettings) as `sweeper certify --ddrs-<part>` says them.
+# The DDRS settings (trainables.kernel.ddrs_settings.DDRSSettings) as `sweeper certify
+# --ddrs-<part>` says them.
 DDRS_PARTS = {
     "iterations": "OptimizeSigma ascent steps K.",
     "lr": "OptimizeSigma step size.",

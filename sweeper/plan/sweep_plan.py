@@ -23,10 +23,10 @@ from sweeper.results.storage import (
     plain_name_problem,
     read_sweep,
 )
-from trainables import fileio
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
-from trainables.errors import ConfigError, ProblemsError
-from trainables.trial_status import read_status
+from trainables.kernel import fileio
+from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.errors import ConfigError, ProblemsError
+from trainables.kernel.trial_status import read_status
 
 
 class PlanError(ProblemsError):

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainables import fileio
-from trainables.catalog import ARCHS
+from trainables.kernel import fileio
+from trainables.kernel.catalog import ARCHS
 
 KINDS = ("gpu", "cpu")
 FILE_VERSION = 1

@@ -29,7 +29,7 @@ from sweeper.report.tables import (
     wide_table,
     winners_table,
 )
-from trainables import fileio
+from trainables.kernel import fileio
 
 # The report's tables keep m_train as the papers print it (no label) and head their section
 # and quantity columns with nothing.

@@ -13,7 +13,7 @@ from sweeper.report.formats import DIGITS, FORMATS, is_fraction
 from sweeper.report.tables import distinguishing_columns
 from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
 from sweeper.results.rows import SCHEMA
-from trainables import fileio
+from trainables.kernel import fileio
 
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
 NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}

@@ -25,7 +25,7 @@ from sweeper.results.rows import ResultsError, identity_fields
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, prediction_checks
-from trainables import fileio
+from trainables.kernel import fileio
 
 EMPIRICAL_COLUMNS = [
     ("epsilon_attack", pa.float64()),  # ℓ2 radius of the attack; 0: no attack (clean)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl
 
-from trainables import fileio
+from trainables.kernel import fileio
 
 # Parts of a query key that mark its value as a secret (`key` covers access_key, secret_key,
 # account_key, sse_customer_key; a false alarm only refuses an unusual option).

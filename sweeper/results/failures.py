@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sweeper.results.storage import Experiment
-from trainables import fileio
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 

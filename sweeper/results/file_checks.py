@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweeper.results.storage import StageFile, by_model
-from trainables import fileio
-from trainables.config import ADDED_FIELDS
+from trainables.kernel import fileio
+from trainables.kernel.config import ADDED_FIELDS
 
 # Columns older files lack: DDRS's, and the trial settings added since (a file written before
 # them reads them as null; the trial's config says how it trained, `ADDED_FIELDS`).

@@ -48,8 +48,8 @@ from typing import Any
 from sweeper.results.credentials import redact_args
 from sweeper.results.lease_s3 import ConditionalObject, conditional_object
 from sweeper.results.storage import Experiment
-from trainables import fileio
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweeper.results.storage import StageFile
-from trainables import fileio
-from trainables.catalog import NUM_CLASSES
+from trainables.kernel import fileio
+from trainables.kernel.catalog import NUM_CLASSES
 from trainables.kernel.certificates import max_radius
 
 OTHER_MODEL = "rows of another model than the one whose directory holds it"

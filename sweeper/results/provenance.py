@@ -6,7 +6,7 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
   it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`, run
   tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only the
   canonical spelling names one (`setting_of` parses it and writes it back);
-- the test points: the data set's test-split size (`trainables.catalog.STANDARD_TEST_SIZE`)
+- the test points: the data set's test-split size (`trainables.kernel.catalog.STANDARD_TEST_SIZE`)
   and the grid the cert_id names (every skip-th point, at most max of them);
 - the trial: `trials/<trial_id>/trial.json`, whose config must hash to the trial_id; an
   imported model (cert_id `imported-…`) instead by its file's import record (the metadata
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sweeper.results.storage import Experiment, StageFile
 from sweeper.results.trial_records import trial_configs
-from trainables.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.catalog import STANDARD_TEST_SIZE
 
 OWN = re.compile(
     r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
@@ -327,7 +327,7 @@ def _memory_checks(table: pa.Table) -> list[Check]:
 def _identity_checks(table: pa.Table, configs: list, frag: np.ndarray) -> list[Check]:
     """Rows whose hyperparameter columns are not their trial's (files without a trial are
     named for that already)."""
-    from trainables.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
+    from trainables.kernel.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
 
     known = np.array([c is not None for c in configs] + [False])[frag]
     names = [

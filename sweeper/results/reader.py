@@ -32,7 +32,7 @@ from sweeper.results.file_checks import cache_problem, file_footer, one_compacte
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from sweeper.results.validation import read_valid, row_problems, scan, unreadable_reason
-from trainables import fileio
+from trainables.kernel import fileio
 
 # Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
 # compacted files it holds, and {column: digest of its rows} (`digests`).

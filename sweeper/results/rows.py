@@ -25,9 +25,9 @@ from sweeper.results.reader import read_stage
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, int_column, prediction_checks
-from trainables import fileio
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel import fileio
 from trainables.kernel.certificates import max_radius as max_radius  # its home; read from here too
+from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 CERT_COLUMNS = [

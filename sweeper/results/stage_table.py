@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def no_problems(table: pa.Table) -> list:

@@ -26,10 +26,10 @@ from sweeper.results.failures import Failure, read_failures
 from sweeper.results.lease import Holder, read_holder
 from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks
 from sweeper.results.sweep_file import parse_sweep, sweep_bytes
-from trainables import fileio
-from trainables.catalog import STANDARD_TEST_SIZE
-from trainables.config import TrialConfig
-from trainables.trial_status import parse_status, read_raw
+from trainables.kernel import fileio
+from trainables.kernel.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.trial_status import parse_status, read_raw
 
 STATES = (
     "pending",

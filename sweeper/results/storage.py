@@ -49,8 +49,8 @@ from typing import Any
 
 from sweeper.results.credentials import credentials_problem
 from sweeper.results.credentials import redact as redact  # re-exported: imported from here
-from trainables import fileio
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
 
 DEFAULT_STORAGE = os.environ.get("SWEEPER_STORAGE", "results")
 SHARD_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.parquet$")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from trainables import fileio
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     from sweeper.results.storage import Experiment

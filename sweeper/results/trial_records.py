@@ -39,8 +39,8 @@ def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict |
 
 def _stored_trial(exp: Experiment, trial_id: str):
     """The config of trials/<trial_id>/trial.json if it hashes to `trial_id`, else why not."""
-    from trainables.errors import ProblemsError
-    from trainables.trial_status import read_status
+    from trainables.kernel.errors import ProblemsError
+    from trainables.kernel.trial_status import read_status
 
     try:
         doc = read_status(exp.trial_dir(trial_id))
@@ -65,8 +65,8 @@ def _import_record(trial_id: str, metadata: dict | None):
 
 
 def _config_with_id(config: Any, trial_id: str, where: str):
-    from trainables.config import TrialConfig
-    from trainables.errors import ProblemsError
+    from trainables.kernel.config import TrialConfig
+    from trainables.kernel.errors import ProblemsError
 
     try:
         cfg = TrialConfig.from_dict(config)

@@ -13,8 +13,8 @@ import pyarrow.dataset as pads
 from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment, StageFile
-from trainables import fileio
-from trainables.catalog import NUM_CLASSES
+from trainables.kernel import fileio
+from trainables.kernel.catalog import NUM_CLASSES
 
 
 def read_valid(exp: Experiment, stage: StageTable, files: list[StageFile], cols: list[str]):

@@ -27,7 +27,7 @@ from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
 from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
-from trainables.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,9 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
-    from trainables.catalog import NUM_CLASSES
     from trainables.certify_points import seed_for
     from trainables.datasets import load_dataset
+    from trainables.kernel.catalog import NUM_CLASSES
 
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sweeper.plan.spec import Resources
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 
 log = logging.getLogger(__name__)
 

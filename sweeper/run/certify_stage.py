@@ -19,7 +19,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import CERTIFIED, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Shard, Stage
-from trainables.catalog import NUM_CLASSES
+from trainables.kernel.catalog import NUM_CLASSES
 
 
 def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float) -> pa.Table:

@@ -18,7 +18,7 @@ from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, StageFile, by_model
 from sweeper.run.stage import Identified, Stage
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:

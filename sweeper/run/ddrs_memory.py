@@ -25,7 +25,7 @@ import pyarrow as pa
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.rows import MEMORY_SCHEMA
 from sweeper.results.storage import Experiment
-from trainables import fileio
+from trainables.kernel import fileio
 
 
 def sound_rows(exp: Experiment, trial_id: str, cert_id: str, table: pa.Table) -> pa.Table:
@@ -58,10 +58,10 @@ def _legacy(exp: Experiment, legacy: str, table: pa.Table):
 
 def _memory_pass(exp: Experiment, trial_id: str, table: pa.Table):
     """(prediction, radius, changed) of `memory_certify` over the model's points."""
-    from trainables.config import TrialConfig
     from trainables.datasets import load_dataset
     from trainables.ddrs import memory_certify
-    from trainables.trial_status import read_status
+    from trainables.kernel.config import TrialConfig
+    from trainables.kernel.trial_status import read_status
 
     status = read_status(exp.trial_dir(trial_id))
     if status is None:

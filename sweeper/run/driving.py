@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sweeper.plan.spec import Resources
 from sweeper.results.storage import Experiment
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     from sweeper.run.capacity import Capacity

@@ -39,10 +39,10 @@ from sweeper.run.outcome import Outcome
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
 from sweeper.run.tune_names import trial_dirname, trial_name
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 from trainables.kernel.trial_hooks import FAULT_ENV
-from trainables.trial_status import read_status, write_status
+from trainables.kernel.trial_status import read_status, write_status
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.setting_fields import AtLeast, NotBelow, setting
 from sweeper.plan.sweep_plan import address_credentials_problem
 from sweeper.results.credentials import credentials_problem, without_credentials
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 
 class CredentialsError(ProblemsError):

@@ -34,8 +34,8 @@ from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, StageFile, index_chunks
 from sweeper.run.compaction import compact
 from sweeper.run.stage import Setting, Shard, Stage
-from trainables import fileio
-from trainables.config import TrialConfig
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig
 
 log = logging.getLogger(__name__)
 

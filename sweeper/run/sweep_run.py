@@ -15,7 +15,7 @@ from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials,
 from sweeper.results.storage import write_sweep
 from sweeper.run.driving import Watchers, driving
 from sweeper.run.launch_options import LaunchOptions
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 if TYPE_CHECKING:
     from sweeper.run.attack_stage import EmpiricalSetting

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainables.config import TrialConfig
+from trainables.kernel.config import TrialConfig
 
 MAX_DIRNAME = 96  # characters: well inside every file system's limit on one name
 

@@ -42,11 +42,11 @@ def _installed(package: str) -> str:
 
 def local_versions() -> dict[str, str]:
     """This process's sweeper (version+source digest), torch and ray versions."""
-    import trainables.config
+    import trainables.kernel.config
 
-    # sweeper is a namespace package (no __file__; __path__ may list several checkouts): the
-    # source is that of the package holding this very module, as imported.
-    roots = [Path(__file__).parents[1], Path(trainables.config.__file__).parent]
+    # The source is that of the packages holding these very modules, as imported (several
+    # checkouts may be on the path).
+    roots = [Path(__file__).parents[1], Path(trainables.kernel.config.__file__).parents[1]]
     return {
         "sweeper": f"{_installed('sweeper')}+{source_digest(roots)}",
         "torch": _installed("torch"),

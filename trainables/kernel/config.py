@@ -1,6 +1,6 @@
 """`TrialConfig`: one training trial, completely described, validated, hashable.
 
-The fields are declared, documented and checked by concern in `trainables.config_parts`
+The fields are declared, documented and checked by concern in `trainables.kernel.config_parts`
 (what is trained, the attack, the other methods' hyperparameters, DDRS training,
 self-training, optimisation, how the trial runs); each method's settings and their defaults
 are named once in `trainables.methods.REGISTRY`. This module composes them and owns the
@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from trainables.catalog import DEFAULT_ARCH
-from trainables.config_parts import (
+from trainables.kernel.catalog import DEFAULT_ARCH
+from trainables.kernel.config_parts import (
     DEVICE_PIPELINE_DATASETS,
     AttackPart,
     MethodPart,
@@ -28,9 +28,9 @@ from trainables.config_parts import (
     RunPart,
     SelfTrainingPart,
 )
-from trainables.ddrs_settings import DDRSPart
-from trainables.errors import ConfigError
-from trainables.field_types import float_fields, type_problems
+from trainables.kernel.ddrs_settings import DDRSPart
+from trainables.kernel.errors import ConfigError
+from trainables.kernel.field_types import float_fields, type_problems
 from trainables.methods import (
     DDN_SETTINGS,
     METHOD_SETTINGS,

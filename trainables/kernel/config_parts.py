@@ -1,9 +1,10 @@
 """The parts a `TrialConfig` is made of, one per concern, each checking its own fields.
 
-`TrialConfig` (trainables.config) inherits every part, so its fields stay flat (`cfg.epsilon`,
-`TrialConfig(epsilon=0.5)`, one column each in the results) while each concern is declared,
-documented and validated here in one place. The field order (the parts' order below, then
-each part's own) is the order of the results' columns: append new fields at a part's end.
+`TrialConfig` (trainables.kernel.config) inherits every part, so its fields stay flat
+(`cfg.epsilon`, `TrialConfig(epsilon=0.5)`, one column each in the results) while each concern
+is declared, documented and validated here in one place. The field order (the parts' order
+below, then each part's own) is the order of the results' columns: append new fields at a part's
+end.
 
 A method's settings are checked only where used (`trainables.methods.REGISTRY`: each row's
 `settings`); `ENVIRONMENT` fields say where and how a trial runs, not what it trains, and are
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from trainables.catalog import ARCHS, DATASETS
+from trainables.kernel.catalog import ARCHS, DATASETS
 from trainables.methods import METHODS, Method
 
 # Field metadata: where the data lives, how it is loaded, and how the model's forward is laid

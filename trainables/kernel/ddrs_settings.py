@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainables.config_parts import choice
+from trainables.kernel.config_parts import choice
 from trainables.methods import DDRS_METHODS, METHODS
 
 DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples", "ddrs_macer_loss")

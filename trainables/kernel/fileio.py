@@ -13,7 +13,7 @@ never written through. The root itself, and the path above it, are the user's ch
 be links.
 
 Reads: a local file must be a regular file, checked on an fd opened without blocking
-(`trainables.local_reads`); a reader may bound its size.
+(`trainables.kernel.local_reads`); a reader may bound its size.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainables.errors import ProblemsError
-from trainables.local_reads import UnreadableFileError, open_regular, too_large
+from trainables.kernel.errors import ProblemsError
+from trainables.kernel.local_reads import UnreadableFileError, open_regular, too_large
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

@@ -3,7 +3,7 @@ a device never end, a sparse file of 20 GB fill the memory. `open_regular` opens
 blocking (a FIFO opens at once), checks the open fd (no race with a swap of the name) and
 refuses anything that is not a regular file, or is larger than its reader's bound.
 
-Below a confined root (`trainables.fileio.confine`, the storage) a link at the file's name is
+Below a confined root (`trainables.kernel.fileio.confine`, the storage) a link at the file's name is
 refused too (O_NOFOLLOW), as writes refuse it: nothing sweeper writes is a link, so one is
 planted. Elsewhere (files a user imports, a storage root that is itself a link: O_NOFOLLOW
 concerns the last component only) links are followed, and the fd is checked all the same.
@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from trainables.errors import ProblemsError
+from trainables.kernel.errors import ProblemsError
 
 
 class UnreadableFileError(ProblemsError):

@@ -10,9 +10,9 @@ import json
 import time
 from typing import Any
 
-from trainables import fileio
-from trainables.config import TrialConfig
-from trainables.errors import ProblemsError
+from trainables.kernel import fileio
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
 
 
 class TrialStatusError(ProblemsError):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     import torch
 
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
     from trainables.methods.base import StepContext, StepOutput
 
     LossFunction = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, StepContext], StepOutput]
@@ -92,7 +92,7 @@ class FromScratch:
 
 
 ATTACKS = ("pgd", "ddn")
-# The attack's settings (`trainables.config_parts.AttackPart`); DDN's count only with ddn.
+# The attack's settings (`trainables.kernel.config_parts.AttackPart`); DDN's count only with ddn.
 ATTACK_SETTINGS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
 DDN_SETTINGS = ("ddn_init_norm", "ddn_gamma")
 _MIX = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")

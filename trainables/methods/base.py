@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # annotations only: the config imports the method table (this package)
-    from trainables.config import TrialConfig
+    from trainables.kernel.config import TrialConfig
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.config import setting
+from trainables.kernel.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 

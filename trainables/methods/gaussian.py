@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trainables.config import setting
+from trainables.kernel.config import setting
 from trainables.methods.base import (
     StepContext,
     StepOutput,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies, per_input
 
 LOG_FLOOR = 1e-10

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from trainables import attacks
-from trainables.config import setting
+from trainables.kernel.config import setting
 from trainables.methods.base import (
     StepContext,
     StepOutput,

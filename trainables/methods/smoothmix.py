@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from trainables import attacks
-from trainables.config import setting
+from trainables.kernel.config import setting
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]

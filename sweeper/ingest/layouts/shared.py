@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from trainables.catalog import ARCHS, DATASETS
+from trainables.kernel.catalog import ARCHS, DATASETS
 
 NUM = r"(\d+(?:\.\d*)?|\.\d+)"  # a number as a directory name spells it: 0.25, 1., .5, 256
 Handler = Callable[[re.Match], dict]
