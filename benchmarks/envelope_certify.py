@@ -135,13 +135,13 @@ def curves(truth: Truth, s: Settings, cAHat: np.ndarray, nA: np.ndarray) -> np.n
 
 def winners(table: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Per radius the winning row of `table` among `present` (count, then the count at the first
-    radius, then the smaller row), −1 where none is present."""
+    radius, then the smaller row), −1 where none is present or the best count is 0 (no win)."""
     out = np.full(table.shape[1], -1)
     rows = np.flatnonzero(present)
     for t in range(table.shape[1]):
         if rows.size:
             order = np.lexsort((rows, -table[rows, 0], -table[rows, t]))
-            out[t] = rows[order[0]]
+            out[t] = rows[order[0]] if table[rows[order[0]], t] > 0 else -1
     return out
 
 
@@ -212,7 +212,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--alpha", type=float, default=0.001)
     ap.add_argument("--delta", type=float, default=0.01)
-    ap.add_argument("--pilots", default="1000,10000", help="cumulative pilot draws per stage")
+    ap.add_argument(
+        "--pilots", default="1000,3000,10000,30000", help="cumulative pilot draws per stage"
+    )
     args = ap.parse_args(argv)
     if not args.smoke and not args.truth:
         ap.error("give --truth FILE.parquet or --smoke")

@@ -11,7 +11,8 @@ those records, so a run resumed from the persisted rows decides the same. Steps:
    then `pilots[0]` draws on the points whose ĉ is their label (the others count at no radius);
 2. the envelope E so far is the best count per grid radius over fully certified models; a
    model whose upper bound U (`envelope_bounds.point_levels`, summed per radius) is below E at
-   every radius is pruned (strictly: a tie could win on the tie rule);
+   every radius is pruned (strictly: a tie could win on the tie rule; but a radius where U is 0
+   is no win: the envelope's value there is 0 whoever reports it);
 3. of the live models, the most promising (largest plug-in gain over E, then largest upper
    gain, then arrival) gets its next pilot stage (`PILOT`), or once all `pilots` are drawn its
    full certification (`FULL`), in both cases only on the points that can reach the smallest
@@ -45,7 +46,7 @@ class Settings:
     alpha: float
     radii: tuple[float, ...]
     delta: float = 0.01
-    pilots: tuple[int, ...] = (1_000, 10_000)  # cumulative pilot draws per stage
+    pilots: tuple[int, ...] = (1_000, 3_000, 10_000, 30_000)  # cumulative draws per stage
 
     def __post_init__(self) -> None:
         if list(self.pilots) != sorted(set(self.pilots)) or not self.pilots or self.pilots[0] < 1:
@@ -175,7 +176,7 @@ class Ledger:
     def pruned(self, m: Model, envelope: np.ndarray) -> bool:
         if m.certified is not None or m.upper_curve is None:
             return False
-        return bool(np.all(m.upper_curve < envelope))
+        return could_win_from(m.upper_curve, envelope) == len(envelope)
 
     def status(self, model: str) -> str:
         """'waiting' (no pilot yet), 'piloted', 'pruned' or 'certified'."""
@@ -190,8 +191,9 @@ class Ledger:
 # --------------------------------------------------------------------------- decisions
 def could_win_from(upper: np.ndarray, envelope: np.ndarray) -> int:
     """t_min: the first grid radius at which the upper bound reaches the envelope (a tie could
-    win on the tie rule); len(upper) when there is none (the model is pruned)."""
-    reach = np.flatnonzero(upper >= envelope)
+    win on the tie rule) with at least one point (no point certified is no win);
+    len(upper) when there is none (the model is pruned)."""
+    reach = np.flatnonzero((upper >= envelope) & (upper > 0))
     return int(reach[0]) if reach.size else len(upper)
 
 
