@@ -16,7 +16,7 @@ from trainables.datasets import DataError, load_dataset
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError
 from trainables.methods import REGISTRY
-from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, main, pseudo_problems
+from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, pseudo_problems
 from trainables.train import fit, make_loaders, pseudo_metrics, train_epoch
 from trainables.train_state import build_state
 
@@ -320,13 +320,18 @@ def test_a_fingerprint_that_does_not_match_stops_training_before_the_first_step(
         fit(cfg, device=CPU)
 
 
-def test_cli_prints_the_fingerprint(pseudo_npz, capsys):
-    assert main([str(pseudo_npz), "--dataset", "digits"]) == 0
-    assert (
-        f"pseudo_fingerprint: {small_cfg(pseudo_npz).pseudo_fingerprint}" in capsys.readouterr().out
-    )
-    assert main([str(pseudo_npz), "--dataset", "cifar10"]) == 2
-    assert "needs (N, 3, 32, 32)" in capsys.readouterr().out
+def test_sweeper_pseudo_data_prints_the_fingerprint(pseudo_npz):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["pseudo-data", str(pseudo_npz), "--dataset", "digits"])
+    assert ok.exit_code == 0, ok.output
+    assert f"pseudo_fingerprint: {small_cfg(pseudo_npz).pseudo_fingerprint}" in ok.stdout
+    wrong = runner.invoke(app, ["pseudo-data", str(pseudo_npz), "--dataset", "cifar10"])
+    assert wrong.exit_code == 2 and "needs (N, 3, 32, 32)" in wrong.stderr
+    assert "Traceback" not in wrong.output
 
 
 # ---------------------------------------------------------------------------- training

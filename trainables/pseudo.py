@@ -24,9 +24,9 @@ resume.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -297,25 +297,20 @@ def stream(cfg: TrialConfig, device: torch.device) -> PseudoStream | None:
     return None if cfg.pseudo_data is None else PseudoStream(cfg, device)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainables.pseudo",
-        description="Check pseudo-labelled data and print its pseudo_fingerprint.",
-    )
-    parser.add_argument("path", help=".npz file or <label>/<image> directory")
-    parser.add_argument("--dataset", required=True, choices=list(INFO))
-    args = parser.parse_args(argv)
-    try:
-        images, labels = load_pseudo(args.path, args.dataset)
-    except DataError as e:
-        print(f"error: {e}")
-        return 2
-    counts = np.bincount(labels.numpy(), minlength=INFO[args.dataset].num_classes)
-    print(f"pseudo_fingerprint: {fingerprint(images, labels)}")
-    print(f"images: {len(images)} of shape {tuple(images.shape[1:])}")
-    print(f"labels per class: {counts.tolist()}")
-    return 0
+@dataclass(frozen=True)
+class PseudoSummary:
+    """What `sweeper pseudo-data` says of pseudo-labelled data: the `pseudo_fingerprint` a
+    space must give for it, how many images of which shape, and the labels per class."""
+
+    fingerprint: str
+    images: int
+    shape: tuple[int, ...]
+    per_class: list[int]
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def summarize(path: str, dataset: str) -> PseudoSummary:
+    """Load and check pseudo-labelled data for `dataset` (DataError if it is not such data)."""
+    images, labels = load_pseudo(path, dataset)
+    counts = np.bincount(labels.numpy(), minlength=INFO[dataset].num_classes)
+    shape = tuple(int(d) for d in images.shape[1:])
+    return PseudoSummary(fingerprint(images, labels), len(images), shape, counts.tolist())

@@ -11,6 +11,7 @@ from sweeper.cli import (  # noqa: F401
     costs,
     empirical,
     ingest,
+    pseudo_data,
     reads,
     reports,
     runs,
