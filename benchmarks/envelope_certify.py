@@ -212,9 +212,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--alpha", type=float, default=0.001)
     ap.add_argument("--delta", type=float, default=0.01)
-    ap.add_argument(
-        "--pilots", default="1000,3000,10000,30000", help="cumulative pilot draws per stage"
-    )
+    ap.add_argument("--pilots", help="cumulative pilot draws per stage (default: the strategy's)")
     args = ap.parse_args(argv)
     if not args.smoke and not args.truth:
         ap.error("give --truth FILE.parquet or --smoke")
@@ -227,8 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     truth = smoke_truth() if args.smoke else truth_from_frame(pd.read_parquet(args.truth))
     seeds = 2 if args.smoke else args.seeds
-    pilots = tuple(int(x) for x in args.pilots.split(","))
-    s = Settings(args.n0, args.n, args.alpha, RADII, args.delta, pilots)
+    s = Settings(args.n0, args.n, args.alpha, RADII, args.delta)
+    if args.pilots:
+        s = Settings(
+            args.n0,
+            args.n,
+            args.alpha,
+            RADII,
+            args.delta,
+            tuple(int(x) for x in args.pilots.split(",")),
+        )
     results = []
     for seed in range(seeds):
         r = one_seed(truth, s, seed)

@@ -242,6 +242,9 @@ def test_skipped_points_count_as_not_certified():
     assert list(ledger.models["m"].certified[:3]) == [1, 1, 1]
     with pytest.raises(ValueError):
         ledger.record_pilot("m", 2, [])
+    for pilots in [(1_000, 1_000), (1_000, 100_000), ()]:
+        with pytest.raises(ValueError):
+            Settings(100, 100_000, 0.001, RADII, 0.01, pilots)
 
 
 def test_decisions_are_a_function_of_the_records_so_a_resumed_run_decides_the_same():

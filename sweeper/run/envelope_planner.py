@@ -51,6 +51,8 @@ class Settings:
     def __post_init__(self) -> None:
         if list(self.pilots) != sorted(set(self.pilots)) or not self.pilots or self.pilots[0] < 1:
             raise ValueError(f"pilots must be increasing cumulative sizes, got {self.pilots}")
+        if self.pilots[-1] >= self.n:
+            raise ValueError(f"pilots {self.pilots} must stay below n = {self.n}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
 
