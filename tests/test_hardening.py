@@ -24,7 +24,6 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.cli.common import os_error_line
 from sweeper.cli.display import TerminalConsole, printable
-from sweeper.cli.reports import report_dir
 from sweeper.plan.sweep_plan import PlanError, move_aside
 from sweeper.results.storage import Experiment, StorageError, redact, storage_problem
 
@@ -167,14 +166,16 @@ def test_a_space_whose_name_is_no_plain_name_needs_experiment(place):
     "only", ["../../x", "sigma=0.25/../../..", "a" * 300, "σ=1,method=..", "/etc/passwd"]
 )
 def test_only_slices_become_one_plain_directory_under_reports(tmp_path, only):
-    reports = str(tmp_path / "reports")
-    directory = Path(report_dir(reports, only))
+    exp = Experiment(str(tmp_path), "exp")
+    reports = exp.reports_dir
+    directory = Path(exp.report_dir(only))
     assert directory.parent == Path(reports)
     assert directory.name.startswith("only-") and len(directory.name) <= 100
     assert set(directory.name) <= set(
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=-"
     )
-    assert report_dir(reports, "method=gaussian") == str(Path(reports) / "only-method=gaussian")
+    assert exp.report_dir("method=gaussian") == str(Path(reports) / "only-method=gaussian")
+    assert exp.report_dir(None) == reports
 
 
 # ------------------------------------------------------------------------------ credentials

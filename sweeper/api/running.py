@@ -133,7 +133,7 @@ def attack_finished(
     return Ran(plan, ready, outcome, ids)
 
 
-def read_status(reader: StatusReader) -> Status:
+def experiment_status(reader: StatusReader) -> Status:
     """The experiment's status; `ProblemsError` with one line if it cannot be read."""
     try:
         return reader.read()

@@ -239,7 +239,7 @@ class Sweep:
         from sweeper.results.summary import summarize
 
         reader = StatusReader(self.exp())
-        st = running.read_status(reader)
+        st = running.experiment_status(reader)
         st.left_out = left_out(reader.exp)
         return StatusReport(st, summarize(st))
 

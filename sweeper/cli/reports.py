@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Annotated
 
 import typer
@@ -14,7 +12,6 @@ from sweeper.cli.options import Strict
 from sweeper.cli.reads import exit_if_left_out, load_selected, print_coverage, radii_option
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
-from trainables.kernel import fileio
 
 
 def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
@@ -44,18 +41,6 @@ def dataset_dims(datasets) -> dict[str, int]:
     from trainables.kernel.catalog import INPUT_DIM
 
     return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
-
-
-def report_dir(reports_dir: str, only: str | None) -> str:
-    """reports/, or reports/only-<slice>/ for a slice (the whole report stays intact). The
-    slice's name is one path component whatever --only holds: ASCII letters, digits and
-    `.=_-` only, and a long one is cut and told apart by a hash of the whole."""
-    if not only:
-        return reports_dir
-    name = "only-" + re.sub(r"[^A-Za-z0-9.=_-]+", "_", only.strip())
-    if len(name) > 100:
-        name = f"{name[:80]}-{hashlib.sha256(only.encode()).hexdigest()[:12]}"
-    return fileio.join(reports_dir, name)
 
 
 @app.command()
@@ -97,7 +82,7 @@ def report(
     dims = dataset_dims(frame["dataset"].unique())
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
     built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch)
-    for location in write_report(built, report_dir(exp.reports_dir, only)):
+    for location in write_report(built, exp.report_dir(only)):
         echo(location)
     for note in built.notes:
         echo(f"note: {note}", err=True)

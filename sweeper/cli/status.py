@@ -31,12 +31,12 @@ UNFINISHED = ("pending", "training", "interrupted", "certifying", "trained")
 PLAIN_SUMMARY_S = 60.0  # a log file gets the summary lines this often, beside the events
 
 
-def read_status(reader: StatusReader) -> Status:
+def _status_or_exit(reader: StatusReader) -> Status:
     """The experiment's status, or one `error:` line and exit 2."""
-    from sweeper.api.running import read_status as read
+    from sweeper.api.running import experiment_status
 
     try:
-        return read(reader)
+        return experiment_status(reader)
     except ProblemsError as e:
         fail(e.problems)
 
@@ -101,7 +101,7 @@ def watch_status(reader: StatusReader, everything: bool, interval: float) -> Non
         if live is not None:
             live.start()
         while True:
-            st = read_status(reader)
+            st = _status_or_exit(reader)
             seen = seen or st.driver is not None
             if live is not None:
                 live.update(view(st, summarize(st), everything, st.space), refresh=True)

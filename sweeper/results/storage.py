@@ -37,6 +37,7 @@ paths or reads them back.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -265,8 +266,22 @@ class Experiment:
     def reports_dir(self) -> str:
         return fileio.join(self.root, "reports")
 
+    def report_dir(self, only: str | None) -> str:
+        """reports/, or reports/only-<slice>/ for a slice (the whole report stays intact). The
+        slice's name is one path component whatever --only holds: ASCII letters, digits and
+        `.=_-` only, and a long one is cut and told apart by a hash of the whole."""
+        if not only:
+            return self.reports_dir
+        name = "only-" + re.sub(r"[^A-Za-z0-9.=_-]+", "_", only.strip())
+        if len(name) > 100:
+            name = f"{name[:80]}-{hashlib.sha256(only.encode()).hexdigest()[:12]}"
+        return fileio.join(self.reports_dir, name)
+
     def trial_dir(self, trial_id: str) -> str:
-        return fileio.join(self.root, "trials", trial_id)
+        # Spelled by the kernel: trial processes (which import no sweeper) write there too.
+        from trainables.kernel.trial_status import trial_dir
+
+        return trial_dir(self.root, trial_id)
 
     def checkpoint(self, trial_id: str) -> str:
         # Imported here: trainables.checkpoint pulls in torch, which `sweeper envelope` and
