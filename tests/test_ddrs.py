@@ -24,10 +24,11 @@ import torch
 from scipy.stats import chi2, norm
 from torch import nn
 
-from trainables.certify_points import CertifySettings, certify_points
+from trainables.certify_points import certify_points
 from trainables.ddrs import PROB_CLAMP, MemoryResult, memory_certify, optimize_sigma, proxy_radius
 from trainables.kernel.certificates import ABSTAIN, max_radius
 from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.stage_settings import CertifySpec
 from trainables.smoothing import Smooth
 
 SHAPE = (1, 2, 2)
@@ -626,7 +627,7 @@ def test_ddrs_rows_carry_each_points_own_sigma_and_its_radius():
     data = [(torch.full(SHAPE, 100.0 * k), c, k) for k, c in enumerate(classes)]
     ddrs = DDRSSettings(iterations=10, lr=0.05, samples=2)
     sigma0, n, alpha = 0.25, 300, 0.01
-    settings = CertifySettings(
+    settings = CertifySpec(
         n0=10, n=n, alpha=alpha, sigma=sigma0, batch_size=64, points_per_batch=2, ddrs=ddrs
     )
     rows = certify_points(Keyed(classes, gaps), data, range(5), 2, settings, 3, torch.device("cpu"))
@@ -649,7 +650,9 @@ def test_a_ddrs_run_draws_its_sigmas_and_votes_from_its_seed_alone():
     xs = model.at_distances([0.05, -0.1, 0.2])
     data = [(x, int(d > 0), i) for i, (x, d) in enumerate(zip(xs, [0.05, -0.1, 0.2], strict=True))]
     ddrs = DDRSSettings(iterations=3, lr=0.05, samples=2)
-    settings = CertifySettings(10, 100, 0.01, 0.25, 64, points_per_batch=2, ddrs=ddrs)
+    settings = CertifySpec(
+        n0=10, n=100, alpha=0.01, sigma=0.25, batch_size=64, points_per_batch=2, ddrs=ddrs
+    )
 
     def run(seed: int, global_seed: int) -> tuple[list, list]:
         torch.manual_seed(global_seed)

@@ -17,10 +17,11 @@ from scipy.stats import norm
 from torch import nn
 
 from trainables import checkpoint
-from trainables.certify_points import CertifySettings, certify_points
+from trainables.certify_points import certify_points
 from trainables.datasets import INFO, load_dataset
 from trainables.kernel.certificates import max_radius
 from trainables.kernel.config import TrialConfig
+from trainables.kernel.stage_settings import CertifySpec
 from trainables.models import build_model
 from trainables.pseudo import fingerprint, load_pseudo
 from trainables.smoothing import Smooth
@@ -130,7 +131,7 @@ def test_certify_points_of_a_trained_model_on_cuda(tmp_path):
     cfg = TrialConfig(**{**CFG, "epochs": 1})
     state = fit(cfg, None, CUDA)
     dataset = load_dataset("digits", "test", None)
-    settings = CertifySettings(n0=16, n=256, alpha=0.01, sigma=0.25, batch_size=512)
+    settings = CertifySpec(n0=16, n=256, alpha=0.01, sigma=0.25, batch_size=512)
     cols = certify_points(state.model, dataset, list(range(0, 40, 4)), 10, settings, 7, CUDA)
     assert cols["idx"] == list(range(0, 40, 4))
     limit = max_radius(0.25, 256, 0.01)

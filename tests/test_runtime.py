@@ -17,16 +17,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.plan import spec as spec_module
 from sweeper.plan.run_settings import run_settings
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.storage import Experiment
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from trainables import attacks, runtime
-from trainables.certify_points import CertifySettings, certify_points, run_mode
+from trainables.certify_points import certify_points, run_mode
 from trainables.datasets import INFO, load_dataset
 from trainables.kernel.config import TrialConfig
+from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.models import build_model
 from trainables.smoothing import Smooth
 from trainables.train import fit
@@ -73,7 +73,7 @@ def test_precision_problems_name_the_setting_and_the_fix():
 def test_bf16_is_refused_on_a_cpu_without_bf16_instructions():
     problem = runtime.precision_problem("bf16", CPU)
     assert problem.startswith("precision bf16: this CPU has no bf16 instructions")
-    settings = CertifySettings(10, 20, 0.01, 0.25, 20, precision="bf16")
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.25, batch_size=20, precision="bf16")
     with pytest.raises(runtime.RuntimeSettingError, match="no bf16 instructions"):
         certify_points(digits_model(), load_dataset("digits", "test"), [0], 10, settings, 0, CPU)
     with pytest.raises(runtime.RuntimeSettingError, match="no bf16 instructions"):
@@ -129,15 +129,15 @@ def test_reduced_precision_draws_the_noise_in_its_dtype():
 
 
 def test_fp16_certification_needs_cuda():
-    settings = CertifySettings(10, 20, 0.01, 0.25, 20, precision="fp16")
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.25, batch_size=20, precision="fp16")
     with pytest.raises(runtime.RuntimeSettingError, match="fp16 needs a CUDA GPU"):
         certify_points(digits_model(), load_dataset("digits", "test"), [0], 10, settings, 0, CPU)
 
 
 def test_channels_last_certification_agrees_with_the_default():
     data = load_dataset("digits", "test")
-    base = CertifySettings(20, 200, 0.01, 0.25, 200)
-    fast = CertifySettings(20, 200, 0.01, 0.25, 200, channels_last=True)
+    base = CertifySpec(n0=20, n=200, alpha=0.01, sigma=0.25, batch_size=200)
+    fast = CertifySpec(n0=20, n=200, alpha=0.01, sigma=0.25, batch_size=200, channels_last=True)
     points = list(range(0, 100, 5))
     a = certify_points(digits_model(), data, points, 10, base, 11, CPU)
     model = digits_model()
@@ -171,8 +171,8 @@ def test_compiled_certification_runs_the_compiled_model_and_agrees():
     if runtime.compile_problem("cpu") is not None:
         pytest.skip(f"torch.compile cannot run here: {runtime.compile_problem('cpu')}")
     data, points = load_dataset("digits", "test"), list(range(0, 60, 6))
-    eager = CertifySettings(20, 100, 0.01, 0.25, 100)
-    compiled = CertifySettings(20, 100, 0.01, 0.25, 100, compile=True)
+    eager = CertifySpec(n0=20, n=100, alpha=0.01, sigma=0.25, batch_size=100)
+    compiled = CertifySpec(n0=20, n=100, alpha=0.01, sigma=0.25, batch_size=100, compile=True)
     a = certify_points(digits_model(), data, points, 10, eager, 3, CPU)
     b = certify_points(digits_model(), data, points, 10, compiled, 3, CPU)
     assert run_mode(compiled, CPU)["compile"] == "compiled"
@@ -185,7 +185,7 @@ def test_cert_id_names_non_default_run_settings_only():
     assert default.cert_id == "sigma-train_n0-100_n-100000_alpha-0.001_skip-20_max-500"
     fast = CertifySpec(precision="bf16", channels_last=True, compile=True)
     assert fast.cert_id == default.cert_id + "_prec-bf16_cl_compiled"
-    ddrs = CertifySpec(channels_last=True, ddrs=spec_module.DDRSSettings())
+    ddrs = CertifySpec(channels_last=True, ddrs=DDRSSettings())
     assert ddrs.cert_id.rsplit("_ddrs", 1)[0] == default.cert_id + "_cl"
     assert [run_settings(s.cert_id) for s in (default, fast, ddrs)] == [
         "fp32",

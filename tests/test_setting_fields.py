@@ -1,4 +1,4 @@
-"""One declaration per setting (`sweeper.plan.setting_fields`): every certification, attack and
+"""One declaration per setting (`trainables.kernel.settings`): every certification, attack and
 launch setting declared in its dataclass is a YAML key and a command-line option of the same
 meaning, with the same help, default and bounds. Walks the declarations, so a new setting is
 checked without touching this file."""
@@ -15,7 +15,11 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.cli.driver import DRIVER, launch_options
 from sweeper.cli.options import given
-from sweeper.plan.setting_fields import (
+from sweeper.plan.spaces import parse_spec
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec
+from sweeper.run.launch_options import LaunchOptions
+from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.settings import (
     AtLeast,
     Between,
     ListOf,
@@ -26,10 +30,6 @@ from sweeper.plan.setting_fields import (
     declared,
     flag_of,
 )
-from sweeper.plan.spaces import parse_spec
-from sweeper.plan.spec import CertifySpec, EmpiricalSpec
-from sweeper.run.launch_options import LaunchOptions
-from trainables.kernel.ddrs_settings import DDRSSettings
 
 # (command, the settings dataclass, the YAML block holding it or None, which fields it takes)
 COMMANDS = [

@@ -15,7 +15,7 @@ from scipy.stats import beta, binom, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
-from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
+from trainables.certify_points import certify_points, run_mode, seed_for
 from trainables.kernel.certificates import (
     ABSTAIN,
     certificate_from_counts,
@@ -24,6 +24,7 @@ from trainables.kernel.certificates import (
     predict_from_counts,
     radius_from_counts,
 )
+from trainables.kernel.stage_settings import CertifySpec
 from trainables.models import NormalizeLayer
 from trainables.smoothing import Smooth
 
@@ -546,9 +547,7 @@ def test_certify_points_rows_count_an_abstention_as_wrong_and_a_certified_class_
         x[0, 0, 0] = p
         data.append((x, label, i))
     indices = [0, 1, 2, 3, 4, 5]
-    settings = CertifySettings(
-        n0=20, n=n, alpha=alpha, sigma=sigma, batch_size=64, points_per_batch=2
-    )
+    settings = CertifySpec(n0=20, n=n, alpha=alpha, sigma=sigma, batch_size=64, points_per_batch=2)
     cols = certify_points(CoinFlip(), data, indices, 3, settings, 7, torch.device("cpu"))
     rows = [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
     top = sigma * float(norm.ppf(beta.ppf(alpha, n, 1)))  # all n votes: p_lower = Beta quantile
@@ -585,9 +584,7 @@ def test_certify_points_time_s_is_each_batchs_clock_split_evenly_over_its_points
 
     ticks = iter([10.0, 13.0, 20.0, 21.0])
     monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
-    settings = CertifySettings(
-        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
-    )
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2)
     cols = certify_points(
         CoinFlip(), _coin_points(3), [0, 1, 2], 3, settings, 1, torch.device("cpu")
     )
@@ -596,9 +593,7 @@ def test_certify_points_time_s_is_each_batchs_clock_split_evenly_over_its_points
 
 
 def test_certify_points_time_s_on_the_real_clock_is_shared_within_a_batch():
-    settings = CertifySettings(
-        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
-    )
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2)
     times = certify_points(
         CoinFlip(), _coin_points(3), [0, 1, 2], 3, settings, 1, torch.device("cpu")
     )["time_s"]
@@ -610,9 +605,7 @@ def test_certify_points_never_pairs_a_point_with_another_points_certificate(monk
     cut to the shorter list (every later point would then be missing or shifted)."""
     certify_batch = Smooth.certify_batch
     monkeypatch.setattr(Smooth, "certify_batch", lambda *a, **k: certify_batch(*a, **k)[:-1])
-    settings = CertifySettings(
-        n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2
-    )
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, points_per_batch=2)
     with pytest.raises(ValueError, match="zip"):
         certify_points(CoinFlip(), _coin_points(2), [0, 1], 3, settings, 1, torch.device("cpu"))
 
@@ -633,7 +626,9 @@ def test_points_per_batch_fill_a_batch_of_n0_draws_at_least_one_at_most_those_av
 ):
     """Unset, a batch holds batch_size // n0 points (n0 = 100), never fewer than one, even
     when n0 alone exceeds the batch."""
-    settings = CertifySettings(100, 1000, 0.01, 0.25, batch_size, points_per_batch=per_batch)
+    settings = CertifySpec(
+        n0=100, n=1000, alpha=0.01, sigma=0.25, batch_size=batch_size, points_per_batch=per_batch
+    )
     assert settings.points(available) == expected
 
 
@@ -671,7 +666,9 @@ def test_run_mode_records_precision_layout_and_whether_the_model_compiles(monkey
     cpu = torch.device("cpu")
     asked = []
     monkeypatch.setattr(runtime, "compile_problem", lambda kind: asked.append(kind))
-    compiled = CertifySettings(10, 20, 0.01, 0.25, 20, precision="bf16", compile=True)
+    compiled = CertifySpec(
+        n0=10, n=20, alpha=0.01, sigma=0.25, batch_size=20, precision="bf16", compile=True
+    )
     assert run_mode(compiled, cpu) == {
         "precision": "bf16",
         "channels_last": "false",
@@ -680,7 +677,7 @@ def test_run_mode_records_precision_layout_and_whether_the_model_compiles(monkey
     assert asked == ["cpu"]
     monkeypatch.setattr(runtime, "compile_problem", lambda kind: "no C++ compiler")
     assert run_mode(compiled, cpu)["compile"] == "eager (compile unavailable)"
-    eager = CertifySettings(10, 20, 0.01, 0.25, 20, channels_last=True)
+    eager = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.25, batch_size=20, channels_last=True)
     assert run_mode(eager, cpu) == {
         "precision": "fp32",
         "channels_last": "true",
@@ -695,7 +692,7 @@ def test_certify_points_tries_to_compile_on_its_device_when_asked(monkeypatch, c
 
     asked = []
     monkeypatch.setattr(runtime, "compile_problem", lambda kind: asked.append(kind) or "no cc")
-    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, compile=True)
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20, compile=True)
     with caplog.at_level("WARNING"):
         cols = certify_points(
             CoinFlip(), _coin_points(2), [0, 1], 3, settings, 1, torch.device("cpu")
@@ -731,7 +728,7 @@ class TwoChannelConv(nn.Module):
 def test_certify_points_puts_the_model_channels_last_when_asked():
     model, cpu = TwoChannelConv(), torch.device("cpu")
     data = [(torch.rand(2, 4, 4, generator=_gen(i)), 0, i) for i in range(2)]
-    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
     certify_points(model, data, [0, 1], 3, settings, 1, cpu)
     assert not model.conv.weight.is_contiguous(memory_format=torch.channels_last)
     certify_points(model, data, [0, 1], 3, replace(settings, channels_last=True), 1, cpu)
@@ -755,7 +752,7 @@ def test_certify_points_runs_the_model_at_the_settings_precision(monkeypatch):
     from trainables import runtime
 
     monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: True)
-    settings = CertifySettings(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
+    settings = CertifySpec(n0=10, n=20, alpha=0.01, sigma=0.5, batch_size=20)
     for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         model = DtypeSeen()
         certify_points(
@@ -773,9 +770,7 @@ def test_certify_points_runs_the_model_at_the_settings_precision(monkeypatch):
 def test_certify_points_draws_every_sample_from_its_seed_alone():
     """The same seed gives the same votes whatever the global RNG's state; another seed
     other votes (coins: the counts are random)."""
-    settings = CertifySettings(
-        n0=10, n=200, alpha=0.01, sigma=0.5, batch_size=64, points_per_batch=2
-    )
+    settings = CertifySpec(n0=10, n=200, alpha=0.01, sigma=0.5, batch_size=64, points_per_batch=2)
 
     def counts(seed: int, global_seed: int) -> list[int]:
         torch.manual_seed(global_seed)

@@ -5,7 +5,9 @@ points, batches them and runs it (with DDRS's per-point σ when asked).
 Pure apart from reading the data set: no Ray, no file writing. Several points share each
 forward batch (`points_per_batch`), each still getting its own n0 and n samples. The model is
 run as the settings say (`trainables.runtime`: precision, channels_last, compile); the
-defaults (fp32, NCHW, eager) are the bit-for-bit behaviour of earlier versions.
+defaults (fp32, NCHW, eager) are the bit-for-bit behaviour of earlier versions. The settings
+are the space's own `CertifySpec` (`trainables.kernel.stage_settings`), σ resolved for the
+model (`CertifySpec.resolved`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from trainables import runtime
 from trainables.ddrs import optimize_sigma
 from trainables.kernel.certificates import ABSTAIN
-from trainables.kernel.ddrs_settings import DDRSSettings
+from trainables.kernel.stage_settings import CertifySpec
 from trainables.smoothing import Smooth
 
 COLUMNS = (
@@ -36,30 +37,12 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class CertifySettings:
-    n0: int
-    n: int
-    alpha: float
-    sigma: float  # σ_cert
-    batch_size: int  # noisy samples per forward pass
-    points_per_batch: int | None = None  # None: batch_size // n0, so the n0 stage fills a batch
-    ddrs: DDRSSettings | None = None  # data-dependent σ_x per point, optimized from σ0 = sigma
-    precision: str = "fp32"  # fp32 | bf16 | fp16: autocast of the forward passes, noise dtype
-    channels_last: bool = False  # NHWC weights and activations
-    compile: bool = False  # torch.compile the forward (eager, with a warning, where it cannot)
-
-    def points(self, available: int) -> int:
-        p = self.points_per_batch or max(1, self.batch_size // self.n0)
-        return max(1, min(p, available))
-
-
 def seed_for(*parts: object) -> int:
     """A stable 63-bit seed from strings and numbers (same on every machine and run)."""
     return zlib.crc32("/".join(map(str, parts)).encode()) * 2654435761 % (2**63 - 1)
 
 
-def run_mode(settings: CertifySettings, device: torch.device) -> dict[str, str]:
+def run_mode(settings: CertifySpec, device: torch.device) -> dict[str, str]:
     """How `certify_points` runs the model under `settings` on `device`, for the records:
     precision, channels_last and compile ("compiled", "eager" or "eager (compile
     unavailable)" where torch.compile cannot run)."""
@@ -70,15 +53,17 @@ def run_mode(settings: CertifySettings, device: torch.device) -> dict[str, str]:
     }
 
 
-def _certify_batch(model, smooth: Smooth, xs: torch.Tensor, settings: CertifySettings, generator):
+def _certify_batch(
+    model, smooth: Smooth, xs: torch.Tensor, settings: CertifySpec, sigma: float, generator
+):
     """(CERTIFY of each input of `xs`, the σ each was certified at, the wall time per input:
-    the batch's, σ optimization included, shared evenly)."""
+    the batch's, σ optimization included, shared evenly); `sigma`: the settings' σ."""
     t0 = time.perf_counter()
     sigmas = None
     if settings.ddrs is not None:
         d = settings.ddrs
         sigmas = optimize_sigma(
-            model, xs, settings.sigma, d.iterations, d.lr, d.samples, d.min_sigma, generator
+            model, xs, sigma, d.iterations, d.lr, d.samples, d.min_sigma, generator
         )
     with runtime.autocast(settings.precision, xs.device):
         certs = smooth.certify_batch(
@@ -87,7 +72,7 @@ def _certify_batch(model, smooth: Smooth, xs: torch.Tensor, settings: CertifySet
     if xs.device.type == "cuda":
         torch.cuda.synchronize(xs.device)
     per_point = (time.perf_counter() - t0) / len(xs)
-    point_sigmas = [settings.sigma] * len(xs) if sigmas is None else sigmas.tolist()
+    point_sigmas = [sigma] * len(xs) if sigmas is None else sigmas.tolist()
     return certs, point_sigmas, per_point
 
 
@@ -96,7 +81,7 @@ def certify_points(
     dataset,
     indices: Sequence[int],
     num_classes: int,
-    settings: CertifySettings,
+    settings: CertifySpec,
     seed: int,
     device: torch.device,
 ) -> dict[str, list]:
@@ -106,19 +91,25 @@ def certify_points(
     OptimizeSigma under DDRS), predict (−1 = abstain), count (nA: votes for the predicted
     class among n; for an abstention, votes for the selected class), p_lower, radius (0 on
     abstention), correct, time_s (wall time per point, σ optimization included; shared
-    batches split evenly). The model is first converted in place as `settings` say (channels
-    last, compile); a precision the device cannot run raises `runtime.RuntimeSettingError`.
+    batches split evenly). `settings.sigma` must be set (`CertifySpec.resolved`: a ValueError
+    otherwise). The model is first converted in place as `settings` say (channels last,
+    compile); a precision the device cannot run raises `runtime.RuntimeSettingError`.
     """
+    if settings.sigma is None:
+        raise ValueError("certify_points needs σ set: settings.resolved(the model's training σ)")
+    sigma = settings.sigma
     runtime.check_precision(settings.precision, device)
     runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
-    smooth = Smooth(model, num_classes, settings.sigma, runtime.noise_dtype(settings.precision))
+    smooth = Smooth(model, num_classes, sigma, runtime.noise_dtype(settings.precision))
     generator = torch.Generator(device=device).manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in COLUMNS}
     P = settings.points(len(indices))
     for start in range(0, len(indices), P):
         items = [dataset[i] for i in indices[start : start + P]]
         xs = torch.stack([it[0] for it in items]).to(device)
-        certs, point_sigmas, per_point = _certify_batch(model, smooth, xs, settings, generator)
+        certs, point_sigmas, per_point = _certify_batch(
+            model, smooth, xs, settings, sigma, generator
+        )
         for (_, label, idx), c, s in zip(items, certs, point_sigmas, strict=True):
             row = {
                 "idx": int(idx),

@@ -17,7 +17,7 @@ import torch
 
 from trainables.datasets import INFO
 from trainables.kernel import fileio
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 from trainables.models import build_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -54,6 +54,6 @@ def load_model(
     payload = load(path, map_location=device)
     cfg = TrialConfig.from_dict(payload["config"])
     info = INFO[cfg.dataset]
-    model = build_model(setting(cfg.arch, "arch"), info.num_classes, info.mean, info.std)
+    model = build_model(required(cfg.arch, "arch"), info.num_classes, info.mean, info.std)
     model.load_state_dict(payload["model"])
     return model.to(device).eval(), cfg

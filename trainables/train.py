@@ -42,7 +42,7 @@ import torch
 from trainables import attacks, checkpoint, distributed, pipeline, pseudo, runtime
 from trainables.ddrs import optimize_sigma
 from trainables.kernel import fileio
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 from trainables.methods import REGISTRY, Method
 from trainables.methods.base import StepContext, epoch_epsilon
 from trainables.models import transfer_weights
@@ -82,9 +82,9 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
             model,
             x,
             table[idx],
-            iterations=setting(cfg.ddrs_iterations, "ddrs_iterations"),
-            lr=setting(cfg.ddrs_lr, "ddrs_lr"),
-            samples=setting(cfg.ddrs_samples, "ddrs_samples"),
+            iterations=required(cfg.ddrs_iterations, "ddrs_iterations"),
+            lr=required(cfg.ddrs_lr, "ddrs_lr"),
+            samples=required(cfg.ddrs_samples, "ddrs_samples"),
             generator=state.noise_generator,
         )
     table[idx] = sigma.to(device=table.device, dtype=table.dtype)
@@ -171,9 +171,9 @@ def pseudo_steps(
     unscaled loss, correct, samples, inputs) plus this call's."""
     cfg = state.cfg
     ctx = dataclasses.replace(ctx, generator=stream.noise_generator, sigma_x=None)
-    eta = setting(cfg.pseudo_eta, "pseudo_eta")
+    eta = required(cfg.pseudo_eta, "pseudo_eta")
     loss_sum, correct, seen, inputs = sums
-    for _ in range(setting(cfg.pseudo_ratio, "pseudo_ratio")):
+    for _ in range(required(cfg.pseudo_ratio, "pseudo_ratio")):
         x, y, _ = stream.next_batch(size)
         x, y = x.to(state.device), y.to(state.device)
         for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):

@@ -15,7 +15,7 @@ import torch
 
 from trainables import attacks, pseudo, runtime
 from trainables.datasets import INFO
-from trainables.kernel.config import TrialConfig, pipeline_for, setting
+from trainables.kernel.config import TrialConfig, pipeline_for, required
 from trainables.kernel.errors import ConfigError
 from trainables.models import build_model, input_statistics
 
@@ -134,7 +134,7 @@ def build_state(cfg: TrialConfig, device: torch.device | None = None) -> TrainSt
     torch.manual_seed(cfg.seed)
     info = INFO[cfg.dataset]
     mean, std = input_statistics(cfg.normalize_input, cfg.scale_input, info.mean, info.std)
-    model = build_model(setting(cfg.arch, "arch"), info.num_classes, mean, std).to(device)
+    model = build_model(required(cfg.arch, "arch"), info.num_classes, mean, std).to(device)
     if cfg.channels_last:
         runtime.to_channels_last(model)
     optimizer = torch.optim.SGD(

@@ -12,7 +12,7 @@ from sweeper.plan.cost import SweepCost, price_sweep
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
 from sweeper.run.capacity import effective_resources
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
     cost = None
     if plan.trials:
         figures = throughput.figures_for(
-            kind, sorted({setting(t.arch, "arch") for t in plan.trials}), measured
+            kind, sorted({required(t.arch, "arch") for t in plan.trials}), measured
         )
         by_arch = {a: f for a, (f, _) in figures.items()}
         cost = price_sweep(plan.trials, plan.spec.certify, by_arch)

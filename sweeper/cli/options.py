@@ -1,4 +1,4 @@
-"""Command-line options made from the settings' own declarations (`sweeper.plan.setting_fields`),
+"""Command-line options made from the settings' own declarations (`trainables.kernel.settings`),
 so a setting's flag, type, help and range cannot disagree with its YAML key and default.
 
 `settings_options(cls)` turns every declared field of a settings dataclass into a Typer option;
@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from sweeper.plan.setting_fields import AtLeast, ListOf, NotBelow, Settings, declared, flag_of
+from trainables.kernel.settings import AtLeast, ListOf, NotBelow, Settings, declared, flag_of
 
 SCALARS = (int, float, str, bool)
 

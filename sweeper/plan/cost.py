@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.throughput import Figure
 from trainables.kernel.catalog import DATASETS
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 from trainables.methods import EPSILON_METHODS, REGISTRY
 
 # Inputs per split as the project's loaders make them: CIFAR-10 50,000/10,000; ImageNet (and
@@ -77,7 +77,7 @@ def training_work(cfg: TrialConfig) -> tuple[float, float]:
         cfg, False
     )
     if cfg.ddrs_start_epoch is not None:  # OptimizeSigma before every chunk's step
-        steps = setting(cfg.ddrs_iterations, "ddrs_iterations") * setting(
+        steps = required(cfg.ddrs_iterations, "ddrs_iterations") * required(
             cfg.ddrs_samples, "ddrs_samples"
         )
         per_input += (cfg.epochs - cfg.ddrs_start_epoch) * steps
@@ -132,7 +132,7 @@ def price(cfg: TrialConfig, spec: CertifySpec, figure: Figure) -> TrialCost:
 def group_label(cfg: TrialConfig) -> str:
     """The fields that set a trial's cost (PGD and DDN cost the same); a group's trials may
     still differ a little (ε = 0, warm-up, eval_subset), so its per-trial cost is a mean."""
-    parts = [cfg.dataset, setting(cfg.arch, "arch"), cfg.method]
+    parts = [cfg.dataset, required(cfg.arch, "arch"), cfg.method]
     parts += [f"T={cfg.steps}"] if cfg.steps is not None else []
     parts += [f"m={cfg.m_train}"] if cfg.m_train is not None else []
     parts += [f"{cfg.epochs} ep"]
@@ -199,7 +199,7 @@ def price_sweep(
     trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
 ) -> SweepCost:
     """Every trial priced with its architecture's figure."""
-    return SweepCost([price(t, spec, figures[setting(t.arch, "arch")]) for t in trials])
+    return SweepCost([price(t, spec, figures[required(t.arch, "arch")]) for t in trials])
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 A space declares `fixed` hyperparameters, one or more `grids` (each a product of axes, the
 sweep being their union), per-trial `resources`, the `certify` settings, the `empirical`
-robustness settings (for `sweeper empirical`) and `smoke` overrides for a quick look. An axis
+robustness settings (for `sweeper empirical`; both declared in
+`trainables.kernel.stage_settings`, which the workers run as they are) and `smoke` overrides
+for a quick look. An axis
 value may be a mapping, to set several fields together (e.g. `{attack: pgd, steps: 1}` vs
 `{attack: ddn, steps: 2}`). Reading and validating a YAML file into one is `sweeper.plan.spaces`.
 """
@@ -15,40 +17,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sweeper.plan.setting_fields import (
-    AtLeast,
-    Between,
-    ListOf,
-    OneOf,
-    Positive,
-    Settings,
-    bound_problems,
-    setting,
-)
 from trainables.kernel.config import TrialConfig
-from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.field_types import type_problems
-from trainables.kernel.run_modes import ESTIMATORS, PRECISIONS
+from trainables.kernel.settings import setting
+from trainables.kernel.stage_settings import CertifySpec, EmpiricalSpec
+
+# The stages' settings are the kernel's (`trainables.kernel.stage_settings`); a space holds them.
+__all__ = ["TRIAL_KEYS", "CertifySpec", "EmpiricalSpec", "Grid", "Resources", "SweepSpec"]
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
-
-
-# The DDRS settings (trainables.kernel.ddrs_settings.DDRSSettings) as `sweeper certify
-# --ddrs-<part>` says them.
-DDRS_PARTS = {
-    "iterations": "OptimizeSigma ascent steps K.",
-    "lr": "OptimizeSigma step size.",
-    "samples": "Noise draws per OptimizeSigma step.",
-    "min_sigma": "The smallest σ_x OptimizeSigma may reach.",
-}
 
 
 @dataclass(frozen=True)
 class Resources:
     """Per-trial (and per-certification-task) resources. Fractions pack trials on a GPU."""
 
-    cpu: float = 1.0
-    gpu: float = 0.0
+    cpu: float = setting(1.0, "CPUs per trial and per task (fractions pack).")
+    gpu: float = setting(0.0, "GPUs per trial and per task (fractions pack trials on a GPU).")
 
     def problems(self) -> list[str]:
         p = type_problems(self)
@@ -57,142 +42,6 @@ class Resources:
                 f"cpu and gpu must be >= 0 and not both zero (got cpu={self.cpu}, gpu={self.gpu})"
             )
         return p
-
-
-@dataclass(frozen=True)
-class CertifySpec:
-    """CERTIFY settings. The paper's: n0=100, n=100,000, α=0.001 on every 20th test image.
-    Each is declared once, here (`setting`): YAML, the `sweeper certify` options and their
-    --help are read from these lines."""
-
-    n0: int = setting(100, "Samples that select the class.", AtLeast(1))
-    n: int = setting(100_000, "Monte-Carlo samples for the bound.", AtLeast(1))
-    alpha: float = setting(0.001, "Failure probability.", Between(0, 0.5))
-    skip: int = setting(20, "Certify every SKIP-th test point (0, skip, 2·skip, ...).", AtLeast(1))
-    max_points: int | None = setting(
-        500, "At most this many test points (null: the whole subset).", AtLeast(1)
-    )
-    sigma: float | None = setting(
-        None,
-        "Smoothing σ for certification (null: each model's training σ).",
-        Positive(),
-        flag="--sigma-cert",
-    )
-    batch_size: int = setting(
-        1000, "Noisy samples per forward pass (lower it if a GPU runs out).", AtLeast(1)
-    )
-    points_per_batch: int | None = setting(
-        None,
-        "Test points per forward pass (null: enough to fill a batch at n0 samples each).",
-        AtLeast(1),
-    )
-    shard_size: int = setting(50, "Test points per task (and Parquet file).", AtLeast(1))
-    # In a space, `ddrs: {}` or true certifies every model a second time with σ_x per point
-    # (the paper's OptimizeSigma settings); `sweeper certify --ddrs`.
-    ddrs: DDRSSettings | None = setting(
-        None,
-        "Also certify with data-dependent σ per point (DDRS), then the memory pass.",
-        Settings(DDRS_PARTS),
-    )
-    # How the base classifier is run (trainables.runtime). All three can change the votes, so
-    # any non-default value is part of cert_id (see there).
-    precision: str = setting(
-        "fp32",
-        "Numeric precision of the base classifier's forward passes (autocast; fp16 "
-        "needs CUDA, bf16 a GPU or CPU with bf16 support). The certificate is of the classifier "
-        "as run: deploy it (PREDICT) at the same one.",
-        OneOf(PRECISIONS),
-    )
-    channels_last: bool = setting(
-        False, "Run the base classifier in channels-last (NHWC) memory layout."
-    )
-    compile: bool = setting(
-        False,
-        "torch.compile the base classifier (runs eagerly, with a warning, where it "
-        "cannot compile).",
-    )
-
-    def problems(self) -> list[str]:
-        return type_problems(self) or bound_problems(self)
-
-    @property
-    def cert_id(self) -> str:
-        """Names the settings in file paths; new settings give new files, old rows stay.
-
-        The defaults (fp32, NCHW, eager) add nothing, so every id written before these settings
-        existed still names its files. Otherwise `_prec-<p>`, `_cl` and `_compiled` are added,
-        because each can change the votes: a certificate is of the base classifier as it was
-        run, and rows of different runs must not pool. bf16/fp16 obviously; channels_last and
-        compile too: measured on this project's AVX2 CPU (oneDNN), both give logits that differ
-        from NCHW eager ones in the last bits, so a vote near a decision boundary can flip."""
-        sigma = "train" if self.sigma is None else f"{self.sigma:g}"
-        mp = "all" if self.max_points is None else self.max_points
-        fixed = (
-            f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
-        )
-        fixed += "".join(f"_{t}" for t in self.run_tags)
-        return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
-
-    @property
-    def run_tags(self) -> tuple[str, ...]:
-        """The cert_id segments of the non-default run settings (none at the defaults)."""
-        tags = () if self.precision == "fp32" else (f"prec-{self.precision}",)
-        return tags + ("cl",) * self.channels_last + ("compiled",) * self.compile
-
-    @property
-    def setting_id(self) -> str:  # what the sharded-stage engine calls it
-        return self.cert_id
-
-    def variants(self) -> list[CertifySpec]:
-        """The settings a run certifies with: fixed σ, and data-dependent σ too if `ddrs`."""
-        fixed = dataclasses.replace(self, ddrs=None)
-        return [fixed] if self.ddrs is None else [fixed, self]
-
-
-@dataclass(frozen=True)
-class EmpiricalSpec:
-    """Empirical robustness (`sweeper empirical`, SmoothAdv section 4.2): SmoothAdv-PGD with
-    `steps` steps at each ℓ2 radius ε of `epsilons` and each m_test, then PREDICT (n, α).
-
-    Defaults: ε ∈ {0, 0.25, 0.5, 1, 2} (ε = 0 is no attack, run once: the clean smoothed
-    accuracy); m_test = 128 and 20 steps, the paper's Fig. 1 attack (its Fig. 3 sweeps m_test
-    over 1, 4, 8, 16, 64, 128; every (ε, m_test) costs one PREDICT pass per point); the
-    plug-in estimator (6) ("stein": the gradient-free (7), weaker, appendix C.6). n, alpha,
-    skip, max_points, shard_size and batch_size left null follow the `certify` block, so the
-    empirical and certified accuracies use the same points, n and α (paper: 1e5, 0.001);
-    max_points "all" attacks the whole subset."""
-
-    epsilons: tuple[float, ...] = setting(
-        (0.0, 0.25, 0.5, 1.0, 2.0), "ℓ2 attack radii (0: clean).", ListOf(float, 0)
-    )
-    m_test: tuple[int, ...] = setting((128,), "Noise draws of the attack.", ListOf(int, 1))
-    steps: int = setting(20, "Attack steps (the paper: 20).", AtLeast(1))
-    estimator: str = setting(
-        "plugin",
-        "The attack's gradient: plugin (6) or stein (7, gradient-free).",
-        OneOf(ESTIMATORS),
-    )
-    n: int | None = setting(None, "PREDICT's Monte-Carlo samples.", AtLeast(1))
-    alpha: float | None = setting(None, "PREDICT's level.", Between(0, 0.5))
-    skip: int | None = setting(None, "Attack every SKIP-th test point.", AtLeast(1))
-    max_points: int | str | None = setting(
-        None, "At most this many test points (all: the whole subset).", AtLeast(1, all_ok=True)
-    )
-    shard_size: int | None = setting(None, "Test points per task.", AtLeast(1))
-    batch_size: int | None = setting(
-        None, "Noisy samples per forward pass, attack and PREDICT.", AtLeast(1)
-    )
-
-    def __post_init__(self) -> None:  # YAML and the CLI give lists (or one number)
-        for name in ("epsilons", "m_test"):
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                object.__setattr__(self, name, (value,))
-
-    def problems(self) -> list[str]:
-        return bound_problems(self)  # null: inherited from certify, checked there
 
 
 @dataclass(frozen=True)

@@ -8,57 +8,28 @@ shard) loads the checkpoint once and attacks its points; the engine writes
     <experiment>/empirical/<trial_id>/<emp_id>/shard-00003-of-00010.parquet
 
 (compacted once complete), where `emp_id` names the setting, so new settings add files and
-existing shards are skipped. The rows, their checks and reading them (the envelope overlay)
-are `sweeper.results.attack_rows`. torch and Ray are imported only by the functions that run
-attacks.
+existing shards are skipped. The settings are `trainables.kernel.stage_settings`'s
+(`EmpiricalSpec`, resolved here into `EmpiricalSetting`s), the loop over a shard's points is
+`trainables.attack_points`, and the rows, their checks and reading them (the envelope overlay)
+are `sweeper.results.attack_rows`. This module is the stage's driver side: torch and Ray are
+imported only by the functions that run attacks.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pyarrow as pa
 
-from sweeper.plan.spec import CertifySpec, EmpiricalSpec, Resources
+from sweeper.plan.spec import Resources
 from sweeper.results.attack_rows import ATTACKED, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
 from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
-
-
-@dataclass(frozen=True)
-class EmpiricalSetting:
-    """One attack setting, fully resolved (no field inherited any more)."""
-
-    epsilon: float
-    m_test: int | None  # None when epsilon == 0 (no attack)
-    steps: int | None
-    estimator: str | None
-    n: int
-    alpha: float
-    skip: int
-    max_points: int | None  # None: every skip-th test point
-    shard_size: int
-    batch_size: int
-
-    @property
-    def emp_id(self) -> str:
-        """Names the setting in file paths (shard_size and batch_size do not change rows)."""
-        mp = "all" if self.max_points is None else self.max_points
-        attack = (
-            "clean"
-            if self.epsilon == 0
-            else f"eps-{self.epsilon:g}_m-{self.m_test}_T-{self.steps}_{self.estimator}"
-        )
-        return f"{attack}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
-
-    @property
-    def setting_id(self) -> str:  # what the sharded-stage engine calls it
-        return self.emp_id
+from trainables.kernel.stage_settings import CertifySpec, EmpiricalSetting, EmpiricalSpec
 
 
 def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting]:
@@ -87,68 +58,6 @@ def settings(spec: EmpiricalSpec, certify: CertifySpec) -> list[EmpiricalSetting
     return list(out.values())
 
 
-# ------------------------------------------------------------------------------ the task
-def attack_points(
-    model,
-    dataset,
-    indices: Sequence[int],
-    setting: EmpiricalSetting,
-    sigma: float,
-    num_classes: int,
-    generator,
-    device,
-) -> dict[str, list]:
-    """Attack and PREDICT each `dataset[i]` for i in `indices`: columns idx, label, predict,
-    correct, perturbation_norm, time_s (wall time per point; shared batches split evenly).
-    Points are attacked together, at most batch_size // m_test at a time, so that every
-    forward pass of the attack holds at most `batch_size` noisy samples."""
-    import torch
-
-    from trainables.empirical_robustness import attack_and_predict
-
-    m = setting.m_test or 1
-    group = max(1, setting.batch_size // m)
-    cols: dict[str, list] = {
-        k: [] for k in ("idx", "label", "predict", "correct", "perturbation_norm", "time_s")
-    }
-    for start in range(0, len(indices), group):
-        items = [dataset[i] for i in indices[start : start + group]]
-        x = torch.stack([it[0] for it in items]).to(device)
-        y = torch.tensor([int(it[1]) for it in items], device=device)
-        t0 = _now(device)
-        results = attack_and_predict(
-            model,
-            x,
-            y,
-            sigma,
-            setting.epsilon,
-            setting.steps or 1,
-            m,
-            setting.n,
-            setting.alpha,
-            setting.batch_size,
-            setting.estimator or "plugin",
-            generator,
-            num_classes,
-        )
-        per_point = (_now(device) - t0) / len(items)
-        for it, r in zip(items, results, strict=True):
-            row = [int(it[2]), r.label, r.prediction, r.correct, r.perturbation_norm, per_point]
-            for k, v in zip(cols, row, strict=True):
-                cols[k].append(v)
-    return cols
-
-
-def _now(device) -> float:
-    import time
-
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
 def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus: float) -> pa.Table:
     """Attack and PREDICT one shard's points (on a worker): its rows. Smoothing σ = the
     model's training σ; the noise comes from a generator seeded by (trial_id, emp_id, shard),
@@ -156,6 +65,7 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
+    from trainables.attack_points import attack_points
     from trainables.certify_points import seed_for
     from trainables.datasets import load_dataset
     from trainables.kernel.catalog import NUM_CLASSES

@@ -1,7 +1,8 @@
 """Certification as a stage of the sharded-stage engine (`sweeper.run.shards`).
 
 Per shard: load the model's checkpoint once, run CERTIFY on the shard's test points, return
-the rows (`sweeper.results.rows.SCHEMA`). The setting is a `CertifySpec`; its `cert_id` names the
+the rows (`sweeper.results.rows.SCHEMA`). The setting is a `CertifySpec`, which
+`trainables.certify_points` runs as it is (σ resolved for the model); its `cert_id` names the
 files, so other settings (n, α, σ_cert, DDRS) add files beside the old ones. For data-dependent
 smoothing (DDRS) the finishing step, once all of a model's shards exist, is the memory pass
 that makes its certificates sound (`sweeper.run.ddrs_memory`): the compacted file holds the adjusted
@@ -15,11 +16,11 @@ import platform
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sweeper.plan.spec import CertifySpec
 from sweeper.results.rows import CERTIFIED, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.catalog import NUM_CLASSES
+from trainables.kernel.stage_settings import CertifySpec
 
 
 def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float) -> pa.Table:
@@ -27,25 +28,13 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     import torch
 
     from trainables import checkpoint
-    from trainables.certify_points import CertifySettings, certify_points, run_mode, seed_for
+    from trainables.certify_points import certify_points, run_mode, seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
-    sigma = spec.sigma if spec.sigma is not None else cfg.sigma
-    settings = CertifySettings(
-        spec.n0,
-        spec.n,
-        spec.alpha,
-        sigma,
-        spec.batch_size,
-        spec.points_per_batch,
-        spec.ddrs,
-        precision=spec.precision,
-        channels_last=spec.channels_last,
-        compile=spec.compile,
-    )
+    settings = spec.resolved(cfg.sigma)
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     seed = seed_for(shard.trial_id, shard.setting_id, shard.index)
     cols = certify_points(

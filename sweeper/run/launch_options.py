@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeper.plan.grid import MAX_TRIALS
-from sweeper.plan.setting_fields import AtLeast, NotBelow, setting
 from sweeper.plan.sweep_plan import address_credentials_problem
 from sweeper.results.credentials import credentials_problem, without_credentials
 from trainables.kernel.errors import ProblemsError
+from trainables.kernel.settings import AtLeast, NotBelow, setting
 
 
 class CredentialsError(ProblemsError):

@@ -200,13 +200,18 @@ class TrialConfig(
 T = TypeVar("T")
 
 
-def setting(value: T | None, name: str) -> T:
+def required(value: T | None, name: str) -> T:
     """A setting this trial uses, so resolution and validation have made sure it is set: a
     method's (named by its row in `trainables.methods.REGISTRY`), DDRS training's or
     self-training's when on, `arch` (resolved from the data set)."""
     if value is None:
         raise ConfigError([f"{name} is unset but the trial uses it"])
     return value
+
+
+# The former name, kept only for `trainables.pseudo` until its import is renamed (its owner's
+# change); settings are declared with `trainables.kernel.settings.setting`.
+setting = required
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TrialConfig))

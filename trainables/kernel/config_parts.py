@@ -14,12 +14,20 @@ no part of the trial_id. Pure Python (no torch): the control plane validates who
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from trainables.kernel.catalog import ARCHS, DATASETS
-from trainables.methods import METHODS, Method
+from trainables.kernel.settings import (
+    AtLeast,
+    NotBelow,
+    OneOf,
+    Positive,
+    TrueOrFalse,
+    declared,
+    setting,
+)
+from trainables.methods import METHOD_SETTINGS, METHODS, Method
 
 # Field metadata: where the data lives, how it is loaded, and how the model's forward is laid
 # out and compiled do not change the trained model's identity (a different data pipeline gives
@@ -44,9 +52,6 @@ PSEUDO_FIELDS = ("pseudo_data", "pseudo_fingerprint", "pseudo_eta", "pseudo_rati
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}")
 
-# (field, test, requirement) of a method setting, checked when the trial's method uses it.
-Bound = tuple[str, Callable[[Any], bool], str]
-
 
 def choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> list[str]:
     if value in valid:
@@ -54,14 +59,26 @@ def choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> li
     return [f"unknown {name} {value!r}{where} (valid: {', '.join(valid)})"]
 
 
-def _bound_problems(part: Any, bounds: tuple[Bound, ...], method: Method | None) -> list[str]:
-    if method is None:  # an unknown method: reported by ModelPart
-        return []
-    p = []
-    for name, ok, requirement in bounds:
-        value = getattr(part, name)
-        if name in method.settings and (value is None or not ok(value)):
-            p.append(f"{name} must be {requirement} for method {method.name!r} (got {value})")
+def bounded(
+    part: type, trial: Any, method: Method | None, names: tuple[str, ...] = ()
+) -> list[str]:
+    """The problems of `trial`'s values of the settings `part` declares with a bound (only
+    those in `names`, if given), in field order. A method's setting
+    (`trainables.methods.METHOD_SETTINGS`) is checked only when the trial's method uses it, and
+    must then be set; every other one always, null letting through a field whose default is
+    null. A choice among names (`OneOf` of strings) says "unknown ... (valid: ...)"."""
+    p: list[str] = []
+    for f in declared(part):
+        if names and f.name not in names:
+            continue
+        bound, value = f.metadata["bound"], getattr(trial, f.name)
+        if f.name in METHOD_SETTINGS:
+            if method is not None and f.name in method.settings:  # None: reported by ModelPart
+                p += bound.unmet(f.name, value, where=f" for method {method.name!r}", required=True)
+        elif isinstance(bound, OneOf) and all(isinstance(c, str) for c in bound.choices):
+            p += bound.problems(f.name, value)
+        else:
+            p += bound.unmet(f.name, value, null=f.default is None)
     return p
 
 
@@ -69,11 +86,19 @@ def _bound_problems(part: Any, bounds: tuple[Bound, ...], method: Method | None)
 class ModelPart:
     """What is trained: data set, network, method, noise level and noise draws per input."""
 
-    dataset: str = "cifar10"
-    arch: str | None = None  # None -> catalog.DEFAULT_ARCH[dataset]
-    method: str = "smoothadv"  # a row of trainables.methods.REGISTRY (METHODS)
-    sigma: float = 0.25  # training noise level, [0,1] pixel units; also σ for certification
-    m_train: int | None = 1  # noise draws per input (attack estimate + augmentation); 1,2,4,8
+    dataset: str = setting("cifar10", "The data set.", OneOf(DATASETS))
+    arch: str | None = setting(
+        None, "The network (null: catalog.DEFAULT_ARCH[dataset]).", OneOf(ARCHS)
+    )
+    method: str = setting("smoothadv", "A row of trainables.methods.REGISTRY.", OneOf(METHODS))
+    sigma: float = setting(
+        0.25,
+        "Training noise level, [0,1] pixel units; also σ for certification.",
+        Positive(),
+    )
+    m_train: int | None = setting(
+        1, "Noise draws per input (attack estimate + augmentation); 1, 2, 4, 8.", AtLeast(1)
+    )
     # The first layer (None: the method's code, `Method.protocol`): (x − μ)/s, x − μ (with
     # scale_input false: SmoothAdv's from-scratch CIFAR-10/ImageNet models) or none (false).
     normalize_input: bool | None = None
@@ -83,12 +108,7 @@ class ModelPart:
     train_multi_noise: bool | None = None
 
     def model_problems(self, method: Method | None) -> list[str]:
-        p = choice("dataset", self.dataset, DATASETS) + choice("method", self.method, METHODS)
-        if self.arch is not None:
-            p += choice("arch", self.arch, ARCHS)
-        if not self.sigma > 0:
-            p.append(f"sigma must be > 0 (got {self.sigma})")
-        return p + _bound_problems(self, (("m_train", lambda v: v >= 1, ">= 1"),), method)
+        return bounded(ModelPart, self, method)
 
 
 @dataclass(frozen=True)
@@ -97,21 +117,19 @@ class AttackPart:
     warmup_epochs for its own ascent)."""
 
     attack: str | None = "pgd"  # pgd | ddn (the PGD baselines: pgd only)
-    epsilon: float | None = 1.0  # ℓ2 attack radius; the paper's floats 0.25, 0.5, 1.0, 2.0
-    steps: int | None = 1  # attack steps T (2..10 in the paper's grid)
-    warmup_epochs: int | None = 10  # W: ε ramps up over the first W epochs (W <= 1: no warm-up)
+    epsilon: float | None = setting(
+        1.0, "ℓ2 attack radius; the paper's 0.25, 0.5, 1.0, 2.0.", NotBelow(0)
+    )
+    steps: int | None = setting(1, "Attack steps T (2..10 in the paper's grid).", AtLeast(1))
+    warmup_epochs: int | None = setting(
+        10, "W: ε ramps up over the first W epochs (W <= 1: no warm-up).", AtLeast(0)
+    )
     warmup_schedule: str | None = "reference"  # min(ε,(e+1)ε/W) as train_pgd.py; "paper": 0 at e=0
     ddn_init_norm: float | None = None  # DDN's initial norm; None: the epoch's ε (reference)
     ddn_gamma: float | None = 0.05  # DDN norm update factor γ
 
-    _ATTACK_BOUNDS: ClassVar[tuple[Bound, ...]] = (
-        ("epsilon", lambda v: v >= 0, ">= 0"),
-        ("steps", lambda v: v >= 1, ">= 1"),
-        ("warmup_epochs", lambda v: v >= 0, ">= 0"),
-    )
-
     def attack_problems(self, method: Method | None) -> list[str]:
-        p = _bound_problems(self, self._ATTACK_BOUNDS, method)
+        p = bounded(AttackPart, self, method)
         if method is None or "attack" not in method.settings:
             return p
         p += choice("attack", self.attack, method.attacks, f" for method {method.name!r}")
@@ -130,34 +148,37 @@ class AttackPart:
 class MethodPart:
     """The hyperparameters of SmoothMix, MACER, consistency and stability training."""
 
-    lam: float | None = None  # λ: regularizer weight (macer 12, consistency 10/20, stability 2)
-    eta: float | None = None  # η: smoothmix mixup weight (5), consistency entropy weight (0.5)
-    mix_alpha: float | None = None  # SmoothMix ascent step α (default 2σ)
-    mix_step: int | None = None  # SmoothMix: 0 = mix with x; 1 = the one-step adversary
+    lam: float | None = setting(
+        None, "λ: regularizer weight (macer 12, consistency 10/20, stability 2).", NotBelow(0)
+    )
+    eta: float | None = setting(
+        None,
+        "η: SmoothMix mixup weight (5), consistency entropy weight (0.5).",
+        NotBelow(0),
+    )
+    mix_alpha: float | None = setting(None, "SmoothMix ascent step α (default 2σ).", Positive())
+    mix_step: int | None = setting(
+        None, "SmoothMix: 0 = mix with x; 1 = the one-step adversary.", OneOf((0, 1))
+    )
     mix_maxnorm: float | None = None  # SmoothMix: optional ℓ2 bound on the adversary (None: none)
-    mix_detach: bool | None = None  # SmoothMix: stop gradients through the mixed target
-    macer_beta: float | None = None  # MACER inverse temperature β (16)
-    macer_gamma: float | None = None  # MACER hinge margin γ (8)
-    stability_loss: str | None = None  # cross_entropy (train_stab.py) | kl (the paper)
-    # MACER: λ = 0 until the first LR drop (epochs < lr_step_size + lr_step_offset), as
-    # jh-jeong's train_macer.py --deferred and the SmoothMix appendix C.2's σ = 1.0 model
-    macer_deferred: bool | None = None
-
-    _METHOD_BOUNDS: ClassVar[tuple[Bound, ...]] = (
-        ("lam", lambda v: v >= 0, ">= 0"),
-        ("eta", lambda v: v >= 0, ">= 0"),
-        ("mix_alpha", lambda v: v > 0, "> 0"),
-        ("mix_step", lambda v: v in (0, 1), "0 or 1"),
-        ("mix_detach", lambda v: True, "true or false"),
-        ("macer_beta", lambda v: v > 0, "> 0"),
-        ("macer_gamma", lambda v: v > 0, "> 0"),
-        ("stability_loss", lambda v: v in STABILITY_LOSSES, " or ".join(STABILITY_LOSSES)),
-        ("macer_deferred", lambda v: True, "true or false"),
+    mix_detach: bool | None = setting(
+        None, "SmoothMix: stop gradients through the mixed target.", TrueOrFalse()
+    )
+    macer_beta: float | None = setting(None, "MACER inverse temperature β (16).", Positive())
+    macer_gamma: float | None = setting(None, "MACER hinge margin γ (8).", Positive())
+    stability_loss: str | None = setting(
+        None, "cross_entropy (train_stab.py) or kl (the paper).", OneOf(STABILITY_LOSSES)
+    )
+    macer_deferred: bool | None = setting(
+        None,
+        "MACER: λ = 0 until the first LR drop (epochs < lr_step_size + lr_step_offset), as "
+        "jh-jeong's train_macer.py --deferred and the SmoothMix appendix C.2's σ = 1.0 model.",
+        TrueOrFalse(),
     )
 
     def method_problems(self, method: Method | None, steps: int | None) -> list[str]:
         """`steps`: the attack part's (SmoothMix's ascent steps)."""
-        p = _bound_problems(self, self._METHOD_BOUNDS, method)
+        p = bounded(MethodPart, self, method)
         if method is None or method.name != "smoothmix":
             return p
         if self.mix_maxnorm is not None and not self.mix_maxnorm > 0:
@@ -228,13 +249,15 @@ class OptimisationPart:
     """SGD with momentum and a step schedule: the LR is multiplied by lr_gamma entering each
     0-based epoch k·lr_step_size + lr_step_offset (k = 1, 2, ...)."""
 
-    epochs: int = 150
-    batch_size: int = 256  # inputs per loader batch; split into m_train chunks of batch/m
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    lr_step_size: int = 50  # epochs between lr drops
-    lr_gamma: float = 0.1
+    epochs: int = setting(150, "Training epochs.", AtLeast(1))
+    batch_size: int = setting(
+        256, "Inputs per loader batch; split into m_train chunks of batch/m.", AtLeast(1)
+    )
+    lr: float = setting(0.1, "SGD's learning rate.", Positive())
+    momentum: float = setting(0.9, "SGD's momentum.", NotBelow(0))
+    weight_decay: float = setting(1e-4, "SGD's weight decay.", NotBelow(0))
+    lr_step_size: int = setting(50, "Epochs between LR drops.", AtLeast(1))
+    lr_gamma: float = setting(0.1, "The factor of each LR drop.", Positive())
     # Where the drops fall, as the method's reference code steps its scheduler (None: the
     # method's, `Method.protocol`): 0 Cohen's and SmoothAdv's (step(epoch) before the epoch),
     # 1 jh-jeong's (after it), -1 MACER's (step() before each 1-based epoch).
@@ -253,16 +276,7 @@ class OptimisationPart:
                 f"lr_step_offset must be in (-lr_step_size, lr_step_size) = "
                 f"({-self.lr_step_size}, {self.lr_step_size}) (got {offset})"
             )
-        for name in ("epochs", "batch_size", "lr_step_size"):
-            if getattr(self, name) < 1:
-                p.append(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("lr", "lr_gamma"):
-            if not getattr(self, name) > 0:
-                p.append(f"{name} must be > 0 (got {getattr(self, name)})")
-        for name in ("momentum", "weight_decay"):
-            if getattr(self, name) < 0:
-                p.append(f"{name} must be >= 0 (got {getattr(self, name)})")
-        return p
+        return p + bounded(OptimisationPart, self, None)
 
 
 @dataclass(frozen=True)
@@ -270,16 +284,27 @@ class RunPart:
     """How the trial runs: data subsets, precision, seed, starting weights and processes; and
     the environment (where the data is, how it is loaded, memory layout, compilation)."""
 
-    train_subset: int | None = None  # use only this many training inputs (smoke runs)
-    eval_subset: int | None = None  # evaluate clean/noisy accuracy on this many test inputs
+    train_subset: int | None = setting(
+        None, "Use only this many training inputs (smoke runs).", AtLeast(1)
+    )
+    eval_subset: int | None = setting(
+        None, "Evaluate clean/noisy accuracy on this many test inputs.", AtLeast(1)
+    )
     data_dir: str | None = field(default=None, metadata=ENVIRONMENT)
     download: bool = field(default=False, metadata=ENVIRONMENT)
-    num_workers: int = field(default=0, metadata=ENVIRONMENT)  # DataLoader worker processes
-    amp: str = "off"  # off | fp16 | bf16 (see AMP_MODES); fp16 on a CPU trains in fp32
+    num_workers: int = setting(0, "DataLoader worker processes.", AtLeast(0), metadata=ENVIRONMENT)
+    amp: str = setting(
+        "off", "off, fp16 or bf16 (AMP_MODES); fp16 on a CPU trains in fp32.", OneOf(AMP_MODES)
+    )
     seed: int = 0
     channels_last: bool = field(default=False, metadata=ENVIRONMENT)  # NHWC (faster convolutions)
     compile: bool = field(default=False, metadata=ENVIRONMENT)  # torch.compile (eager where not)
-    data_pipeline: str = field(default="auto", metadata=ENVIRONMENT)  # see DATA_PIPELINES
+    data_pipeline: str = setting(
+        "auto",
+        "How batches are made (DATA_PIPELINES).",
+        OneOf(DATA_PIPELINES),
+        metadata=ENVIRONMENT,
+    )
     # Two-stage sweeps: fine-tune another trial's model (its trial_id), loaded before the first
     # epoch but for the input layer (this trial's) and the logit layer (new; NeurIPS app. E.1).
     init_from: str | None = None
@@ -289,16 +314,9 @@ class RunPart:
 
     def run_problems(self, dataset: str, batch_size: int, ddrs_or_pseudo: bool) -> list[str]:
         """`ddrs_or_pseudo`: whether DDRS training or self-training is on."""
-        p = []
-        for name in ("train_subset", "eval_subset"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                p.append(f"{name} must be >= 1 or null (got {value})")
-        if self.num_workers < 0:
-            p.append(f"num_workers must be >= 0 (got {self.num_workers})")
+        p = bounded(RunPart, self, None, ("train_subset", "eval_subset", "num_workers"))
         p += self._data_parallel_problems(batch_size, ddrs_or_pseudo)
-        p += choice("amp", self.amp, AMP_MODES)
-        p += choice("data_pipeline", self.data_pipeline, DATA_PIPELINES)
+        p += bounded(RunPart, self, None, ("amp", "data_pipeline"))
         if self.data_pipeline == "device" and dataset == "imagenet":
             p.append(
                 "data_pipeline device needs an in-memory data set (not imagenet's image "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 
@@ -25,9 +25,9 @@ def regularizer(logits: torch.Tensor, m: int, lam: float, eta: float) -> torch.T
 
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    m = setting(cfg.m_train, "m_train")
+    m = required(cfg.m_train, "m_train")
     noise = draw_noise(x, m, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
-    reg = regularizer(logits, m, setting(cfg.lam, "lam"), setting(cfg.eta, "eta")).mean()
+    reg = regularizer(logits, m, required(cfg.lam, "lam"), required(cfg.eta, "eta")).mean()
     return StepOutput(F.cross_entropy(logits, targets) + reg, logits, targets)

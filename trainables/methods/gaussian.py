@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import (
     StepContext,
     StepOutput,
@@ -16,5 +16,5 @@ from trainables.methods.base import (
 
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     """Cross-entropy on m_train noisy copies of each input (m_train = 1 is Cohen's training)."""
-    noise = draw_noise(x, setting(ctx.cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
+    noise = draw_noise(x, required(ctx.cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
     return cross_entropy_on(model, *noisy_copies(x, noise, y))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies, per_input
 
 LOG_FLOOR = 1e-10
@@ -76,15 +76,15 @@ def lam_in_epoch(cfg: TrialConfig, epoch: int) -> float:
     appendix C.2: "λ is initially set to 0, and changed to λ = 12.0 after the first learning
     rate decay"), else `lam`."""
     first_drop = cfg.lr_step_size + (cfg.lr_step_offset or 0)
-    if setting(cfg.macer_deferred, "macer_deferred") and epoch < first_drop:
+    if required(cfg.macer_deferred, "macer_deferred") and epoch < first_drop:
         return 0.0
-    return setting(cfg.lam, "lam")
+    return required(cfg.lam, "lam")
 
 
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    k = setting(cfg.m_train, "m_train")
-    beta, gamma = setting(cfg.macer_beta, "macer_beta"), setting(cfg.macer_gamma, "macer_gamma")
+    k = required(cfg.m_train, "m_train")
+    beta, gamma = required(cfg.macer_beta, "macer_beta"), required(cfg.macer_gamma, "macer_gamma")
     noise = draw_noise(x, k, ctx.sigma, ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from trainables import attacks
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import (
     StepContext,
     StepOutput,
@@ -27,7 +27,7 @@ from trainables.methods.base import (
 
 
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
-    m = setting(ctx.cfg.m_train, "m_train")
+    m = required(ctx.cfg.m_train, "m_train")
     if ctx.cfg.train_multi_noise is False:
         return _one_noise_each(model, x, y, ctx, m)
     noise = draw_noise(x, m, ctx.sigma, ctx.generator)
@@ -40,7 +40,7 @@ def _attack(
 ) -> torch.Tensor:
     """x̂ for the chunk x with its noises (b, m, C, H, W), by the configured attack."""
     cfg = ctx.cfg
-    steps = setting(cfg.steps, "steps")
+    steps = required(cfg.steps, "steps")
     if cfg.attack == "pgd":
         return attacks.pgd(model, x, y, noise, ctx.epsilon, steps, generator=ctx.generator)
     return attacks.ddn(
@@ -51,7 +51,7 @@ def _attack(
         ctx.epsilon,
         steps,
         cfg.ddn_init_norm,
-        setting(cfg.ddn_gamma, "ddn_gamma"),
+        required(cfg.ddn_gamma, "ddn_gamma"),
         generator=ctx.generator,
     )
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from trainables import attacks
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
@@ -73,12 +73,12 @@ def mixed_kl(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
 
 def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext) -> StepOutput:
     cfg = ctx.cfg
-    b, m = x.shape[0], setting(cfg.m_train, "m_train")
-    alpha, mix_step = setting(cfg.mix_alpha, "mix_alpha"), setting(cfg.mix_step, "mix_step")
-    w = warmup(ctx.epoch, setting(cfg.warmup_epochs, "warmup_epochs"))
+    b, m = x.shape[0], required(cfg.m_train, "m_train")
+    alpha, mix_step = required(cfg.mix_alpha, "mix_alpha"), required(cfg.mix_step, "mix_step")
+    w = warmup(ctx.epoch, required(cfg.warmup_epochs, "warmup_epochs"))
     noise = draw_noise(x, m, ctx.sigma, ctx.generator)
     anchor, x_adv = adversary(
-        model, x, y, noise, alpha, setting(cfg.steps, "steps"), mix_step, cfg.mix_maxnorm
+        model, x, y, noise, alpha, required(cfg.steps, "steps"), mix_step, cfg.mix_maxnorm
     )
     if mix_step == 1:  # the one-step adversary replaces x, within radius α·w
         x = x + attacks.project_l2(anchor - x, alpha * w)
@@ -97,4 +97,4 @@ def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepCont
     log_p_mix = F.log_softmax(model(noisy_copies(x_mix, noise, y)[0]), dim=1).view(b, m, -1)
     gate = (clean_avg.argmax(dim=1) == y).to(x.dtype)
     mix = (gate.view(-1, 1) * mixed_kl(target.unsqueeze(1), log_p_mix)).mean()
-    return StepOutput(xent + setting(cfg.eta, "eta") * w * mix, logits, targets)
+    return StepOutput(xent + required(cfg.eta, "eta") * w * mix, logits, targets)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import StepContext, StepOutput, draw_noise
 
 
@@ -37,7 +37,7 @@ def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepCont
     noise = draw_noise(x, 1, ctx.sigma, ctx.generator)[:, 0]
     clean = model(x)
     noisy = model(x + noise)
-    lam = setting(ctx.cfg.lam, "lam")
-    regularizer = REGULARIZERS[setting(ctx.cfg.stability_loss, "stability_loss")]
+    lam = required(ctx.cfg.lam, "lam")
+    regularizer = REGULARIZERS[required(ctx.cfg.stability_loss, "stability_loss")]
     total = F.cross_entropy(clean, y) + lam * regularizer(clean, noisy).mean()
     return StepOutput(total, clean, y)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from trainables import attacks
-from trainables.kernel.config import setting
+from trainables.kernel.config import required
 from trainables.methods.base import (
     StepContext,
     StepOutput,
@@ -24,7 +24,7 @@ def _base_attack(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext
 ) -> torch.Tensor:
     no_noise = torch.zeros((x.shape[0], 1, *x.shape[1:]), device=x.device, dtype=x.dtype)
-    steps = setting(ctx.cfg.steps, "steps")
+    steps = required(ctx.cfg.steps, "steps")
     return attacks.pgd(model, x, y, no_noise, ctx.epsilon, steps, generator=ctx.generator)
 
 
@@ -38,5 +38,5 @@ def loss_with_noise(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepContext
 ) -> StepOutput:
     x_adv = _base_attack(model, x, y, ctx)
-    noise = draw_noise(x, setting(ctx.cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
+    noise = draw_noise(x, required(ctx.cfg.m_train, "m_train"), ctx.sigma, ctx.generator)
     return cross_entropy_on(model, *noisy_copies(x_adv, noise, y))
