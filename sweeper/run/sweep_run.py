@@ -18,8 +18,8 @@ from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.config import TrialConfig
 
 if TYPE_CHECKING:
-    from sweeper.run.attack_stage import EmpiricalSetting
     from sweeper.run.outcome import Outcome
+    from trainables.kernel.stage_settings import EmpiricalSetting
 
     StageOutcome = Outcome  # one Outcome for every run (sweeper.run.outcome)
 

@@ -1,0 +1,99 @@
+"""One settings system (issue 27 §2): `trainables.kernel.settings` declares the trial's, the
+stages' and the launch's settings, and one bound phrases a problem the way a space's YAML
+(`problems`) or a trial's configuration (`unmet`) says it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sweeper.plan import spec as plan_spec
+from trainables.kernel.config import TrialConfig, required
+from trainables.kernel.errors import ConfigError
+from trainables.kernel.settings import (
+    AtLeast,
+    Between,
+    NotBelow,
+    OneOf,
+    Positive,
+    TrueOrFalse,
+    declared,
+)
+from trainables.kernel.stage_settings import CertifySpec, EmpiricalSetting, EmpiricalSpec
+from trainables.methods import METHOD_SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("bound", "bad", "yaml", "trial"),
+    [
+        (AtLeast(1), 0, "x must be an integer >= 1 (got 0)", "x must be >= 1 (got 0)"),
+        (Positive(), -1.0, "x must be > 0 (got -1.0)", "x must be > 0 (got -1.0)"),
+        (NotBelow(0), -2, "x must be a number >= 0 (got -2)", "x must be >= 0 (got -2)"),
+        (
+            Between(0, 0.5),
+            1,
+            "x must be a number in (0, 0.5) (got 1)",
+            "x must be in (0, 0.5) (got 1)",
+        ),
+        (OneOf(("a", "b")), "c", "unknown x 'c' (valid: a, b)", "x must be a or b (got c)"),
+    ],
+)
+def test_one_bound_two_phrasings(bound, bad, yaml, trial):
+    assert bound.problems("x", bad) == [yaml]
+    assert bound.unmet("x", bad) == [trial]
+    assert bound.problems("x", None) == bound.unmet("x", None) == []  # null: unset
+
+
+def test_a_required_setting_must_be_set_and_null_can_be_said():
+    assert AtLeast(1).unmet("m", None, where=" for method 'g'", required=True) == [
+        "m must be >= 1 for method 'g' (got None)"
+    ]
+    assert TrueOrFalse().unmet("d", None, required=True) == ["d must be true or false (got None)"]
+    assert TrueOrFalse().unmet("d", False, required=True) == []
+    assert AtLeast(1).unmet("s", 0, null=True) == ["s must be >= 1 or null (got 0)"]
+
+
+def test_trial_bounds_are_declared_and_method_scoped():
+    names = {f.name for f in declared(TrialConfig)}
+    assert {"sigma", "m_train", "epsilon", "lam", "epochs", "lr", "amp"} <= names
+    with pytest.raises(ConfigError) as e:
+        TrialConfig(method="gaussian", m_train=0)
+    assert e.value.problems == ["m_train must be >= 1 for method 'gaussian' (got 0)"]
+    # a method's setting another method does not use is not checked (and resolves to None)
+    assert TrialConfig(method="gaussian", lam=-1.0).lam is None
+    with pytest.raises(ConfigError, match="lam must be >= 0 for method 'macer'"):
+        TrialConfig(method="macer", lam=-1.0)
+
+
+@pytest.mark.parametrize(
+    "f", [f for f in declared(TrialConfig) if f.name not in METHOD_SETTINGS], ids=lambda f: f.name
+)
+def test_every_declared_trial_bound_is_checked(f):
+    bound = f.metadata["bound"]
+    bad = {AtLeast: -5, Positive: -1.0, NotBelow: -1.0, OneOf: "nope"}[type(bound)]
+    assert not bound.holds(bad)
+    with pytest.raises(ConfigError) as e:
+        TrialConfig(**{f.name: bad})
+    assert any(p.startswith((f"{f.name} must be", f"unknown {f.name} ")) for p in e.value.problems)
+
+
+def test_the_getter_of_a_used_setting_is_required():
+    assert required(3, "steps") == 3
+    with pytest.raises(ConfigError, match="steps is unset but the trial uses it"):
+        required(None, "steps")
+
+
+def test_the_space_holds_the_kernels_stage_settings():
+    assert plan_spec.CertifySpec is CertifySpec and plan_spec.EmpiricalSpec is EmpiricalSpec
+    assert dataclasses.is_dataclass(EmpiricalSetting)
+
+
+def test_certify_settings_resolve_sigma_for_the_model_and_batch_points():
+    spec = CertifySpec(n0=100, batch_size=1000)
+    run = spec.resolved(0.5)
+    assert run.sigma == 0.5 and spec.sigma is None and spec.cert_id.startswith("sigma-train_")
+    fixed = CertifySpec(sigma=0.25)
+    assert fixed.resolved(0.5) is fixed
+    assert spec.points(100) == 10 and spec.points(3) == 3
+    assert dataclasses.replace(spec, points_per_batch=4).points(100) == 4
