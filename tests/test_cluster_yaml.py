@@ -173,7 +173,7 @@ def test_setup_commands_install_the_lock_with_hashes_then_the_project(config):
     assert local == "."
     assert commands == [
         f"cd {remote} && pip install -q --require-hashes -r requirements/cluster.txt",
-        f"cd {remote} && pip install -q --no-deps -e .",
+        f"cd {remote} && pip install -q --no-deps --no-build-isolation -e .",
     ]
     # Nothing anywhere installs a package outside the lock.
     others = config["head_setup_commands"] + config["worker_setup_commands"]
@@ -217,6 +217,7 @@ SECRETS = [
 ]
 KEPT = [
     "sweeper/results/storage.py",
+    "sweeper/results/credentials.py",
     "README.md",
     "search_spaces/cifar10.yaml",
     "requirements/cluster.txt",
@@ -245,6 +246,16 @@ def test_file_mounts_exclude_secrets_explicitly(config, tmp_path):
         assert needed in excludes
     assert [p for p in SECRETS if not rsync_excluded(excludes, p)] == []
     assert [p for p in KEPT if rsync_excluded(excludes, p)] == []
+    # every file of the packages a node installs reaches it (a pattern such as
+    # "credentials.*" once left sweeper/results/credentials.py behind)
+    sources = [
+        p.relative_to(ROOT).as_posix()
+        for package in ("sweeper", "trainables", "search_spaces", "requirements")
+        for p in (ROOT / package).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    assert len(sources) > 50
+    assert [p for p in sources if rsync_excluded(excludes, p)] == []
     # Ray passes them to rsync as --exclude arguments, beside the .gitignore filter.
     from ray.autoscaler._private.command_runner import SSHCommandRunner
 
@@ -279,6 +290,53 @@ def test_efs_is_mounted_with_tls(config):
     assert "mount -t efs -o tls fs-REPLACE_ME:/ /efs" in init
     assert "nfs4" not in init and "-t nfs" not in init
     assert "command -v mount.efs" in init  # efs-utils installed when the AMI lacks it
+
+
+EFS_UTILS = re.compile(
+    r"git clone -q --depth 1 --branch (?P<tag>v[\d.]+) https://github\.com/aws/efs-utils (?P<dir>\S+) &&\s*"
+    r'test "\$\(git -C (?P=dir) rev-parse HEAD\)" = (?P<commit>[0-9a-f]{40}) &&'
+)
+
+
+def _run_efs_install(install: str, tmp: Path, head: str) -> tuple[int, str]:
+    """The install command under bash with stand-ins for sudo, apt-get and git (whose clone
+    makes a build-deb.sh that logs, and whose rev-parse answers `head`): (exit, the log)."""
+    bin_dir, log = tmp / "bin", tmp / "log"
+    bin_dir.mkdir(exist_ok=True)
+    log.write_text("")
+    shims = {
+        "sudo": '"$@"',
+        "apt-get": f'echo "apt-get $*" >> {log}',
+        "git": f"""if [ "$1" = clone ]; then d="${{@: -1}}"; mkdir -p "$d";
+            printf '#!/bin/sh\\necho build-deb >> {log}\\n' > "$d/build-deb.sh"; chmod +x "$d/build-deb.sh";
+            echo "git clone $*" >> {log}; else echo {head}; fi""",
+    }
+    for name, body in shims.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    command = install.replace("/tmp/efs-utils", str(tmp / "efs-utils"))
+    done = subprocess.run(
+        ["bash", "-c", command], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True
+    )
+    return done.returncode, log.read_text()
+
+
+def test_efs_utils_is_a_pinned_release_checked_before_it_runs(config, tmp_path):
+    (install,) = [c for c in config["initialization_commands"] if "efs-utils" in c]
+    pinned = EFS_UTILS.search(install)
+    assert pinned, install
+    assert "curl" not in install and "wget" not in install
+    version = pinned["tag"].removeprefix("v")
+    deb = f"{tmp_path}/efs-utils/build/amazon-efs-utils-{version}-1_all.deb"
+    # the pinned commit: cloned, built with the README's Debian recipe, installed with apt
+    code, log = _run_efs_install(install, tmp_path, pinned["commit"])
+    assert code == 0, log
+    lines = log.splitlines()
+    assert lines[-2:] == ["build-deb", f"apt-get install -y -q {deb}"]
+    assert f"--branch {pinned['tag']} https://github.com/aws/efs-utils" in log
+    # a moved tag or another repository (any other commit): nothing of it runs
+    code, log = _run_efs_install(install, tmp_path, "0" * 40)
+    assert code != 0 and "build-deb" not in log and deb not in log
 
 
 def test_shared_storage_and_auth_token(config):
