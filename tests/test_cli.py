@@ -401,10 +401,10 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
     result = runner.invoke(app, [*base, "--format", "markdown", "--by", "sigma"])
     assert result.exit_code == 0, result.output
     md = result.stdout.strip().splitlines()
-    assert md[0].startswith("| sigma | radius | certified_accuracy | trial_id |")
+    assert md[0].startswith("| sigma | radius | certified_accuracy | ci | trial_id |")
     assert len(md) == 2 + 12
-    assert md[2].startswith(f"| 0.25 | 0 | 0.750 | {GAUSS.trial_id} |")
-    assert md[-1].startswith("| 0.5 | 2.25 | 0.000 | - |")
+    assert md[2].startswith(f"| 0.25 | 0 | 0.750 | 0.194–0.994 | {GAUSS.trial_id} |")
+    assert md[-1].startswith("| 0.5 | 2.25 | 0.000 | - | - |")
 
     result = runner.invoke(
         app, ["envelope", "--storage", str(storage), "--radius", "1.5", "--format", "csv"]

@@ -242,13 +242,24 @@ def test_an_invalid_file_is_named_and_left_out(storage, capsys):
 
 
 # ----------------------------------------------------------------------- what was read
+CI_NOTE = (
+    "95% CI: Clopper–Pearson interval of the winner's certified accuracy over 4 test points; "
+    "≈: the test points do not tell the winner from the runner-up (McNemar's exact test on the "
+    "points both certified, p ≥ 0.05; csv/json: paired_p)"
+)
+
+
 @pytest.mark.parametrize("fmt", ["csv", "table"])
 def test_stderr_says_what_was_read_and_which_planned_trials_have_no_results(tmp_path, fmt):
     make(tmp_path, trials=(G, S, PENDING))
     result = run(tmp_path, "envelope", "--radii", "0,0.5", "--format", fmt)
     assert result.stderr.splitlines() == [
         *(
-            ["5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns"]
+            [
+                "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); this table "
+                "fits 80 columns",
+                CI_NOTE,
+            ]
             if fmt == "table"
             else []
         ),
@@ -355,20 +366,21 @@ def test_fixed_and_data_dependent_side_by_side_at_80_columns(ddrs_storage):
     result = run(ddrs_storage, "envelope", "--radii", "0,0.5")
     g, s, d = G.trial_id, S.trial_id, D.trial_id
     assert result.stdout.splitlines() == [
-        "                            upper envelope of exp                             ",
-        "┏━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━┓",
-        "┃ smoothing      ┃ radius ┃ cert. acc ┃ winner       ┃ clean acc ┃ method    ┃",
-        "┡━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━┩",
-        f"│ data-dependent │      0 │     0.750 │ {d} │     0.750 │ gaussian  │",
-        f"│ data-dependent │    0.5 │     0.500 │ {d} │     0.750 │ gaussian  │",
-        f"│ fixed          │      0 │     0.750 │ {g} │     0.750 │ gaussian  │",
-        f"│ fixed          │    0.5 │     0.250 │ {s} │     0.500 │ smoothadv │",
-        "└────────────────┴────────┴───────────┴──────────────┴───────────┴───────────┘",
+        "                            upper envelope of exp                            ",
+        "┏━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━┓",
+        "┃ smoothing      ┃ radius ┃ cert. acc ┃ 95% CI      ┃ winner         ┃    σ ┃",
+        "┡━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━┩",
+        f"│ data-dependent │      0 │     0.750 │ 0.194–0.994 │ {d}   │  0.5 │",
+        f"│ data-dependent │    0.5 │     0.500 │ 0.068–0.932 │ {d}   │  0.5 │",
+        f"│ fixed          │      0 │     0.750 │ 0.194–0.994 │ {g} ≈ │ 0.25 │",
+        f"│ fixed          │    0.5 │     0.250 │ 0.006–0.806 │ {s} ≈ │  0.5 │",
+        "└────────────────┴────────┴───────────┴─────────────┴────────────────┴──────┘",
     ]
     assert result.stderr.splitlines() == [
         AWAITS,
-        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); this table fits "
-        "80 columns",
+        "9 more columns with --wide (clean acc, ACR, method, attack, ε, T, m, models, max r); "
+        "this table fits 80 columns",
+        CI_NOTE,
         settings_line(),
         *DDRS_STDERR,
     ]
@@ -405,11 +417,23 @@ def test_columns_with_nothing_in_them_are_left_out_even_wide(tmp_path):
     write_shard(exp, G, POINTS[G])
     result = run(tmp_path, "envelope", "--radii", "0,0.5", "--wide")
     rows = [line for line in result.stdout.splitlines() if line[:1] in ("┃", "│")]
-    shown = ["radius", "cert. acc", "winner", "clean acc", "ACR", "method", "σ", "m"]
+    shown = ["radius", "cert. acc", "95% CI", "winner", "clean acc", "ACR", "method", "σ", "m"]
     assert [[c.strip() for c in row[1:-1].split(row[0])] for row in rows] == [
         [*shown, "models", "max r"],
-        ["0", "0.750", G.trial_id, "0.750", "0.154", "gaussian", "0.25", "1", "1", "0.375"],
-        ["0.5", "n/a", "-", "-", "-", "-", "-", "-", "1", "0.375"],
+        [
+            "0",
+            "0.750",
+            "0.194–0.994",
+            G.trial_id,
+            "0.750",
+            "0.154",
+            "gaussian",
+            "0.25",
+            "1",
+            "1",
+            "0.375",
+        ],
+        ["0.5", "n/a", "-", "-", "-", "-", "-", "-", "-", "1", "0.375"],
     ]
 
 
@@ -423,7 +447,9 @@ def test_an_envelope_printed_fits_the_terminal_unless_told_wide(storage, capsys)
     out, err = capsys.readouterr()
     assert max(len(line) for line in out.splitlines()) <= 80
     assert err.splitlines() == [
-        "5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns"
+        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); this table fits "
+        "80 columns",
+        CI_NOTE,
     ]
 
 
@@ -502,14 +528,14 @@ def test_the_empirical_column_at_80_columns(attacked):
     result = run(attacked, "envelope", "--radii", "0,0.25,0.5", "--empirical")
     g, s = G.trial_id, S.trial_id
     assert result.stdout.splitlines() == [
-        "                             upper envelope of exp                             ",
-        "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━┓",
-        "┃ radius ┃ cert. acc ┃ winner       ┃ clean acc ┃ method    ┃    σ ┃ emp. acc ┃",
-        "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━┩",
-        f"│      0 │     0.750 │ {g} │     0.750 │ gaussian  │ 0.25 │    0.750 │",
-        f"│   0.25 │     0.500 │ {s} │     0.500 │ smoothadv │  0.5 │          │",
-        f"│    0.5 │     0.250 │ {s} │     0.500 │ smoothadv │  0.5 │    0.500 │",
-        "└────────┴───────────┴──────────────┴───────────┴───────────┴──────┴──────────┘",
+        "                             upper envelope of exp                              ",
+        "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━┳━━━━━━━━━━┓",
+        "┃ radius ┃ cert. acc ┃ 95% CI      ┃ winner         ┃ clean acc ┃ T ┃ emp. acc ┃",
+        "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━╇━━━━━━━━━━┩",
+        f"│      0 │     0.750 │ 0.194–0.994 │ {g} ≈ │     0.750 │   │    0.750 │",
+        f"│   0.25 │     0.500 │ 0.068–0.932 │ {s} ≈ │     0.500 │ 2 │          │",
+        f"│    0.5 │     0.250 │ 0.006–0.806 │ {s} ≈ │     0.500 │ 2 │    0.500 │",
+        "└────────┴───────────┴─────────────┴────────────────┴───────────┴───┴──────────┘",
     ]
 
 

@@ -137,8 +137,13 @@ def test_no_winner_where_nothing_is_certified_in_csv_json_and_markdown(storage):
     assert [r["trial_id"] for r in records] == [G.trial_id, S.trial_id, S.trial_id, None, None]
     assert records[4]["method"] is None and records[4]["models"] == 2
     md = invoke(storage, "envelope", "--radii", RADII, "--format", "markdown").stdout.splitlines()
-    assert md[5] == "| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 |"
-    assert md[6] == "| 1 | n/a | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 |"
+    assert (
+        md[5]
+        == "| 0.75 | 0.000 | - | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 | - |"
+    )
+    assert (
+        md[6] == "| 1 | n/a | - | - | - | - | - | - | - | - | - | - | - | - | - | 2 | 0.750 | - |"
+    )
 
 
 def test_integers_stay_integers_in_csv_and_json(storage):
@@ -184,21 +189,27 @@ def test_every_table_fits_80_columns_with_whole_numbers_and_ids(storage, args):
 def test_the_envelope_at_80_columns_exactly(storage):
     result = invoke(storage, "envelope", "--radii", RADII)
     assert result.stdout.splitlines() == [
-        "                             upper envelope of exp                              ",
-        "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━┓",
-        "┃ radius ┃ cert. acc ┃ winner       ┃ clean acc ┃   ACR ┃ method    ┃    σ ┃ T ┃",
-        "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━┩",
-        f"│      0 │     0.750 │ {G.trial_id} │     0.750 │ 0.154 │ gaussian  │ 0.25 │   │",
-        f"│   0.25 │     0.500 │ {S.trial_id} │     0.500 │ 0.255 │ smoothadv │  0.5 │ 2 │",
-        f"│    0.5 │     0.250 │ {S.trial_id} │     0.500 │ 0.255 │ smoothadv │  0.5 │ 2 │",
-        "│   0.75 │     0.000 │ -            │         - │     - │ -         │    - │ - │",
-        "│      1 │       n/a │ -            │         - │     - │ -         │    - │ - │",
-        "└────────┴───────────┴──────────────┴───────────┴───────┴───────────┴──────┴───┘",
+        "                            upper envelope of exp                            ",
+        "┏━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━┓",
+        "┃ radius ┃ cert. acc ┃ 95% CI      ┃ winner         ┃ clean acc ┃ method    ┃",
+        "┡━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━┩",
+        f"│      0 │     0.750 │ 0.194–0.994 │ {G.trial_id} ≈ │     0.750 │ gaussian  │",
+        f"│   0.25 │     0.500 │ 0.068–0.932 │ {S.trial_id} ≈ │     0.500 │ smoothadv │",
+        f"│    0.5 │     0.250 │ 0.006–0.806 │ {S.trial_id} ≈ │     0.500 │ smoothadv │",
+        "│   0.75 │     0.000 │ -           │ -              │         - │ -         │",
+        "│      1 │       n/a │ -           │ -              │         - │ -         │",
+        "└────────┴───────────┴─────────────┴────────────────┴───────────┴───────────┘",
     ]
     err = result.stderr.splitlines()
     assert (
-        "5 more columns with --wide (attack, ε, m, models, max r); this table fits 80 columns"
-        in err
+        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); "
+        "this table fits 80 columns" in err
+    )
+    # 4 points: the intervals are wide, and no winner is told apart from its runner-up
+    assert (
+        "95% CI: Clopper–Pearson interval of the winner's certified accuracy over 4 test points; "
+        "≈: the test points do not tell the winner from the runner-up (McNemar's exact test on "
+        "the points both certified, p ≥ 0.05; csv/json: paired_p)" in err
     )
     assert (
         f"certified with {CERT.cert_id}: n0 = 10, n = 100, α = 0.001, skip = 1, max_points = all, "
@@ -214,6 +225,7 @@ def test_wide_shows_every_column_whole_when_piped(storage):
     assert [h.strip() for h in header.strip("┃").split("┃")] == [
         "radius",
         "cert. acc",
+        "95% CI",
         "winner",
         "clean acc",
         "ACR",
@@ -393,7 +405,7 @@ def test_digits_sets_the_precision_of_measured_values_only(storage):
     md = invoke(storage, "envelope", "--radii", "0.25", "--format", "markdown", "--digits", "1")
     row = md.stdout.splitlines()[2]
     assert row.startswith(
-        f"| 0.25 | 0.5 | {S.trial_id} | {CERT.cert_id} | 0.5 | 0.3 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 |"
+        f"| 0.25 | 0.5 | 0.1–0.9 | {S.trial_id} ≈ | {CERT.cert_id} | 0.5 | 0.3 | 4 | smoothadv | pgd | 0.5 | 0.5 | 2 | 1 | 0.5 | 2 | 0.8 | {G.trial_id} |"
     )
 
 

@@ -245,12 +245,13 @@ def test_nonexistent_experiment(tmp_path):
 
 # ------------------------------------------------------------------------------ envelope math
 def test_read_columns_adds_the_results_columns_asked_for_once_and_nothing_else():
-    """`sweeper envelope --by idx` reads idx too; a column already read (sigma), None, an
-    empty name and a name that is no results column (left for `envelope` to refuse) add
-    nothing."""
-    assert "idx" in SCHEMA.names and "idx" not in READ_COLUMNS
+    """`sweeper envelope --by lam2` reads that column too; a column already read (sigma, idx:
+    the winner and runner-up are compared point by point), None, an empty name and a name that
+    is no results column (left for `envelope` to refuse) add nothing."""
+    assert "idx" in READ_COLUMNS and "count" in SCHEMA.names and "count" not in READ_COLUMNS
     assert read_columns() == READ_COLUMNS
-    assert read_columns("idx", "sigma", None, "", "no_such_column", "idx") == [*READ_COLUMNS, "idx"]
+    asked = read_columns("count", "sigma", None, "", "no_such_column", "idx", "count")
+    assert asked == [*READ_COLUMNS, "count"]
 
 
 def test_the_last_frame_cache_computes_once_per_frame_and_anew_for_another():
@@ -514,7 +515,7 @@ def test_render_round_trips(frame):
     assert len(md) == len(env) + 2
     assert md[0].startswith("| radius | certified_accuracy |")
     assert md[1].startswith("|---|")
-    assert md[2].startswith("| 0 | 0.750 | " + HI.trial_id)
+    assert md[2].startswith("| 0 | 0.750 | 0.194 | 0.994 | " + HI.trial_id)
     assert md == to_markdown(env).splitlines()
     with pytest.raises(ValueError, match="unknown format"):
         render(env, "xml")

@@ -262,6 +262,7 @@ ENVELOPE_PRIORITY = [
     "radius",
     "certified_accuracy",
     "trial_id",
+    "ci",
     "empirical_accuracy",
     "clean_acc",
     "method",
@@ -276,27 +277,64 @@ ENVELOPE_PRIORITY = [
 
 
 def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
-    """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else)."""
+    """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else).
+    csv/json carry the interval and the runner-up comparison as numbers; the table and
+    markdown show the interval in one column and mark with ≈ a winner the test points do not
+    tell apart from its runner-up (`envelope_uncertainty`), and say so below."""
     from sweeper.report.render import no_winner, render, texts, to_markdown
 
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
-    text = texts(table, digits)
+    text = _uncertainty_texts(table, texts(table, digits))
     if fmt == "markdown":
         display.echo(to_markdown(text))
+    else:
+        shown = {**DISPLAY, "empirical_accuracy": "emp. acc", "ci": CI_HEADER}
+        group = [] if table.columns[0] == "radius" else [table.columns[0]]
+        cols = [
+            c
+            for c in text.columns
+            if (c in shown or c in group) and not text[c].isin(["", "-"]).all()
+        ]
+        numeric = {c: c in table and table[c].dtype.kind in "fiu" for c in cols}
+        columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), numeric[c]) for c in cols]
+        priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
+        display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
+    _uncertainty_note(table)
+
+
+CI_HEADER = "95% CI"
+
+
+def _uncertainty_texts(table, text):
+    """`text` with the winner's interval as one `ci` column (`low–high`, after the accuracy)
+    and ≈ after a winner its runner-up is not told apart from."""
+    if "ci_low" not in table:
+        return text
+    ci = [
+        "-" if lo in ("-", "") else f"{lo}–{hi}"
+        for lo, hi in zip(text["ci_low"], text["ci_high"], strict=True)
+    ]
+    text = text.drop(columns=["ci_low", "ci_high", "paired_p", "distinguishable"])
+    text.insert(text.columns.get_loc("certified_accuracy") + 1, "ci", ci)
+    won = (table["certified_accuracy"] > 0).to_numpy()
+    close = won & (table["distinguishable"] == False).to_numpy()  # noqa: E712 (None: none)
+    text.loc[close, "trial_id"] = [f"{w} ≈" for w in text.loc[close, "trial_id"]]
+    return text
+
+
+def _uncertainty_note(table) -> None:
+    if "ci_low" not in table:
         return
-    shown = {**DISPLAY, "empirical_accuracy": "emp. acc"}
-    group = [] if table.columns[0] == "radius" else [table.columns[0]]
-    cols = [
-        c for c in table.columns if (c in shown or c in group) and not text[c].isin(["", "-"]).all()
-    ]
-    columns = [
-        display.Column(shown.get(c, str(c)), text[c].tolist(), table[c].dtype.kind in "fiu")
-        for c in cols
-    ]
-    priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
-    display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
+    points = table["points"].dropna()
+    size = f"{int(points.min())}" if len(points) and points.min() == points.max() else "its"
+    display.echo(
+        f"95% CI: Clopper–Pearson interval of the winner's certified accuracy over {size} test "
+        "points; ≈: the test points do not tell the winner from the runner-up (McNemar's exact "
+        "test on the points both certified, p ≥ 0.05; csv/json: paired_p)",
+        err=True,
+    )
 
 
 def exit_if_left_out(results, strict: bool) -> None:

@@ -9,7 +9,16 @@ LINF_RADII_255 = (1.0, 2.0, 4.0, 8.0)  # ℓ∞ radii of the ℓ∞ table, in un
 # Measured (not set) quantities, shown with DIGITS decimals in every table and report; so are
 # the per-radius columns (`r=0.25`, `linf=2/255`).
 FRACTIONS = frozenset(
-    {"certified_accuracy", "clean_acc", "acr", "abstain_rate", "empirical_accuracy", "max_radius"}
+    {
+        "certified_accuracy",
+        "clean_acc",
+        "acr",
+        "abstain_rate",
+        "empirical_accuracy",
+        "max_radius",
+        "ci_low",
+        "ci_high",
+    }
 )
 
 
@@ -35,4 +44,8 @@ COLUMN_LABELS = {
     "sigma_cert": "σ_cert",
     "max_radius": "max r",
     "models": "models",
+    "ci_low": "95% CP low",
+    "ci_high": "95% CP high",
+    "runner_up": "runner-up",
+    "paired_p": "p vs runner-up",
 }

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sweeper.results.envelope_uncertainty import LEVEL, PointReach, clopper_pearson
 from sweeper.results.rows import MODEL_KEY, SCHEMA
 from trainables.kernel.certificates import max_radius
 
@@ -26,8 +27,10 @@ IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
 # What `sweeper envelope` reads of each row (with the --by and --only columns): a projection
 # of the 80-odd results columns, most of a 6,440-model read's time otherwise. n0, n and alpha:
-# the certification settings it states and the largest radius they allow (`max_radii`).
+# the certification settings it states and the largest radius they allow (`max_radii`); idx:
+# the points on which the winner and the runner-up are compared (`envelope_uncertainty`).
 READ_COLUMNS = [
+    "idx",
     *MODEL_KEY,
     "radius",
     "correct",
@@ -39,7 +42,8 @@ READ_COLUMNS = [
     "n",
     "alpha",
 ]
-Pick = tuple[object, float, int, int, float]  # (group value, radius, best model, size, reach)
+# (group value, radius, best model, runner-up (-1: none), size, reach)
+Pick = tuple[object, float, int, int, int, float]
 
 
 class EnvelopeError(ValueError):
@@ -205,15 +209,48 @@ def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> 
         members = np.sort(np.asarray(index))
         for r in radii:
             col = acc[members, np.searchsorted(levels, r)]
-            best = members[np.lexsort((members, -clean[members], -col))[0]]
-            picks.append((value, r, best, len(members), float(reach[members].max())))
-    return _envelope_rows(models, acc, levels, picks, by)
+            ranked = members[np.lexsort((members, -clean[members], -col))]
+            second = int(ranked[1]) if len(ranked) > 1 else -1
+            picks.append((value, r, ranked[0], second, len(members), float(reach[members].max())))
+    table = _envelope_rows(models, acc, levels, picks, by)
+    return _with_uncertainty(table, frame, codes, len(models), picks)
+
+
+def _with_uncertainty(
+    table: pd.DataFrame, frame: pd.DataFrame, codes: np.ndarray, k: int, picks: list[Pick]
+) -> pd.DataFrame:
+    """The envelope with the winner's 95% Clopper–Pearson interval (`ci_low`, `ci_high`) over
+    its points, the runner-up, McNemar's p of the two on their common points (`paired_p`;
+    `envelope_uncertainty`) and whether it is below 0.05 (`distinguishable`). Null where there
+    is no runner-up or no point index."""
+    points = table["points"].to_numpy(dtype=np.float64)
+    count = np.rint(table["certified_accuracy"].to_numpy() * points)
+    low, high = clopper_pearson(count, points)
+    after = list(table.columns).index("certified_accuracy") + 1
+    table.insert(after, "ci_high", high)
+    table.insert(after, "ci_low", low)
+    trial_ids = _models(frame)[1]["trial_id"].to_numpy()
+    table["runner_up"] = [trial_ids[p[3]] if p[3] >= 0 else None for p in picks]
+    if "idx" not in frame:
+        table["paired_p"] = np.nan
+        return table
+    correct = frame["correct"].to_numpy(dtype=bool)
+    radius = frame["radius"].to_numpy(dtype=np.float64)
+    reach = np.where(correct & ~np.isnan(radius), radius, -np.inf)
+    points_of = PointReach(codes, frame["idx"].to_numpy(), reach, k)
+    table["paired_p"] = [
+        points_of.paired_p(p[2], p[3], p[1]) if p[3] >= 0 else np.nan for p in picks
+    ]
+    table["distinguishable"] = [
+        None if np.isnan(q) else bool(q < 1 - LEVEL) for q in table["paired_p"]
+    ]
+    return table
 
 
 def _envelope_rows(
     models: pd.DataFrame, acc: np.ndarray, levels: np.ndarray, picks: list[Pick], by: str | None
 ) -> pd.DataFrame:
-    values, radii, picked, sizes, reach = (list(p) for p in zip(*picks, strict=True))
+    values, radii, picked, _, sizes, reach = (list(p) for p in zip(*picks, strict=True))
     best = np.asarray(picked)
     columns = {by: values} if by is not None else {}
     columns["radius"] = radii
