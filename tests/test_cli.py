@@ -475,3 +475,23 @@ def test_console_script_prints_errors_without_traceback(storage):
     assert line.endswith("recomputes what is missing)")
     assert proc.stdout == ""
     assert tree(storage) == before
+
+
+def test_the_next_hint_names_a_sweeper_that_runs_from_here(monkeypatch, tmp_path):
+    """`sweeper` when that name finds this program; the path it was started by when it is not
+    on PATH (after `make install` without activating the venv)."""
+    from sweeper.cli.common import sweeper_command
+
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    program = venv / "sweeper"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [str(program), "run"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert sweeper_command() == ".venv/bin/sweeper"
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin")
+    assert sweeper_command() == "sweeper"
+    monkeypatch.setattr("sys.argv", ["python", "-m", "pytest"])  # not the console script
+    assert sweeper_command() == "sweeper"

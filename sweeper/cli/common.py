@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import errno
 import inspect
+import os
 import shutil
 import sys
 from typing import Annotated, NoReturn
@@ -245,6 +246,20 @@ def warn_left_out(invalid: list[str], exp: Experiment) -> None:
             "move each away and `sweeper certify` (or `sweeper empirical`) recomputes it",
             err=True,
         )
+
+
+def sweeper_command() -> str:
+    """How to run sweeper again from this shell, for the `Next:` hints: `sweeper` when that
+    name finds this very program on PATH, else the path it was started by (after `make
+    install` without activating the venv: `.venv/bin/sweeper`)."""
+    started = sys.argv[0] if sys.argv else ""
+    found = shutil.which("sweeper")
+    if not started.endswith("sweeper") or (
+        found and os.path.realpath(found) == os.path.realpath(started)
+    ):
+        return "sweeper"
+    relative = os.path.relpath(started)
+    return relative if not relative.startswith("..") else os.path.abspath(started)
 
 
 def fail(problems: list[str], code: int = 2) -> NoReturn:

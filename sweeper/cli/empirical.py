@@ -9,7 +9,15 @@ import typer
 
 from sweeper.api.running import attack_finished
 from sweeper.api.sweep import Sweep, attack_plan
-from sweeper.cli.common import DataDir, ExperimentOpt, Only, Storage, app, console
+from sweeper.cli.common import (
+    DataDir,
+    ExperimentOpt,
+    Only,
+    Storage,
+    app,
+    console,
+    sweeper_command,
+)
 from sweeper.cli.driver import DRIVER, finish, launch_options, watchers
 from sweeper.cli.options import SpaceSmoke, given, settings_options, with_options
 from sweeper.plan.spec import EmpiricalSpec
@@ -21,7 +29,7 @@ def _report(outcome, trials: int, settings: Sequence[str]) -> None:
     finish(outcome.interrupted, outcome.failures)
     console.print(
         f"done: {trials} models x {len(settings)} settings. "
-        "Next: sweeper envelope --empirical --plot envelope.png"
+        f"Next: {sweeper_command()} envelope --empirical --plot envelope.png"
     )
 
 

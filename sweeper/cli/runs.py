@@ -17,6 +17,7 @@ from sweeper.cli.common import (
     console,
     fail,
     run_app,
+    sweeper_command,
 )
 from sweeper.cli.costs import dry_run_report
 from sweeper.cli.driver import DRIVER, finish, launch_options, watchers
@@ -151,7 +152,7 @@ def run_grid(
     if ran.outcome is not None:
         _report_outcome(ran.outcome, ran.plan.exp, space)
     console.print(
-        f"done: {len(ran.trials)} trials. Next: sweeper envelope --storage "
+        f"done: {len(ran.trials)} trials. Next: {sweeper_command()} envelope --storage "
         f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25"
     )
 
