@@ -46,6 +46,7 @@ demo: $(STAMP)
 	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25
 	$(BIN)/sweeper envelope --storage $(DEMO_STORAGE) --experiment digits --radii 0:1.5:0.25 --by sigma \
 		--plot $(DEMO_STORAGE)/digits/reports/demo_envelope_by_sigma.png
+	@echo "training curves: $(BIN)/pip install -q -e '.[tensorboard]' && $(BIN)/tensorboard --logdir $(DEMO_STORAGE)/digits/tune"
 
 # ruff (lint and format: `ruff format` decides every line's layout, no `fmt: skip`), then mypy on
 # sweeper/ and trainables/ ([tool.mypy] in pyproject.toml: which modules are strict and why the

@@ -3,6 +3,7 @@ autoscaler calls on the head (issue 16 item 3)."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 IAM = ROOT / "cluster" / "iam"
-PLACEHOLDERS = {"ACCOUNT_ID", "REGION", "BUCKET", "PREFIX", "CLUSTER", "SECURITY_GROUP"}
+PLACEHOLDERS = {"ACCOUNT_ID", "REGION", "BUCKET", "PREFIX", "CLUSTER", "SECURITY_GROUP", "AMI_ID"}
 FILLED = {
     "ACCOUNT_ID": "123456789012",
     "REGION": "us-west-2",
@@ -21,6 +22,7 @@ FILLED = {
     "PREFIX": "team/me",
     "CLUSTER": "sweeper",
     "SECURITY_GROUP": "sg-0123456789abcdef0",
+    "AMI_ID": "ami-0a2b85e15b7c0ac34",
 }
 # Every boto3 call in Ray's AWS node provider (what the head's autoscaler does), and its action.
 BOTO_ACTIONS = {
@@ -199,3 +201,104 @@ def test_cluster_yaml_and_readme_use_these_roles():
     for file in ("head-policy.json", "worker-policy.json", "trust-policy.json"):
         assert f"cluster/iam/{file}" in readme
     assert f"{name}-ray-head" in readme and f"{name}-ray-worker" in readme
+
+
+# ------------------------------------------------------------------ what a request may do
+def _matches(pattern: str, value: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern)
+
+
+def _condition_holds(condition: dict, context: dict[str, str]) -> bool:
+    """IAM's StringEquals / StringLike (any of the values; a key the request lacks: false)."""
+    for operator, keys in condition.items():
+        for key, wanted in keys.items():
+            if key not in context:
+                return False
+            values = as_list(wanted)
+            if operator == "StringEquals" and context[key] not in values:
+                return False
+            if operator == "StringLike" and not any(_matches(v, context[key]) for v in values):
+                return False
+            if operator not in ("StringEquals", "StringLike"):
+                raise AssertionError(f"an operator this check does not know: {operator}")
+    return True
+
+
+def allowed(doc: dict, action: str, resource: str, context: dict[str, str]) -> bool:
+    """Whether an Allow statement of `doc` grants `action` on `resource` in `context` (the
+    policy has no Deny; unlisted is denied)."""
+    return any(
+        _matches(a, action) and _matches(r, resource) and _condition_holds(c, context)
+        for a, r, c in grants(doc)
+    )
+
+
+def cluster_config() -> dict:
+    return yaml.safe_load((ROOT / "cluster.yaml").read_text())
+
+
+def worker_node_configs() -> list[dict]:
+    config = cluster_config()
+    types = config["available_node_types"]
+    return [t["node_config"] for k, t in types.items() if k != config["head_node_type"]]
+
+
+def test_the_head_launches_only_the_worker_types_and_image_of_cluster_yaml():
+    doc = policy("head-policy", FILLED)
+    workers = worker_node_configs()
+    (ami,) = {w["ImageId"] for w in workers}
+    assert ami == FILLED["AMI_ID"]
+    instance = "arn:aws:ec2:us-west-2:123456789012:instance/i-0abc"
+    tagged = {"aws:RequestTag/ray-cluster-name": "sweeper"}
+    for node in workers:
+        assert allowed(
+            doc, "ec2:RunInstances", instance, {**tagged, "ec2:InstanceType": node["InstanceType"]}
+        )
+    for other in ("p4d.24xlarge", "m5.2xlarge", "x2iedn.32xlarge"):
+        assert not allowed(doc, "ec2:RunInstances", instance, {**tagged, "ec2:InstanceType": other})
+    assert not allowed(doc, "ec2:RunInstances", instance, {"ec2:InstanceType": "g4dn.12xlarge"})
+    # the worker types' instance types, and nothing else, in the policy
+    (types,) = [
+        set(as_list(c["StringEquals"]["ec2:InstanceType"]))
+        for a, r, c in grants("head-policy")
+        if a == "ec2:RunInstances" and r.endswith(":instance/*")
+    ]
+    assert types == {w["InstanceType"] for w in workers}
+    image = "arn:aws:ec2:us-west-2::image/{}"
+    assert allowed(doc, "ec2:RunInstances", image.format(ami), {})
+    assert not allowed(doc, "ec2:RunInstances", image.format("ami-0123456789abcdef0"), {})
+    # the one AMI id: cluster.yaml's, the one docs/security.md exports for envsubst
+    security = (ROOT / "docs" / "security.md").read_text()
+    assert f"AMI_ID={ami}" in security and "$AMI_ID" in security
+
+
+@pytest.mark.parametrize("name", ["head-policy", "worker-policy"])
+def test_listing_the_bucket_is_limited_to_the_storage_prefix(name):
+    doc = policy(name, FILLED)
+    bucket = "arn:aws:s3:::sweeps"
+    for prefix in ("team/me", "team/me/", "team/me/cifar10/trials/"):
+        assert allowed(doc, "s3:ListBucket", bucket, {"s3:prefix": prefix}), prefix
+    for prefix in ("", "team/", "team/other/", "other/team/me/"):
+        assert not allowed(doc, "s3:ListBucket", bucket, {"s3:prefix": prefix}), prefix
+    assert not allowed(doc, "s3:ListBucket", bucket, {})  # a listing of the whole bucket
+    assert not allowed(doc, "s3:ListBucket", "arn:aws:s3:::another", {"s3:prefix": "team/me/"})
+    assert allowed(doc, "s3:GetObject", "arn:aws:s3:::sweeps/team/me/cifar10/sweep.json", {})
+    assert not allowed(doc, "s3:GetObject", "arn:aws:s3:::sweeps/team/other/sweep.json", {})
+
+
+def test_the_request_check_is_not_vacuous():
+    broad = {
+        "Statement": [
+            {
+                "Sid": "A",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": "arn:aws:s3:::sweeps",
+            }
+        ]
+    }
+    assert allowed(broad, "s3:ListBucket", "arn:aws:s3:::sweeps", {"s3:prefix": "team/other/"})
+    doc = policy("head-policy", FILLED)
+    assert not allowed(
+        doc, "ec2:StopInstances", "arn:aws:ec2:us-west-2:123456789012:instance/i-1", {}
+    )
