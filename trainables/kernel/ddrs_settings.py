@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.kernel.config_parts import choice
+from trainables.kernel.settings import setting
 from trainables.methods import DDRS_METHODS, METHODS
 
 DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples", "ddrs_macer_loss")
@@ -79,12 +80,13 @@ class DDRSPart:
 @dataclass(frozen=True)
 class DDRSSettings:
     """DDRS at certification (`certify --ddrs`, a space's `certify.ddrs`; no TrialConfig part):
-    OptimizeSigma's settings, the paper's defaults (K = 100 steps of lr 1e-4, n = 1)."""
+    OptimizeSigma's settings, the paper's defaults (K = 100 steps of lr 1e-4, n = 1); each
+    part's help is `sweeper certify --ddrs-<part>`'s."""
 
-    iterations: int = 100
-    lr: float = 1e-4
-    samples: int = 1
-    min_sigma: float = 1e-3
+    iterations: int = setting(100, "OptimizeSigma ascent steps K.")
+    lr: float = setting(1e-4, "OptimizeSigma step size.")
+    samples: int = setting(1, "Noise draws per OptimizeSigma step.")
+    min_sigma: float = setting(1e-3, "The smallest σ_x OptimizeSigma may reach.")
 
     def problems(self) -> list[str]:
         p = []

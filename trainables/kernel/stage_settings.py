@@ -22,17 +22,12 @@ from trainables.kernel.settings import (
     Positive,
     Settings,
     bound_problems,
+    declared,
     setting,
 )
 
-# The DDRS settings (trainables.kernel.ddrs_settings.DDRSSettings) as `sweeper certify
-# --ddrs-<part>` says them.
-DDRS_PARTS = {
-    "iterations": "OptimizeSigma ascent steps K.",
-    "lr": "OptimizeSigma step size.",
-    "samples": "Noise draws per OptimizeSigma step.",
-    "min_sigma": "The smallest σ_x OptimizeSigma may reach.",
-}
+# The DDRS settings as `sweeper certify --ddrs-<part>` says them: their own declarations.
+DDRS_PARTS = {f.name: f.metadata["help"] for f in declared(DDRSSettings)}
 
 
 @dataclass(frozen=True)
