@@ -495,3 +495,17 @@ def test_the_next_hint_names_a_sweeper_that_runs_from_here(monkeypatch, tmp_path
     assert sweeper_command() == "sweeper"
     monkeypatch.setattr("sys.argv", ["python", "-m", "pytest"])  # not the console script
     assert sweeper_command() == "sweeper"
+
+
+def test_a_dry_run_checks_the_data_dir_it_is_given(tmp_path):
+    """Without --data-dir a dry run reads no data (it says what a run needs); with one it
+    checks it as a real run would, before anything starts (issue 30 item 4)."""
+    args = ["run", "grid", "cifar10", "--dry-run", "--storage", str(tmp_path / "store")]
+    unchecked = runner.invoke(app, args)
+    assert unchecked.exit_code == 0, unchecked.output
+    assert "data: not read on a dry run; a real run needs cifar10" in unchecked.stdout
+    missing = runner.invoke(app, [*args, "--data-dir", str(tmp_path / "no-such-dir")])
+    assert missing.exit_code == 2
+    [line] = missing.stderr.splitlines()
+    assert line.startswith("error: CIFAR-10 (python version, as torchvision writes it) not found")
+    assert not (tmp_path / "store").exists()

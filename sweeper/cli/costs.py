@@ -19,8 +19,11 @@ from sweeper.plan.spec import Resources
 from trainables.kernel.catalog import ARCHS
 
 
-def dry_run_report(priced: PricedPlan, address: str | None, gpus: int | None) -> None:
-    """After the plan of a dry run: the data a real run needs, and what the sweep will cost."""
+def dry_run_report(
+    priced: PricedPlan, address: str | None, gpus: int | None, data_dir: str | None = None
+) -> None:
+    """After the plan of a dry run: the data a real run needs (found in `data_dir`, checked
+    as a real run would, when given), and what the sweep will cost."""
     if priced.data or priced.pseudo:
         what = " and ".join(
             filter(
@@ -28,10 +31,13 @@ def dry_run_report(priced: PricedPlan, address: str | None, gpus: int | None) ->
                 [", ".join(priced.data), "the pseudo-labelled data" if priced.pseudo else None],
             )
         )
-        console.print(
-            f"data: not read on a dry run; a real run needs {what}"
-            + (" (--data-dir DIR, or --download)" if priced.data else "")
-        )
+        if data_dir is not None:
+            console.print(f"data: {what} checked in {data_dir}, as a real run reads them")
+        else:
+            console.print(
+                f"data: not read on a dry run; a real run needs {what}"
+                + (" (--data-dir DIR, or --download)" if priced.data else "")
+            )
     if priced.cost is None:
         return
     device = "GPU" if priced.kind == "gpu" else "core"

@@ -145,7 +145,7 @@ def run_grid(
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
         priced = sweep.plan(launch, restarting=restart_)
         print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
-        dry_run_report(priced, launch.address, gpus)
+        dry_run_report(priced, launch.address, gpus, data_dir)
         return
     shown = watchers(lambda plan, res, states: print_plan(plan, res, states, "sweeper run grid"))
     ran = sweep.run(options=launch, retrain=retrain, restart=restart_, watchers=shown)

@@ -55,7 +55,7 @@ class PlanRequest:
     certify_overrides: dict | None = None
     address: str | None = None
     restarting: bool = False
-    dry_run: bool = False  # nothing is read from the data sets (no --data-dir needed)
+    dry_run: bool = False  # no data set is read, unless --data-dir is given (then checked)
     max_trials: int = MAX_TRIALS  # --max-trials: more trials than this are refused unexpanded
 
 
@@ -79,7 +79,9 @@ def make_plan(req: PlanRequest) -> Plan:
     selection, only_problems = parse_only(req.only)
     trials, select_problems = select(all_trials, selection) if not only_problems else ([], [])
     problems += only_problems + select_problems
-    problems += [] if req.dry_run else data_problems(all_trials, data_dir, req.download)
+    # A dry run reads no data unless it is given a data dir: then it checks it as a run would.
+    if not req.dry_run or data_dir is not None:
+        problems += data_problems(all_trials, data_dir, req.download)
     try:
         exp = experiment_of(req, spec)
     except StorageError as e:  # nothing past this point may touch a path outside the storage
