@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from trainables.datasets import INFO, DataError
-from trainables.kernel.config import TrialConfig, setting
+from trainables.kernel.config import TrialConfig, required
 
 FINGERPRINT_DIGITS = 16
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
@@ -158,7 +158,7 @@ def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
 
 def load_checked(cfg: TrialConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """`cfg.pseudo_data`, checked against the data set and `cfg.pseudo_fingerprint`."""
-    images, labels = load_pseudo(setting(cfg.pseudo_data, "pseudo_data"), cfg.dataset)
+    images, labels = load_pseudo(required(cfg.pseudo_data, "pseudo_data"), cfg.dataset)
     actual = fingerprint(images, labels)
     if actual != cfg.pseudo_fingerprint:
         raise DataError(

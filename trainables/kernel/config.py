@@ -209,11 +209,6 @@ def required(value: T | None, name: str) -> T:
     return value
 
 
-# The former name, kept only for `trainables.pseudo` until its import is renamed (its owner's
-# change); settings are declared with `trainables.kernel.settings.setting`.
-setting = required
-
-
 _FIELD_NAMES = tuple(f.name for f in fields(TrialConfig))
 # The fields marked as environment in config_parts: no part of the trial_id.
 ENVIRONMENT_FIELDS = frozenset(f.name for f in fields(TrialConfig) if f.metadata.get("environment"))
