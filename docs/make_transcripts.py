@@ -132,7 +132,9 @@ def environment(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEPER_THROUGHPUT", "RAY_ADDRESS")}
     env.update(
         HOME=str(workdir),
-        XDG_CACHE_HOME=str(workdir / ".cache"),
+        # relative to the commands' working directory (`workdir`): a path printed from it has
+        # the same length wherever `workdir` is, so lines wrap at 80 columns alike everywhere
+        XDG_CACHE_HOME=".cache",
         COLUMNS="80",
         LINES="40",
         TERM="dumb",
