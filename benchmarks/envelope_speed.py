@@ -9,7 +9,7 @@ Run from the repository root (a benchmark, not a test):
 1. Synthetic results tables of M models x P test points: 644x500 is the CIFAR-10 paper
    sweep (640 SmoothAdv trials + 4 Gaussian baselines, 500 certified points each), 20000x500
    is 10M rows. Columns and dtypes are what `load_results` returns: an Arrow table with the
-   `sweeper.results.rows.SCHEMA` types (identity columns of the cifar10 grid, CERTIFY columns
+   `sweeper.results.certify_rows.SCHEMA` types (identity columns of the cifar10 grid, CERTIFY columns
    simulated from vote counts) converted with `to_pandas()`, without writing Parquet.
    `envelope(frame, radii)` for radii 0:2.25:0.25, without and with `--by sigma`, is timed
    against a naive pandas implementation in the same process on the same frame: per radius,
@@ -40,8 +40,8 @@ import pandas as pd
 import pyarrow as pa
 from scipy.special import ndtri
 
+from sweeper.results.certify_rows import MODEL_KEY, SCHEMA, load_results, shard_table
 from sweeper.results.envelope import envelope, parse_radii
-from sweeper.results.rows import MODEL_KEY, SCHEMA, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.kernel.config import TrialConfig

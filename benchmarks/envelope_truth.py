@@ -87,7 +87,7 @@ def smoothadv(mirror: str, listing: Path) -> pd.DataFrame:
 
 
 def digits(storage: str, experiment: str) -> pd.DataFrame:
-    from sweeper.results.rows import load_results
+    from sweeper.results.certify_rows import load_results
     from sweeper.results.storage import Experiment
 
     cols = ["trial_id", "cert_id", "sigma_cert", "idx", "label", "predict", "count", "n"]

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sweeper.results.rows import CERTIFIED, SCHEMA, max_radius, shard_table
+from sweeper.results.certify_rows import CERTIFY_ROWS, SCHEMA, max_radius, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Stage
 from trainables.kernel import fileio
@@ -109,7 +109,7 @@ def _ndtri(p):
     return ndtri(p)
 
 
-STANDIN = Stage.of(CERTIFIED, standin_certify)
+STANDIN = Stage.of(CERTIFY_ROWS, standin_certify)
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -207,8 +207,8 @@ def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
     """Seconds of work of envelope, status and report (imports done before timing)."""
     from sweeper.cli.reports import dataset_dims
     from sweeper.report.build import build_report, write_report
+    from sweeper.results.certify_rows import load_results
     from sweeper.results.envelope import envelope, read_columns
-    from sweeper.results.rows import load_results
     from sweeper.results.status import experiment_status
 
     out = {}

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.rows import shard_table
+from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.run import compaction

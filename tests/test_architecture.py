@@ -121,7 +121,7 @@ def test_the_checker_reads_every_kind_of_import():
     known = modules()
     assert "sweeper.results.storage" in imports("sweeper.results.lease")  # from x.y import z
     assert "sweeper.results.envelope" in imports("sweeper.cli.reads")  # from x import module
-    assert "sweeper.results.attack_rows" in imports("sweeper.cli.reads")  # inside a function
+    assert "sweeper.results.empirical_rows" in imports("sweeper.cli.reads")  # inside a function
     assert "trainables.train" in imports("trainables.distributed_fit")
     typed_only = ast.parse(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nimport b\n"

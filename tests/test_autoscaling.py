@@ -33,7 +33,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import Resources
-from sweeper.results.rows import load_results
+from sweeper.results.certify_rows import load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import ClusterView, parse_report
 from trainables.kernel.trial_status import read_status

@@ -17,7 +17,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.rows import shard_table
+from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel.config import TrialConfig

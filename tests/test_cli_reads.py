@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.rows import MEMORY_SCHEMA, shard_table
+from sweeper.results.certify_rows import MEMORY_SCHEMA, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, write_sweep
-from sweeper.run.attack_stage import EmpiricalSetting, empirical_table
+from sweeper.run.empirical_stage import EmpiricalSetting, empirical_table
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings
 
@@ -296,7 +296,7 @@ def test_models_missing_shards_are_counted_and_the_first_ten_named(tmp_path):
 def test_an_empty_selection_is_zero_models(storage, capsys):
     """What `load_selected` returns for an experiment with no rows (the commands stop there)."""
     from sweeper.cli.reads import print_coverage
-    from sweeper.results.rows import load_results
+    from sweeper.results.certify_rows import load_results
 
     exp = Experiment(str(storage), "exp")
     results = load_results(exp)
@@ -439,8 +439,8 @@ def test_columns_with_nothing_in_them_are_left_out_even_wide(tmp_path):
 
 def test_an_envelope_printed_fits_the_terminal_unless_told_wide(storage, capsys):
     from sweeper.cli.reads import _print_table
+    from sweeper.results.certify_rows import load_results
     from sweeper.results.envelope import envelope
-    from sweeper.results.rows import load_results
 
     table = envelope(load_results(Experiment(str(storage), "exp")).frame, [0.0, 0.5])
     _print_table(table, "table", "the envelope")

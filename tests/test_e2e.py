@@ -17,7 +17,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results import envelope as env
-from sweeper.results.rows import SCHEMA, load_results
+from sweeper.results.certify_rows import SCHEMA, load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.tune_names import readable
 from trainables import checkpoint

@@ -21,10 +21,10 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space, parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec
-from sweeper.results import attack_rows
-from sweeper.results.rows import ResultsError
+from sweeper.results import empirical_rows
+from sweeper.results.certify_rows import ResultsError
 from sweeper.results.storage import Experiment, write_sweep
-from sweeper.run import attack_stage as emp
+from sweeper.run import empirical_stage as emp
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from trainables.kernel.trial_status import write_status
@@ -72,7 +72,7 @@ def attacked(setup):
         for s in chosen
         for shard in shards.plan(cfg, "empirical", s, 450)
     }
-    return chosen, written, attack_rows.load_empirical(exp)
+    return chosen, written, empirical_rows.load_empirical(exp)
 
 
 # ------------------------------------------------------------------------------ the spec
@@ -165,7 +165,7 @@ def test_rows_per_point_per_setting(attacked, setup):
     assert len(results.files) == len(chosen) * SHARDS and not results.missing_shards
     frame = results.frame
     assert len(frame) == len(chosen) * POINTS
-    assert pq.read_schema(results.files[0]).remove_metadata() == attack_rows.EMPIRICAL_SCHEMA
+    assert pq.read_schema(results.files[0]).remove_metadata() == empirical_rows.EMPIRICAL_SCHEMA
     for s in chosen:
         rows = frame[frame["emp_id"] == s.emp_id]
         assert sorted(rows["idx"]) == list(range(0, 450, 15))
@@ -214,13 +214,13 @@ def test_corrupt_file_is_named_and_left_out(tmp_path):
     bad = Path(exp.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"\x00garbage" * 50)
-    loaded = attack_rows.load_empirical(exp)
+    loaded = empirical_rows.load_empirical(exp)
     assert loaded.frame.empty and loaded.files == []
     assert len(loaded.invalid) == 1 and loaded.invalid[0].startswith(
         f"{bad}: not a readable Parquet"
     )
     with pytest.raises(ResultsError, match="no experiment at"):
-        attack_rows.load_empirical(Experiment(str(tmp_path), "absent"))
+        empirical_rows.load_empirical(Experiment(str(tmp_path), "absent"))
 
 
 # ------------------------------------------------------------------------------ the envelope
@@ -250,13 +250,13 @@ def test_empirical_envelope_takes_each_models_strongest_attack():
                 }
             )
     frame = pd.DataFrame(rows)
-    curve = attack_rows.empirical_envelope(frame)
+    curve = empirical_rows.empirical_envelope(frame)
     assert curve[["radius", "empirical_accuracy", "empirical_winner"]].values.tolist() == [
         [0.0, 1.0, "a"],
         [0.5, 0.5, "b"],
     ]
     assert curve["empirical_m_test"].iloc[1] in (1, 128)
-    by_sigma = attack_rows.empirical_envelope(frame, "sigma")
+    by_sigma = empirical_rows.empirical_envelope(frame, "sigma")
     assert by_sigma[["sigma", "radius", "empirical_accuracy"]].values.tolist() == [
         [0.25, 0.0, 1.0],
         [0.25, 0.5, 0.25],
@@ -264,7 +264,7 @@ def test_empirical_envelope_takes_each_models_strongest_attack():
         [0.5, 0.5, 0.5],
     ]
     table = pd.DataFrame({"radius": [0.0, 0.25, 0.5], "certified_accuracy": [0.9, 0.6, 0.4]})
-    out = attack_rows.overlay(table, frame, None)
+    out = empirical_rows.overlay(table, frame, None)
     assert out["empirical_accuracy"].tolist()[::2] == [1.0, 0.5]
     assert np.isnan(out["empirical_accuracy"].iloc[1])
 
@@ -364,7 +364,7 @@ def test_sweeper_empirical_on_a_local_ray(ray_session, setup, attacked):
     ]
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    frame = attack_rows.load_empirical(exp).frame
+    frame = empirical_rows.load_empirical(exp).frame
     stein = frame[frame["estimator"] == "stein"]
     assert len(stein) == POINTS and set(stein["m_test"]) == {4}  # ε = 0 existed: skipped
     plugin = frame[(frame["estimator"] == "plugin") & (frame["epsilon_attack"] == 1.0)]

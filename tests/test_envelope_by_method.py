@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.rows import shard_table
+from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel.config import TrialConfig

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.ingest import importer as ingest
 from sweeper.ingest.log_reader import LogLimits, LogRefused, LogSkip, max_printed_radius, read_log
-from sweeper.results.rows import load_results, max_radius
+from sweeper.results.certify_rows import load_results, max_radius
 from sweeper.results.storage import Experiment
 from trainables.kernel.catalog import NUM_CLASSES
 from trainables.kernel.catalog import STANDARD_TEST_SIZE as TEST_SIZE

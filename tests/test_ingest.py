@@ -19,7 +19,7 @@ from sweeper.ingest import log_reader
 from sweeper.ingest.log_reader import parse_row
 from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import sweep_conflict
-from sweeper.results.rows import load_results, shard_table
+from sweeper.results.certify_rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, read_sweep, write_sweep
 from trainables.kernel.catalog import ARCHS

@@ -18,6 +18,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.results import lease as lease_module
+from sweeper.results.certify_rows import load_results
 from sweeper.results.lease import (
     LAST_TIME,
     Holder,
@@ -27,7 +28,6 @@ from sweeper.results.lease import (
     held_message,
     read_holder,
 )
-from sweeper.results.rows import load_results
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 

@@ -25,7 +25,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.report.build import build_report
 from sweeper.report.figures import GROUPED, draw_figure, figure_plan
 from sweeper.report.render import envelope_figure
-from sweeper.results.rows import load_results, max_radius, shard_table
+from sweeper.results.certify_rows import load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel.config import TrialConfig

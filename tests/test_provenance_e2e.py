@@ -18,7 +18,7 @@ from test_e2e import finished_sweep  # noqa: F401  (the module's own run of the 
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.results.rows import MEMORY_SCHEMA
+from sweeper.results.certify_rows import MEMORY_SCHEMA
 from sweeper.results.storage import MEMORY, Experiment
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,17 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results import Experiment, load_results
-from sweeper.results import rows as rows_module
+from sweeper.results import certify_rows as rows_module
+from sweeper.results.certify_rows import (
+    CERTIFY_ROWS,
+    MEMORY_SCHEMA,
+    SCHEMA,
+    ResultsError,
+    identity_fields,
+    max_radius,
+    read_tables,
+    shard_table,
+)
 from sweeper.results.envelope import envelope
 from sweeper.results.file_checks import LEGACY_OPTIONAL
 from sweeper.results.reader import (
@@ -32,16 +42,6 @@ from sweeper.results.reader import (
     read_stage,
     refresh_cache,
     uncovered,
-)
-from sweeper.results.rows import (
-    CERTIFIED,
-    MEMORY_SCHEMA,
-    SCHEMA,
-    ResultsError,
-    identity_fields,
-    max_radius,
-    read_tables,
-    shard_table,
 )
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, StageFile
@@ -239,8 +239,8 @@ def test_the_python_api_in_the_docs_is_the_envelope(ddrs_experiment, capsys):
 
 
 def test_a_ddrs_models_largest_radius_is_at_its_largest_per_point_sigma(ddrs_experiment):
+    from sweeper.results.certify_rows import max_radius
     from sweeper.results.envelope import max_radii, model_table
-    from sweeper.results.rows import max_radius
 
     frame = load_results(ddrs_experiment).frame
     reach = dict(zip(model_table(frame)["trial_id"], max_radii(frame), strict=True))
@@ -380,7 +380,7 @@ def test_the_cache_folds_in_only_files_that_validate_and_every_read_names_the_ot
     bad_type = exp.compacted_path("certify", D.trial_id, CID, 1)
     write_table(lists, bad_type)
     too_far = _model(exp, E, [0.5, 0.5], radius=[_reach(0.5, 0.75), 9.0])  # nothing beyond 1.9
-    assert refresh_cache(exp, CERTIFIED) == 2
+    assert refresh_cache(exp, CERTIFY_ROWS) == 2
     good = [exp.compacted_path("certify", cfg.trial_id, CID, 1) for cfg in (A, B)]
     assert _covers(exp) == _recorded(exp, good)
     expected = sorted(
@@ -390,11 +390,11 @@ def test_the_cache_folds_in_only_files_that_validate_and_every_read_names_the_ot
         ]
     )
     for _ in range(2):  # the read after the refresh, and after another one
-        result = read_stage(exp, CERTIFIED)
+        result = read_stage(exp, CERTIFY_ROWS)
         assert sorted(result.invalid) == expected
         assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
         assert sorted(result.files) == sorted(good)
-        assert refresh_cache(exp, CERTIFIED) == 2
+        assert refresh_cache(exp, CERTIFY_ROWS) == 2
 
 
 def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_models):
@@ -402,17 +402,17 @@ def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_mo
     cache holds is served from it only while its bytes are those cached: A's garbled at its
     size is read (and named), B's and C's rows still come from the cache."""
     exp = two_models
-    assert refresh_cache(exp, CERTIFIED) == 2
+    assert refresh_cache(exp, CERTIFY_ROWS) == 2
     _model(exp, C, [0.4, 0.5, 0.6, 0.7])
-    assert refresh_cache(exp, CERTIFIED) == 3
+    assert refresh_cache(exp, CERTIFY_ROWS) == 3
     expected = {A.trial_id: [0, 1], B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
     assert _points(pq.read_table(exp.cache_path("certify"))) == expected
-    assert len(_covers(exp)) == 3 and refresh_cache(exp, CERTIFIED) == 3
-    result = read_stage(exp, CERTIFIED)
+    assert len(_covers(exp)) == 3 and refresh_cache(exp, CERTIFY_ROWS) == 3
+    result = read_stage(exp, CERTIFY_ROWS)
     assert _points(result.table) == expected and not result.invalid
     garbled = exp.compacted_path("certify", A.trial_id, CID, 1)
     _garble(garbled)
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert [line.partition(": ")[0] for line in result.invalid] == [garbled]
     assert _points(result.table) == {B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
 
@@ -421,11 +421,11 @@ def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_a
     two_models,
 ):
     exp = two_models
-    refresh_cache(exp, CERTIFIED)
-    cached = read_stage(exp, CERTIFIED, ["radius"])  # every model from the cache
+    refresh_cache(exp, CERTIFY_ROWS)
+    cached = read_stage(exp, CERTIFY_ROWS, ["radius"])  # every model from the cache
     assert cached.table.column_names == RADIUS_AND_CHECKED
     _model(exp, C, [0.4])  # and one from its file
-    both = read_stage(exp, CERTIFIED, ["radius"])
+    both = read_stage(exp, CERTIFY_ROWS, ["radius"])
     assert both.table.column_names == RADIUS_AND_CHECKED and not both.invalid
     reached = [(0.3, 0.5), (0.2, 0.5), (0.1, 0.25), (0.2, 0.25), (0.3, 0.25), (0.4, 1.0)]
     expected = sorted(_reach(r, sigma) for r, sigma in reached)
@@ -436,16 +436,16 @@ def test_a_cache_that_records_sizes_only_is_not_used_and_a_refresh_rebuilds_it(t
     """A cache written before content digests (its record: path -> size) vouches for no file:
     the files are read (nothing is named: they are valid), and a refresh records digests."""
     exp = two_models
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
     sizes = {rel: record[0] for rel, record in _covers(exp).items()}
     cache = exp.cache_path("certify")
     pq.write_table(pq.read_table(cache).replace_schema_metadata({COVERS: json.dumps(sizes)}), cache)
     garbled = exp.compacted_path("certify", A.trial_id, CID, 1)
     _garble(garbled)  # read: not served from the old cache
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert [line.partition(": ")[0] for line in result.invalid] == [garbled]
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
-    assert refresh_cache(exp, CERTIFIED) == 1
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 2
+    assert refresh_cache(exp, CERTIFY_ROWS) == 1
     assert _covers(exp) == _recorded(exp, [exp.compacted_path("certify", B.trial_id, CID, 1)])
 
 
@@ -454,7 +454,7 @@ def test_a_cache_whose_rows_were_edited_is_named_and_the_files_read(two_models):
     the files kept: its rows no longer have the digests it was written with, so it is
     named and every model is read from its file."""
     exp = two_models
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
 
     def forget_a_trial(table: pa.Table) -> pa.Table:
         trial = table.column("trial_id").to_pylist()
@@ -464,12 +464,12 @@ def test_a_cache_whose_rows_were_edited_is_named_and_the_files_read(two_models):
     cache = exp.cache_path("certify")
     for change in (forget_a_trial, lambda t: pa.concat_tables([t, t.slice(0, 1)])):
         _rewrite_cache(exp, change)
-        result = read_stage(exp, CERTIFIED)
+        result = read_stage(exp, CERTIFY_ROWS)
         assert result.invalid == [
             f"{cache}: its rows are not those it was written with; reading the files instead"
         ]
         assert _points(result.table) == {A.trial_id: [0, 1], B.trial_id: [0, 1, 2]}
-        refresh_cache(exp, CERTIFIED)
+        refresh_cache(exp, CERTIFY_ROWS)
 
 
 def test_model_index_finds_each_rows_model_and_minus_one_for_others():
@@ -489,20 +489,20 @@ def test_uncovered_counts_the_compacted_files_the_cache_does_not_hold(two_models
     """Compacted files only (not a model's shards), each held while its size is the one the
     cache recorded; without a readable cache, every one."""
     exp = two_models
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2  # no cache yet
-    refresh_cache(exp, CERTIFIED)
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 2  # no cache yet
+    refresh_cache(exp, CERTIFY_ROWS)
     _model(exp, C, [0.4])
     for k in (0, 1):  # D: two shards of three, not compacted
         write_table(_rows(exp, D, [0.5], [k]), exp.shard_path(D.trial_id, CID, k, 3))
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 1  # C
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 1  # C
     with open(exp.compacted_path("certify", A.trial_id, CID, 1), "ab") as f:
         f.write(b"\0")  # changed since the cache was written
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 2
     cache = exp.cache_path("certify")
     pq.write_table(pq.read_table(cache).replace_schema_metadata({}), cache)  # not a cache
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 3
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 3
     Path(cache).write_bytes(b"not parquet")
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 3
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 3
 
 
 def test_the_reading_path_reads_an_experiment_in_a_bucket(s3_endpoint):
@@ -511,13 +511,13 @@ def test_the_reading_path_reads_an_experiment_in_a_bucket(s3_endpoint):
     exp = Experiment("s3://sweeper-test/reading", "exp")
     _model(exp, A, [0.3, 0.2])
     _model(exp, B, [0.1, 0.2, 0.3])
-    assert refresh_cache(exp, CERTIFIED) == 2
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 0
+    assert refresh_cache(exp, CERTIFY_ROWS) == 2
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 0
     _model(exp, C, [0.4])
     bad = _model(exp, E, [0.5, 0.5], radius=[_reach(0.5, 0.75), 9.0])
     write_table(_rows(exp, D, [0.5], [1]), exp.shard_path(D.trial_id, CID, 1, 3))
-    assert uncovered(exp, CERTIFIED, exp.stage_files("certify")) == 2
-    result = read_stage(exp, CERTIFIED)
+    assert uncovered(exp, CERTIFY_ROWS, exp.stage_files("certify")) == 2
+    result = read_stage(exp, CERTIFY_ROWS)
     assert result.invalid == [f"{bad}: a radius larger than n and alpha allow for its sigma"]
     assert _points(result.table) == {
         A.trial_id: [0, 1],
@@ -589,7 +589,7 @@ def test_radii_up_to_what_certify_can_give_are_kept_and_each_problem_is_named(tm
     extra = exp.shard_path(C.trial_id, CID, 0, 1)
     write_table(_rows(exp, C, [0.1]).append_column("note", pa.array(["hi"])), extra)
     expected.append(f"{extra}: unexpected columns ['note']")
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert sorted(result.invalid) == sorted(expected)
     assert _points(result.table) == kept
     assert set(result.table.column("amp").to_pylist()) == {"bf16"}
@@ -647,7 +647,7 @@ def test_each_rows_problem_is_named_with_its_file_and_only_that_file_is_left_out
     again = exp.shard_path(split.trial_id, CID, 1, 2)
     write_table(_rows(exp, split, [0.3, 0.4], [1, 2]), again)
     expected.append(f"{again}: test points the model already has (duplicated rows)")
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert sorted(result.invalid) == sorted(expected)
     assert _points(result.table) == {split.trial_id: [0, 1]}
 
@@ -664,7 +664,7 @@ def test_test_points_are_compared_within_a_model_however_large_their_numbers(tmp
         table = _with(_rows(exp, cfg, [0.1, 0.2, 0.3, 0.4]), idx=points)
         paths.append(exp.shard_path(cfg.trial_id, CID, 0, 1))
         write_table(table, paths[-1])
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     outside = "a test point outside the data set's test split"  # not "duplicated rows"
     assert sorted(result.invalid) == sorted(f"{p}: {outside}" for p in paths)
 
@@ -812,10 +812,10 @@ def test_a_cache_without_its_records_is_named_and_the_files_read(two_models, met
     """No record of the files, of its rows, or records of another shape: named as no cache
     of this experiment, every model read from its file."""
     exp = two_models
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
     cache = exp.cache_path("certify")
     pq.write_table(pq.read_table(cache).replace_schema_metadata(metadata), cache)
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert [line.partition(": ")[0] for line in result.invalid] == [cache]
     assert result.invalid[0].startswith(f"{cache}: not a cache of this experiment (")
     assert result.invalid[0].endswith("; reading the files")
@@ -826,14 +826,14 @@ def test_the_cache_opens_no_file_whose_size_changed_and_serves_the_rest(two_mode
     """A file whose size is not the recorded one is read as a file, not hashed; the others
     are hashed and served from the cache."""
     exp = two_models
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
     a = exp.compacted_path("certify", A.trial_id, CID, 1)
     with open(a, "ab") as f:
         f.write(b"\0")  # no longer Parquet: read, and named
     hashed = []
     real = fileio.read_bytes
     monkeypatch.setattr(fileio, "read_bytes", lambda p, *a: hashed.append(p) or real(p, *a))
-    result = read_stage(exp, CERTIFIED)
+    result = read_stage(exp, CERTIFY_ROWS)
     assert [p for p in hashed if p.endswith(".parquet")] == [
         exp.compacted_path("certify", B.trial_id, CID, 1)
     ]

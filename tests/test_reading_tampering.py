@@ -38,9 +38,9 @@ from test_row_provenance import (
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results import reader, validation
+from sweeper.results.certify_rows import CERTIFY_ROWS
 from sweeper.results.provenance import most_points
 from sweeper.results.reader import COVERS, ROWS, read_stage, refresh_cache
-from sweeper.results.rows import CERTIFIED
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.run import compaction
@@ -90,7 +90,7 @@ def test_a_cache_written_before_the_newest_settings_is_served_by_every_command(
     )
     pq.write_table(old, cache)
     opened = _opened(monkeypatch)
-    rows = read_stage(exp, CERTIFIED)
+    rows = read_stage(exp, CERTIFY_ROWS)
     assert rows.invalid == [] and rows.table.num_rows == 40
     assert opened == [[exp.shard_path(X.trial_id, DD.cert_id, 0, 1)]]  # the rest: the cache's
     accuracy, stderr = envelope(exp)
@@ -110,7 +110,7 @@ def _a_in_two_shards(exp: Experiment) -> str:
     for k in (0, 1):
         write_table(rows.slice(5 * k, 5), exp.shard_path(A.trial_id, SPEC.cert_id, k, 2))
     compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2)
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
     return exp.compacted_path("certify", A.trial_id, SPEC.cert_id, 2)
 
 
@@ -128,7 +128,7 @@ def test_a_model_with_two_compacted_files_is_left_out_whole_and_both_named(exper
     if cache == "removed":
         Path(exp.cache_path("certify")).unlink()
     elif cache == "refreshed":
-        refresh_cache(exp, CERTIFIED)
+        refresh_cache(exp, CERTIFY_ROWS)
     after, stderr = envelope(exp)
     why = "two compacted files of one model (compacted-of-00001.parquet, compacted-of-00002"
     named = [line for line in left_out(stderr) if why in line]
@@ -216,7 +216,7 @@ def test_a_compacted_file_with_a_damaged_page_is_named_and_left_out(experiment):
     assert f"{path}: {DAMAGED}" in status.output.replace("\n", "")  # wrapped to its width
     compacted = runner.invoke(app, _args("compact", exp))
     assert compacted.exit_code == 0, compacted.output
-    assert [p.partition(": ")[0] for p in read_stage(exp, CERTIFIED).invalid] == [path]
+    assert [p.partition(": ")[0] for p in read_stage(exp, CERTIFY_ROWS).invalid] == [path]
 
 
 def test_a_cache_with_a_damaged_page_is_named_and_the_files_read(experiment):
@@ -230,7 +230,7 @@ def test_a_cache_with_a_damaged_page_is_named_and_the_files_read(experiment):
     assert [line.partition(": ")[0] for line in left_out(stderr)] == [cache]
     assert left_out(stderr)[0].startswith(f"{cache}: {DAMAGED}")
     assert runner.invoke(app, _args("compact", exp)).exit_code == 0
-    assert read_stage(exp, CERTIFIED).invalid == []  # the cache rebuilt from the files
+    assert read_stage(exp, CERTIFY_ROWS).invalid == []  # the cache rebuilt from the files
 
 
 # ------------------------------------------------------------------ 5. row counts
@@ -276,7 +276,7 @@ def test_a_cache_with_more_rows_than_its_models_grids_is_named_and_never_scanned
         monkeypatch.setattr(
             module, "scan", lambda paths, *a: scanned.extend(paths) or scan(paths, *a)
         )
-    rows = read_stage(exp, CERTIFIED)
+    rows = read_stage(exp, CERTIFY_ROWS)
     assert rows.invalid == [
         f"{cache}: 2000 rows, more than the 30 test points of the models it records; "
         "reading the files instead"

@@ -32,8 +32,8 @@ from sweeper.report.tables import (
     wide_table,
     winners_table,
 )
+from sweeper.results.certify_rows import load_results, shard_table
 from sweeper.results.envelope import model_table
-from sweeper.results.rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.kernel.config import TrialConfig

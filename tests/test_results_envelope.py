@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.report.render import plot_envelope, render, to_markdown
+from sweeper.results.certify_rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.envelope import (
     READ_COLUMNS,
     EnvelopeError,
@@ -29,7 +30,6 @@ from sweeper.results.envelope import (
     parse_radii,
     read_columns,
 )
-from sweeper.results.rows import SCHEMA, ResultsError, load_results, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.kernel.config import TrialConfig

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
+from sweeper.results.certify_rows import CERTIFY_ROWS, MEMORY_SCHEMA, shard_table
 from sweeper.results.provenance import Setting, setting_of
 from sweeper.results.reader import refresh_cache
-from sweeper.results.rows import CERTIFIED, MEMORY_SCHEMA, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel.config import TrialConfig
@@ -70,7 +70,7 @@ def build_experiment(tmp_path: Path) -> Experiment:
     constants = {"smoothing": "data-dependent", "n0": DD.n0, "n": DD.n, "alpha": DD.alpha}
     table = shard_table(X, exp.name, DD.cert_id, constants, cols, {"config": X.to_dict()})
     write_table(table, exp.shard_path(X.trial_id, DD.cert_id, 0, 1))
-    refresh_cache(exp, CERTIFIED)
+    refresh_cache(exp, CERTIFY_ROWS)
     return exp
 
 

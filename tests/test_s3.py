@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from sweeper.results.rows import load_results
+from sweeper.results.certify_rows import load_results
 from sweeper.results.storage import Experiment
 
 pytestmark = pytest.mark.e2e

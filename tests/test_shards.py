@@ -20,17 +20,23 @@ import pytest
 from scipy.stats import beta, norm
 
 from sweeper.plan.spec import CertifySpec, Resources
-from sweeper.results import attack_rows, reader, validation
+from sweeper.results import empirical_rows, reader, validation
+from sweeper.results.certify_rows import (
+    MEMORY_SCHEMA,
+    SCHEMA,
+    load_results,
+    max_radius,
+    shard_table,
+)
 from sweeper.results.envelope import envelope
 from sweeper.results.failures import FailureLog, read_failures
 from sweeper.results.reader import read_stage, refresh_cache
-from sweeper.results.rows import MEMORY_SCHEMA, SCHEMA, load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.status import stage_shards
 from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import compaction, shards
-from sweeper.run.attack_stage import EMPIRICAL, EmpiricalSetting, empirical_table
 from sweeper.run.certify_stage import CERTIFY
+from sweeper.run.empirical_stage import EMPIRICAL, EmpiricalSetting, empirical_table
 from sweeper.run.stage import Shard
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings
@@ -684,7 +690,7 @@ def test_each_stage_and_setting_of_a_model_has_its_own_shards_and_compaction(ben
     frame = load_results(bench.exp).frame
     assert sorted(frame.loc[frame.cert_id == CID, "idx"]) == list(range(8))
     assert sorted(frame.loc[frame.cert_id == cid2, "idx"]) == [0, 2, 4, 6]
-    assert sorted(attack_rows.load_empirical(bench.exp).frame["idx"]) == list(range(8))
+    assert sorted(empirical_rows.load_empirical(bench.exp).frame["idx"]) == list(range(8))
     assert {(s, k) for s, _, _, k, _ in bench.computed if s == "empirical"} == {
         ("empirical", 0),
         ("empirical", 1),

@@ -14,7 +14,7 @@ from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import Resources
-from sweeper.results.rows import load_results
+from sweeper.results.certify_rows import load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.launch import StageSearcher, run_sweep
 from sweeper.run.launch_options import LaunchOptions

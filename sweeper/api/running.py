@@ -115,8 +115,8 @@ def attack_finished(
 ) -> Ran:
     """`sweeper empirical`: the finished trials of `plan` attacked under every setting of
     `spec` (its `empirical` block, overrides applied)."""
-    from sweeper.run.attack_stage import settings
     from sweeper.run.capacity import effective_resources
+    from sweeper.run.empirical_stage import settings
 
     ready = sweep_run.finished_trials(plan, space)
     chosen = settings(spec, plan.spec.certify)

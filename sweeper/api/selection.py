@@ -16,7 +16,7 @@ from trainables.kernel.errors import ProblemsError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sweeper.results.rows import Results
+    from sweeper.results.certify_rows import Results
 
 
 def only_selection(only: str | None) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def load(exp: Experiment, selection: dict[str, Any], columns: list[str] | None =
     """The experiment's validated rows (a file that fails validation is in `invalid`, its rows
     left out); `columns`: only these (and the selection's), not every results column.
     `ResultsError` if they cannot be read."""
-    from sweeper.results.rows import SCHEMA, load_results
+    from sweeper.results.certify_rows import SCHEMA, load_results
 
     if columns is not None:
         columns = [*columns, *(k for k in selection if k in SCHEMA.names)]

@@ -42,7 +42,7 @@ from trainables.kernel.errors import ProblemsError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sweeper.results.rows import Results
+    from sweeper.results.certify_rows import Results
     from sweeper.results.status import Status
     from sweeper.results.summary import Summary
 
@@ -264,7 +264,7 @@ class Sweep:
 
 def left_out(exp: Experiment) -> list[str]:
     """The result files left out, "path: why"; one line naming why if they cannot be read."""
-    from sweeper.results.rows import ResultsError
+    from sweeper.results.certify_rows import ResultsError
     from sweeper.results.status import left_out as files_left_out
 
     try:

@@ -16,9 +16,9 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
     this is for experiments written before (or interrupted before they could). Holds the
     experiment like a run does."""
     from sweeper.results.lease import Lease
-    from sweeper.run.attack_stage import EMPIRICAL
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.compaction import compact_all
+    from sweeper.run.empirical_stage import EMPIRICAL
 
     exp = resolve_experiment(storage, experiment)
     try:

@@ -183,8 +183,8 @@ def _envelope_options(
 
 def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
     """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper.results import attack_rows as emp
-    from sweeper.results.rows import ResultsError
+    from sweeper.results import empirical_rows as emp
+    from sweeper.results.certify_rows import ResultsError
 
     try:
         loaded = emp.load_empirical(exp)
@@ -237,7 +237,7 @@ def load_selected(
     problem so far; a results file that fails validation is named and left out, and so are the
     data-dependent models awaiting their memory pass. `columns`: read only these (and the
     --only columns), not every results column."""
-    from sweeper.results.rows import ResultsError
+    from sweeper.results.certify_rows import ResultsError
 
     chosen, only_problems = parse_only(only)
     if problems or only_problems:

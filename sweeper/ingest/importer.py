@@ -77,7 +77,7 @@ from sweeper.ingest.log_reader import (
 )
 from sweeper.ingest.path_names import NEEDS, path_values
 from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_sets
-from sweeper.results.rows import shard_table
+from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel import fileio

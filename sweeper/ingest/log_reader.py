@@ -35,7 +35,7 @@ def max_printed_radius(n: int, alpha: float, sigma: float) -> float:
     votes for the top class: σ·Φ⁻¹(α^(1/n)), 3.8σ for n = 100,000 and α = 0.001) as the
     reference code may print it: rounded to 3 significant digits (`{:.3}`) or 4 decimals, so up
     to half a unit of the last digit above; never below 0 (an abstention's radius). Within what
-    the stage reader accepts for imported rows (sweeper.results.rows.check)."""
+    the stage reader accepts for imported rows (sweeper.results.certify_rows.check)."""
     from trainables.kernel.certificates import max_radius
 
     bound = max(float(max_radius(sigma, n, alpha)), 0.0)

@@ -11,8 +11,8 @@ import pyarrow as pa
 from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
 from sweeper.report.formats import DIGITS, FORMATS, is_fraction
 from sweeper.report.tables import distinguishing_columns
+from sweeper.results.certify_rows import SCHEMA
 from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
-from sweeper.results.rows import SCHEMA
 from trainables.kernel import fileio
 
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.

@@ -22,8 +22,8 @@ import pandas as pd
 
 from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
+from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
-from sweeper.results.rows import MODEL_KEY, identity_fields
 from trainables.methods import REGISTRY
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]

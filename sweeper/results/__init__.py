@@ -1,10 +1,10 @@
 """The experiment on storage, the foundation every stage writes to or reads from.
 
-Owns the layout of an experiment (`storage`: the only module that spells paths), the lease
-(one driver per experiment), what a sharded stage's rows are (`stage_table`), the two stages'
-row tables (`rows`: certification, `attack_rows`: the empirical attack), reading a stage's
-rows validated and cached (`reader`), the certified-accuracy envelope (`envelope`) and an
-experiment's status (`status`). May import `trainables` (its config and file helpers) and
+Owns the layout of an experiment (`storage`: the only module that spells paths), the lease (one
+driver per experiment), what a sharded stage's rows are (`stage_table`), the two stages' row
+tables (`certify_rows`: certification, `empirical_rows`: the empirical attack), reading a
+stage's rows validated and cached (`reader`), the certified-accuracy envelope (`envelope`) and
+an experiment's status (`status`). May import `trainables` (its config and file helpers) and
 nothing else of `sweeper`: plan, run, report, ingest and cli all build on it.
 
 The Python API for reading an experiment's results (docs/guide/reading-results.md):
@@ -27,9 +27,9 @@ from typing import Any
 
 _EXPORTS = {
     "Experiment": "sweeper.results.storage",
-    "load_results": "sweeper.results.rows",
-    "Results": "sweeper.results.rows",
-    "ResultsError": "sweeper.results.rows",
+    "load_results": "sweeper.results.certify_rows",
+    "Results": "sweeper.results.certify_rows",
+    "ResultsError": "sweeper.results.certify_rows",
 }
 __all__ = list(_EXPORTS)
 

@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sweeper.results.certify_rows import MODEL_KEY, SCHEMA
 from sweeper.results.envelope_uncertainty import LEVEL, PointReach, clopper_pearson
-from sweeper.results.rows import MODEL_KEY, SCHEMA
 from trainables.kernel.certificates import max_radius
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]

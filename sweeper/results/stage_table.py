@@ -3,7 +3,8 @@
 A `StageTable` is the contract between the stage that writes rows (`sweeper.run.stage.Stage`
 adds how they are computed) and the reader that validates them (`sweeper.results.reader`):
 the stage's directory, the column naming its setting, the exact schema, and the checks every
-row must pass. The tables of the two stages are `rows.CERTIFIED` and `attack_rows.ATTACKED`.
+row must pass. The tables of the two stages are `certify_rows.CERTIFY_ROWS` and
+`empirical_rows.EMPIRICAL_ROWS`.
 """
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ class Status:
 def left_out(exp: Experiment) -> list[str]:
     """Every results file the readers leave out, "path: why" (certification's, legacy memory
     files among them, then the attack stage's). Unlike `StatusReader.read`, this opens them."""
-    from sweeper.results.attack_rows import load_empirical
-    from sweeper.results.rows import load_results
+    from sweeper.results.certify_rows import load_results
+    from sweeper.results.empirical_rows import load_empirical
 
     return load_results(exp, ["trial_id"]).invalid + load_empirical(exp).invalid
 

@@ -4,7 +4,7 @@ Owns the launcher (`launch`; its settings `launch_options`, read without Ray), w
 cluster can host (`capacity`), the sharded-stage engine (`shards`: shards, tasks, progress;
 `stage`: what a stage is; `compaction`: a model's shards folded into one verified file) and
 its two stages, certification (`certify_stage`, finished for DDRS by `ddrs_memory`) and the
-empirical attack (`attack_stage`), the nodes' version check (`versions`), what a run holds
+empirical attack (`empirical_stage`), the nodes' version check (`versions`), what a run holds
 and leaves (`driving`, `sweep_run`, `outcome`), and the statistics of envelope-aware
 certification (`envelope_bounds`, `envelope_planner`: pure, not yet wired into the stage).
 May import `sweeper.plan`, `sweeper.results` and `trainables`; never report, ingest or cli.

@@ -1,7 +1,7 @@
 """Certification as a stage of the sharded-stage engine (`sweeper.run.shards`).
 
 Per shard: load the model's checkpoint once, run CERTIFY on the shard's test points, return
-the rows (`sweeper.results.rows.SCHEMA`). The setting is a `CertifySpec`, which
+the rows (`sweeper.results.certify_rows.SCHEMA`). The setting is a `CertifySpec`, which
 `trainables.certify_points` runs as it is (σ resolved for the model); its `cert_id` names the
 files, so other settings (n, α, σ_cert, DDRS) add files beside the old ones. For data-dependent
 smoothing (DDRS) the finishing step, once all of a model's shards exist, is the memory pass
@@ -16,7 +16,7 @@ import platform
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sweeper.results.rows import CERTIFIED, shard_table
+from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.catalog import NUM_CLASSES
@@ -66,4 +66,4 @@ def finish(exp: Experiment, trial_id: str, setting, table: pa.Table) -> pa.Table
     return sound_rows(exp, trial_id, setting.setting_id, table)
 
 
-CERTIFY = Stage.of(CERTIFIED, certify_shard, finish)
+CERTIFY = Stage.of(CERTIFY_ROWS, certify_shard, finish)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from sweeper.results.certify_rows import MEMORY_SCHEMA
 from sweeper.results.legacy_memory import read_memory, valid_memory
-from sweeper.results.rows import MEMORY_SCHEMA
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 

@@ -121,7 +121,7 @@ def certify(
 
 def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
     """Every one of `ready` attacked under every setting of `chosen` (nothing to do)."""
-    from sweeper.run.attack_stage import EMPIRICAL
+    from sweeper.run.empirical_stage import EMPIRICAL
     from sweeper.run.shards import all_compacted
 
     ids = [t.trial_id for t in ready]
@@ -138,8 +138,8 @@ def attack(
 ) -> StageOutcome:
     """Attack the `ready` trials under every setting of `chosen` (SmoothAdv-PGD, then
     PREDICT) as Ray tasks (`resources`: a trial's)."""
-    from sweeper.run.attack_stage import run_empirical
     from sweeper.run.capacity import per_process
+    from sweeper.run.empirical_stage import run_empirical
 
     room = per_process(resources, ready)
     with (

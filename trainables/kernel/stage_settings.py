@@ -2,7 +2,7 @@
 certification's (`CertifySpec`, a space's `certify` block and `sweeper certify`'s options,
 taken as it is by `trainables.certify_points`) and the attack's (`EmpiricalSpec`, a space's
 `empirical` block; `EmpiricalSetting`, one resolved (ε, m_test) setting, taken by
-`trainables.attack_points`). Pure Python: the driver plans and names them (`cert_id`,
+`trainables.empirical_points`). Pure Python: the driver plans and names them (`cert_id`,
 `emp_id`), the workers run them.
 """
 

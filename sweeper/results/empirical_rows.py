@@ -4,7 +4,7 @@ One row per point per setting per model: the trial's identity columns (as in cer
 rows), the attack (epsilon_attack, m_test, steps_attack, estimator) and PREDICT (n, alpha)
 settings, and idx, label, predict (−1 = abstain), correct, perturbation_norm, time_s.
 ε = 0 is run once, without an attack (m_test, steps_attack and estimator null): the clean
-smoothed accuracy of the same points. The rows are written by `sweeper.run.attack_stage`.
+smoothed accuracy of the same points. The rows are written by `sweeper.run.empirical_stage`.
 
 The envelope overlay (`empirical_envelope`) takes, for each model (trial_id, n, α) at each ε,
 its accuracy under the STRONGEST attack run (the lowest accuracy over m_test, steps and
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from sweeper.results.certify_rows import ResultsError, identity_fields
 from sweeper.results.reader import read_stage
-from sweeper.results.rows import ResultsError, identity_fields
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, prediction_checks
@@ -64,7 +64,7 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
 
 
 CHECKED = ("dataset", "label", "predict", "correct", "epsilon_attack", "perturbation_norm")
-ATTACKED = StageTable("empirical", "emp_id", EMPIRICAL_SCHEMA, check, CHECKED)
+EMPIRICAL_ROWS = StageTable("empirical", "emp_id", EMPIRICAL_SCHEMA, check, CHECKED)
 
 
 @dataclass
@@ -81,7 +81,7 @@ def load_empirical(exp: Experiment) -> EmpiricalResults:
     Raises ResultsError naming the experiment if it does not exist."""
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
-    rows = read_stage(exp, ATTACKED)
+    rows = read_stage(exp, EMPIRICAL_ROWS)
     return EmpiricalResults(rows.table.to_pandas(), rows.files, rows.missing, rows.invalid)
 
 

@@ -18,7 +18,7 @@ from trainables.empirical_robustness import attack_and_predict
 from trainables.kernel.stage_settings import EmpiricalSetting
 
 
-def attack_points(
+def empirical_points(
     model,
     dataset,
     indices: Sequence[int],

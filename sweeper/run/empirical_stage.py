@@ -10,8 +10,8 @@ shard) loads the checkpoint once and attacks its points; the engine writes
 (compacted once complete), where `emp_id` names the setting, so new settings add files and
 existing shards are skipped. The settings are `trainables.kernel.stage_settings`'s
 (`EmpiricalSpec`, resolved here into `EmpiricalSetting`s), the loop over a shard's points is
-`trainables.attack_points`, and the rows, their checks and reading them (the envelope overlay)
-are `sweeper.results.attack_rows`. This module is the stage's driver side: torch and Ray are
+`trainables.empirical_points`, and the rows, their checks and reading them (the envelope overlay)
+are `sweeper.results.empirical_rows`. This module is the stage's driver side: torch and Ray are
 imported only by the functions that run attacks.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from sweeper.plan.spec import Resources
-from sweeper.results.attack_rows import ATTACKED, EMPIRICAL_SCHEMA
+from sweeper.results.empirical_rows import EMPIRICAL_ROWS, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
 from sweeper.run.shards import StageRunner, Work
@@ -65,9 +65,9 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
-    from trainables.attack_points import attack_points
     from trainables.certify_points import seed_for
     from trainables.datasets import load_dataset
+    from trainables.empirical_points import empirical_points
     from trainables.kernel.catalog import NUM_CLASSES
 
     torch.set_num_threads(max(1, int(cpus)))
@@ -77,7 +77,7 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     generator = torch.Generator(device=device).manual_seed(
         seed_for(shard.trial_id, shard.setting_id, shard.index)
     )
-    cols = attack_points(
+    cols = empirical_points(
         model,
         dataset,
         shard.indices,
@@ -129,7 +129,7 @@ def empirical_table(
     return table.replace_schema_metadata(meta)
 
 
-EMPIRICAL = Stage.of(ATTACKED, attack_shard)
+EMPIRICAL = Stage.of(EMPIRICAL_ROWS, attack_shard)
 
 
 def run_empirical(

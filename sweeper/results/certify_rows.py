@@ -143,7 +143,7 @@ CHECKED = (
     *("dataset", "label", "predict", "radius", "correct", "sigma_cert", "n", "alpha", "cert_id"),
     *("n0", "count", "p_lower", "smoothing", *RAW),
 )
-CERTIFIED = StageTable("certify", "cert_id", SCHEMA, check, CHECKED, certified_checks)
+CERTIFY_ROWS = StageTable("certify", "cert_id", SCHEMA, check, CHECKED, certified_checks)
 
 
 @dataclass
@@ -191,7 +191,7 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
     wanted = None if columns is None else [*columns, "smoothing", *RAW]
-    rows = read_stage(exp, CERTIFIED, wanted)
+    rows = read_stage(exp, CERTIFY_ROWS, wanted)
     frame = rows.table.to_pandas()
     frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS
     memory, unreadable = read_memory(rows.memory, MEMORY_SCHEMA)
