@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, echo, printable
+from sweeper.report.formats import COLUMN_LABELS
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
@@ -164,22 +165,15 @@ def _main(
 app.add_typer(run_app, name="run")
 # Piped output keeps whole rows instead of rich's 80-column default.
 console = TerminalConsole(width=None if sys.stdout.isatty() else 160)
+# The envelope's columns the terminal shows, headed as everywhere (`COLUMN_LABELS`) but for
+# the plain radius, its winner and m.
 DISPLAY = {
+    **{c: COLUMN_LABELS.get(c, c) for c in ("certified_accuracy", "clean_acc", "method")},
+    **{c: COLUMN_LABELS.get(c, c) for c in ("attack", "sigma", "epsilon", "steps", "acr")},
+    **{c: COLUMN_LABELS.get(c, c) for c in ("models", "lam", "eta", "max_radius")},
     "radius": "radius",
-    "certified_accuracy": "cert. acc",
-    "clean_acc": "clean acc",
     "trial_id": "winner",
-    "method": "method",
-    "attack": "attack",
-    "sigma": "σ",
-    "epsilon": "ε",
-    "steps": "T",
     "m_train": "m",
-    "acr": "ACR",
-    "models": "models",
-    "lam": "λ",
-    "eta": "η",
-    "max_radius": "max r",
 }
 
 Storage = Annotated[
