@@ -67,6 +67,14 @@ def run_grid(
     """`sweeper run grid` past its dry run: the trials not yet trained and certified, on Ray
     (`request.restarting`: the experiment moved aside first)."""
     plan = make_plan(request)
+    if plan.spec.certify.strategy == "envelope":
+        raise PlanError(
+            [
+                "strategy envelope: `run grid` does not drive it yet; train with "
+                "`run grid` (strategy full, or certify: {strategy: full}), then "
+                "`sweeper certify SPACE --strategy envelope`"
+            ]
+        )
     resources = resources_of(plan, options)
     if request.restarting and (moved := restart(plan.exp, watchers.holder)) is not None:
         watchers.note(f"previous experiment moved to {moved}")
@@ -94,6 +102,13 @@ def _nothing_to_certify(plan: Plan, trials: list, watchers: Watchers) -> bool:
     return done
 
 
+ENVELOPE_SOUNDNESS = (
+    "strategy envelope: every model on the envelope is certified with exact CERTIFY(n0, n, "
+    "alpha); the chance that a pruned model would have won at some radius is at most "
+    "delta = {delta:g}"
+)
+
+
 def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Watchers) -> Ran:
     """`sweeper certify`: the finished trials certified under the plan's settings (with the
     request's `certify_overrides`)."""
@@ -105,6 +120,10 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
         f"certifying {len(ready)} finished trials ({waiting} not finished) with "
         f"{plan.spec.certify.cert_id}"
     )
+    if plan.spec.certify.strategy == "envelope":
+        watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
+        outcome = sweep_run.certify_envelope(plan, ready, resources, options, watchers)
+        return Ran(plan, ready, outcome)
     if _nothing_to_certify(plan, ready, watchers):
         return Ran(plan, ready)
     return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))

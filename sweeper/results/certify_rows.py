@@ -20,7 +20,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from sweeper.results.legacy_memory import read_memory, valid_memory
-from sweeper.results.provenance import certified_checks
+from sweeper.results.provenance import certified_checks, not_estimated
 from sweeper.results.reader import read_stage
 from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
@@ -130,11 +130,15 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     largest = max_radius(*(float_column(table, c) for c in ("sigma_cert", "n", "alpha")))
     imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
     slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
+    skipped = not_estimated(table)  # the envelope strategy's: radius null (provenance)
     return [
         *prediction_checks(table),
-        (~np.isfinite(radius) | (radius < 0), "a radius that is negative, NaN or infinite"),
+        (
+            ~skipped & (~np.isfinite(radius) | (radius < 0)),
+            "a radius that is negative, NaN or infinite",
+        ),
         (radius > largest + slack, "a radius larger than n and alpha allow for its sigma"),
-        ((predict == -1) & (radius != 0), "an abstention with a radius"),
+        (~skipped & (predict == -1) & (radius != 0), "an abstention with a radius"),
     ]
 
 

@@ -119,6 +119,26 @@ def certify(
         return certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event)
 
 
+def certify_envelope(
+    plan: Plan,
+    ready: list[TrialConfig],
+    resources: Resources,
+    options: LaunchOptions,
+    watchers: Watchers,
+) -> Outcome:
+    """Certify the `ready` trials under the `envelope` strategy (`run.envelope_run`)."""
+    from sweeper.run.capacity import per_process
+    from sweeper.run.envelope_run import certify_envelope as run
+
+    room = per_process(resources, ready)
+    with (
+        driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
+        watchers.progress(plan.exp) as on_event,
+    ):
+        outcome, _ = run(plan.exp, ready, plan.spec.certify, resources, on_event)
+        return outcome
+
+
 def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
     """Every one of `ready` attacked under every setting of `chosen` (nothing to do)."""
     from sweeper.run.empirical_stage import EMPIRICAL

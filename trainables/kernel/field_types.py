@@ -41,6 +41,7 @@ def _accepted(hint: Any) -> tuple[tuple[type, ...], bool]:
     float, and a bool (an int to Python) is refused for int and float unless bool is named."""
     union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
     args = typing.get_args(hint) if union else (hint,)
+    args = tuple(typing.get_origin(a) or a for a in args)  # tuple[int, ...]: a tuple
     accepted = tuple({int: (int,), float: (int, float)}.get(a, (a,)) for a in args)
     return tuple(t for ts in accepted for t in ts), bool not in args and (
         int in args or float in args

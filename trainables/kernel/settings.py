@@ -164,8 +164,11 @@ class ListOf(Bound):
 
     kind: type
     low: float
+    null_ok: bool = False
 
     def problems(self, name: str, value: Any) -> list[str]:
+        if value is None and self.null_ok:  # null: the setting's own default rule
+            return []
         if not isinstance(value, tuple) or not value:
             return [f"{name} must be a non-empty list (got {value!r})"]
         return [

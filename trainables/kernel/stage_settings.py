@@ -26,6 +26,8 @@ from trainables.kernel.settings import (
     setting,
 )
 
+STRATEGIES = ("full", "envelope")  # certification strategies (CertifySpec.strategy)
+
 # The DDRS settings as `sweeper certify --ddrs-<part>` says them: their own declarations.
 DDRS_PARTS = {f.name: f.metadata["help"] for f in declared(DDRSSettings)}
 
@@ -82,9 +84,58 @@ class CertifySpec:
         "torch.compile the base classifier (runs eagerly, with a warning, where it "
         "cannot compile).",
     )
+    # The certification strategy (issue 28; docs/guide/envelope-strategy.md): `full` certifies
+    # every model on every point; `envelope` pilots every model and certifies, with exact
+    # CERTIFY(n0, n, α), only those that could still reach the envelope.
+    strategy: str = setting(
+        "full",
+        "full: every model on every point; envelope: pilot every model, certify only those "
+        "that could still be on the envelope (radii 0:2.25:0.25).",
+        OneOf(STRATEGIES),
+    )
+    delta: float = setting(
+        0.01, "envelope: the chance a pruned model would have won, at most.", Between(0, 0.5)
+    )
+    pilots: tuple[int, ...] | None = setting(
+        None,
+        "envelope: cumulative pilot draws per stage, each below n (null: 1%, 3%, 10%, 30% of n).",
+        ListOf(int, 1, null_ok=True),
+    )
+
+    def __post_init__(self) -> None:  # YAML and the CLI give a list (or one number)
+        if isinstance(self.pilots, list):
+            object.__setattr__(self, "pilots", tuple(self.pilots))
+        elif isinstance(self.pilots, int) and not isinstance(self.pilots, bool):
+            object.__setattr__(self, "pilots", (self.pilots,))
 
     def problems(self) -> list[str]:
-        return type_problems(self) or bound_problems(self)
+        found = type_problems(self) or bound_problems(self)
+        if found or self.strategy != "envelope":
+            return found
+        stages = self.pilot_stages
+        if list(stages) != sorted(set(stages)) or stages[-1] >= self.n or stages[0] < 1:
+            found.append(f"pilots must increase and stay below n = {self.n} (got {stages})")
+        if self.ddrs is not None:
+            found.append("strategy envelope does not take ddrs (certify DDRS with full)")
+        return found
+
+    @property
+    def pilot_stages(self) -> tuple[int, ...]:
+        """The envelope strategy's cumulative pilot draws: `pilots`, or 1%, 3%, 10% and 30% of
+        n (the paper's n = 100,000: 1,000, 3,000, 10,000, 30,000)."""
+        if self.pilots is not None:
+            return self.pilots
+        return tuple(sorted({max(1, int(self.n * f)) for f in (0.01, 0.03, 0.1, 0.3)}))
+
+    @property
+    def strategy_tag(self) -> str:
+        """The cert_id segment of the envelope strategy ("" under full): `_envelope`, then
+        `-delta-<δ>` and `-pilots-<a>-<b>…` where they are not the defaults."""
+        if self.strategy == "full":
+            return ""
+        delta = "" if self.delta == 0.01 else f"-delta-{self.delta:g}"
+        pilots = "" if self.pilots is None else "-pilots-" + "-".join(map(str, self.pilots))
+        return f"_envelope{delta}{pilots}"
 
     @property
     def cert_id(self) -> str:
@@ -101,7 +152,7 @@ class CertifySpec:
         fixed = (
             f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
         )
-        fixed += "".join(f"_{t}" for t in self.run_tags)
+        fixed += "".join(f"_{t}" for t in self.run_tags) + self.strategy_tag
         return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
 
     @property

@@ -1,0 +1,210 @@
+"""The `envelope` certification strategy's tasks (issue 28), run on workers.
+
+- `pilot_task`: CERTIFY's selection (n0 draws, ĉ = the top class) at pilot stage 1, and the
+  pilot's estimation draws (votes for ĉ) on the points asked; a point whose ĉ is not its label
+  gets no pilot draws at stage 1 (it counts at no radius). Rows: `PILOT_SCHEMA`, one Parquet
+  per model and stage (`Experiment.pilot_path`), never read as certification rows.
+- `ENVELOPE_CERTIFY`: the stage CERTIFY's rows (`certify_rows.SCHEMA`, its shard and compacted
+  files) for the planner's FULL step: on the points asked, n fresh draws counting the votes for
+  the ĉ of the selection, i.e. exact CERTIFY(n0, n, α) (its selection draws are the pilot's
+  stage-1 n0 draws, independent of the n); every other point of the model is a row *not
+  estimated* (count, p_lower and radius null, predict −1, correct false:
+  `provenance.not_estimated`), which counts as not certified at any radius.
+
+Seeds follow `trainables.certify_points`: `seed_for(trial_id, cert_id, shard)` for the full
+draws, `seed_for(trial_id, cert_id, "pilot", stage)` for a pilot.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
+from sweeper.results.storage import Experiment
+from sweeper.run.stage import Shard, Stage
+from trainables.kernel.catalog import NUM_CLASSES
+from trainables.kernel.stage_settings import CertifySpec
+
+PILOT_SCHEMA = pa.schema(
+    [
+        ("idx", pa.int64()),
+        ("label", pa.int64()),
+        ("cAHat", pa.int64()),  # the selected class (stage 1's n0 draws)
+        ("draws", pa.int64()),  # this stage's pilot draws (0: none)
+        ("votes", pa.int64()),  # of them, votes for cAHat
+    ]
+)
+
+
+@dataclass(frozen=True)
+class EnvelopeFull:
+    """The setting of a FULL step of one model: the spec (its cert_id names the files) and per
+    point (idx, label, ĉ, drawn): drawn points get n draws, the others are not estimated."""
+
+    spec: CertifySpec
+    points: tuple[tuple[int, int, int, bool], ...]
+
+    @property
+    def setting_id(self) -> str:
+        return self.spec.cert_id
+
+    @property
+    def skip(self) -> int:
+        return self.spec.skip
+
+    @property
+    def max_points(self) -> int | None:
+        return self.spec.max_points
+
+    @property
+    def shard_size(self) -> int:
+        return self.spec.shard_size
+
+
+def _smooth(exp: Experiment, trial_id: str, spec: CertifySpec, cpus: float):
+    """(the smoothed classifier, the resolved settings, the test set, the device)."""
+    import torch
+
+    from trainables import checkpoint, runtime
+    from trainables.datasets import load_dataset
+    from trainables.smoothing import Smooth
+
+    torch.set_num_threads(max(1, int(cpus)))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, cfg = checkpoint.load_model(exp.checkpoint(trial_id), device)
+    settings = spec.resolved(cfg.sigma)
+    runtime.check_precision(settings.precision, device)
+    runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
+    noise = runtime.noise_dtype(settings.precision)
+    assert settings.sigma is not None
+    smooth = Smooth(model, NUM_CLASSES[cfg.dataset], settings.sigma, noise)
+    return smooth, settings, load_dataset(cfg.dataset, "test", cfg.data_dir), device, cfg
+
+
+def _votes(smooth, settings: CertifySpec, xs, chat, draws: int, generator):
+    """Votes for each point's ĉ among `draws` fresh draws (as run: the settings' precision)."""
+    from trainables import runtime
+
+    if len(xs) == 0:
+        return []
+    with runtime.autocast(settings.precision, xs.device):
+        counts = smooth.sample_counts(xs, draws, settings.batch_size, generator)
+    return counts.gather(1, chat.unsqueeze(1)).squeeze(1).tolist()
+
+
+def pilot_task(
+    exp: Experiment,
+    trial_id: str,
+    spec: CertifySpec,
+    stage: int,
+    points: tuple[tuple[int, int], ...],
+    draws: int,
+    cpus: float,
+) -> pa.Table:
+    """One pilot stage of one model on `points` ((idx, ĉ), ĉ ignored at stage 1, where the
+    n0 selection draws pick it): its `PILOT_SCHEMA` rows, written to the model's pilot file."""
+    import torch
+
+    from trainables import runtime
+    from trainables.certify_points import seed_for
+    from trainables.kernel import fileio
+
+    out = exp.pilot_path(trial_id, spec.cert_id, stage)
+    smooth, settings, dataset, device, _ = _smooth(exp, trial_id, spec, cpus)
+    generator = torch.Generator(device=device).manual_seed(
+        seed_for(trial_id, spec.cert_id, "pilot", stage)
+    )
+    items = [dataset[i] for i, _ in points]
+    xs = torch.stack([it[0] for it in items]).to(device)
+    labels = torch.tensor([int(it[1]) for it in items], device=device)
+    if stage == 1:
+        with runtime.autocast(settings.precision, device):
+            chat = smooth.sample_counts(xs, spec.n0, settings.batch_size, generator).argmax(1)
+    else:
+        chat = torch.tensor([c for _, c in points], device=device)
+    todo = (chat == labels) if stage == 1 else torch.ones_like(chat, dtype=torch.bool)
+    votes = iter(_votes(smooth, settings, xs[todo], chat[todo], draws, generator))
+    drawn = todo.tolist()
+    table = pa.table(
+        {
+            "idx": [i for i, _ in points],
+            "label": labels.tolist(),
+            "cAHat": chat.tolist(),
+            "draws": [draws if d else 0 for d in drawn],
+            "votes": [next(votes) if d else 0 for d in drawn],
+        },
+        schema=PILOT_SCHEMA,
+    )
+    from sweeper.results.stage_table import write_table
+
+    if not fileio.exists(out):
+        write_table(table, out)
+    return table
+
+
+def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float) -> pa.Table:
+    """A FULL step's shard: CERTIFY's rows of the drawn points, not-estimated rows of the
+    others (module docstring)."""
+    import time
+
+    import torch
+
+    from trainables.certify_points import seed_for
+
+    smooth, settings, dataset, device, cfg = _smooth(exp, shard.trial_id, setting.spec, cpus)
+    generator = torch.Generator(device=device).manual_seed(
+        seed_for(shard.trial_id, shard.setting_id, shard.index)
+    )
+    mine = [p for p in setting.points if p[0] in set(shard.indices)]
+    drawn = [p for p in mine if p[3]]
+    t0 = time.perf_counter()
+    xs = torch.stack([dataset[i][0] for i, *_ in drawn]).to(device) if drawn else torch.zeros(0)
+    chat = torch.tensor([c for _, _, c, _ in drawn], dtype=torch.long, device=device)
+    votes = _votes(smooth, settings, xs, chat, settings.n, generator)
+    nA = dict(zip([p[0] for p in drawn], votes, strict=True))
+    per_point = (time.perf_counter() - t0) / max(1, len(drawn))
+    rows = [_row(p, nA.get(p[0]), settings, per_point) for p in mine]
+    cols = {k: [r[k] for r in rows] for k in COLUMNS}
+    return _table(exp, shard, setting.spec, cfg, cols, device)
+
+
+COLUMNS = (
+    *("idx", "label", "sigma_cert", "predict", "count"),
+    *("p_lower", "radius", "correct", "time_s"),
+)
+
+
+def _row(point: tuple, nA: int | None, settings: CertifySpec, per_point: float) -> dict:
+    """CERTIFY's row of a drawn point (nA: its votes for ĉ among n), else a not-estimated one."""
+    from trainables.kernel.certificates import ABSTAIN, certificate_from_counts
+
+    idx, label, c, _ = point
+    row = {"idx": idx, "label": label, "sigma_cert": settings.sigma, "time_s": per_point}
+    if nA is None:
+        none = {"predict": ABSTAIN, "count": None, "p_lower": None, "radius": None}
+        return {**row, **none, "correct": False, "time_s": 0.0}
+    assert settings.sigma is not None
+    cert = certificate_from_counts(c, nA, settings.n, settings.alpha, settings.sigma)
+    certified = {"predict": cert.prediction, "count": cert.nA, "p_lower": cert.p_lower}
+    return {**row, **certified, "radius": cert.radius, "correct": cert.prediction == label}
+
+
+def _table(exp: Experiment, shard: Shard, spec: CertifySpec, cfg, cols: dict, device):
+    import torch
+
+    constants = {"smoothing": "fixed", "n0": spec.n0, "n": spec.n, "alpha": spec.alpha}
+    metadata = {
+        "certify_backend": (
+            f"sweeper.certify envelope torch-{torch.__version__} {device.type} {platform.node()}"
+        ),
+        "config": cfg.to_dict(),
+        "shard": f"{shard.index}/{shard.count}",
+        "strategy": "envelope",
+    }
+    return shard_table(cfg, exp.name, shard.setting_id, constants, cols, metadata)
+
+
+ENVELOPE_CERTIFY = Stage.of(CERTIFY_ROWS, full_shard)
