@@ -11,7 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import CertifySpec
@@ -146,3 +148,24 @@ def test_envelope_run_files_resume_and_equal_envelope(trained):
         ours = [(g.correct & (g.radius >= radius)).sum() for _, g in mine.groupby("trial_id")]
         assert abs(max(best) - max(ours)) <= 2, radius  # different draws; equal up to sampling
     assert eb.model_delta(1, 0.01) < 0.01
+
+
+@pytest.mark.e2e
+def test_sweeper_certify_strategy_envelope_on_a_local_ray(ray_session, trained):
+    space, spec, exp, trials = trained
+    args = ["certify", str(space), "--storage", exp.storage, "--experiment", exp.name]
+    result = CliRunner().invoke(
+        app,
+        [*args, "--cpu-only", "--strategy", "envelope", "--delta", "0.02"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "exact CERTIFY" in result.output
+    cert_id = dataclasses.replace(spec.certify, strategy="envelope", delta=0.02).cert_id
+    records = {k[0]: r for k, r in read_records(exp).items() if k[1] == cert_id}
+    assert set(records) == {t.trial_id for t in trials}
+    assert {r["status"] for r in records.values()} <= {"certified", "pruned"}
+    for tid, r in records.items():
+        pilot = exp.pilot_path(tid, cert_id, 1)
+        assert (pilot and __import__("os").path.exists(pilot)) and len(r["upper"]) == len(RADII)
+    assert load_results(exp).invalid == []

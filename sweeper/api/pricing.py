@@ -4,11 +4,11 @@ the shipped table). Neither torch nor Ray is imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeper.plan import throughput
-from sweeper.plan.cost import SweepCost, price_sweep
+from sweeper.plan.cost import SweepCost, price_sweep, strategy_certify_hours
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
 from sweeper.run.capacity import effective_resources
@@ -35,6 +35,9 @@ class PricedPlan:
     figures_file: Path
     figures_problem: str | None
     measured_kinds: frozenset[str]
+    # certification device-hours per strategy (full, envelope: an estimate, plan.cost's
+    # ENVELOPE_FULL_SHARE of the models certified fully)
+    strategies: dict[str, float] = field(default_factory=dict)
 
     @property
     def trials(self) -> list[TrialConfig]:
@@ -63,12 +66,14 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
     measured, problem = throughput.read_measured(path)
     figures: dict = {}
     cost = None
+    strategies: dict[str, float] = {}
     if plan.trials:
         figures = throughput.figures_for(
             kind, sorted({required(t.arch, "arch") for t in plan.trials}), measured
         )
         by_arch = {a: f for a, (f, _) in figures.items()}
         cost = price_sweep(plan.trials, plan.spec.certify, by_arch)
+        strategies = strategy_certify_hours(plan.trials, plan.spec.certify, by_arch)
     return PricedPlan(
         plan=plan,
         resources=resources,
@@ -81,4 +86,5 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
         figures_file=path,
         figures_problem=problem,
         measured_kinds=frozenset(measured),
+        strategies=strategies,
     )

@@ -44,6 +44,7 @@ def dry_run_report(
     _print_figures(priced)
     _print_groups(priced.cost, device)
     _print_totals(priced.cost, device)
+    _print_strategies(priced.strategies, device)
     capacity = _devices(priced.kind, address, gpus)
     if capacity is None:
         console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
@@ -129,6 +130,20 @@ def _print_totals(sweep: SweepCost, device: str) -> None:
         f"{_amount(sweep.certify_hours, device)} ({forwards} forwards per model), total ≈ "
         f"{_amount(sweep.hours, device)} for {len(sweep.costs)} trials "
         f"(per trial: min {low}, median {median}, max {high})",
+        highlight=False,
+    )
+
+
+def _print_strategies(hours: dict[str, float], device: str) -> None:
+    if not hours:
+        return
+    from sweeper.plan.cost import ENVELOPE_FULL_SHARE
+
+    console.print(
+        f"certification by strategy: full ≈ {_amount(hours['full'], device)}, envelope ≈ "
+        f"{_amount(hours['envelope'], device)} (an estimate: the selection and first pilot on "
+        f"every model, the rest on the {ENVELOPE_FULL_SHARE:.0%} of models assumed certified "
+        "fully)",
         highlight=False,
     )
 

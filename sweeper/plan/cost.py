@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.throughput import Figure
@@ -93,13 +93,43 @@ def certified_points(dataset: str, spec: CertifySpec) -> int:
     return points if spec.max_points is None else min(points, spec.max_points)
 
 
+# The dry run's assumption for the `envelope` strategy (issue 28): the share of models
+# certified fully (n draws after every pilot stage) is not known before the pilots; a tenth is
+# what the SmoothAdv benchmark's 11.9x fewer forward passes implies, roughly. The pilot is priced
+# on every point (a ceiling: only points whose selected class is their label are drawn).
+ENVELOPE_FULL_SHARE = 0.1
+
+
+def envelope_point_forwards(spec: CertifySpec) -> float:
+    """Forwards per point under `envelope`, estimated: the n0 selection and the first pilot
+    on every model, the later pilot stages and the n draws on `ENVELOPE_FULL_SHARE` of them."""
+    stages = spec.pilot_stages
+    return spec.n0 + stages[0] + ENVELOPE_FULL_SHARE * (stages[-1] - stages[0] + spec.n)
+
+
+def strategy_certify_hours(
+    trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
+) -> dict[str, float]:
+    """The certification device-hours of `trials` under each strategy (envelope: estimated,
+    `ENVELOPE_FULL_SHARE`), whatever the space's own strategy."""
+    return {
+        strategy: price_sweep(
+            trials, replace(spec, strategy=strategy, ddrs=None), figures
+        ).certify_hours
+        for strategy in ("full", "envelope")
+    }
+
+
 def certify_work(cfg: TrialConfig, spec: CertifySpec) -> tuple[float, float]:
     """(forward+backward passes, forwards) of certifying one model with every variant of
     `spec` (fixed σ, and data-dependent σ when spec.ddrs is set)."""
     passes = forwards = 0.0
     for variant in spec.variants():
         points = certified_points(cfg.dataset, variant)
-        forwards += points * (variant.n0 + variant.n)
+        per_point: float = variant.n0 + variant.n
+        if variant.strategy == "envelope":
+            per_point = envelope_point_forwards(variant)
+        forwards += points * per_point
         if variant.ddrs is not None:
             passes += points * variant.ddrs.iterations * variant.ddrs.samples
     return passes, forwards
