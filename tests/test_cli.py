@@ -341,7 +341,8 @@ def test_envelope_bad_input(tmp_path, storage):
     write_sweep(Experiment(str(storage), "empty"), {"trials": []})
     bad_input(["envelope", "--storage", str(storage)], "no certification results yet")
     [line] = bad_input(
-        ["envelope", "--storage", str(storage), "--experiment", "nope"], "no experiment at"
+        ["envelope", "--storage", str(storage), "--experiment", "nope"],
+        "no experiment 'nope' under",
     )
     for args, fragment in [
         (["--radii", "bad"], "--radii 'bad'"),
@@ -452,7 +453,9 @@ def test_status_shows_states_and_shards(storage):
     attention = runner.invoke(app, args).stdout  # without --all: only the failed trial is listed
     assert ADV.trial_id in attention and GAUSS.trial_id not in attention
     assert PENDING.trial_id not in attention
-    bad_input(["status", "--storage", str(storage), "--experiment", "nope"], "no experiment at")
+    bad_input(
+        ["status", "--storage", str(storage), "--experiment", "nope"], "no experiment 'nope' under"
+    )
     bad_input(["status", "--storage", str(storage / "void")], "no experiments under")
 
 
@@ -509,3 +512,34 @@ def test_a_dry_run_checks_the_data_dir_it_is_given(tmp_path):
     [line] = missing.stderr.splitlines()
     assert line.startswith("error: CIFAR-10 (python version, as torchvision writes it) not found")
     assert not (tmp_path / "store").exists()
+
+
+def test_storage_at_an_experiment_and_a_missing_experiment_say_what_to_pass(storage):
+    """--storage naming an experiment's folder says so and the flags to pass; an --experiment
+    that does not exist lists those that do (issue 30 item 5)."""
+    make_experiment(storage)
+    inside = runner.invoke(app, ["envelope", "--storage", str(storage / "exp")])
+    assert inside.exit_code == 2
+    assert inside.stderr.strip() == (
+        f"error: --storage {storage / 'exp'} is an experiment, not a storage of experiments: "
+        f"pass --storage {storage} --experiment exp"
+    )
+    for command in ("envelope", "table", "status"):
+        missing = runner.invoke(app, [command, "--storage", str(storage), "--experiment", "nope"])
+        assert missing.exit_code == 2, command
+        assert missing.stderr.strip() == (
+            f"error: no experiment 'nope' under --storage {storage} (the experiments there: exp)"
+        )
+
+
+def test_only_takes_the_names_the_tables_print(storage):
+    """`--only T=2` is steps = 2, as every table heads it; a mistyped key gets the closest
+    name and the usual ones (issue 30 item 6)."""
+    from sweeper.plan.grid import parse_only
+
+    assert parse_only("T=2,m=4,σ=0.5,ε=1") == (
+        {"steps": 2, "m_train": 4, "sigma": 0.5, "epsilon": 1},
+        [],
+    )
+    _, [problem] = parse_only("stpes=2")
+    assert problem.startswith("--only: unknown hyperparameter 'stpes' (did you mean 'steps'?")

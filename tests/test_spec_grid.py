@@ -345,7 +345,8 @@ def test_parse_only():
     sel, problems = parse_only("nosuchkey=1,sigma")
     assert sel == {}
     assert problems == [
-        "--only: unknown hyperparameter 'nosuchkey'",
+        "--only: unknown hyperparameter 'nosuchkey' (e.g. method, sigma, epsilon, steps (T), "
+        "m_train (m), attack, lam, eta, or any trial setting)",
         "--only: expected key=value, got 'sigma'",
     ]
     sel, problems = parse_only("sigma=[1")

@@ -37,6 +37,7 @@ from sweeper.results.storage import (
 )
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
+from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
@@ -70,15 +71,39 @@ class StatusReport:
     summary: Summary
 
 
-def latest_experiment(storage: str) -> Experiment:
-    """The most recently written experiment under `storage`; ProblemsError if there is none."""
+def _experiment_names(storage: str) -> list[str]:
     check_storage(storage)
-    names = [n for n in experiments(storage) if plain_name_problem(n, "") is None]
-    if not names:
+    return [n for n in experiments(storage) if plain_name_problem(n, "") is None]
+
+
+def latest_experiment(storage: str) -> Experiment:
+    """The most recently written experiment under `storage`; ProblemsError if there is none
+    (saying so when `storage` is itself an experiment's folder)."""
+    names = _experiment_names(storage)
+    if names:
+        return Experiment(storage, names[-1])
+    if fileio.exists(fileio.join(storage, "sweep.json")):
+        parent, _, name = storage.rstrip("/").rpartition("/")
         raise ProblemsError(
-            [f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"]
+            [
+                f"--storage {storage} is an experiment, not a storage of experiments: pass "
+                f"--storage {parent or '.'} --experiment {name}"
+            ]
         )
-    return Experiment(storage, names[-1])
+    raise ProblemsError(
+        [f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"]
+    )
+
+
+def existing_experiment(storage: str, name: str) -> Experiment:
+    """Experiment `name` under `storage` for reading it; ProblemsError listing the experiments
+    there if it does not exist."""
+    exp = Experiment(storage, name)
+    if fileio.exists(exp.root):
+        return exp
+    names = _experiment_names(storage)
+    there = f"the experiments there: {', '.join(names[-12:])}" if names else "there are none"
+    raise ProblemsError([f"no experiment {name!r} under --storage {storage} ({there})"])
 
 
 def attack_plan(
@@ -214,7 +239,7 @@ class Sweep:
         """The experiment read: `experiment`, else the space's (its smoke variant's with
         `smoke`), else the latest one under `storage`."""
         if self.experiment is not None:
-            return Experiment(self.storage, self.experiment)
+            return existing_experiment(self.storage, self.experiment)
         if self.space is not None:
             try:
                 spec = load_space(self.space)
@@ -251,16 +276,12 @@ class Sweep:
         return envelope_of(self.read(env.read_columns(by, "smoothing")).frame, radii, by)
 
     def table(self, radii: Sequence[float]) -> pd.DataFrame:
-        """One row per model: certified accuracy per radius, ACR, points (`sweeper table`)."""
-        from sweeper.report.render import per_model_table
-
-        frame = self.read().frame
-        if frame.empty:
-            raise ProblemsError(
-                ["no certification results to tabulate (check --only, or run `sweeper certify`)"]
-            )
-        return per_model_table(frame, list(radii))
-
+        """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);
+        under the envelope strategy also its pruned models (`status` `pruned`, their upper
+        bounds in the `r=..._upper` columns, their accuracies null)."""
+        chosen = selection.only_selection(self.only)
+        selected = self.read()
+        return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
 
 def left_out(exp: Experiment) -> list[str]:
     """The result files left out, "path: why"; one line naming why if they cannot be read."""

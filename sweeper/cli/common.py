@@ -264,11 +264,11 @@ def fail(problems: list[str], code: int = 2) -> NoReturn:
 
 def resolve_experiment(storage: str, experiment: str | None) -> Experiment:
     """The named experiment, or the most recently written one under `storage`."""
-    from sweeper.api.sweep import latest_experiment
+    from sweeper.api.sweep import existing_experiment, latest_experiment
 
-    if experiment is not None:
-        return Experiment(storage, experiment)
     try:
+        if experiment is not None:
+            return existing_experiment(storage, experiment)
         exp = latest_experiment(storage)
     except ProblemsError as e:
         fail(e.problems)

@@ -9,6 +9,7 @@ config, so it is stable across runs, machines and Ray's own trial names.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 from collections.abc import Iterator, Mapping
@@ -120,22 +121,29 @@ def expansion_problems(spec: SweepSpec, prefix: str = "") -> list[str]:
     return list(found)
 
 
+# The names the tables print, accepted by --only as the hyperparameters they head.
+ONLY_ALIASES = {"T": "steps", "m": "m_train", "σ": "sigma", "ε": "epsilon", "λ": "lam", "η": "eta"}
+# Offered when a key is unknown (the grids' usual axes; any trial setting is valid).
+ONLY_KEYS = ("method", "sigma", "epsilon", "steps (T)", "m_train (m)", "attack", "lam", "eta")
+
+
 def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
     """`--only sigma=0.25,attack=pgd` -> ({"sigma": 0.25, "attack": "pgd"}, problems); the
-    key `trial_id` selects one trial by its id."""
+    key `trial_id` selects one trial by its id; the tables' headings (T, m, σ, ...) name the
+    hyperparameters they head (`ONLY_ALIASES`)."""
     if not text:
         return {}, []
     selection: dict[str, Any] = {}
     problems: list[str] = []
     for part in text.split(","):
         key, sep, value = part.partition("=")
-        key = key.strip()
+        key = ONLY_ALIASES.get(key.strip(), key.strip())
         if not sep or not key:
             problems.append(f"--only: expected key=value, got {part!r}")
         elif key == "trial_id":  # a hash, never a number: kept as written
             selection[key] = value.strip()
         elif key not in TRIAL_KEYS:
-            problems.append(f"--only: unknown hyperparameter {key!r}")
+            problems.append(_unknown_key(key))
         else:
             try:
                 parsed = yaml.safe_load(value.strip()) if value.strip() else None
@@ -180,3 +188,12 @@ def select(
             )
     chosen = [t for t in trials if all(_matches(t, k, v) for k, v in only.items())]
     return chosen, problems
+
+
+def _unknown_key(key: str) -> str:
+    close = difflib.get_close_matches(key, sorted(TRIAL_KEYS), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (
+        f"--only: unknown hyperparameter {key!r} ({hint}e.g. {', '.join(ONLY_KEYS)}, "
+        "or any trial setting)"
+    )
