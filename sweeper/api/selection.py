@@ -119,3 +119,42 @@ def coverage(exp: Experiment, results: Results, frame: pd.DataFrame) -> Coverage
         missing_shards=len(missing),
         missing_listed=[(tid, len(v)) for (tid, _), v in missing[:10]],
     )
+
+
+def pruned(
+    exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any], radii: list[float]
+) -> pd.DataFrame:
+    """The models the `envelope` strategy pruned that `--only` keeps (a key their configs
+    lack keeps none), with their upper bounds per radius (`report.pruned.pruned_frame`);
+    none whose rows are in `frame` (certified after all)."""
+    from sweeper.report.pruned import pruned_frame
+    from sweeper.results.envelope_records import pruned_models
+
+    table = pruned_frame(pruned_models(exp), radii)
+    if table.empty:
+        return table
+    try:
+        table = filter_rows(table, selection)
+    except ProblemsError:
+        return table.iloc[0:0]
+    seen = set(zip(frame["trial_id"], frame["cert_id"], strict=True)) if len(frame) else set()
+    kept = [(t, c) not in seen for t, c in zip(table["trial_id"], table["cert_id"], strict=True)]
+    return table[kept].reset_index(drop=True)
+
+
+def model_table(
+    exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any], radii: list[float]
+) -> pd.DataFrame:
+    """`sweeper table`'s rows: one per certified model (`report.render.per_model_table`) and,
+    if the envelope strategy pruned any, one per pruned model with a `status` column and the
+    upper bounds (`report.pruned.with_pruned`); `ProblemsError` if there is no model."""
+    from sweeper.report.pruned import with_pruned
+    from sweeper.report.render import per_model_table
+
+    table = per_model_table(frame, radii) if not frame.empty else None
+    rows = with_pruned(table, pruned(exp, frame, selection, radii), radii)
+    if rows is None:
+        raise ProblemsError(
+            ["no certification results to tabulate (check --only, or run `sweeper certify`)"]
+        )
+    return rows

@@ -259,13 +259,15 @@ class Sweep:
         return Selected(exp, results, frame, unsound)
 
     def status(self) -> StatusReport:
-        """Where the sweep stands (`sweeper status`): states, shards, throughput, ETAs."""
-        from sweeper.results.status import StatusReader
+        """Where the sweep stands (`sweeper status`): states, shards, throughput, ETAs; under
+        the envelope strategy the models certified and pruned (`Status.envelope`)."""
+        from sweeper.results.status import StatusReader, envelope_verdicts
         from sweeper.results.summary import summarize
 
         reader = StatusReader(self.exp())
         st = running.experiment_status(reader)
         st.left_out = left_out(reader.exp)
+        st.envelope = envelope_verdicts(reader.exp)
         return StatusReport(st, summarize(st))
 
     def envelope(self, radii: Sequence[float], by: str | None = None) -> pd.DataFrame:
@@ -282,6 +284,7 @@ class Sweep:
         chosen = selection.only_selection(self.only)
         selected = self.read()
         return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
+
 
 def left_out(exp: Experiment) -> list[str]:
     """The result files left out, "path: why"; one line naming why if they cannot be read."""

@@ -113,14 +113,16 @@ def table(
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
     (like the papers' tables); models sorted by ACR."""
-    from sweeper.report.render import per_model_table
+    from trainables.kernel.errors import ProblemsError
 
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
     exp, results, frame = load_selected(storage, experiment, only, problems)
-    if frame.empty:
-        fail(["no certification results to tabulate (check --only, or run `sweeper certify`)"])
-    _print_model_table(per_model_table(frame, grid), fmt, exp.name, wide, digits)
+    try:
+        rows = selection.model_table(exp, frame, parse_only(only)[0], grid)
+    except ProblemsError as e:
+        fail(e.problems)
+    _print_model_table(rows, fmt, exp.name, wide, digits)
     print_settings(frame)
     print_coverage(exp, results, frame)
     exit_if_left_out(results, strict)
@@ -128,10 +130,11 @@ def table(
 
 def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> None:
     """The per-model table in `fmt`, the best of each column marked (* or bold)."""
+    from sweeper.report.pruned import pruned_texts
     from sweeper.report.render import best_rows, render, texts, to_markdown
 
     best = best_rows(rows)
-    text = texts(rows, digits)
+    text = pruned_texts(rows, texts(rows, digits), digits)
     for col, index in best.items():
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*")
@@ -146,7 +149,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
                 rows[c].dtype.kind in "fiu",
                 frozenset(best.get(c, ())),
             )
-            for c in rows.columns
+            for c in text.columns
         ]
         display.print_table(
             f"certified accuracy per model of {name} (best per column *)",

@@ -6,10 +6,12 @@ from typing import Annotated
 
 import typer
 
+from sweeper.api import selection
 from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
 from sweeper.cli.display import echo
 from sweeper.cli.options import Strict
 from sweeper.cli.reads import exit_if_left_out, load_selected, print_coverage, radii_option
+from sweeper.plan.grid import parse_only
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
 
@@ -66,6 +68,7 @@ def report(
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
     from sweeper.report.build import build_report, write_report
+    from sweeper.report.pruned import pruned_section
 
     problems: list[str] = []
     figure_formats = _formats(formats, problems)
@@ -81,7 +84,11 @@ def report(
         )
     dims = dataset_dims(frame["dataset"].unique())
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
-    built = build_report(frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch)
+    delta = " with probability ≥ 1 − δ"
+    section = pruned_section(selection.pruned(exp, frame, parse_only(only)[0], grid), grid, delta)
+    built = build_report(
+        frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch, pruned=section
+    )
     for location in write_report(built, exp.report_dir(only)):
         echo(location)
     for note in built.notes:

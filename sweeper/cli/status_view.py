@@ -171,6 +171,7 @@ def view(st: Status, summary: Summary, everything: bool = False, space: str | No
         parts.append(trials_table(rows, title))
     if more:
         parts.append(Text(f"… and {more} more that need attention: sweeper status --all"))
+    parts += [Text(line) for line in envelope_lines(st, everything)]
     parts += [Text(line) for line in hints(st, space)]
     if st.left_out:
         what = f"{len(st.left_out)} files that fail validation"
@@ -179,8 +180,30 @@ def view(st: Status, summary: Summary, everything: bool = False, space: str | No
     return Group(*parts)
 
 
+def envelope_lines(st: Status, everything: bool = False, bounds: int = 3) -> list[str]:
+    """Per envelope setting: models certified and pruned, then each pruned model (at most
+    ATTENTION_ROWS unless `everything`) with its first upper bounds on certified accuracy."""
+    out = []
+    for s in st.envelope or []:
+        unfinished = f", {s['unfinished']} unfinished" if s["unfinished"] else ""
+        out.append(
+            f"envelope strategy (δ = {s['delta']:g}): {s['certified']} models certified, "
+            f"{s['pruned']} pruned{unfinished}"
+        )
+        shown = s["pruned_models"] if everything else s["pruned_models"][:ATTENTION_ROWS]
+        for m in shown:
+            pairs = [(r, u) for r, u in zip(s["radii"], m["upper"], strict=True) if u]
+            text = ", ".join(f"r={r:g} ≤{u:.3f}" for r, u in pairs[:bounds]) or "≤0 everywhere"
+            more = " …" if len(pairs) > bounds else ""
+            out.append(f"  pruned {m['trial_id']}: {text}{more}")
+        if len(shown) < len(s["pruned_models"]):
+            out.append(f"  … and {len(s['pruned_models']) - len(shown)} more: --all")
+    return out
+
+
 def as_json(st: Status, summary: Summary, everything: bool) -> dict:
     rows, _ = shown_trials(st, everything, limit=len(st.trials))
     trials = [dict(zip(HEADER, trial_cells(t), strict=True), points=list(t.points)) for t in rows]
     doc = {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}
-    return {**doc, "left_out": st.left_out or []}
+    envelope = {"envelope": st.envelope} if st.envelope else {}  # only under that strategy
+    return {**doc, "left_out": st.left_out or [], **envelope}

@@ -184,9 +184,11 @@ def build_report(
     linf_255: tuple[float, ...] = LINF_RADII_255,
     name: str = "",
     batch: int | None = None,
+    pruned: list[str] | None = None,
 ) -> Report:
     """Every file of the report of `frame` (sound result rows; not empty), `index.md` last.
-    `dims`: input dimension d per dataset (for the ℓ∞ table)."""
+    `dims`: input dimension d per dataset (for the ℓ∞ table); `pruned`: the index's section on
+    the models the envelope strategy pruned (`report.pruned.pruned_section`)."""
     report = Report()
     report.files += _envelope_files(frame, radii)
     linf, notes = _linf_tables(frame, dims, linf_255)
@@ -195,7 +197,7 @@ def build_report(
         report.files += table_files("linf", "ℓ∞ certified accuracy implied by ℓ2", intro, linf)
     report.notes += notes
     report.files += _figure_files(frame, formats, report.notes)
-    index = index_markdown(frame, report, radii, dims, linf_255, name, batch)
+    index = index_markdown(frame, report, radii, dims, linf_255, name, batch, pruned or [])
     report.files.append(ReportFile("index.md", index, ""))
     return report
 
@@ -267,7 +269,7 @@ def run_summary(frame: pd.DataFrame) -> str:
 
 
 def index_markdown(
-    frame, report: Report, radii, dims, linf_255, name: str, batch: int | None = None
+    frame, report: Report, radii, dims, linf_255, name: str, batch=None, pruned=()
 ) -> bytes:
     """What the report holds: its settings, a line per table and figure, what was skipped."""
     models = frame.groupby(["trial_id", "cert_id"]).ngroups
@@ -294,6 +296,7 @@ def index_markdown(
         f"- {BEYOND}: a radius beyond the largest one the settings can certify (every vote for "
         "one class); certified accuracy there is 0 by construction, not by the models.",
         "",
+        *pruned,
     ]
     for kind, suffixes in (("Tables", (".md", ".tex")), ("Figures", (".png", ".pdf", ".svg"))):
         listed = [f for f in report.files if f.name.endswith(suffixes) and f.name != "index.md"]

@@ -86,7 +86,7 @@ def unreachable(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     if "certified_accuracy" in frame and "radius" in frame:
         out["certified_accuracy"] = frame["radius"].to_numpy(dtype=np.float64) > reach
     for c in frame.columns:
-        if str(c).startswith("r="):
+        if str(c).startswith("r=") and not str(c).endswith("_upper"):
             out[c] = float(str(c)[2:]) > reach
     return out
 
@@ -186,7 +186,8 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
 
 def best_rows(table: pd.DataFrame) -> dict[str, set[int]]:
     """For each certified-accuracy column and ACR: the rows holding its maximum (ties: all)."""
-    scored = [c for c in table.columns if str(c).startswith("r=")] + ["acr"]
+    scored = [c for c in table.columns if str(c).startswith("r=") and "_" not in str(c)]
+    scored.append("acr")
     return {
         c: set(table.index[np.isclose(table[c], table[c].max())])
         for c in scored

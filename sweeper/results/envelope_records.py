@@ -49,3 +49,55 @@ def read_records(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
 def pruned(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
     """The records of the models the strategy pruned (never certified: no rows)."""
     return {k: r for k, r in read_records(exp).items() if r["status"] == "pruned"}
+
+
+def upper_accuracy(record: dict[str, Any], radii: list[float]) -> list[float | None]:
+    """The record's upper bound on certified accuracy at each of `radii`: the smallest bound
+    on the count at a grid radius ≤ r (a count at r is at most the count at any smaller
+    radius), over its points; None below the grid or without bounds."""
+    grid, upper, points = record.get("radii") or [], record.get("upper"), record.get("points")
+    if not upper or not points:
+        return [None] * len(radii)
+    out: list[float | None] = []
+    for r in radii:
+        below = [u for g, u in zip(grid, upper, strict=True) if g <= r + 1e-9]
+        out.append(min(below) / points if below else None)
+    return out
+
+
+def pruned_models(exp: Experiment) -> list[dict[str, Any]]:
+    """Each pruned model: trial_id, cert_id, its trial's config (trials/<id>/trial.json, empty
+    if unreadable) and its record, sorted by trial_id and cert_id."""
+    from trainables.kernel.trial_status import read_status
+
+    out = []
+    for (tid, cert_id), record in sorted(pruned(exp).items()):
+        try:
+            doc = read_status(exp.trial_dir(tid)) or {}
+        except (OSError, ValueError) as e:
+            log.warning("trial %s of a pruned model: %s", tid, e)
+            doc = {}
+        config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+        out.append({"trial_id": tid, "cert_id": cert_id, "config": config, "record": record})
+    return out
+
+
+def verdicts(exp: Experiment) -> list[dict[str, Any]]:
+    """Per envelope cert_id: how many models are certified, pruned and unfinished, δ, and the
+    pruned models with their upper bounds on certified accuracy at the grid's radii."""
+    settings: dict[str, dict[str, Any]] = {}
+    for (tid, cert_id), record in sorted(read_records(exp).items()):
+        s = settings.setdefault(
+            cert_id,
+            {"cert_id": cert_id, "delta": record.get("delta"), "radii": record.get("radii")},
+        )
+        s.setdefault("certified", 0)
+        s.setdefault("pruned", 0)
+        s.setdefault("unfinished", 0)
+        s.setdefault("pruned_models", [])
+        status = record["status"]
+        s[status if status in ("certified", "pruned") else "unfinished"] += 1
+        if status == "pruned":
+            upper = upper_accuracy(record, list(record.get("radii") or []))
+            s["pruned_models"].append({"trial_id": tid, "upper": upper})
+    return list(settings.values())

@@ -96,6 +96,7 @@ class Status:
     failures_log: str | None = None
     space: str | None = None  # the space the sweep was run with (sweep.json)
     left_out: list[str] | None = None  # "path: why" of result files left out (None: not read)
+    envelope: list[dict] | None = None  # the envelope strategy's verdicts per cert_id (read)
 
     def counts(self) -> Counter:
         return Counter(t.state for t in self.trials)
@@ -108,6 +109,14 @@ def left_out(exp: Experiment) -> list[str]:
     from sweeper.results.empirical_rows import load_empirical
 
     return load_results(exp, ["trial_id"]).invalid + load_empirical(exp).invalid
+
+
+def envelope_verdicts(exp: Experiment) -> list[dict]:
+    """Per `_envelope` cert_id: models certified, pruned (each with its upper bounds) and
+    unfinished (`results.envelope_records.verdicts`); none under `full`."""
+    from sweeper.results.envelope_records import verdicts
+
+    return verdicts(exp)
 
 
 def summary_of(cfg: TrialConfig) -> str:

@@ -1,0 +1,121 @@
+"""The envelope strategy's pruned models in the read commands (issue 28 item 6): `sweeper
+table`, `report` and `status` show them as pruned with their upper bounds, never as zeros, at 80
+columns and piped; `sweeper envelope` states the soundness; `Sweep.table`/`status` the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import certified_rows
+import pytest
+from test_outputs import CERT, POINTS, invoke, write_model
+
+from sweeper.api.sweep import Sweep
+from sweeper.results.envelope_records import write_record
+from sweeper.results.storage import Experiment, write_sweep
+from trainables.kernel.config import TrialConfig
+
+ENV = dataclasses.replace(CERT, strategy="envelope")
+P = TrialConfig(dataset="digits", method="gaussian", sigma=1.0, m_train=1, epochs=1)
+GRID = [round(0.25 * t, 10) for t in range(10)]
+UPPER = [2, 1, 1, 0, 0, 0, 0, 0, 0, 0]  # of 4 points: ≤0.5 at 0, ≤0.25 at 0.25 and 0.5
+
+
+def record(status: str, upper: list[int]) -> dict:
+    return {
+        "status": status,
+        "strategy": "envelope",
+        "delta": ENV.delta,
+        "pilots": list(ENV.pilot_stages),
+        "radii": GRID,
+        "upper": upper,
+        "plug_in": upper,
+        "certified": upper if status == "certified" else None,
+        "points": 4,
+        "pilot_draws": 40,
+    }
+
+
+def build(root: Path, spec) -> Path:
+    """G and S certified under `spec`; under `envelope` P pruned, with its record."""
+    exp = Experiment(str(root), "exp")
+    trials = [*POINTS, P]
+    keys = ("n0", "n", "alpha", "skip", "max_points", "shard_size")
+    space = {"name": "hand", "certify": {"batch_size": 400, **{k: getattr(CERT, k) for k in keys}}}
+    write_sweep(exp, {"space": space, "trials": [c.to_dict() for c in trials]})
+    for cfg in trials:
+        certified_rows.trained(exp, cfg)
+    for cfg in POINTS:
+        write_model(exp, cfg, spec)
+        if spec.strategy == "envelope":
+            write_record(exp, cfg.trial_id, spec.cert_id, record("certified", [4] * 10))
+    if spec.strategy == "envelope":
+        write_record(exp, P.trial_id, spec.cert_id, record("pruned", UPPER))
+    return root
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("COLUMNS", "80")
+    return build(tmp_path, ENV)
+
+
+def test_table_shows_the_pruned_model_with_its_upper_bounds(storage):
+    text = invoke(storage, "table", "--radii", "0:0.5:0.25").stdout
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if P.trial_id in line)
+    assert "pruned" in row and "≤0.500" in row and "≤0.250" in row and "0.000" not in row
+    assert sum("│ certified" in line for line in lines) == 2, text
+    rows = json.loads(invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "json").stdout)
+    pruned = [r for r in rows if r["status"] == "pruned"]
+    assert [r["trial_id"] for r in pruned] == [P.trial_id]
+    assert pruned[0]["r=0"] is None and pruned[0]["r=0.25_upper"] == 0.25
+    assert pruned[0]["r=0_upper"] == 0.5 and pruned[0]["acr"] is None
+    csv = invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "csv").stdout
+    assert "r=0.5_upper" in csv.splitlines()[0] and "pruned" in csv
+    md = invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "markdown").stdout
+    assert "≤0.250" in md and "_upper" not in md
+    frame = Sweep(storage=str(storage), experiment="exp").table([0, 0.25, 0.5])
+    assert frame.set_index("trial_id").loc[P.trial_id, "r=0.25_upper"] == 0.25
+    only = invoke(storage, "table", "--only", "method=gaussian", "--format", "json").stdout
+    assert [r["status"] for r in json.loads(only)] == ["certified", "pruned"]
+
+
+def test_a_full_experiment_has_no_status_column(tmp_path, monkeypatch):
+    from test_outputs import make
+
+    monkeypatch.setenv("COLUMNS", "80")
+    make(tmp_path)
+    rows = json.loads(invoke(tmp_path, "table", "--format", "json").stdout)
+    assert rows and all("status" not in r for r in rows)
+
+
+def test_status_counts_and_lists_the_pruned_models(storage):
+    text = invoke(storage, "status").stdout
+    assert "envelope strategy (δ = 0.01): 2 models certified, 1 pruned" in text
+    line = next(ln for ln in text.splitlines() if P.trial_id in ln and "pruned" in ln)
+    assert "r=0 ≤0.500" in line and "r=0.25 ≤0.250" in line and len(line) <= 80
+    doc = json.loads(invoke(storage, "status", "--format", "json").stdout)
+    (setting,) = doc["envelope"]
+    assert setting["cert_id"] == ENV.cert_id and setting["pruned"] == 1
+    assert setting["pruned_models"][0]["upper"][:3] == [0.5, 0.25, 0.25]
+    st = Sweep(storage=str(storage), experiment="exp").status().status
+    assert st.envelope == doc["envelope"]
+
+
+def test_report_index_names_the_pruned_models_and_their_bounds(storage):
+    invoke(storage, "report", "--radii", "0:0.5:0.25", "--formats", "svg")
+    index = (storage / "exp" / "reports" / "index.md").read_text()
+    assert "## Pruned by the envelope strategy" in index
+    row = next(ln for ln in index.splitlines() if ln.startswith(f"| {P.trial_id}"))
+    assert "≤0.500" in row and "≤0.250" in row
+
+
+def test_a_full_experiment_shows_no_envelope_in_status(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    build(tmp_path, CERT)
+    assert "envelope" not in json.loads(invoke(tmp_path, "status", "--format", "json").stdout)
+    assert "envelope" not in invoke(tmp_path, "status").stdout
