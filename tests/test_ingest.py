@@ -372,8 +372,9 @@ def test_import_writes_one_shard_per_log_with_the_exact_rows(tmp_path, logs):
     assert cohen.radius.tolist() == [0.457, 0.0734, 0.0] and cohen.predict.tolist() == [3, 7, -1]
     assert cohen.time_s.tolist() == [13.7361, 13.7715, 13.9079]
     assert cohen.attack.isna().all() and cohen.epsilon.isna().all()
-    shard = Path(exp.shard_path(ADV.trial_id, f"imported-sigma-0.25-{PAPER}", 0, 1))
-    assert shard.name == "shard-00000-of-00001.parquet"
+    shard = Path(exp.compacted_path("certify", ADV.trial_id, f"imported-sigma-0.25-{PAPER}", 1))
+    assert shard.name == "compacted-of-00001.parquet"
+    assert Path(exp.cache_path("certify")).is_file()  # read through the cache
     meta = pq.read_schema(shard).metadata
     assert (
         meta[b"sweeper.certify_backend"].decode()

@@ -47,10 +47,14 @@ sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv CIFAR-10
 with the same resolved config as one of ours gets the same trial_id; its rows keep a cert_id
 of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
 
-Each log becomes one shard (`certify/<trial_id>/<cert_id>/shard-00000-of-00001.parquet`,
-written atomically, count and p_lower null). Everything is checked before anything is written.
-A shard already holding the same rows is skipped (re-importing is idempotent); different rows
-for the same model are an error, as are two different logs that resolve to the same model.
+Each log becomes one finished model's file
+(`certify/<trial_id>/<cert_id>/compacted-of-00001.parquet`, written atomically, count and
+p_lower null), and the experiment's cache is refreshed, so reads
+open one file for hundreds of imported models. Everything is checked before anything is
+written. A file already holding the same rows is skipped (re-importing is idempotent);
+different rows for the same model are an error, as are two different logs that resolve to the
+same model. (Imports before this wrote `shard-00000-of-00001.parquet`; `sweeper compact` folds
+those into the same files and the cache.)
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ from sweeper.ingest.log_reader import (
 )
 from sweeper.ingest.path_names import NEEDS, path_values
 from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_sets
-from sweeper.results.certify_rows import shard_table
+from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
+from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel import fileio
@@ -228,7 +233,8 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
     limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
     constants = {"smoothing": "fixed", **cert}
-    out = exp.shard_path(cfg.trial_id, cert_id, 0, 1)
+    # A finished model's file, read through the experiment's cache like a compacted sweep model
+    out = exp.compacted_path("certify", cfg.trial_id, cert_id, 1)
     model = Model(log, rel, cfg, cert_id, constants, sigma_cert, limits, out)
     model.columns()
     return model
@@ -323,7 +329,8 @@ def plan_import(
 
 # ---------------------------------------------------------------------------- writing
 def write_import(report: ImportReport) -> ImportReport:
-    """Write the planned shards, then a sweep.json if the experiment has none (an empty sweep:
+    """Write the planned models' files and refresh the experiment's cache, then a sweep.json if
+    the experiment has none (an empty sweep:
     the imported models are results, not trials of a sweep of ours). sweep.json comes last:
     an import that fails on the way leaves no experiment that looks whole (re-run it)."""
     exp = report.experiment
@@ -332,11 +339,12 @@ def write_import(report: ImportReport) -> ImportReport:
             "certify_backend": f"imported from {m.source}",
             "normalization": "unknown (imported log)",
             "config": m.cfg.to_dict(),
-            "shard": "0/1",
             "import_digest": m.digest,
         }
         columns = m.columns()
         write_table(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+    if report.imported:
+        refresh_cache(exp, CERTIFY_ROWS)  # the models are read from one file, not hundreds
     if (report.imported or report.already) and not fileio.exists(exp.sweep_json):
         write_sweep(exp, {"space": None, "trials": [], "imported": True})
         report.wrote_sweep = True
