@@ -119,3 +119,28 @@ def test_a_full_experiment_shows_no_envelope_in_status(tmp_path, monkeypatch):
     build(tmp_path, CERT)
     assert "envelope" not in json.loads(invoke(tmp_path, "status", "--format", "json").stdout)
     assert "envelope" not in invoke(tmp_path, "status").stdout
+
+
+def test_envelope_states_the_soundness_in_one_line_on_stderr(storage, caplog):
+    result = invoke(storage, "envelope", "--radii", "0:0.5:0.25", "--format", "csv")
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("envelope strategy")]
+    assert len(lines) == 1 and "envelope strategy" not in result.stdout
+    (line,) = lines
+    assert "exact CERTIFY(n0 = 10, n = 100, α = 0.001)" in line and "δ = 0.01" in line
+    assert "grid 0:2.25:0.25" in line and "1 of 3 models pruned" in line
+    assert "off the grid" not in line
+    off = invoke(storage, "envelope", "--radii", "0,0.3").stderr
+    assert "radii off the grid, 0.3: not covered" in off
+    full = build(storage / "full", CERT)
+    assert "envelope strategy" not in invoke(full, "envelope", "--radii", "0:0.5:0.25").stderr
+    with caplog.at_level("INFO", logger="sweeper"):
+        Sweep(storage=str(storage), experiment="exp").envelope([0, 0.25])
+    assert any("1 of 3 models pruned" in r.getMessage() for r in caplog.records)
+
+
+def test_delta_of_reads_the_cert_id():
+    from sweeper.results.envelope_records import delta_of
+
+    assert delta_of(CERT.cert_id) is None and delta_of(ENV.cert_id) == 0.01
+    other = dataclasses.replace(ENV, delta=1e-5, pilots=(10, 30))
+    assert delta_of(other.cert_id) == 1e-5

@@ -272,10 +272,16 @@ class Sweep:
 
     def envelope(self, radii: Sequence[float], by: str | None = None) -> pd.DataFrame:
         """The upper envelope of certified accuracy over the models, and who got it, at each
-        radius (per `by` group): `sweeper envelope`'s numbers."""
+        radius (per `by` group): `sweeper envelope`'s numbers; under the envelope strategy its
+        soundness logged (`envelope_records.soundness_lines`)."""
         from sweeper.results import envelope as env
+        from sweeper.results.envelope_records import soundness_lines
 
-        return envelope_of(self.read(env.read_columns(by, "smoothing")).frame, radii, by)
+        selected = self.read(env.read_columns(by, "smoothing"))
+        cert_ids = selected.frame["cert_id"].unique().tolist() if len(selected.frame) else []
+        for line in soundness_lines(selected.exp, cert_ids, list(radii)):
+            log.info("envelope strategy: %s", line)
+        return envelope_of(selected.frame, radii, by)
 
     def table(self, radii: Sequence[float]) -> pd.DataFrame:
         """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);

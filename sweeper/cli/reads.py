@@ -76,11 +76,21 @@ def envelope(
     overlay = _empirical_overlay(exp, table, by, only) if empirical else None
     table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
-    print_settings(frame)
-    print_coverage(exp, results, frame)
+    _print_notes(exp, results, frame, grid)
     if plot:
         _plot(exp, frame, plot, by, curve, grid)
     exit_if_left_out(results, strict)
+
+
+def _print_notes(exp: Experiment, results, frame, grid: list[float]) -> None:
+    """On stderr: the settings, the envelope strategy's soundness (`soundness_lines`, one
+    line per `_envelope` setting), what was read."""
+    from sweeper.results.envelope_records import soundness_lines
+
+    print_settings(frame)
+    for line in soundness_lines(exp, frame["cert_id"].unique().tolist(), grid):
+        display.echo(f"envelope strategy, {line}", err=True)
+    print_coverage(exp, results, frame)
 
 
 def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float]) -> None:

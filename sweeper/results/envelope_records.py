@@ -8,8 +8,10 @@ the pilot draws spent. Views show pruned models with their upper bounds, never a
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import re
 from typing import Any
 
 from sweeper.results.storage import Experiment
@@ -101,3 +103,48 @@ def verdicts(exp: Experiment) -> list[dict[str, Any]]:
             upper = upper_accuracy(record, list(record.get("radii") or []))
             s["pruned_models"].append({"trial_id": tid, "upper": upper})
     return list(settings.values())
+
+
+def delta_of(cert_id: str) -> float | None:
+    """The δ an `_envelope` cert_id names (its `-delta-<δ>`, else the default); None if it
+    is no envelope cert_id."""
+    from trainables.kernel.stage_settings import CertifySpec
+
+    if "_envelope" not in cert_id:
+        return None
+    m = re.search(r"_envelope(?:-delta-(.+?))?(?:-pilots-[\d-]+)?(?:-radii-.+)?$", cert_id)
+    return float(m[1]) if m and m[1] else CertifySpec().delta
+
+
+def soundness_lines(exp: Experiment, cert_ids: list[str], radii: list[float]) -> list[str]:
+    """What `sweeper envelope` states per `_envelope` setting among `cert_ids`: every winner
+    certified with exact CERTIFY(n0, n, α); with probability ≥ 1 − δ no pruned model would
+    have won at a radius of the decision grid; how many models were pruned."""
+    from sweeper.results.provenance import setting_of
+
+    records = read_records(exp)
+    out = []
+    for cert_id in sorted(c for c in set(cert_ids) if delta_of(c) is not None):
+        s = setting_of(cert_id)
+        mine = [r for (_, c), r in records.items() if c == cert_id]
+        grid = next((r["radii"] for r in mine if r.get("radii")), [])
+        pruned = sum(r["status"] == "pruned" for r in mine)
+        off = [r for r in radii if not any(abs(r - g) < 1e-9 for g in grid)]
+        exact = f"CERTIFY(n0 = {s.n0}, n = {s.n}, α = {s.alpha:g})" if s else "CERTIFY"
+        line = (
+            f"{cert_id}: every winner is certified with exact {exact}; with probability "
+            f"≥ 1 − δ (δ = {delta_of(cert_id):g}) no pruned model would have won at a radius "
+            f"of the grid {spelled_grid(grid)}; {pruned} of {len(mine)} models pruned"
+        )
+        if off and pruned:
+            line += f" (radii off the grid, {', '.join(f'{r:g}' for r in off)}: not covered)"
+        out.append(line)
+    return out
+
+
+def spelled_grid(grid: list[float]) -> str:
+    """0:2.25:0.25 for an even grid from its first radius, else the list."""
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(grid)}
+    if len(grid) > 2 and len(steps) == 1:
+        return f"{grid[0]:g}:{grid[-1]:g}:{steps.pop():g}"
+    return ",".join(f"{r:g}" for r in grid) or "(none recorded)"
