@@ -127,7 +127,7 @@ def soundness_lines(exp: Experiment, cert_ids: list[str], radii: list[float]) ->
     for cert_id in sorted(c for c in set(cert_ids) if delta_of(c) is not None):
         s = setting_of(cert_id)
         mine = [r for (_, c), r in records.items() if c == cert_id]
-        grid = next((r["radii"] for r in mine if r.get("radii")), [])
+        grid: list[float] = next((r["radii"] for r in mine if r.get("radii")), [])
         pruned = sum(r["status"] == "pruned" for r in mine)
         off = [r for r in radii if not any(abs(r - g) < 1e-9 for g in grid)]
         exact = f"CERTIFY(n0 = {s.n0}, n = {s.n}, α = {s.alpha:g})" if s else "CERTIFY"
