@@ -13,6 +13,7 @@ import pytest
 from test_outputs import CERT, POINTS, invoke, write_model
 
 from sweeper.api.sweep import Sweep
+from sweeper.plan.spec import CertifySpec
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment, write_sweep
 from trainables.kernel.config import TrialConfig
@@ -144,3 +145,21 @@ def test_delta_of_reads_the_cert_id():
     assert delta_of(CERT.cert_id) is None and delta_of(ENV.cert_id) == 0.01
     other = dataclasses.replace(ENV, delta=1e-5, pilots=(10, 30))
     assert delta_of(other.cert_id) == 1e-5
+
+
+def test_the_decision_radii_are_a_setting_in_the_cert_id_only_off_the_default():
+    from sweeper.results.envelope_records import delta_of
+    from sweeper.results.provenance import setting_of
+    from sweeper.run.envelope_run import planner_settings
+
+    spec = CertifySpec(strategy="envelope")
+    assert spec.decision_radii == tuple(GRID) and spec.cert_id.endswith("_max-500_envelope")
+    same = CertifySpec(strategy="envelope", radii=list(GRID))  # type: ignore[arg-type]
+    assert same.cert_id == spec.cert_id
+    mine = CertifySpec(strategy="envelope", delta=0.05, radii=[0, 0.5, 1])  # type: ignore[arg-type]
+    assert mine.cert_id.endswith("_envelope-delta-0.05-radii-0-0.5-1") and mine.problems() == []
+    assert setting_of(mine.cert_id) is not None and delta_of(mine.cert_id) == 0.05
+    assert planner_settings(mine).radii == (0, 0.5, 1)
+    assert CertifySpec(strategy="envelope", radii=(0.5, 0.25)).problems()
+    assert CertifySpec().cert_id == "sigma-train_n0-100_n-100000_alpha-0.001_skip-20_max-500"
+    assert CertifySpec(radii=(0, 1)).cert_id == CertifySpec().cert_id  # full: no tag

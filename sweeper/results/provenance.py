@@ -36,7 +36,7 @@ from trainables.kernel.catalog import STANDARD_TEST_SIZE
 OWN = re.compile(
     r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
     r"_skip-(?P<skip>\d+)_max-(?P<max>all|\d+)(?P<tags>(?:_prec-[a-z0-9]+)?(?:_cl)?(?:_compiled)?)"
-    r"(?P<env>_envelope(?:-delta-[^_]+?)?(?:-pilots-\d+(?:-\d+)*)?)?"
+    r"(?P<env>_envelope(?:-delta-[^_]+?)?(?:-pilots-\d+(?:-\d+)*)?(?:-radii-[\d.]+(?:-[\d.]+)*)?)?"
     r"(?:_ddrs-K(?P<K>\d+)-lr(?P<lr>.+?)-n(?P<samples>\d+)-min(?P<min>[^_]+))?"
 )
 IMPORTED = re.compile(r"imported-sigma-(?P<sigma>.+)-n-(?P<n>\d+)-alpha-(?P<alpha>.+)")

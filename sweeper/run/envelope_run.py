@@ -42,15 +42,15 @@ from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, EnvelopeFull, pilot_tas
 from sweeper.run.outcome import Outcome
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
-from trainables.kernel.stage_settings import CertifySpec
+from trainables.kernel.stage_settings import DECISION_RADII, CertifySpec
 
 log = logging.getLogger(__name__)
 
-RADII = tuple(round(0.25 * t, 10) for t in range(10))  # the decision grid: 0:2.25:0.25
+RADII = DECISION_RADII  # the default decision grid: 0:2.25:0.25 (CertifySpec.radii)
 
 
 def planner_settings(spec: CertifySpec) -> Settings:
-    return Settings(spec.n0, spec.n, spec.alpha, RADII, spec.delta, spec.pilot_stages)
+    return Settings(spec.n0, spec.n, spec.alpha, spec.decision_radii, spec.delta, spec.pilot_stages)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from trainables.kernel.settings import (
 )
 
 STRATEGIES = ("full", "envelope")  # certification strategies (CertifySpec.strategy)
+DECISION_RADII = tuple(round(0.25 * t, 10) for t in range(10))  # envelope's default: 0:2.25:0.25
 
 # The DDRS settings as `sweeper certify --ddrs-<part>` says them: their own declarations.
 DDRS_PARTS = {f.name: f.metadata["help"] for f in declared(DDRSSettings)}
@@ -102,11 +103,19 @@ class CertifySpec:
         ListOf(int, 1, null_ok=True),
     )
 
+    radii: tuple[float, ...] | None = setting(
+        None,
+        "envelope: the radii the pruning decides at, increasing (null: 0:2.25:0.25).",
+        ListOf(float, 0, null_ok=True),
+    )
+
     def __post_init__(self) -> None:  # YAML and the CLI give a list (or one number)
-        if isinstance(self.pilots, list):
-            object.__setattr__(self, "pilots", tuple(self.pilots))
-        elif isinstance(self.pilots, int) and not isinstance(self.pilots, bool):
-            object.__setattr__(self, "pilots", (self.pilots,))
+        for name in ("pilots", "radii"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                object.__setattr__(self, name, (value,))
 
     def problems(self) -> list[str]:
         found = type_problems(self) or bound_problems(self)
@@ -115,6 +124,9 @@ class CertifySpec:
         stages = self.pilot_stages
         if list(stages) != sorted(set(stages)) or stages[-1] >= self.n or stages[0] < 1:
             found.append(f"pilots must increase and stay below n = {self.n} (got {stages})")
+        grid = self.decision_radii
+        if list(grid) != sorted(set(grid)) or grid[0] < 0:
+            found.append(f"radii must increase from 0 or more (got {list(grid)})")
         if self.ddrs is not None:
             found.append("strategy envelope does not take ddrs (certify DDRS with full)")
         return found
@@ -128,6 +140,11 @@ class CertifySpec:
         return tuple(sorted({max(1, int(self.n * f)) for f in (0.01, 0.03, 0.1, 0.3)}))
 
     @property
+    def decision_radii(self) -> tuple[float, ...]:
+        """The envelope strategy's decision grid: `radii`, or 0:2.25:0.25."""
+        return self.radii if self.radii is not None else DECISION_RADII
+
+    @property
     def strategy_tag(self) -> str:
         """The cert_id segment of the envelope strategy ("" under full): `_envelope`, then
         `-delta-<δ>` and `-pilots-<a>-<b>…` where they are not the defaults."""
@@ -135,7 +152,9 @@ class CertifySpec:
             return ""
         delta = "" if self.delta == 0.01 else f"-delta-{self.delta:g}"
         pilots = "" if self.pilots is None else "-pilots-" + "-".join(map(str, self.pilots))
-        return f"_envelope{delta}{pilots}"
+        default = self.radii is None or tuple(self.radii) == DECISION_RADII
+        radii = "" if default else "-radii-" + "-".join(f"{r:g}" for r in self.decision_radii)
+        return f"_envelope{delta}{pilots}{radii}"
 
     @property
     def cert_id(self) -> str:
