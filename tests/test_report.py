@@ -466,7 +466,7 @@ def test_cli_bad_input_exits_2_with_one_line_per_problem(tmp_path):
     [line] = errors_of([*base, "--only", "sigma=9"])
     assert line == "error: --only sigma=9 matches no model (sigma values: 0.25, 0.5)"
     [line] = errors_of(["report", "--storage", str(tmp_path), "--experiment", "absent"])
-    assert "no experiment at" in line
+    assert line.startswith("error: no experiment 'absent' under --storage")
     (tmp_path / "empty" / "certify").mkdir(parents=True)
     [line] = errors_of(["report", "--storage", str(tmp_path), "--experiment", "empty"])
     assert "no certification results to report in empty" in line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -36,9 +37,18 @@ from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.sweep_plan import Plan, is_finished
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.run.launch_options import LaunchOptions
+from trainables.kernel import fileio
 
 if TYPE_CHECKING:
     from sweeper.run.launch import Outcome
+
+
+def _shown(location: str) -> str:
+    """A local path below the working directory as a relative one, the way it was typed."""
+    if fileio.is_uri(location) or not os.path.isabs(location):
+        return location
+    relative = os.path.relpath(location)
+    return location if relative.startswith("..") else relative
 
 
 def print_plan(plan: Plan, resources: Resources, states: dict, title: str) -> None:
@@ -48,6 +58,8 @@ def print_plan(plan: Plan, resources: Resources, states: dict, title: str) -> No
     )
     c = plan.spec.certify
     table = Table(title=title, show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # a long path or id folds, never cut
     table.add_row("space", f"{plan.spec.name}: {plan.spec.description}")
     table.add_row(
         "trials",
@@ -58,9 +70,9 @@ def print_plan(plan: Plan, resources: Resources, states: dict, title: str) -> No
     table.add_row(
         "certify",
         f"n0={c.n0} n={c.n} alpha={c.alpha:g} every {c.skip}-th test point "
-        f"(max {c.max_points}), {c.shard_size} per shard",
+        f"(max {'all' if c.max_points is None else c.max_points}), {c.shard_size} per shard",
     )
-    table.add_row("storage", plan.exp.root)
+    table.add_row("storage", _shown(plan.exp.root))
     console.print(table)
 
 
