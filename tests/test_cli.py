@@ -392,7 +392,7 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
     # partial results are read, and the models missing shards are named
     assert "experiment: exp" in result.stderr
     assert "2 models, 8 certified points" in result.stderr
-    assert f"1 models are missing shards (partial results): {ADV.trial_id} (1 shards)" in (
+    assert f"1 model is missing shards (partial results): {ADV.trial_id} (1 shard)" in (
         result.stderr
     )
 

@@ -287,7 +287,9 @@ def test_models_missing_shards_are_counted_and_the_first_ten_named(tmp_path):
     for i, cfg in enumerate(partial):  # shard 0 of 2 (1 missing) or of 3 (2 missing)
         write_shard(exp, cfg, POINTS[G], 0, 2 + i % 2)
     missing = {cfg.trial_id: 1 + i % 2 for i, cfg in enumerate(partial)}
-    named = ", ".join(f"{t} ({missing[t]} shards)" for t in sorted(missing)[:10])
+    named = ", ".join(
+        f"{t} ({missing[t]} shard{'s' * (missing[t] > 1)})" for t in sorted(missing)[:10]
+    )
     err = run(tmp_path, "envelope", "--radii", "0", "--format", "csv").stderr.splitlines()
     assert err[-1] == f"11 models are missing shards (partial results): {named}"
     assert err[-2] == "13 models, 52 certified points"
@@ -354,10 +356,10 @@ DDRS_STDERR = [
     "1 model, 4 points each at most; largest certifiable radius σ·Φ⁻¹(α^(1/n)) "
     "(data-dependent: at the largest σ_x): 1.801 at σ = 0.5 (n/a: beyond it)",
     "3 models, 12 certified points",
-    "data-dependent smoothing: 1 models; the memory pass adjusted 2 of 4 certificates",
+    "data-dependent smoothing: 1 model; the memory pass adjusted 2 of 4 certificates",
 ]
 AWAITS = (
-    "1 data-dependent models await their memory pass and are left out: re-run `sweeper "
+    "1 data-dependent model awaits its memory pass and is left out: re-run `sweeper "
     "certify <space> --ddrs` to finish them"
 )
 
@@ -543,7 +545,7 @@ def test_the_empirical_overlay_follows_only_and_by(attacked):
     base = ["envelope", "--radii", "0,0.5", "--empirical", "--format", "csv"]
     only_g = run(attacked, *base, "--only", "sigma=0.25")
     assert csv(only_g)["empirical_accuracy"].tolist() == [0.75, 0.25]
-    assert only_g.stderr.splitlines()[0] == f"empirical: 1 models, 12 attacked points; {EMPIRICAL}"
+    assert only_g.stderr.splitlines()[0] == f"empirical: 1 model, 12 attacked points; {EMPIRICAL}"
     by_sigma = csv(run(attacked, *base, "--by", "sigma"))
     assert by_sigma[["sigma", "radius", "empirical_accuracy"]].values.tolist() == [
         [0.25, 0.0, 0.75],

@@ -612,5 +612,5 @@ def test_sweeper_envelope_leaves_out_rows_that_await_their_memory_pass(tmp_path)
     winners = [HI.trial_id] * 3 + [LO.trial_id] * 2 + ["-"]  # nothing certified at 2.25
     assert env["trial_id"].fillna("-").tolist() == winners
     assert (env["models"] == 2).all() and set(env["cert_id"].dropna()) == {CID}
-    assert "1 data-dependent models await their memory pass and are left out" in result.stderr
+    assert "1 data-dependent model awaits its memory pass and is left out" in result.stderr
     assert "2 models, 8 certified points" in result.stderr

@@ -114,7 +114,7 @@ def test_the_untampered_experiment_leaves_nothing_out(experiment):
     accuracy, stderr = envelope(experiment)
     assert accuracy == [0.8, 0.6, 0.6, 0.4, 0.1]
     assert left_out(stderr) == []
-    assert any("1 data-dependent models await their memory pass" in line for line in stderr)
+    assert any("1 data-dependent model awaits its memory pass" in line for line in stderr)
 
 
 # ------------------------------------------------------------------ test points
@@ -361,7 +361,7 @@ def test_an_imported_model_is_vouched_for_by_its_import_record_only(tmp_path):
             f"{exp.shard_path(other.trial_id, cert_id, 0, 1)}: no trial behind it (the file's import record is the config of {A.trial_id})",
         ]
     )
-    assert "1 models, 10 certified points" in result.stderr
+    assert "1 model, 10 certified points" in result.stderr
 
 
 # ------------------------------------------------------------------ the cache

@@ -68,6 +68,11 @@ class TerminalConsole(Console):
                 yield segment
 
 
+def plural(count: int, word: str) -> str:
+    """`1 model`, `2 models`: a count and its noun, in the number it takes."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def echo(message: str, err: bool = False) -> None:
     """A plain line (typer.echo) through `printable`."""
     typer.echo(printable(message), err=err)

@@ -27,6 +27,7 @@ from sweeper.cli.common import (
     warn_left_out,
 )
 from sweeper.cli.options import Strict
+from sweeper.cli.uncertainty_view import CI_HEADER, uncertainty_note, uncertainty_texts
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -214,7 +215,8 @@ def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None)
         )
     models = frame["trial_id"].nunique()
     display.echo(
-        f"empirical: {models} models, {len(frame)} attacked points; accuracy under each model's "
+        f"empirical: {display.plural(models, 'model')}, {len(frame)} attacked points; accuracy "
+        "under each model's "
         "strongest attack (lowest over m_test), best model per radius",
         err=True,
     )
@@ -264,7 +266,9 @@ def load_selected(
     frame, unsound = selection.sound_rows(filter_rows(results.frame, chosen))
     if unsound:
         display.echo(
-            f"{unsound} data-dependent models await their memory pass and are left out: "
+            f"{display.plural(unsound, 'data-dependent model')} "
+            f"{'awaits its' if unsound == 1 else 'await their'} memory pass and "
+            f"{'is' if unsound == 1 else 'are'} left out: "
             "re-run `sweeper certify <space> --ddrs` to finish them",
             err=True,
         )
@@ -299,7 +303,7 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
-    text = _uncertainty_texts(table, texts(table, digits))
+    text = uncertainty_texts(table, texts(table, digits))
     if fmt == "markdown":
         display.echo(to_markdown(text))
     else:
@@ -314,40 +318,7 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
         columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), numeric[c]) for c in cols]
         priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
         display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
-    _uncertainty_note(table)
-
-
-CI_HEADER = "95% CI"
-
-
-def _uncertainty_texts(table, text):
-    """`text` with the winner's interval as one `ci` column (`low–high`, after the accuracy)
-    and ≈ after a winner its runner-up is not told apart from."""
-    if "ci_low" not in table:
-        return text
-    ci = [
-        "-" if lo in ("-", "") else f"{lo}–{hi}"
-        for lo, hi in zip(text["ci_low"], text["ci_high"], strict=True)
-    ]
-    text = text.drop(columns=["ci_low", "ci_high", "paired_p", "distinguishable"])
-    text.insert(text.columns.get_loc("certified_accuracy") + 1, "ci", ci)
-    won = (table["certified_accuracy"] > 0).to_numpy()
-    close = won & (table["distinguishable"] == False).to_numpy()  # noqa: E712 (None: none)
-    text.loc[close, "trial_id"] = [f"{w} ≈" for w in text.loc[close, "trial_id"]]
-    return text
-
-
-def _uncertainty_note(table) -> None:
-    if "ci_low" not in table:
-        return
-    points = table["points"].dropna()
-    size = f"{int(points.min())}" if len(points) and points.min() == points.max() else "its"
-    display.echo(
-        f"95% CI: Clopper–Pearson interval of the winner's certified accuracy over {size} test "
-        "points; ≈: the test points do not tell the winner from the runner-up (McNemar's exact "
-        "test on the points both certified, p ≥ 0.05; csv/json: paired_p)",
-        err=True,
-    )
+    uncertainty_note(table)
 
 
 def exit_if_left_out(results, strict: bool) -> None:
@@ -381,18 +352,20 @@ def print_coverage(exp: Experiment, results, frame) -> None:
             f"{c.trials} trial{'s' * (c.trials != 1)} here)"
         )
     )
-    display.echo(f"{c.models} models{per}, {c.points} certified points", err=True)
+    display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
     if c.absent:
         display.echo(f"{c.absent} of the sweep's {c.planned} trials have no results yet", err=True)
     if c.dependent_points:
         display.echo(
-            f"data-dependent smoothing: {c.dependent_models} models; the memory pass adjusted "
-            f"{c.memory_changed} of {c.dependent_points} certificates",
+            f"data-dependent smoothing: {display.plural(c.dependent_models, 'model')}; the memory "
+            f"pass adjusted {c.memory_changed} of {c.dependent_points} certificates",
             err=True,
         )
     if c.missing_shards:
-        listed = ", ".join(f"{tid} ({n} shards)" for tid, n in c.missing_listed)
+        listed = ", ".join(f"{tid} ({display.plural(n, 'shard')})" for tid, n in c.missing_listed)
+        verb = "is" if c.missing_shards == 1 else "are"
         display.echo(
-            f"{c.missing_shards} models are missing shards (partial results): {listed}",
+            f"{display.plural(c.missing_shards, 'model')} {verb} missing shards (partial "
+            f"results): {listed}",
             err=True,
         )
