@@ -122,8 +122,7 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
     )
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
-        outcome = sweep_run.certify_envelope(plan, ready, resources, options, watchers)
-        return Ran(plan, ready, outcome)
+        return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))
     if _nothing_to_certify(plan, ready, watchers):
         return Ran(plan, ready)
     return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))

@@ -107,36 +107,21 @@ def certify(
     options: LaunchOptions,
     watchers: Watchers,
 ) -> Outcome:
-    """Certify the `ready` trials under the plan's settings as Ray tasks."""
+    """Certify the `ready` trials under the plan's settings as Ray tasks, every point of every
+    model (`full`) or as the `envelope` strategy decides (`run.envelope_run`)."""
     from sweeper.run.capacity import per_process
+    from sweeper.run.envelope_run import certify_envelope
     from sweeper.run.launch import certify_trials
 
+    spec = plan.spec.certify
     room = per_process(resources, ready)
     with (
         driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
         watchers.progress(plan.exp) as on_event,
     ):
-        return certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event)
-
-
-def certify_envelope(
-    plan: Plan,
-    ready: list[TrialConfig],
-    resources: Resources,
-    options: LaunchOptions,
-    watchers: Watchers,
-) -> Outcome:
-    """Certify the `ready` trials under the `envelope` strategy (`run.envelope_run`)."""
-    from sweeper.run.capacity import per_process
-    from sweeper.run.envelope_run import certify_envelope as run
-
-    room = per_process(resources, ready)
-    with (
-        driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
-        watchers.progress(plan.exp) as on_event,
-    ):
-        outcome, _ = run(plan.exp, ready, plan.spec.certify, resources, on_event)
-        return outcome
+        if spec.strategy == "envelope":
+            return certify_envelope(plan.exp, ready, spec, resources, on_event)[0]
+        return certify_trials(plan.exp, ready, spec, resources, on_event)
 
 
 def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
