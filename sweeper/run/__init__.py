@@ -6,6 +6,6 @@ cluster can host (`capacity`), the sharded-stage engine (`shards`: shards, tasks
 its two stages, certification (`certify_stage`, finished for DDRS by `ddrs_memory`) and the
 empirical attack (`empirical_stage`), the nodes' version check (`versions`), what a run holds
 and leaves (`driving`, `sweep_run`, `outcome`), and the statistics of envelope-aware
-certification (`envelope_bounds`, `envelope_planner`: pure, not yet wired into the stage).
+certification (`envelope_bounds`, `envelope_planner`: pure; `envelope_run`: its driver loop).
 May import `sweeper.plan`, `sweeper.results` and `trainables`; never report, ingest or cli.
 """
