@@ -256,8 +256,8 @@ def test_stderr_says_what_was_read_and_which_planned_trials_have_no_results(tmp_
     assert result.stderr.splitlines() == [
         *(
             [
-                "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); this table "
-                "fits 80 columns",
+                "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r): a table "
+                "132 columns wide (this one fits 80)",
                 CI_NOTE,
             ]
             if fmt == "table"
@@ -380,8 +380,8 @@ def test_fixed_and_data_dependent_side_by_side_at_80_columns(ddrs_storage):
     ]
     assert result.stderr.splitlines() == [
         AWAITS,
-        "9 more columns with --wide (clean acc, ACR, method, attack, ε, T, m, models, max r); "
-        "this table fits 80 columns",
+        "9 more columns with --wide (clean acc, ACR, method, attack, ε, T, m, models, max r): "
+        "a table 149 columns wide (this one fits 80)",
         CI_NOTE,
         settings_line(),
         *DDRS_STDERR,
@@ -449,8 +449,8 @@ def test_an_envelope_printed_fits_the_terminal_unless_told_wide(storage, capsys)
     out, err = capsys.readouterr()
     assert max(len(line) for line in out.splitlines()) <= 80
     assert err.splitlines() == [
-        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); this table fits "
-        "80 columns",
+        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r): a table 132 "
+        "columns wide (this one fits 80)",
         CI_NOTE,
     ]
 

@@ -202,8 +202,8 @@ def test_the_envelope_at_80_columns_exactly(storage):
     ]
     err = result.stderr.splitlines()
     assert (
-        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r); "
-        "this table fits 80 columns" in err
+        "8 more columns with --wide (ACR, attack, σ, ε, T, m, models, max r): "
+        "a table 132 columns wide (this one fits 80)" in err
     )
     # 4 points: the intervals are wide, and no winner is told apart from its runner-up
     assert (
@@ -453,19 +453,46 @@ def test_fit_takes_columns_by_priority_while_they_fit():
     assert [c.header for c in shown] == ["b"] and left == ["a", "c"]
 
 
-def test_a_wide_table_on_a_narrow_terminal_folds_cells_never_cuts_them(monkeypatch, capsys):
-    import sys
-
+def test_a_wide_table_on_a_narrow_terminal_wraps_text_then_overflows_never_cuts(
+    monkeypatch, capsys
+):
+    """Text wraps down to its longest word; a terminal narrower than that and the numbers and
+    ids gets the table at that width (its lines overflow), never a cut number or id."""
+    from sweeper.cli import display
     from sweeper.cli.display import Column, print_table
 
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(display, "on_terminal", lambda: True)
     cols = [
         Column("trial_id", [G.trial_id]),
         Column("value", ["0.123456789012345"], True),
         Column("note", ["a long note " * 3]),
     ]
-    print_table("t", cols, [], wide=True)
-    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
-    assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) <= 40
-    assert G.trial_id in out and "0.123456789012345" in out  # the text column gave way
+    for columns, widest in (("50", 50), ("40", 43)):  # 43: 12 + 17 + 4 ("note"), rules, pads
+        monkeypatch.setenv("COLUMNS", columns)
+        print_table("t", cols, [], wide=True)
+        out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+        assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) == widest
+        assert G.trial_id in out and "0.123456789012345" in out  # the text column gave way
+
+
+@pytest.mark.parametrize(
+    "args", [["envelope", "--radii", "0:0.5:0.25", "--wide"], ["table", "--wide"]]
+)
+def test_wide_on_an_80_column_terminal_prints_every_number_and_id_whole(storage, monkeypatch, args):
+    """Issue 30 item 1: `--wide` on a terminal of 80 columns (COLUMNS=80, stdout a tty) lets
+    the table overflow rather than cut 0.25 to 0.2, σ to 0. or an id to its first letters."""
+    from sweeper.cli import display
+
+    monkeypatch.setattr(display, "on_terminal", lambda: True)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", invoke(storage, *args).stdout)
+    assert ELLIPSIS not in out and max(len(line) for line in out.splitlines()) > 80
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()]
+    cells = {cell for row in rows for cell in row}
+    assert {G.trial_id, S.trial_id} <= {c.removesuffix(" ≈") for c in cells}
+    header = next(line for line in out.splitlines() if line.startswith("┃"))
+    assert "max r" in header and "…" not in header
+    if args[0] == "envelope":
+        assert {"0.25", "0.5", "0.750", "0.194–0.994", "gaussian", "smoothadv"} <= cells
+        assert [r[-6:-2] for r in rows if r and r[0] == "0.25"] == [["0.5", "0.5", "2", "1"]]
+    else:
+        assert {"0.500*", "0.250*", "n/a", "0.255*", "smoothadv", "gaussian", "0.375"} <= cells

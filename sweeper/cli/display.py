@@ -9,11 +9,12 @@ output through `TerminalConsole` (the console of every command), plain lines thr
 Tables that fit: whole numbers and ids, never an ellipsis.
 
 A table shows the columns that fit the terminal (80 columns when the output is piped or the
-width is unknown), chosen by priority and kept in their order; `--wide` shows them all. A
-column is never narrower than its widest cell: a number or an id is printed whole. Piped
-output is printed at the table's own width (never cut); on a terminal too narrow for a
-`--wide` table, cells of text wrap first, and only then does rich fold numbers and ids onto
-further lines (never cutting them).
+width is unknown), chosen by priority and kept in their order; `--wide` shows them all, and
+the hint on stderr says how wide that table is. A column of numbers or ids is never narrower
+than its widest cell: a number or an id is printed whole. Piped output is printed at the
+table's own width (never cut); on a terminal too narrow for a `--wide` table, cells of text
+wrap down to their longest word, and if that is not enough the table is printed wider than
+the terminal (its lines overflow) rather than cut a number or an id.
 """
 
 from __future__ import annotations
@@ -122,28 +123,64 @@ def fit(columns: list[Column], priority: list[str], width: int) -> tuple[list[Co
     return shown, [c.header for c in columns if c.header not in chosen]
 
 
+def on_terminal() -> bool:
+    """Whether stdout is a terminal (a pipe or a file shows a table whole, at its own width)."""
+    return sys.stdout.isatty()
+
+
+def is_token(column: Column) -> bool:
+    """A column of single tokens (numbers, ids): never wrapped, so text columns give way first."""
+    return not any(" " in cell for cell in column.cells)
+
+
+def narrowest_width(columns: Sequence[Column]) -> int:
+    """The narrowest a table of these columns can be with every number and id whole: tokens
+    at their full width, text wrapped down to its longest word."""
+    return (
+        sum(
+            (
+                c.width
+                if is_token(c)
+                else max(len(w) for t in [c.header, *c.cells] for w in t.split())
+            )
+            + 3
+            for c in columns
+        )
+        + 1
+    )
+
+
+def printed_width(columns: Sequence[Column], title: str, width: int) -> int:
+    """The width a table is printed at: piped, its own (never cut); on a terminal `width`,
+    or wider when its numbers and ids need more (the lines overflow rather than cut one)."""
+    if not on_terminal():
+        return max(table_width(columns), len(title))
+    return max(width, narrowest_width(columns))
+
+
 def print_table(title: str, columns: list[Column], priority: list[str], wide: bool) -> None:
-    """Print the table (the columns that fit unless `wide`); name those left out on stderr."""
+    """Print the table (the columns that fit unless `wide`); name those left out on stderr
+    with the width `--wide` would print them at."""
     width = terminal_width()
     shown, left = (
         (columns, []) if wide else fit(columns, priority or [c.header for c in columns], width)
     )
     out = Table(title=title)
     for c in shown:
-        # Columns of single tokens (numbers, ids) do not wrap, so text columns give way first.
-        token = not any(" " in cell for cell in c.cells)
         out.add_column(
-            c.header, justify="right" if c.numeric else "left", overflow="fold", no_wrap=token
+            c.header,
+            justify="right" if c.numeric else "left",
+            overflow="fold",
+            no_wrap=is_token(c),
         )
     rows = len(shown[0].cells) if shown else 0
     for i in range(rows):
         out.add_row(*(Text(c.cells[i], style="bold" if i in c.bold else "") for c in shown))
-    natural = max(table_width(shown), len(title))
-    console = TerminalConsole(width=None if sys.stdout.isatty() else natural, soft_wrap=False)
+    console = TerminalConsole(width=printed_width(shown, title, width), soft_wrap=False)
     console.print(out)
     if left:
         echo(
-            f"{len(left)} more columns with --wide ({', '.join(left)}); "
-            f"this table fits {width} columns",
+            f"{plural(len(left), 'more column')} with --wide ({', '.join(left)}): a table "
+            f"{printed_width(columns, title, width)} columns wide (this one fits {width})",
             err=True,
         )
