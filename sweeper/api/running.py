@@ -67,15 +67,9 @@ def run_grid(
     """`sweeper run grid` past its dry run: the trials not yet trained and certified, on Ray
     (`request.restarting`: the experiment moved aside first)."""
     plan = make_plan(request)
-    if plan.spec.certify.strategy == "envelope":
-        raise PlanError(
-            [
-                "strategy envelope: `run grid` does not drive it yet; train with "
-                "`run grid` (strategy full, or certify: {strategy: full}), then "
-                "`sweeper certify SPACE --strategy envelope`"
-            ]
-        )
     resources = resources_of(plan, options)
+    if plan.spec.certify.strategy == "envelope":
+        watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
     if request.restarting and (moved := restart(plan.exp, watchers.holder)) is not None:
         watchers.note(f"previous experiment moved to {moved}")
     states = trial_states(plan.exp, plan.trials)
@@ -122,7 +116,6 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
     )
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
-        return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))
     if _nothing_to_certify(plan, ready, watchers):
         return Ran(plan, ready)
     return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))

@@ -172,15 +172,23 @@ class Sweep:
         )
 
     # ------------------------------------------------------------------ planning
-    def plan(self, options: LaunchOptions | None = None, *, restarting: bool = False) -> PricedPlan:
+    def plan(
+        self,
+        options: LaunchOptions | None = None,
+        *,
+        restarting: bool = False,
+        overrides: dict[str, Any] | None = None,
+    ) -> PricedPlan:
         """The dry run: the plan with its trials, how far each got, and its cost (the numbers
-        `sweeper run grid --dry-run` prints). Reads no data set and starts no Ray."""
+        `sweeper run grid --dry-run` prints). Reads no data set and starts no Ray.
+        `overrides`: fields of `CertifySpec` changed (e.g. the strategy)."""
         options = options or LaunchOptions()
         request = self.request(
             address=options.address,
             max_trials=options.max_trials,
             dry_run=True,
             restarting=restarting,
+            certify_overrides=overrides,
         )
         return price_plan(make_plan(request), options.cpu_only)
 
@@ -192,14 +200,19 @@ class Sweep:
         options: LaunchOptions | None = None,
         retrain: bool = False,
         restart: bool = False,
+        overrides: dict[str, Any] | None = None,
         watchers: Watchers | None = None,
     ) -> Ran:
         """Train every selected trial not yet trained on Ray Tune and certify each as it
         finishes (`sweeper run grid`); resumes what an earlier run left. `retrain`: the
-        selected trials' files moved aside and trained again; `restart`: the experiment."""
+        selected trials' files moved aside and trained again; `restart`: the experiment;
+        `overrides`: fields of `CertifySpec` changed (e.g. `{"strategy": "envelope"}`)."""
         launch = _options(options, address)
         request = self.request(
-            address=launch.address, max_trials=launch.max_trials, restarting=restart
+            address=launch.address,
+            max_trials=launch.max_trials,
+            restarting=restart,
+            certify_overrides=overrides,
         )
         return running.run_grid(request, launch, retrain, watchers or Watchers())
 

@@ -53,6 +53,14 @@ def pruned(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
     return {k: r for k, r in read_records(exp).items() if r["status"] == "pruned"}
 
 
+def settled(exp: Experiment, trial_ids: list[str], cert_id: str) -> bool:
+    """Whether the strategy has certified or pruned every one of `trial_ids` under `cert_id`
+    (a run would compute nothing: pruning is final, the envelope only grows)."""
+    records = read_records(exp)
+    done = ("certified", "pruned")
+    return all(records.get((t, cert_id), {}).get("status") in done for t in trial_ids)
+
+
 def upper_accuracy(record: dict[str, Any], radii: list[float]) -> list[float | None]:
     """The record's upper bound on certified accuracy at each of `radii`: the smallest bound
     on the count at a grid radius ≤ r (a count at r is at most the count at any smaller

@@ -203,16 +203,18 @@ class Experiment:
         return fileio.join(self.setting_dir("certify", trial_id, cert_id), MEMORY)
 
     def pilot_path(self, trial_id: str, cert_id: str, stage: int) -> str:
-        """The `envelope` strategy's pilot draws of one model at one pilot stage (1: with
-        the selection): `pilot-<stage>.parquet`, beside and never read as certification rows
-        (no shard or compacted name)."""
+        """The `envelope` strategy's pilot draws of one model at one pilot stage (1: with the
+        selection), never read as certification rows (no shard or compacted name)."""
         name = f"pilot-{stage:02d}.parquet"
         return fileio.join(self.setting_dir("certify", trial_id, cert_id), name)
 
     def envelope_record(self, trial_id: str, cert_id: str) -> str:
-        """The `envelope` strategy's verdict on one model (certified, pruned, ...) and its
-        upper bound per radius: `envelope.json`."""
+        """The `envelope` strategy's verdict on one model and its upper bounds."""
         return fileio.join(self.setting_dir("certify", trial_id, cert_id), "envelope.json")
+
+    def arrivals_json(self, cert_id: str) -> str:
+        """The order models arrived in under the `envelope` strategy (each one's δ share)."""
+        return fileio.join(self.root, "envelope", f"{cert_id}-arrivals.json")
 
     def compacted_path(self, stage: str, trial_id: str, setting_id: str, count: int) -> str:
         """The model's rows once all `count` shards are folded together."""

@@ -29,6 +29,7 @@ have changed the envelope at some radius is at most Σ_j δ_j = δ, however many
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -208,27 +209,60 @@ def promise(m: Model, envelope: np.ndarray) -> tuple[int, int, int]:
     return (-gain, -upper_gain, m.arrival)
 
 
-def decide(ledger: Ledger) -> list[Step]:
-    """The steps to run now, a deterministic function of the records: SELECT for every model
-    without its first pilot (they can run in parallel), then the one next step of the most
-    promising live model (PILOT or FULL), or none when every model is certified or pruned."""
-    s = ledger.settings
+def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
+    """The live model's next step: its next pilot stage, or once every pilot is drawn its
+    full certification, in both cases only on the points that can reach t_min."""
+    assert m.upper is not None and m.upper_curve is not None
+    t_min = could_win_from(m.upper_curve, envelope)
+    points = tuple(m.idx[m.upper > t_min].tolist())
+    if m.stage < len(s.pilots):
+        draws = s.pilots[m.stage] - s.pilots[m.stage - 1]
+        return Step(PILOT, m.name, m.stage + 1, points, draws, t_min)
+    return Step(FULL, m.name, m.stage + 1, points, s.n, t_min)
+
+
+def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1) -> list[Step]:
+    """The steps to run now, a deterministic function of the records and of what is running:
+    SELECT for every model without its first pilot (they can run in parallel), then the next
+    step of the most promising live models (PILOT or FULL) while fewer than `slots` steps run,
+    or none when every model is certified or pruned.
+
+    `busy`: model -> the kind of its step running (those models are skipped). A FULL beside
+    another one is started only if its pilot's plug-in curve would still add to the envelope
+    once the running FULLs come out at theirs (a speculative envelope): certifying in parallel
+    what the other certification would likely prune wastes the draws the strategy saves. With
+    `busy` empty and `slots` 1 this is the sequential strategy the benchmark measures."""
+    s, busy = ledger.settings, dict(busy or {})
     models = sorted(ledger.models.values(), key=lambda m: m.arrival)
     steps = [
         Step(SELECT, m.name, 1, tuple(m.idx.tolist()), s.n0 + s.pilots[0])
         for m in models
-        if m.stage == 0
+        if m.stage == 0 and m.name not in busy
     ]
     envelope = ledger.envelope()
-    live = [m for m in models if m.stage > 0 and m.certified is None]
+    live = [m for m in models if m.stage > 0 and m.certified is None and m.name not in busy]
     live = [m for m in live if not ledger.pruned(m, envelope)]
-    if not live:
-        return steps
-    best = min(live, key=lambda m: promise(m, envelope))
-    assert best.upper is not None and best.upper_curve is not None
-    t_min = could_win_from(best.upper_curve, envelope)
-    points = tuple(best.idx[best.upper > t_min].tolist())
-    if best.stage < len(s.pilots):
-        draws = s.pilots[best.stage] - s.pilots[best.stage - 1]
-        return [*steps, Step(PILOT, best.name, best.stage + 1, points, draws, t_min)]
-    return [*steps, Step(FULL, best.name, best.stage + 1, points, s.n, t_min)]
+    hoped = _speculative(ledger, busy, envelope)
+    running = sum(kind != SELECT for kind in busy.values())
+    for m in sorted(live, key=lambda m: promise(m, envelope)):
+        if running >= slots:
+            break
+        step = next_step(m, envelope, s)
+        if step.kind == FULL and running:
+            assert m.plug_in is not None
+            if not (m.plug_in > hoped).any():
+                continue
+            hoped = np.maximum(hoped, m.plug_in)
+        steps.append(step)
+        running += 1
+    return steps
+
+
+def _speculative(ledger: Ledger, busy: Mapping[str, str], envelope: np.ndarray) -> np.ndarray:
+    """The envelope once the running FULLs come out at their pilots' plug-in curves."""
+    hoped = envelope.copy()
+    for name, kind in busy.items():
+        plug_in = ledger.models[name].plug_in if name in ledger.models else None
+        if kind == FULL and plug_in is not None:
+            hoped = np.maximum(hoped, plug_in)
+    return hoped

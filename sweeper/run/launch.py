@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Tune's loggers are chosen explicitly (`trackers`), and the legacy reporter, which honours
 # verbose=0: the console belongs to sweeper's own progress display.
@@ -43,6 +44,11 @@ from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.kernel.trial_status import read_status, write_status
+
+if TYPE_CHECKING:
+    from sweeper.run.envelope_run import EnvelopeCertifier
+
+    Certifier = StageRunner | EnvelopeCertifier  # what certifies models as they arrive
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +157,7 @@ class _SweepCallback(tune.Callback):
     def __init__(
         self,
         exp: Experiment,
-        certifier: StageRunner,
+        certifier: Certifier,
         outcome: Outcome,
         on_event: Callable[[Event], None],
         room: tuple[Capacity, int] | None = None,
@@ -351,8 +357,14 @@ def _certifier(
     resources: Resources,
     on_event,
     plane: DataPlane = DataPlane(),
-) -> StageRunner:
-    """Certification of every finished model under each setting (fixed σ, and DDRS if asked)."""
+) -> Certifier:
+    """Certification of every finished model under each setting (fixed σ, and DDRS if asked),
+    or as the `envelope` strategy decides (`envelope_run`), as the models arrive."""
+    if certify.strategy == "envelope":
+        from sweeper.run.envelope_run import EnvelopeCertifier, cluster_slots
+
+        slots = cluster_slots(resources)
+        return EnvelopeCertifier(exp, certify, resources, on_event, sizer=plane.sizer, slots=slots)
     work = [Work(plane.certify, spec) for spec in certify.variants()]
     return StageRunner(exp, work, resources, on_event, plane.sizer)
 

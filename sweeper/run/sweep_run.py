@@ -34,6 +34,10 @@ def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.shards import all_compacted
 
+    if plan.spec.certify.strategy == "envelope":
+        from sweeper.results.envelope_records import settled
+
+        return settled(plan.exp, [t.trial_id for t in trials], plan.spec.certify.cert_id)
     settings = [(CERTIFY.name, s) for s in certify_settings(plan)]
     return all_compacted(plan.exp, [t.trial_id for t in trials], settings)
 
@@ -110,18 +114,14 @@ def certify(
     """Certify the `ready` trials under the plan's settings as Ray tasks, every point of every
     model (`full`) or as the `envelope` strategy decides (`run.envelope_run`)."""
     from sweeper.run.capacity import per_process
-    from sweeper.run.envelope_run import certify_envelope
     from sweeper.run.launch import certify_trials
 
-    spec = plan.spec.certify
     room = per_process(resources, ready)
     with (
         driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
         watchers.progress(plan.exp) as on_event,
     ):
-        if spec.strategy == "envelope":
-            return certify_envelope(plan.exp, ready, spec, resources, on_event)[0]
-        return certify_trials(plan.exp, ready, spec, resources, on_event)
+        return certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event)
 
 
 def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
