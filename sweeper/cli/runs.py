@@ -119,8 +119,14 @@ def spaces() -> None:
     console.print(table)
 
 
+STRATEGY = ("strategy", "delta", "pilots", "radii")  # the certify settings `run grid` takes
+
+
 @run_app.command("grid")
-@with_options(settings_options(LaunchOptions, override=False))
+@with_options(
+    settings_options(LaunchOptions, override=False),
+    settings_options(CertifySpec, only=STRATEGY),
+)
 def run_grid(
     space: Annotated[
         str, typer.Argument(help="A shipped space (see `sweeper spaces`) or a YAML file.")
@@ -144,6 +150,9 @@ def run_grid(
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     launch = launch_options(options)
+    overrides, problems = given(CertifySpec, options)
+    if problems:
+        fail(problems)
     sweep = Sweep(
         space,
         storage=storage,
@@ -155,12 +164,14 @@ def run_grid(
     )
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
-        priced = sweep.plan(launch, restarting=restart_)
+        priced = sweep.plan(launch, restarting=restart_, overrides=overrides)
         print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
         dry_run_report(priced, launch.address, gpus, data_dir)
         return
     shown = watchers(lambda plan, res, states: print_plan(plan, res, states, "sweeper run grid"))
-    ran = sweep.run(options=launch, retrain=retrain, restart=restart_, watchers=shown)
+    ran = sweep.run(
+        options=launch, retrain=retrain, restart=restart_, overrides=overrides, watchers=shown
+    )
     if ran.outcome is not None:
         _report_outcome(ran.outcome, ran.plan.exp, space)
     console.print(
