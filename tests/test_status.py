@@ -54,11 +54,13 @@ def _state(exp, cfg, state, epoch, epoch_time=None, updated=NOW - 5000):
     Path(path).write_text(json.dumps(doc))
 
 
-def _lease(exp: Experiment, released: bool, now: float = NOW) -> None:
+def _lease(
+    exp: Experiment, released: bool, now: float = NOW, command: str = "sweeper run grid x"
+) -> None:
     doc = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "command": "sweeper run grid x",
+        "command": command,
         "since": now - 3600,
         "heartbeat": now,
         "token": "t",
@@ -225,6 +227,32 @@ def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
     assert event_line(Event("shard_done", A.trial_id, "certify 1/2", (1, 2, 0))) == (
         f"trial {A.trial_id}: shard certify 1/2 written [shards 1/2]"
     )
+
+
+def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_path, capsys):
+    """Issue 30 item 2: while `run grid --only sigma=0.5` runs (its lease names the command),
+    `status`, its JSON and the run's own progress count the 2 trials of the slice (B
+    certifying, E blocked), never the sweep's 7: their epochs, rows and ETAs alone."""
+    exp = known_experiment(tmp_path)
+    _lease(exp, False, command="sweeper run grid known --only sigma=0.5 --storage s")
+    args = ["status", "--storage", exp.storage, "--experiment", "known"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert lines[0] == "known: slice 2 of 7 trials (--only sigma=0.5): blocked 1, certifying 1"
+    assert lines[2].startswith("epochs: 5 of 10 (50.0 %)")
+    assert lines[3].startswith("certify shards: 1 of 4 (25.0 %); rows 5 of 20 (25.0 %)")
+    listed = [line for line in lines if line.startswith("│")]
+    assert {B.trial_id, E.trial_id} == {line.split()[1] for line in listed}
+    doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    assert doc["slice"] == {"trials": 2, "of": 7, "only": "sigma=0.5"}
+    assert doc["summary"]["trials"] == 2 and doc["summary"]["rows"] == [5, 20]
+    with RunDisplay(exp) as display:
+        display(Event("trial_started", B.trial_id))
+    assert "known: slice 2 of 7 trials (--only sigma=0.5): blocked 1" in capsys.readouterr().out
+    _lease(exp, True, command="sweeper run grid known --only sigma=0.5")  # the run ended
+    out = runner.invoke(app, args)
+    assert out.stdout.splitlines()[0].startswith("known: 7 trials: ")
 
 
 def test_failures_are_grouped_and_kept_in_full(tmp_path):

@@ -17,7 +17,7 @@ from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, re
 from sweeper.cli.display import echo
 from sweeper.cli.options import Strict
 from sweeper.cli.status_view import as_json, summary_lines, view
-from sweeper.results.status import Status, StatusReader
+from sweeper.results.status import Status, StatusReader, restrict
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.results.summary import summarize
 from trainables.kernel.errors import ProblemsError
@@ -32,13 +32,38 @@ PLAIN_SUMMARY_S = 60.0  # a log file gets the summary lines this often, beside t
 
 
 def _status_or_exit(reader: StatusReader) -> Status:
-    """The experiment's status, or one `error:` line and exit 2."""
+    """The experiment's status (of the running slice: `running_slice`), or one `error:` line
+    and exit 2."""
     from sweeper.api.running import experiment_status
 
     try:
-        return experiment_status(reader)
+        return running_slice(experiment_status(reader))
     except ProblemsError as e:
         fail(e.problems)
+
+
+def driver_only(command: str) -> str | None:
+    """The `--only` of a driver's command line as its lease names it (None: none)."""
+    words = command.split()
+    for word, after in zip(words, [*words[1:], ""], strict=True):
+        if word == "--only" and after:
+            return after
+        if word.startswith("--only="):
+            return word.removeprefix("--only=")
+    return None
+
+
+def running_slice(st: Status) -> Status:
+    """While a driver runs a slice of the sweep (`run grid --only ...`, `certify --only ...`),
+    the status of that slice: its trials alone in every count and ETA (`restrict`)."""
+    from sweeper.plan.grid import parse_only, select
+
+    only = driver_only(st.driver.command) if st.driver is not None else None
+    chosen, problems = parse_only(only)
+    if not chosen or problems:
+        return st
+    picked, _ = select(st.configs, chosen)
+    return restrict(st, {c.trial_id for c in picked}, str(only))
 
 
 @app.command()
@@ -71,11 +96,12 @@ def status(
         watch_status(StatusReader(exp), everything, interval)
         return
     report = Sweep(storage=exp.storage, experiment=exp.name).status()
-    st = report.status
+    st = running_slice(report.status)
+    summary = report.summary if st is report.status else summarize(st)
     if fmt == "json":
-        echo(json.dumps(as_json(st, report.summary, everything), indent=1))
+        echo(json.dumps(as_json(st, summary, everything), indent=1))
     else:
-        console.print(view(st, report.summary, everything, st.space))
+        console.print(view(st, summary, everything, st.space))
     if strict and st.left_out:
         raise typer.Exit(1)
 
@@ -92,7 +118,7 @@ def watch_status(reader: StatusReader, everything: bool, interval: float) -> Non
 
     def plain(st: Status) -> None:
         stamp = time.strftime("%H:%M:%S")
-        for line in summary_lines(summarize(st)):
+        for line in summary_lines(summarize(st), st):
             console.print(f"{stamp} {line}", soft_wrap=True, highlight=False, markup=False)
 
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
@@ -152,7 +178,7 @@ class RunDisplay:
             if time.monotonic() >= self._next or not self._view:
                 start = time.monotonic()
                 try:
-                    st = self.reader.read()
+                    st = running_slice(self.reader.read())
                     self._view = view(st, summarize(st), False, st.space)
                 except (OSError, ValueError, KeyError, TypeError) as e:  # sweep.json not yet there
                     self._view = f"status not readable yet ({type(e).__name__}: {e})"
@@ -174,12 +200,12 @@ class RunDisplay:
 
     def _plain_summary(self) -> None:
         try:
-            st = self.reader.read()
+            st = running_slice(self.reader.read())
         except (OSError, ValueError, KeyError, TypeError):
             return
         self._next = time.monotonic() + PLAIN_SUMMARY_S
         stamp = time.strftime("%H:%M:%S")
-        for ln in summary_lines(summarize(st)):
+        for ln in summary_lines(summarize(st), st):
             console.print(f"{stamp} {ln}", soft_wrap=True, highlight=False, markup=False)
 
 

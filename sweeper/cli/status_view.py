@@ -65,10 +65,16 @@ def _hours(pair: tuple[float | None, float | None], unit: str) -> str:
     return f"{_h(spent)} {unit}-h spent of {of if of.startswith('<') else '≈ ' + of} projected"
 
 
-def summary_lines(s: Summary) -> list[str]:
-    """The summary as plain lines (the same text on a terminal, in a log file and in tests)."""
+def summary_lines(s: Summary, st: Status | None = None) -> list[str]:
+    """The summary as plain lines (the same text on a terminal, in a log file and in tests);
+    of a slice (`st.sweep_trials`: the run of an `--only`) it says so: `slice 8 of 34 trials`."""
     states = ", ".join(f"{k} {v:,}" for k, v in s.states.items() if v)
-    lines = [f"{s.experiment}: {s.trials:,} trials: {states or 'none'}"]
+    trials = (
+        f"slice {s.trials:,} of {st.sweep_trials:,} trials (--only {st.only})"
+        if st is not None and st.sweep_trials is not None
+        else f"{s.trials:,} trials"
+    )
+    lines = [f"{s.experiment}: {trials}: {states or 'none'}"]
     unfinished = sum(s.states.get(k, 0) for k in ("pending", "interrupted", "trained"))
     if s.driver is None:
         lines.append(
@@ -164,7 +170,7 @@ def hints(st: Status, space: str | None) -> list[str]:
 
 def view(st: Status, summary: Summary, everything: bool = False, space: str | None = None) -> Group:
     """The whole screen: summary, the trials, the hints."""
-    parts: list = [Text(line) for line in summary_lines(summary)]
+    parts: list = [Text(line) for line in summary_lines(summary, st)]
     rows, more = shown_trials(st, everything)
     if rows:
         title = "trials" if everything else "trials that need attention"
@@ -205,5 +211,7 @@ def as_json(st: Status, summary: Summary, everything: bool) -> dict:
     rows, _ = shown_trials(st, everything, limit=len(st.trials))
     trials = [dict(zip(HEADER, trial_cells(t), strict=True), points=list(t.points)) for t in rows]
     doc = {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}
+    if st.sweep_trials is not None:  # the run of a slice: the summary counts it alone
+        doc["slice"] = {"trials": len(st.trials), "of": st.sweep_trials, "only": st.only}
     envelope = {"envelope": st.envelope} if st.envelope else {}  # only under that strategy
     return {**doc, "left_out": st.left_out or [], **envelope}

@@ -17,6 +17,7 @@ still missing), finished (trained and every planned shard written).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections import Counter
@@ -97,9 +98,21 @@ class Status:
     space: str | None = None  # the space the sweep was run with (sweep.json)
     left_out: list[str] | None = None  # "path: why" of result files left out (None: not read)
     envelope: list[dict] | None = None  # the envelope strategy's verdicts per cert_id (read)
+    configs: list[TrialConfig] = field(default_factory=list)  # the sweep's, as sweep.json says
+    sweep_trials: int | None = None  # the sweep's trials when `trials` is a slice of them
+    only: str | None = None  # the slice's --only, as its driver was given it
 
     def counts(self) -> Counter:
         return Counter(t.state for t in self.trials)
+
+
+def restrict(st: Status, ids: set[str], only: str) -> Status:
+    """`st` about the trials `ids` only (the slice a driver runs, selected by `only`): every
+    count, ETA and resource-hour of its summary is the slice's."""
+    trials = [t for t in st.trials if t.trial_id in ids]
+    if len(trials) == len(st.trials):
+        return st
+    return dataclasses.replace(st, trials=trials, sweep_trials=len(st.trials), only=only)
 
 
 def left_out(exp: Experiment) -> list[str]:
@@ -159,6 +172,7 @@ class StatusReader:
             now=now or time.time(),
             units=units,
             space=self.space,
+            configs=configs,
         )
         listed = {stage: self._listing(stage, st) for stage in STAGES}
         grouped = {stage: _by_trial(files) for stage, files in listed.items()}
