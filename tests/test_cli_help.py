@@ -28,6 +28,7 @@ ORDER = [
     "spaces",
     "compact",
     "bench",
+    "data",
 ]
 READ_COMMANDS = ["envelope", "table", "status", "report", "compact"]
 

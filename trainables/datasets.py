@@ -4,13 +4,15 @@ Every data set yields `(x, y, idx)`: x a float tensor in [0, 1] of shape (C, H, 
 and idx the position in the split (certification shards and DDRS key results by it).
 Standardization is *not* applied here: it is the model's first layer.
 
-Nothing is downloaded unless `download=True`; a missing directory raises `DataError` whose
-message names the path and the files expected there.
+Nothing is downloaded unless `download=True`, or the data directory is a data URI (s3://,
+gs://: the node's verified copy in its cache is read, `trainables.data_cache`); a missing
+directory raises `DataError` whose message names the path and the files expected there.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from trainables import data_cache
 from trainables.kernel.catalog import DATASETS, INPUT_DIM, NUM_CLASSES
 from trainables.safe_pickle import load_plain, official_md5_problem
 
@@ -135,8 +138,15 @@ def load_dataset(
 
 
 def _data_root(name: str, data_dir: str | None) -> Path:
+    """The local directory to read `name` from: `data_dir`, or for a data URI (s3://, gs://)
+    this node's verified copy of it (`trainables.data_cache.fetch`, downloaded once)."""
     if data_dir is None:
         raise DataError(f"dataset {name!r} needs a data directory: pass --data-dir DIR (data_dir)")
+    if data_cache.is_remote(data_dir):
+        try:
+            return data_cache.fetch(data_dir, name)
+        except data_cache.RemoteDataError as e:
+            raise DataError(str(e)) from None
     return Path(data_dir).expanduser()
 
 
@@ -314,7 +324,13 @@ def data_problem(name: str, data_dir: str | None, download: bool = False) -> str
     Cheap: looks for the expected files without reading them."""
     if name not in INFO:
         return f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})"
-    if name == "digits" or download:
+    if name == "digits":
+        return None
+    if data_cache.is_remote(data_dir):  # the URI, its bucket and the data set's manifest entry
+        return data_cache.uri_problem(str(data_dir)) or data_cache.remote_problem(
+            str(data_dir), name
+        )
+    if download:
         return None
     try:
         root = _data_root(name, data_dir)
@@ -345,3 +361,34 @@ def data_problem(name: str, data_dir: str | None, download: bool = False) -> str
     except DataError as e:
         return str(e)
     return None
+
+
+def dataset_files(name: str, root: Path) -> list[str]:
+    """The files the loader of `name` reads below the local directory `root`, as posix paths
+    relative to it (what `sweeper data put` uploads); DataError if `root` does not hold them."""
+    if name == "digits":
+        raise DataError("digits ships with scikit-learn: there is nothing to put")
+    if problem := data_problem(name, str(root)):
+        raise DataError(problem)
+    if name == "cifar10":
+        extra = (
+            ["batches.meta"] if (root / "cifar-10-batches-py" / "batches.meta").is_file() else []
+        )
+        return [f"cifar-10-batches-py/{n}" for n in [*CIFAR_FILES, *extra]]
+    if name == "mnist":
+        folder = root / "MNIST" / "raw" if (root / "MNIST" / "raw").is_dir() else root
+        names = [
+            n if (folder / n).exists() else f"{n}.gz" for pair in MNIST_FILES.values() for n in pair
+        ]
+        found = [folder / n for n in names]
+    elif name == "imagenet32":
+        found = [imagenet32_folder(root, s) / n for s, ns in IMAGENET32_FILES.items() for n in ns]
+    else:
+        found = [
+            Path(top, f)
+            for sub in ("train", "val")
+            for top, _, files in sorted(os.walk(root / sub))
+            for f in sorted(files)
+            if not f.startswith(".")
+        ]
+    return [p.relative_to(root).as_posix() for p in found]

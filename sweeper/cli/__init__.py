@@ -9,6 +9,7 @@ interrupted (re-run the same command to resume).
 from sweeper.cli import (  # noqa: F401
     compact,
     costs,
+    data,
     empirical,
     ingest,
     pseudo_data,

@@ -193,7 +193,11 @@ LatestExperiment = Annotated[
 ]
 DataDir = Annotated[
     str | None,
-    typer.Option("--data-dir", help="Directory holding the data set (cifar10, mnist, imagenet)."),
+    typer.Option(
+        "--data-dir",
+        help="Directory holding the data set (cifar10, mnist, imagenet), or s3://, gs:// where "
+        "`sweeper data put` put it (each node fetches it once into its cache).",
+    ),
 ]
 Only = Annotated[
     str | None, typer.Option("--only", help="A slice of the grid: key=value[,key=value...].")

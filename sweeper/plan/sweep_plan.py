@@ -71,7 +71,7 @@ def make_plan(req: PlanRequest) -> Plan:
         certify = dataclasses.replace(spec.certify, **req.certify_overrides)
         problems += [f"certify option: {p}" for p in certify.problems()]
         spec = dataclasses.replace(spec, certify=certify)
-    data_dir = str(Path(req.data_dir).expanduser().absolute()) if req.data_dir else None
+    data_dir = _data_dir(req.data_dir)
     try:
         all_trials = expand(spec, {"data_dir": data_dir, "download": req.download})
     except ConfigError as e:
@@ -91,6 +91,14 @@ def make_plan(req: PlanRequest) -> Plan:
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def _data_dir(given: str | None) -> str | None:
+    """The data directory every node reads: an absolute local path, or a data URI as given
+    (s3://, gs://: each node fetches it into its cache, `trainables.data_cache`)."""
+    if not given:
+        return None
+    return given if fileio.is_uri(given) else str(Path(given).expanduser().absolute())
 
 
 def experiment_of(req: PlanRequest, spec: SweepSpec) -> Experiment:

@@ -1,0 +1,356 @@
+"""Data sets kept on an object store (`--data-dir s3://bucket/prefix`, gs://), fetched once per
+node into a local cache and read from there. Torch-free: the driver checks a data URI before
+Ray starts, and `sweeper data put` writes one, without importing torch.
+
+On the bucket, `<url>/sweeper-data.json` (the manifest, written by `put` after every file it
+lists) names, per data set, each file's path relative to `<url>`, its size and its sha256.
+
+On a node, `fetch(url, dataset)` returns `<cache>/<sha256 of url>/<dataset>-<digest>`, a
+directory laid out as the data set's local copy was, where the digest is that of the data set's
+manifest entry: a new `put` is a new directory. Contracts of the cache:
+
+- it is filled in a hidden temporary directory and renamed to its final name only after every
+  file's size and sha256 matched the manifest: a half-fetched or corrupt copy is never used;
+- a process that finds the final directory reuses it and downloads nothing (one GET: the
+  manifest); processes of one node that fetch at once wait on one lock file, and one downloads;
+- a manifest path that is absolute, has `..`, `.` or empty parts, or a backslash is refused
+  before anything is written: nothing lands outside the cache directory.
+
+The cache is `$SWEEPER_DATA_CACHE`, else `~/.cache/sweeper/data`. Old versions stay until
+removed by hand (a running sweep may still read them).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from trainables.kernel import fileio
+from trainables.kernel.errors import ProblemsError
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "sweeper-data.json"
+FORMAT = 1
+CACHE_ENV = "SWEEPER_DATA_CACHE"
+MANIFEST_LIMIT = 512 * 2**20  # ImageNet's 1.3 M entries take about 160 MB
+CHUNK = 8 * 2**20
+THREADS = 8  # files moved at once: ImageNet is 1.3 M small objects
+# A data URI: scheme, a bucket name as S3 and GCS spell them, a plain key prefix (no options,
+# credentials, escapes or spaces: credentials come the standard way, never in the URI).
+_DATA_URI = re.compile(r"(s3|gs|gcs)://([a-z0-9][a-z0-9._-]{1,221})(/[^?#%@\s\\]*)?")
+
+
+class RemoteDataError(ProblemsError):
+    """A data set on an object store cannot be put or fetched: one line naming what (the
+    bucket, the manifest, the file) and the fix."""
+
+    def __init__(self, line: str):
+        super().__init__([line])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One file of a data set: its path relative to the data URI (posix), size, sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PutSummary:
+    """What `put` did: the manifest's location, the files it lists, how many were sent (the
+    others were on the bucket already with the same hash) and their bytes."""
+
+    manifest: str
+    files: int
+    uploaded: int
+    bytes: int
+
+
+def is_remote(data_dir: str | None) -> bool:
+    """A data directory on an object store (fetched into the cache), not a local path."""
+    return data_dir is not None and fileio.is_uri(data_dir)
+
+
+def uri_problem(url: str) -> str | None:
+    """Why `url` is no data URI this module takes (one line with the fix), or None."""
+    if _DATA_URI.fullmatch(url.rstrip("/") or url):
+        return None
+    return (
+        f"{url!r} is not a data URI: give s3://bucket/prefix or gs://bucket/prefix (a bucket "
+        "name, a plain path; credentials come from the environment, never the URI)"
+    )
+
+
+def _url(url: str) -> str:
+    """`url` checked (RemoteDataError) and without a trailing slash."""
+    if problem := uri_problem(url):
+        raise RemoteDataError(problem)
+    return url.rstrip("/")
+
+
+def manifest_location(url: str) -> str:
+    return fileio.join(_url(url), MANIFEST_NAME)
+
+
+def path_problem(path: object) -> str | None:
+    """Why a manifest path could write outside the data set's directory, or None."""
+    if not isinstance(path, str) or not path or "\\" in path or "\0" in path:
+        return f"{path!r} is not a relative posix path"
+    parts = path.split("/")
+    if PurePosixPath(path).is_absolute() or any(p in ("", ".", "..") for p in parts):
+        return f"{path!r} leaves the data set's directory (absolute, or with '..', '.', '//')"
+    return None
+
+
+def parse_manifest(raw: bytes, where: str) -> dict[str, tuple[Entry, ...]]:
+    """The manifest's entries per data set; RemoteDataError naming `where` if it is no JSON of
+    this format, or any path is unsafe (`path_problem`) or listed twice, or a field is wrong."""
+    fix = "write it again with `sweeper data put`"
+    try:
+        doc = json.loads(raw)
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+        found = {name: tuple(_entry(e) for e in files) for name, files in doc["datasets"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RemoteDataError(f"manifest {where} is unreadable ({e}): {fix}") from None
+    for name, entries in found.items():
+        paths = [e.path for e in entries]
+        if problem := next(filter(None, map(path_problem, paths)), None):
+            raise RemoteDataError(f"manifest {where}, data set {name!r}: {problem}; refused")
+        if len(set(paths)) != len(paths):
+            raise RemoteDataError(f"manifest {where} lists a file of {name!r} twice: {fix}")
+    return found
+
+
+def _entry(item: dict) -> Entry:
+    path, size, digest = item["path"], item["size"], item["sha256"]
+    if not isinstance(size, int) or size < 0 or not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+        raise ValueError(f"bad size or sha256 for {path!r}")
+    return Entry(path, size, digest)  # the path is checked by `parse_manifest`
+
+
+def manifest_bytes(datasets: dict[str, tuple[Entry, ...]]) -> bytes:
+    doc = {
+        "format": FORMAT,
+        "written_by": "sweeper data put",
+        "datasets": {
+            name: [dataclasses.asdict(e) for e in entries]
+            for name, entries in sorted(datasets.items())
+        },
+    }
+    return json.dumps(doc, indent=1).encode()
+
+
+@contextlib.contextmanager
+def _remote(what: str, fix: str) -> Iterator[None]:
+    """Turn a storage failure (no bucket, no credentials, no network) into RemoteDataError."""
+    try:
+        yield
+    except RemoteDataError:
+        raise
+    except (OSError, ValueError) as e:
+        why = " ".join(str(e).split())[:300]
+        raise RemoteDataError(f"cannot reach {what} ({why}): {fix}") from None
+
+
+def bucket_problem(url: str) -> str | None:
+    """Why the bucket of `url` cannot be reached (one line with the fix), or None."""
+    scheme, bucket = _url(url).split("://")[0], _url(url).split("/")[2]
+    fix = (
+        "check the bucket's name, that it exists, and the credentials and endpoint "
+        "(AWS_* / GOOGLE_* variables, the instance's role)"
+    )
+    try:
+        with _remote(f"the bucket {scheme}://{bucket}", fix):
+            fs, _ = fileio.filesystem(f"{scheme}://{bucket}")
+            if fs.get_file_info(bucket).type == fileio._pafs().FileType.NotFound:
+                raise RemoteDataError(f"no bucket {scheme}://{bucket}: {fix}")
+    except RemoteDataError as e:
+        return str(e)
+    return None
+
+
+def read_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
+    """The manifest of the data URI `url`; RemoteDataError if the bucket or the manifest
+    cannot be read (naming which, and the fix) or it is malformed."""
+    where = manifest_location(url)
+    if problem := bucket_problem(url):
+        raise RemoteDataError(problem)
+    fix = f"put the data set there first: sweeper data put DATASET --from DIR --to {_url(url)}"
+    with _remote(where, fix):
+        try:
+            raw = fileio.read_bytes(where, MANIFEST_LIMIT)
+        except FileNotFoundError:
+            raise RemoteDataError(f"no data manifest {where}: {fix}") from None
+    return parse_manifest(raw, where)
+
+
+def entries_of(url: str, dataset: str) -> tuple[Entry, ...]:
+    """The files of `dataset` under `url`; RemoteDataError if the manifest has none."""
+    entries = read_manifest(url).get(dataset)
+    if not entries:
+        raise RemoteDataError(
+            f"{manifest_location(url)} holds no {dataset!r}: "
+            f"sweeper data put {dataset} --from DIR --to {_url(url)}"
+        )
+    return entries
+
+
+def remote_problem(url: str, dataset: str) -> str | None:
+    """Why `dataset` cannot be fetched from `url` (the URI, the bucket, the manifest, the
+    data set in it), or None. Cheap: reads the manifest, no data file."""
+    try:
+        entries_of(url, dataset)
+    except RemoteDataError as e:
+        return str(e)
+    return None
+
+
+def cache_root() -> Path:
+    """Where fetched data sets live: `$SWEEPER_DATA_CACHE`, else `~/.cache/sweeper/data`."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sweeper" / "data")
+
+
+def entries_digest(entries: tuple[Entry, ...]) -> str:
+    return hashlib.sha256(manifest_bytes({"": entries})).hexdigest()[:16]
+
+
+def fetch(url: str, dataset: str, cache: Path | None = None) -> Path:
+    """The local directory holding `dataset` as put at `url`, downloaded and verified on the
+    first call on this node (see the module docstring), reused after."""
+    url = _url(url)
+    entries = entries_of(url, dataset)
+    home = (cache or cache_root()) / hashlib.sha256(url.encode()).hexdigest()[:16]
+    final = home / f"{dataset}-{entries_digest(entries)}"
+    if final.is_dir():
+        return final
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / f".{dataset}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if final.is_dir():  # another process fetched it while this one waited
+            return final
+        for stale in home.glob(f".{dataset}.*.tmp"):  # left by a process that died holding it
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = home / f".{dataset}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            tmp.mkdir()
+            size = _download_all(url, entries, tmp)
+            (tmp / ".manifest.json").write_bytes(manifest_bytes({dataset: entries}))
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info(
+        "fetched %s from %s into %s (%d files, %d bytes)", dataset, url, final, len(entries), size
+    )
+    return final
+
+
+def _download_all(url: str, entries: tuple[Entry, ...], into: Path) -> int:
+    with concurrent.futures.ThreadPoolExecutor(min(THREADS, len(entries))) as pool:
+        futures = [pool.submit(_download, url, e, into) for e in entries]
+        return sum(f.result() for f in futures)
+
+
+def _download(url: str, entry: Entry, into: Path) -> int:
+    """Stream one object into `into/<path>`, hashing it; RemoteDataError naming it if its
+    size or sha256 is not the manifest's."""
+    location = fileio.join(url, entry.path)
+    target = into.joinpath(*entry.path.split("/"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest, size = hashlib.sha256(), 0
+    with open(target, "xb") as dst:  # a local failure (a full disk) stays an OSError naming it
+        for chunk in _chunks(location):
+            digest.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+    if size != entry.size or digest.hexdigest() != entry.sha256:
+        raise RemoteDataError(
+            f"{location} does not match its manifest entry (sha256 {digest.hexdigest()[:12]}…, "
+            f"{size} bytes; expected {entry.sha256[:12]}…, {entry.size} bytes): it changed since "
+            "`sweeper data put`; put the data set again"
+        )
+    return size
+
+
+def _chunks(location: str) -> Iterator[bytes]:
+    """The object's bytes in chunks; a failure to read it is RemoteDataError naming it."""
+    fix = "check that the bucket still holds what `sweeper data put` wrote"
+    fs, path = fileio.filesystem(location)
+    with _remote(location, fix):
+        src = fs.open_input_stream(path)
+    with src:
+        while True:
+            with _remote(location, fix):
+                chunk = src.read(CHUNK)
+            if not chunk:
+                return
+            yield chunk
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def put(root: Path, files: list[str], url: str, dataset: str) -> PutSummary:
+    """Upload `files` (posix paths relative to the local directory `root`) to `url` and write
+    the manifest's entry for `dataset` last (entries of other data sets are kept). A file
+    already on the bucket with the size and sha256 of the old manifest is not sent again."""
+    url = _url(url)
+    if problem := bucket_problem(url):
+        raise RemoteDataError(problem)
+    old = _old_manifest(url)
+    entries = tuple(
+        Entry(p, (root / p).stat().st_size, file_sha256(root / p)) for p in sorted(files)
+    )
+    if problem := next(filter(None, (path_problem(e.path) for e in entries)), None):
+        raise RemoteDataError(f"cannot put {problem}")
+    with _remote(url, "check the bucket's permissions (write access) and re-run"):
+        on_bucket = fileio.list_sizes(url)
+        known = set(old.get(dataset, ()))
+        send = [
+            e
+            for e in entries
+            if e not in known or on_bucket.get(fileio.join(url, e.path)) != e.size
+        ]
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(THREADS, len(send)))) as pool:
+            list(pool.map(lambda e: _upload(root, url, e), send))
+        fileio.write_bytes_atomic(manifest_location(url), manifest_bytes({**old, dataset: entries}))
+    log.info("put %s: %d files, %d sent, to %s", dataset, len(entries), len(send), url)
+    return PutSummary(manifest_location(url), len(entries), len(send), sum(e.size for e in send))
+
+
+def _old_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
+    """The manifest at `url` (its other data sets are kept), empty if there is none; one that
+    cannot be parsed is replaced, with a warning."""
+    try:
+        return read_manifest(url)
+    except RemoteDataError as e:
+        if not fileio.exists(manifest_location(url)):
+            return {}
+        log.warning("replacing it: %s", e)
+        return {}
+
+
+def _upload(root: Path, url: str, entry: Entry) -> None:
+    fs, path = fileio.filesystem(fileio.join(url, entry.path))
+    with open(root / entry.path, "rb") as src, fs.open_output_stream(path) as dst:
+        while chunk := src.read(CHUNK):
+            dst.write(chunk)
