@@ -167,6 +167,8 @@ def test_a_run_checks_a_data_uri_before_ray_starts(local, url, cache, tmp_path):
     [line] = bad_input([*args, "--dry-run"], f"no data manifest {url}/sweeper-data.json")
     assert f"sweeper data put DATASET --from DIR --to {url}" in line
     bad_input(args, "no data manifest")  # a real run: refused before Ray
+    for command in ("certify", "empirical"):
+        bad_input([command, *args[2:]], "no data manifest")
     bad_input(
         ["run", "grid", "cifar10", "--dry-run", "--data-dir", "s3://no-such-bucket-here/d"],
         "no bucket s3://no-such-bucket-here",

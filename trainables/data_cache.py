@@ -167,34 +167,39 @@ def _remote(what: str, fix: str) -> Iterator[None]:
         raise RemoteDataError(f"cannot reach {what} ({why}): {fix}") from None
 
 
+REACH_FIX = (
+    "check the bucket's name, that it exists, and the credentials and endpoint "
+    "(AWS_* / GOOGLE_* variables, the instance's role)"
+)
+
+
 def bucket_problem(url: str) -> str | None:
-    """Why the bucket of `url` cannot be reached (one line with the fix), or None."""
+    """Why the bucket of `url` cannot be reached (one line with the fix), or None. Asks the
+    bucket itself (S3: HeadBucket, which needs s3:ListBucket on it): for `put`, and to word
+    a missing manifest; a fetch reads the manifest only (a worker's role may list no bucket)."""
     scheme, bucket = _url(url).split("://")[0], _url(url).split("/")[2]
-    fix = (
-        "check the bucket's name, that it exists, and the credentials and endpoint "
-        "(AWS_* / GOOGLE_* variables, the instance's role)"
-    )
     try:
-        with _remote(f"the bucket {scheme}://{bucket}", fix):
+        with _remote(f"the bucket {scheme}://{bucket}", REACH_FIX):
             fs, _ = fileio.filesystem(f"{scheme}://{bucket}")
             if fs.get_file_info(bucket).type == fileio._pafs().FileType.NotFound:
-                raise RemoteDataError(f"no bucket {scheme}://{bucket}: {fix}")
+                raise RemoteDataError(f"no bucket {scheme}://{bucket}: {REACH_FIX}")
     except RemoteDataError as e:
         return str(e)
     return None
 
 
 def read_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
-    """The manifest of the data URI `url`; RemoteDataError if the bucket or the manifest
-    cannot be read (naming which, and the fix) or it is malformed."""
+    """The manifest of the data URI `url`; RemoteDataError if it cannot be read (naming the
+    bucket when that is missing, else the manifest, and the fix) or it is malformed."""
     where = manifest_location(url)
-    if problem := bucket_problem(url):
-        raise RemoteDataError(problem)
     fix = f"put the data set there first: sweeper data put DATASET --from DIR --to {_url(url)}"
-    with _remote(where, fix):
+    with _remote(where, REACH_FIX):
         try:
             raw = fileio.read_bytes(where, MANIFEST_LIMIT)
         except FileNotFoundError:
+            missing = bucket_problem(url)
+            if missing and missing.startswith("no bucket"):
+                raise RemoteDataError(missing) from None
             raise RemoteDataError(f"no data manifest {where}: {fix}") from None
     return parse_manifest(raw, where)
 
