@@ -918,17 +918,21 @@ def fake_ray(monkeypatch):
     shards._remote.cache_clear()
 
 
-def test_by_default_tasks_run_on_ray_retried_and_gpu_tasks_keep_their_worker(bench, fake_ray):
+def test_by_default_tasks_run_on_ray_not_retried_by_ray_and_gpu_tasks_keep_their_worker(
+    bench, fake_ray
+):
     """A runner given no `tasks` runs them on Ray: a shard task with its CPUs and GPU share,
-    retried twice, and declared with max_calls=0 when it uses a GPU (Ray would otherwise
-    start a fresh worker, and a CUDA context, for every GPU task); a compaction with one CPU,
-    retried twice. A poll waits for all pending tasks at once, at most its timeout."""
+    never retried by Ray (max_retries=0: the runner retries, `sweeper.run.retries`), and
+    declared with max_calls=0 when it uses a GPU (Ray would otherwise start a fresh worker,
+    and a CUDA context, for every GPU task); a compaction with one CPU. An exception of the
+    task's code is not retried. A poll waits for all pending tasks at once, at most its
+    timeout."""
     bench.fail = {("certify", A.trial_id, 0): ValueError("no such checkpoint")}
     work = bench.work(SPEC2)
     runner = shards.StageRunner(bench.exp, work, Resources(cpu=2, gpu=0.5), print, sizer)
     runner.submit(A)
     runner.poll(timeout=3)
-    gpu_shard = ("start", "run_shard", {"max_retries": 2, "max_calls": 0})
+    gpu_shard = ("start", "run_shard", {"max_retries": 0, "max_calls": 0})
     assert fake_ray.calls == [
         (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
         (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
@@ -945,10 +949,10 @@ def test_by_default_tasks_run_on_ray_retried_and_gpu_tasks_keep_their_worker(ben
     runner.poll()
     runner.cancel()
     assert fake_ray.calls == [
-        ("start", "run_shard", {"max_retries": 2}, {"num_cpus": 1, "num_gpus": 0.0}),
+        ("start", "run_shard", {"max_retries": 0}, {"num_cpus": 1, "num_gpus": 0.0}),
         ("wait", [2], 1, 0),
         ("get", 2),
-        ("start", "compact", {"max_retries": 2}, {"num_cpus": 1}),
+        ("start", "compact", {"max_retries": 0}, {"num_cpus": 1}),
         ("cancel", 3, True),
     ]
     assert runner.pending == {}

@@ -2,7 +2,9 @@
 (its first telling line, how many tasks or attempts hit it) in `failures.json`, the full text of
 every failure in `logs/failures-<time>.log`. Written by the driver as failures happen (both
 files are small and rewritten whole, atomically, so object stores work too); read by
-`sweeper status`. A run starts with an empty `failures.json`: it holds the last run's failures.
+`sweeper status`. A run starts with an empty `failures.json`: it holds the last run's failures,
+and (`retried`) how many failures each trial and stage had charged to its errors and to its node
+losses, the two budgets of `sweeper.run.retries`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class FailureLog:
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.failures: dict[tuple[str, str], Failure] = {}
         self.texts: list[str] = []
+        self.retried: dict[str, dict[str, dict[str, int]]] = {}  # budget -> trial -> stage -> n
         self._written = False
 
     def start(self) -> None:
@@ -86,15 +89,29 @@ class FailureLog:
             log.warning("could not record a failure under %s: %s", self.exp.root, e)
         return self.failures[key]
 
+    def charge(self, trial_id: str, stage: str, budget: str) -> int:
+        """One failure charged to `budget` ("errors" or "node_losses", `sweeper.run.retries`):
+        counted per trial and stage in failures.json's `retried` (the work may have run again,
+        so `add` records only what ends it); returns the count."""
+        counts = self.retried.setdefault(budget, {}).setdefault(trial_id, {})
+        counts[stage] = counts.get(stage, 0) + 1
+        try:
+            self._write_json()
+        except OSError as e:  # a count only: the run goes on
+            log.warning("could not record a retry under %s: %s", self.exp.root, e)
+        return counts[stage]
+
     @property
     def log_path(self) -> str:
         return self.exp.failures_log(self.stamp)
 
     def _write_json(self) -> None:
-        doc = {
+        doc: dict[str, Any] = {
             "log": self.exp.relative(self.log_path) if self.texts else None,
             "failures": [asdict(f) for f in self.failures.values()],
         }
+        if self.retried:
+            doc["retried"] = self.retried
         fileio.write_bytes_atomic(self.exp.failures_json, json.dumps(doc, indent=1).encode())
 
     def rows(self) -> list[tuple[str, str, str]]:

@@ -37,6 +37,7 @@ from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.outcome import Outcome
+from sweeper.run.retries import guard_trial, run_budgets
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
 from sweeper.run.tune_names import trial_dirname, trial_name
@@ -152,7 +153,8 @@ class StageSearcher(Searcher):
 
 
 class _SweepCallback(tune.Callback):
-    """Reports trial events, certifies finished trials, records failures."""
+    """Reports trial events, certifies finished trials, records failures; guards each trial
+    with its budgets (`retries`: errors and node losses apart; `_tuner` sets them)."""
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class _SweepCallback(tune.Callback):
     ):
         self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
         self.room = room  # the autoscaler request and the number of trials to train
+        self.retries = run_budgets(LaunchOptions(), certifier)
 
     def _shrink(self) -> None:
         """Ask the autoscaler only for the trials still to come, so the cluster drains."""
@@ -181,6 +184,7 @@ class _SweepCallback(tune.Callback):
         self.__dict__.update(state)
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        guard_trial(trial, self.retries, _tid(trial))
         self.on_event(Event("trial_started", _tid(trial)))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -195,7 +199,7 @@ class _SweepCallback(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         cfg = TrialConfig.from_dict(trial.config["trial"])
-        attempts = max(1, int(getattr(trial, "num_failures", 1) or 1))
+        attempts = max(1, self.retries.errors(cfg.trial_id))  # not its node losses
         failure = self.certifier.failure_log.add(
             cfg.trial_id, "train", _error_text(trial), attempts
         )
@@ -262,6 +266,7 @@ def _tuner(
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
     cpus = ray.cluster_resources().get("CPU", 1.0)
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(200, int(cpus * 1.1))))
+    callback.retries = run_budgets(options, callback.certifier)
     trainable = tune.with_resources(
         tune.with_parameters(trainable or _run_trial(), experiment_root=exp.root),
         {"cpu": resources.cpu, "gpu": resources.gpu},
@@ -270,6 +275,7 @@ def _tuner(
         name=time.strftime("run-%Y%m%d-%H%M%S"),
         storage_path=exp.tune_dir,
         verbose=0,
+        # decides only for a trial not yet guarded (`retries.guard_trial`: budgets apart)
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         callbacks=[JsonLoggerCallback(), CSVLoggerCallback(), *trackers(exp, options), callback],
     )

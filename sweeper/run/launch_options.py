@@ -1,6 +1,7 @@
-"""How a run is launched on Ray: the cluster, how many trials at once, retries, GPUs, how
-long to wait for an autoscaler, which trackers besides TensorBoard get the curves, and how
-many trials a space may describe. Declared once (`setting`): the commands' options and their
+"""How a run is launched on Ray: the cluster, how many trials at once, retries (after errors
+and after node losses, counted apart: `sweeper.run.retries`), GPUs, how long to wait for an
+autoscaler, which trackers besides TensorBoard get the curves, and how many trials a space
+may describe. Declared once (`setting`): the commands' options and their
 --help are read from here. No Ray imported: the command line reads this at start-up.
 
 Credentials in --address or --mlflow are refused as the options are made (`CredentialsError`,
@@ -29,7 +30,24 @@ class LaunchOptions:
     )
     max_concurrent: int | None = setting(None, "At most this many trials at once.", AtLeast(1))
     max_failures: int = setting(
-        2, "Retries per trial (each resumes from its checkpoint).", AtLeast(0)
+        2,
+        "Retries per trial after its errors (each resumes from its checkpoint); the loss of "
+        "its node is counted apart (--node-losses).",
+        AtLeast(0),
+    )
+    node_losses: int = setting(
+        5,
+        "Losses of its node (a preempted spot instance, a dead machine) a trial or a "
+        "certification task survives, a trial resuming from its checkpoint on another node, a "
+        "task running again; counted apart from the retries after errors, which take any "
+        "further loss.",
+        AtLeast(0),
+    )
+    task_retries: int = setting(
+        2,
+        "Retries of a certification or attack task whose worker process died on a live node "
+        "(an exception raised by its code is not retried).",
+        AtLeast(0),
     )
     cpu_only: bool = setting(False, "Ask for no GPU (train and certify on CPUs).")
     wait_for_nodes: float = setting(

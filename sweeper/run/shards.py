@@ -7,9 +7,12 @@ setting, an attack setting). The engine owns everything around that:
   `max_points`, `shard_size` per shard) and their files (named by `sweeper.results.storage`);
 - resuming: a shard whose file exists, or a model whose rows are compacted, is not computed
   again; a model half-done with another shard size is refused (its rows would count twice);
-- tasks, one per shard (retried, fractional resources; GPU tasks keep their worker), run on
-  Ray by `RayTasks`; the runner asks only the `Tasks` protocol (submit, wait, get, cancel), so
-  the tests run it in their own process;
+- tasks, one per shard (fractional resources; GPU tasks keep their worker), run on Ray by
+  `RayTasks`; the runner asks only the `Tasks` protocol (submit, wait, get, cancel), so the
+  tests run it in their own process;
+- retries: Ray retries nothing (`max_retries=0`: it would count a node's death against the
+  budget meant for crashes); the runner submits a failed task again itself, a lost node and a
+  crashed worker each within its own budget (`sweeper.run.retries`);
 - progress events, and failures grouped per model and stage;
 - compacting each model once its shards are written (`sweeper.run.compaction`: one task
   folds them into one verified file), and refreshing the stage's cache of compacted rows.
@@ -33,6 +36,7 @@ from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, StageFile, index_chunks
 from sweeper.run.compaction import compact
+from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
@@ -125,11 +129,13 @@ class Work:
 @dataclass(frozen=True)
 class Job:
     """What a submitted task does: `shard` of a model under `work`, or (`shard` None) the
-    compaction of the model's shards."""
+    compaction of the model's shards; `call` is how it was submitted (fn, options, args), to
+    submit it again."""
 
     work: Work
     trial_id: str
     shard: Shard | None
+    call: tuple = ()
 
 
 class Tasks(Protocol):
@@ -148,20 +154,26 @@ class Tasks(Protocol):
 
 
 @functools.cache
-def _remote(fn: Callable, gpu: bool):
+def _remote(fn: Callable, gpu: bool, retries: int):
     import ray
 
     # Ray gives every GPU task a fresh worker by default: keep it (and its CUDA context).
-    options: dict[str, Any] = {"max_retries": 2, **({"max_calls": 0} if gpu else {})}
+    options: dict[str, Any] = {"max_retries": retries, **({"max_calls": 0} if gpu else {})}
     return ray.remote(**options)(fn)
 
 
 class RayTasks:
-    """Tasks on Ray (initialized by the caller), each retried twice; a GPU task (`num_gpus`
-    in its options) leaves its worker to the next one, with its CUDA context."""
+    """Tasks on Ray (initialized by the caller), each retried by Ray `max_retries` times after
+    its worker or node died (Ray counts both alike: `StageRunner` asks for 0 and retries
+    itself, `sweeper.run.retries`); a GPU task (`num_gpus` in its options) leaves its worker
+    to the next one, with its CUDA context."""
+
+    def __init__(self, max_retries: int = 2):
+        self.max_retries = max_retries
 
     def submit(self, fn: Callable, options: dict[str, Any], *args: Any) -> Any:
-        return _remote(fn, bool(options.get("num_gpus"))).options(**options).remote(*args)
+        remote = _remote(fn, bool(options.get("num_gpus")), self.max_retries)
+        return remote.options(**options).remote(*args)
 
     def wait(self, handles: list, timeout: float) -> list:
         import ray
@@ -203,6 +215,7 @@ class StageRunner:
         sizer: Callable[[str, str | None], int] = test_size,
         failure_log: FailureLog | None = None,
         tasks: Tasks | None = None,
+        retries: Retries | None = None,
     ):
         self.exp, self.work, self.resources, self.on_event = exp, work, resources, on_event
         self.sizer = sizer
@@ -210,7 +223,9 @@ class StageRunner:
             failure_log = FailureLog(exp)
             failure_log.start()
         self.failure_log = failure_log  # grouped per model and stage, full texts in its log
-        self.tasks: Tasks = tasks or RayTasks()
+        self.tasks: Tasks = tasks or RayTasks(max_retries=0)  # the runner retries
+        # a failed task runs again within its budgets (default: LaunchOptions' defaults)
+        self.retries = retries or Retries(task_budget(), failure_log)
         self.pending: dict[Any, Job] = {}
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
         self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
@@ -249,8 +264,7 @@ class StageRunner:
         options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
         for shard in todo:
             args = (self.exp, work.stage, shard, work.setting, self.resources.cpu)
-            handle = self.tasks.submit(run_shard, options, *args)
-            self.pending[handle] = Job(work, cfg.trial_id, shard)
+            self._start(Job(work, cfg.trial_id, shard, (run_shard, options, args)))
         if not todo:
             self._submit_compaction(work, cfg.trial_id, len(shards))
         return len(todo)
@@ -259,8 +273,24 @@ class StageRunner:
         # One CPU each: compactions are short, and fractions would start a worker process
         # per concurrent compaction (each importing pyarrow) for no gain.
         args = (self.exp, work.stage, trial_id, work.setting, count)
-        handle = self.tasks.submit(compact, {"num_cpus": 1}, *args)
-        self.pending[handle] = Job(work, trial_id, None)
+        self._start(Job(work, trial_id, None, (compact, {"num_cpus": 1}, args)))
+
+    def _start(self, job: Job) -> None:
+        fn, options, args = job.call
+        self.pending[self.tasks.submit(fn, options, *args)] = job
+
+    def _again(self, job: Job, error: Exception) -> bool:
+        """Whether the failed `job` was submitted again: its node was lost, or its worker
+        crashed, within their budgets (an exception of its code is not retried)."""
+        stage = job.work.stage.name
+        part = job.shard.index if job.shard is not None else "compaction"
+        key = (job.trial_id, stage, job.work.setting.setting_id, part)
+        kind = classify(error)
+        if not self.retries.charge(key, job.trial_id, stage, kind):
+            return False
+        log.warning("%s %s %s: %s, submitted again", job.trial_id, stage, part, kind)
+        self._start(job)
+        return True
 
     # -------------------------------------------------------------------- outcomes
     def poll(self, timeout: float = 0) -> None:
@@ -272,7 +302,8 @@ class StageRunner:
             try:
                 self.tasks.get(handle)
             except Exception as e:  # reported in the outcome, grouped per model and stage
-                self._fail(task.trial_id, task.work.stage.name, str(e) or type(e).__name__)
+                if not self._again(task, e):
+                    self._fail(task.trial_id, task.work.stage.name, str(e) or type(e).__name__)
                 continue
             if task.shard is None:
                 self._compacted(task.work, task.trial_id)
