@@ -219,3 +219,54 @@ def test_put_sends_the_files_each_loader_reads(tmp_path):
         for cls in "ab"
         for name in ("a.png", "b.jpg")
     ]
+
+
+TINY_MNIST_SPACE = """\
+description: one LeNet trial on the miniature MNIST, its data fetched from the bucket
+fixed: {dataset: mnist, arch: lenet, epochs: 1, batch_size: 4, lr: 0.01, method: gaussian,
+        m_train: 1, sigma: 0.25}
+grids: [{name: g, axes: {seed: [0]}}]
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 8, n: 32, alpha: 0.001, skip: 1, max_points: 3, batch_size: 32, shard_size: 3}
+"""
+
+
+@pytest.mark.e2e
+def test_a_sweep_on_ray_trains_and_certifies_from_the_bucket(local, url, cache, s3_endpoint):
+    """The trial and its certification task, in Ray's worker processes, read the data set
+    through the node's cache: one copy, fetched once."""
+    import os
+    import subprocess
+    import sys
+
+    from sweeper.results.certify_rows import load_results
+    from sweeper.results.storage import Experiment
+
+    assert put("mnist", local, url).exit_code == 0
+    space = local.parent / "tiny.yaml"
+    space.write_text(TINY_MNIST_SPACE)
+    store = local.parent / "store"
+    sweeper = [sys.executable, "-c", "from sweeper.cli import app; app()"]
+    done = subprocess.run(
+        [
+            *sweeper,
+            "run",
+            "grid",
+            str(space),
+            "--storage",
+            str(store),
+            "--data-dir",
+            url,
+            "--cpu-only",
+        ],
+        env={**os.environ, **s3_endpoint, data_cache.CACHE_ENV: str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(load_results(Experiment(str(store), "tiny")).frame) == 3
+    [copy] = cache.glob("*/mnist-*")
+    assert sorted(p.name for p in copy.rglob("*.gz")) == sorted(
+        p.name for p in (local / "MNIST" / "raw").iterdir()
+    )
