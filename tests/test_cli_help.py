@@ -1,8 +1,9 @@
 """The command line's help and names (issue 17): flags shown without a type, `--version` and
 `-h`, the commands in the order a sweep uses them, the real default of `--experiment`, a
 space given to `sweeper run` without `grid`, and help paragraphs that the terminal wraps
-rather than the source. Each runs the real entry point in a fresh interpreter, whose help
-width is fixed by TERMINAL_WIDTH."""
+rather than the source, and option names never cut at 80 columns (Click's help layout, issue
+30 item 7). Each runs the real entry point in a fresh interpreter, whose help width is fixed
+by COLUMNS."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ READ_COMMANDS = ["envelope", "table", "status", "report", "compact"]
 
 
 def sweeper(*args: str, width: int = 200) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERMINAL_WIDTH": str(width)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(width)}
     return subprocess.run(
         [sys.executable, "-c", "from sweeper.cli import app; app(prog_name='sweeper')", *args],
         capture_output=True,
@@ -45,13 +46,20 @@ def sweeper(*args: str, width: int = 200) -> subprocess.CompletedProcess:
 
 
 def option_rows(text: str) -> dict[str, str]:
-    """`--flag` -> the rest of its row in a rich help panel, its runs of spaces as one."""
-    rows = {}
+    """`--flag` -> the rest of its row in Click's help (its continuation lines joined, runs
+    of spaces as one); a switch with its negation as `--x/--no-x`."""
+    rows: dict[str, str] = {}
+    current = None
     for line in text.splitlines():
-        match = re.match(r"[│|]\s+(--[\w-]+(?:/--[\w-]+)?)\s+(.*?)\s*[│|]?$", line)
+        match = re.match(r"  (?:-\w, )?(--[\w-]+(?: / --[\w-]+)?)(.*)$", line)
         if match:
-            rows[match.group(1)] = re.sub(r"\s+", " ", match.group(2))
-    return rows
+            current = match.group(1).replace(" / ", "/")
+            rows[current] = match.group(2)
+        elif current is not None and line.startswith(" " * 8) and line.strip():
+            rows[current] += " " + line.strip()
+        else:
+            current = None
+    return {key: re.sub(r"\s+", " ", rest).strip() for key, rest in rows.items()}
 
 
 def test_flags_show_no_type_and_options_with_values_keep_theirs():
@@ -78,8 +86,8 @@ def test_version_and_short_help():
 
 def test_commands_are_listed_in_the_order_a_sweep_uses_them():
     out = sweeper("--help").stdout
-    panel = out[out.index("Commands") :]
-    listed = re.findall(r"^[│|] (\w+)\s", panel, flags=re.M)
+    panel = out[out.index("Commands:") :]
+    listed = re.findall(r"^  (\w+)\s", panel, flags=re.M)
     assert listed == ORDER
 
 
@@ -111,17 +119,50 @@ def test_run_with_a_space_suggests_run_grid():
 
 def test_help_paragraphs_are_wrapped_by_the_terminal_not_the_source():
     wide = sweeper("run", "grid", "--help", width=400).stdout
+    assert max(len(line) for line in wide.splitlines()) <= 120  # HELP_WIDTH: readable lines
     assert (
         "Re-running the same command resumes: finished trials are not retrained, interrupted "
         "ones continue from their last checkpoint, and only missing certification shards are "
         "computed. With --dry-run: the plan and its cost, without reading data or starting Ray."
-    ) in wide
+    ) in " ".join(line.strip() for line in wide.splitlines())
     listing = sweeper("--help", width=240).stdout
     assert (
         "Import certification logs of the reference code (Cohen et al., SmoothAdv) as models of "
         "an experiment: hyperparameters from the directory names"
-    ) in listing
+    ) in " ".join(line.strip() for line in listing.splitlines())
     narrow = sweeper("--help", width=80).stdout
     assert max(len(line) for line in narrow.splitlines()) <= 80
-    bench = [line for line in narrow.splitlines() if "(CUDA" in line or "on this machine" in line]
-    assert bench and all(len(line) >= 70 for line in bench[:1])  # a full line, not a stub
+    bench = [line for line in narrow.splitlines() if "bench " in line or "on this machine" in line]
+    assert bench and all(len(line) >= 65 for line in bench[:1])  # a full line, not a stub
+
+
+def _commands(group, path=()):
+    """(the words of each command, the command) under a Click group."""
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def test_no_option_name_or_help_is_cut_at_80_columns():
+    """Issue 30 item 7: rich's option panels cut `--points-per-ba…` at 80 columns; the help
+    is Click's, where every option's names are printed whole (on a line of their own when
+    long) and no text ends in an ellipsis, piped and at 80 columns."""
+    import typer
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    group = typer.main.get_command(app)
+    for words, command in _commands(group):
+        out = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "80"})
+        assert out.exit_code == 0, (words, out.output)
+        assert max(len(line) for line in out.stdout.splitlines()) <= 80, words
+        assert "…" not in out.stdout, words
+        shown = option_rows(out.stdout)
+        for param in command.params:
+            names = [o for o in param.opts if o.startswith("--")]
+            negative = [o for o in param.secondary_opts if o.startswith("--")]
+            if names:
+                assert "/".join(names + negative) in shown, (words, names, sorted(shown))

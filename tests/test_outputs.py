@@ -432,7 +432,25 @@ def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whol
         app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"]
     )
     assert result.exit_code == 0, result.output
-    assert ELLIPSIS not in result.stdout and "certify/trial" in result.stdout
+    assert ELLIPSIS not in result.stdout and "trials like" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    # issue 30 item 7: the cifar10 grid's 21 groups, a line each at 80 columns (their shared
+    # words in the title), a count headed `trials` (never `n`: CERTIFY's n)
+    result = runner.invoke(
+        app, ["run", "grid", "cifar10", "--dry-run", "--gpus", "8", "--storage", "/nonexistent"]
+    )
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 21 and rows[0].split("│")[1].strip() == "smoothadv T=2 m=1"
+    header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+    assert [h.strip() for h in header.strip("┃").split("┃")] == [
+        "trials like",
+        "trials",
+        "passes",
+        "train",
+        "certify",
+        "total",
+    ]
+    assert "every trial: cifar10 cifar_resnet110 150 ep" in " ".join(result.stdout.split())
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
     error = "RuntimeError: " + "a very long message " * 20
     with pytest.raises(typer.Exit) as exited:

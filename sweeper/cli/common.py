@@ -80,15 +80,20 @@ class RunGroup(TyperGroup):
 
 
 def tidy_help(command, ctx) -> None:
-    """For `command` and every command under it: a flag (an option that takes no value) is
-    shown without a type (`--dry-run`, not `--dry-run <bool>`), and each paragraph of a help
-    text is one line (the terminal wraps it at its width, never where the source broke it)."""
+    """For `command` and every command under it: help in Click's plain layout (an option's
+    names on their own line when long, its text wrapped below: never cut, where rich's panels
+    cut `--points-per-ba…` at 80 columns), a flag (an option that takes no value) shown
+    without a type (`--dry-run`, not `--dry-run <bool>`), and each paragraph of a help text
+    one line (the terminal wraps it at its width, never where the source broke it)."""
+    command.rich_markup_mode = None
     help_option = command.get_help_option(ctx)
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         if getattr(param, "is_flag", False):
             param.metavar = ""
     if command.help:
         command.help = reflow(command.help)
+        # listed whole under Commands (wrapped), not cut to `optionally...`
+        command.short_help = command.short_help or command.help.split("\n\n")[0]
     for sub in getattr(command, "commands", {}).values():
         tidy_help(sub, ctx)
 
@@ -128,6 +133,7 @@ def free_space(location: str) -> str | None:
     return f"{free} bytes"
 
 
+HELP_WIDTH = 120  # the widest a help text is wrapped at, however wide the terminal
 app = typer.Typer(
     cls=GuardedGroup,
     help="Sweeps of randomized-smoothing classifiers on Ray: train a grid, CERTIFY every "
@@ -135,7 +141,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,  # Click's plain help and errors: rich's panels cut option names
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
 )
 run_app = typer.Typer(
     cls=RunGroup, help="Train a sweep and certify every model as it finishes.", no_args_is_help=True

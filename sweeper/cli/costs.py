@@ -93,20 +93,30 @@ def _power(x: float) -> str:
     return f"{x / 10**exponent:.1f}·10^{exponent}"
 
 
+GROUP_COLUMNS = ("trials like", "trials", "passes", "train", "certify", "total")
+
+
 def _print_groups(sweep: SweepCost, device: str) -> None:
-    table = Table(title="cost on the device above", title_justify="left")
-    for name in ("trials of", "n", "passes/input", "train/trial", "certify/trial", "all n"):
+    """One row per group of alike trials: their label without the words every label shares
+    (those go in the title), how many, their passes, each one's training and certification,
+    and the row's total. At 80 columns the numbers fit whole beside a label of 18 letters."""
+    found = groups(sweep.costs)
+    labels, common = _distinct_words([g.label for g in found])
+    every = f"; every trial: {common}" if common else ""
+    table = Table(
+        title=f"cost on the device above: train and certify per trial, total per row{every}",
+        title_justify="left",
+    )
+    for name in GROUP_COLUMNS:
         # Numbers never cut: only the group's label wraps (fold, never an ellipsis).
+        left = name == GROUP_COLUMNS[0]
         table.add_column(
-            name,
-            justify="left" if name == "trials of" else "right",
-            no_wrap=name != "trials of",
-            overflow="fold",
+            name, justify="left" if left else "right", no_wrap=not left, overflow="fold"
         )
-    for g in groups(sweep.costs):
+    for g, label in zip(found, labels, strict=True):
         per = (g.train_hours / g.trials, g.certify_hours / g.trials)
         table.add_row(
-            g.label,
+            label,
             str(g.trials),
             str(g.passes),
             _amount(per[0], device),
@@ -115,10 +125,20 @@ def _print_groups(sweep: SweepCost, device: str) -> None:
         )
     console.print(table)
     console.print(
-        "passes/input: forward+backward passes per training input and epoch (after the ε "
+        "passes: forward+backward passes per training input and epoch (after the ε "
         "warm-up); certification: n0 + n forwards per certified point",
         highlight=False,
     )
+
+
+def _distinct_words(labels: list[str]) -> tuple[list[str], str]:
+    """(each label without the words all of them share, those words in the order of the
+    first): `cifar10 cifar_resnet110 smoothadv T=2 m=1 150 ep` -> `smoothadv T=2 m=1`."""
+    if len(labels) < 2:
+        return labels, ""
+    shared = set.intersection(*(set(label.split()) for label in labels))
+    kept = [" ".join(w for w in label.split() if w not in shared) or label for label in labels]
+    return kept, " ".join(w for w in labels[0].split() if w in shared)
 
 
 def _print_totals(sweep: SweepCost, device: str) -> None:
