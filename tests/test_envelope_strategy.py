@@ -288,3 +288,42 @@ def test_benchmark_smoke_mode_prints_the_issue_line():
         r"\([\d.]+× fewer\); envelope equal at \d+/\d+ radii, winners equal at \d+/\d+, over 2 seeds"
     )
     assert re.fullmatch(pattern, last), last
+
+
+def _piloted(specs):
+    """The models of `specs` arrived with every pilot stage drawn (none certified yet)."""
+    ledger = sweep(specs, [])
+    play(ledger, {k: v[1] for k, v in specs.items()}, until=1)  # the SELECTs, all at once
+    for name, (_, rate) in specs.items():
+        draws = S.pilots[1] - S.pilots[0]
+        rows = [PilotRow(name, 2, i, 0, draws, int(rate[i] * draws)) for i in range(100)]
+        ledger.record_pilot(name, 2, rows)
+    return ledger
+
+
+def test_steps_run_in_parallel_up_to_the_slots_and_a_parallel_full_must_still_add():
+    """decide(busy, slots): steps of distinct models while fewer than `slots` run; the first
+    is the sequential choice; a FULL beside a running FULL only if its plug-in curve would
+    still add to the envelope once the running one comes out at its own."""
+    specs = {
+        "strong": (0.25, np.full(100, 0.999)),
+        "weak": (0.25, np.r_[np.full(80, 0.6), np.full(20, 0.3)]),
+        "wide": (1.0, np.r_[np.full(50, 0.9), np.full(50, 0.3)]),
+    }
+    ledger = sweep(specs, [])
+    play(ledger, {k: v[1] for k, v in specs.items()}, until=1)
+    one = decide(ledger)
+    assert len(one) == 1 and one[0].kind == PILOT
+    three = decide(ledger, slots=3)
+    assert three[0] == one[0] and len({s.model for s in three}) == 3
+    assert decide(ledger, busy={one[0].model: PILOT}) == []
+    other = decide(ledger, busy={one[0].model: PILOT}, slots=2)
+    assert len(other) == 1 and other[0].model != one[0].model
+    ledger = _piloted(specs)
+    first = decide(ledger)
+    assert [(s.kind, s.model) for s in first] == [(FULL, "strong")]
+    beside = decide(ledger, busy={"strong": FULL}, slots=3)
+    # "weak" would add nothing once "strong" is certified at its plug-in: it waits
+    assert [(s.kind, s.model) for s in beside] == [(FULL, "wide")]
+    failed = decide(ledger, busy={"strong": "failed"}, slots=1)
+    assert [s.model for s in failed] != ["strong"] and len(failed) == 1

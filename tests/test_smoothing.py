@@ -15,7 +15,7 @@ from scipy.stats import beta, binom, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 from torch import nn
 
-from trainables.certify_points import certify_points, run_mode, seed_for
+from trainables.certify_points import certify_points, point_generators, run_mode, seed_for
 from trainables.kernel.certificates import (
     ABSTAIN,
     certificate_from_counts,
@@ -780,7 +780,40 @@ def test_certify_points_draws_every_sample_from_its_seed_alone():
 
     first = counts(5, 0)
     assert counts(5, 1) == first and counts(6, 0) != first
+    cpu = torch.device("cpu")
     expected = Smooth(CoinFlip(), 3, 0.5).certify_batch(
-        torch.zeros(2, *SHAPE), 10, 200, 0.01, 64, torch.Generator().manual_seed(5)
+        torch.zeros(2, *SHAPE),
+        10,
+        200,
+        0.01,
+        64,
+        point_generators(5, "select", [0, 1], cpu),
+        estimation=point_generators(5, "estimate", [0, 1], cpu),
     )
-    assert first[:2] == [c.nA for c in expected]  # the first batch: the seed's first draws
+    assert first[:2] == [c.nA for c in expected]  # each point: its own streams of the seed
+
+
+def test_a_points_certificate_does_not_depend_on_its_batch_or_shard():
+    """Per-point streams: point i's row is the same certified alone, in batches of 1 or 4,
+    and among other points (what lets the envelope strategy draw only some points as `full`
+    draws them); the draws of a model's points are not the same streams."""
+    cpu = torch.device("cpu")
+    base = CertifySpec(n0=10, n=300, alpha=0.01, sigma=0.5, batch_size=64)
+    rows = {}
+    for ppb, indices in ((1, range(6)), (4, range(6)), (3, [4, 1, 5])):
+        cols = certify_points(
+            CoinFlip(), _coin_points(6), indices, 3, replace(base, points_per_batch=ppb), 9, cpu
+        )
+        for idx, count in zip(cols["idx"], cols["count"], strict=True):
+            rows.setdefault(idx, set()).add(count)
+    assert all(len(counts) == 1 for counts in rows.values()), rows
+    assert len({next(iter(c)) for c in rows.values()}) > 1
+
+
+def test_per_point_streams_are_one_stream_however_chunked():
+    """A point's noise from its own generator is the same drawn in one call or in chunks (of
+    a multiple of 16 values: torch's CPU normal_ transforms uniforms in blocks of 16)."""
+    whole = torch.empty(10, 3, 4, 4).normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    parts = [torch.empty(k, 3, 4, 4).normal_(0, 0.5, generator=g) for k in (3, 1, 6)]
+    assert torch.equal(torch.cat(parts), whole)

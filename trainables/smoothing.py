@@ -22,7 +22,7 @@ precision.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -33,6 +33,11 @@ from trainables.kernel.certificates import (
     certificate_from_counts,
     predict_from_counts,
 )
+
+Draws = torch.Generator | Sequence[torch.Generator] | None
+"""Where the noise comes from: one generator for the whole batch (its points' draws then
+interleave in it), or one per point (each point's draws are its own stream: the same whichever
+points share its forward batches, shard or run). None: torch's default generator."""
 
 
 class Smooth:
@@ -88,18 +93,22 @@ class Smooth:
         n: int,
         alpha: float,
         batch_size: int,
-        generator: torch.Generator | None = None,
+        generator: Draws = None,
         sigmas: torch.Tensor | None = None,
+        estimation: Draws = None,
     ) -> list[Certificate]:
         """CERTIFY for each of the P inputs in `xs` (P,C,H,W), sharing forward batches.
 
         Each input gets its own n0 selection samples and n fresh estimation samples, so the
         guarantee holds per input exactly as in the one-at-a-time algorithm. `sigmas` (P,)
         smooths each input with its own σ (data-dependent smoothing) instead of self.sigma.
+        The selection draws come from `generator`, the estimation draws from `estimation` if
+        given (per point: `certify_points`), else from `generator` after them.
         """
         counts0 = self.sample_counts(xs, n0, batch_size, generator, sigmas)
         cAHat = counts0.argmax(dim=1)
-        counts = self.sample_counts(xs, n, batch_size, generator, sigmas)
+        later = generator if estimation is None else estimation
+        counts = self.sample_counts(xs, n, batch_size, later, sigmas)
         nA = counts.gather(1, cAHat.unsqueeze(1)).squeeze(1)
         per_point: list[float] = [self.sigma] * len(xs) if sigmas is None else sigmas.tolist()
         return [
@@ -124,7 +133,7 @@ class Smooth:
         xs: torch.Tensor,
         num: int,
         batch_size: int,
-        generator: torch.Generator | None = None,
+        generator: Draws = None,
         sigmas: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Votes of the base classifier under noise: (P, num_classes) int64 counts, each row
@@ -134,6 +143,10 @@ class Smooth:
 
         The base classifier runs in eval mode (each submodule's mode is restored afterwards),
         so batch-norm uses its running statistics and no point's votes depend on another's.
+        With one generator per point (`Draws`) a point's noise is its own stream, the same for
+        any grouping when C·H·W is a multiple of 16 (torch's CPU normal_ transforms its
+        uniforms in blocks of 16, so consecutive calls continue one stream); on a GPU the
+        stream also depends on the chunk sizes.
         """
         P = xs.shape[0]
         counts = torch.zeros(P, self.num_classes, dtype=torch.long, device=xs.device)
@@ -143,8 +156,11 @@ class Smooth:
             for start in range(0, P, group):
                 chunk = xs[start : start + group]
                 scale = None if sigmas is None else sigmas[start : start + group]
+                gens = generator
+                if isinstance(gens, Sequence):
+                    gens = gens[start : start + group]
                 counts[start : start + group] = self._chunk_counts(
-                    chunk, num, per_point, generator, scale
+                    chunk, num, per_point, gens, scale
                 )
         return counts
 
@@ -153,7 +169,7 @@ class Smooth:
         xs: torch.Tensor,
         num: int,
         per_point: int,
-        generator: torch.Generator | None,
+        generator: Draws,
         sigmas: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`sample_counts` for the g points of xs, `per_point` draws each per forward batch.
@@ -170,17 +186,24 @@ class Smooth:
         while remaining > 0:
             k = min(k, remaining)
             noisy = buffer[: g * k].view(g, k, *shape)
-            if sigmas is None:
-                noisy.normal_(0.0, self.sigma, generator=generator)
-            else:
-                noisy.normal_(0.0, 1.0, generator=generator).mul_(
-                    sigmas.view(g, *[1] * (noisy.dim() - 1))
-                )
+            _noise(noisy, self.sigma if sigmas is None else 1.0, generator)
+            if sigmas is not None:
+                noisy.mul_(sigmas.view(g, *[1] * (noisy.dim() - 1)))
             noisy.add_(xs.unsqueeze(1))
             preds = self.base_classifier(noisy.view(g * k, *shape)).argmax(dim=1)
             counts += torch.bincount((preds.view(g, k) + offsets).view(-1), minlength=g * K)
             remaining -= k
         return counts.view(g, K)
+
+
+def _noise(noisy: torch.Tensor, std: float, generator: Draws) -> None:
+    """Fill `noisy` (g, k, ...) with N(0, std²): from one generator, or point i's k draws from
+    generator[i]."""
+    if isinstance(generator, Sequence):
+        for point, gen in zip(noisy, generator, strict=True):
+            point.normal_(0.0, std, generator=gen)
+    else:
+        noisy.normal_(0.0, std, generator=generator)
 
 
 @contextmanager

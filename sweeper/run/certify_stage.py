@@ -36,7 +36,7 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
     settings = spec.resolved(cfg.sigma)
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
-    seed = seed_for(shard.trial_id, shard.setting_id, shard.index)
+    seed = seed_for(shard.trial_id, spec.draws_id)  # per model: each point draws its own
     cols = certify_points(
         model, dataset, shard.indices, NUM_CLASSES[cfg.dataset], settings, seed, device
     )

@@ -227,7 +227,8 @@ def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1
     step of the most promising live models (PILOT or FULL) while fewer than `slots` steps run,
     or none when every model is certified or pruned.
 
-    `busy`: model -> the kind of its step running (those models are skipped). A FULL beside
+    `busy`: model -> the kind of its step running, or another word (a failed model's): those
+    models are skipped. A FULL beside
     another one is started only if its pilot's plug-in curve would still add to the envelope
     once the running FULLs come out at theirs (a speculative envelope): certifying in parallel
     what the other certification would likely prune wastes the draws the strategy saves. With
@@ -243,7 +244,7 @@ def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1
     live = [m for m in models if m.stage > 0 and m.certified is None and m.name not in busy]
     live = [m for m in live if not ledger.pruned(m, envelope)]
     hoped = _speculative(ledger, busy, envelope)
-    running = sum(kind != SELECT for kind in busy.values())
+    running = sum(kind in (PILOT, FULL) for kind in busy.values())  # not a failed model's
     for m in sorted(live, key=lambda m: promise(m, envelope)):
         if running >= slots:
             break

@@ -11,8 +11,13 @@
   estimated* (count, p_lower and radius null, predict −1, correct false:
   `provenance.not_estimated`), which counts as not certified at any radius.
 
-Seeds follow `trainables.certify_points`: `seed_for(trial_id, cert_id, shard)` for the full
-draws, `seed_for(trial_id, cert_id, "pilot", stage)` for a pilot.
+Draws follow `trainables.certify_points`: every point draws from its own streams, seeded by
+the model's seed `seed_for(trial_id, spec.draws_id)` (the cert_id without the strategy), the
+role and the point's index: the selection ("select") at pilot stage 1 and the FULL step's
+estimation ("estimate") are the very draws the `full` strategy takes for that point, and a
+pilot stage's draws ("pilot-<stage>") are a stream of their own. So a model certified under
+both strategies gets the same certificate on every point the envelope strategy draws (on a
+CPU; a GPU's streams also depend on how the draws are chunked).
 """
 
 from __future__ import annotations
@@ -84,14 +89,20 @@ def _smooth(exp: Experiment, trial_id: str, spec: CertifySpec, cpus: float):
     return smooth, settings, load_dataset(cfg.dataset, "test", cfg.data_dir), device, cfg
 
 
-def _votes(smooth, settings: CertifySpec, xs, chat, draws: int, generator):
+def _seed(trial_id: str, spec: CertifySpec) -> int:
+    from trainables.certify_points import seed_for
+
+    return seed_for(trial_id, spec.draws_id)
+
+
+def _votes(smooth, settings: CertifySpec, xs, chat, draws: int, generators):
     """Votes for each point's ĉ among `draws` fresh draws (as run: the settings' precision)."""
     from trainables import runtime
 
     if len(xs) == 0:
         return []
     with runtime.autocast(settings.precision, xs.device):
-        counts = smooth.sample_counts(xs, draws, settings.batch_size, generator)
+        counts = smooth.sample_counts(xs, draws, settings.batch_size, generators)
     return counts.gather(1, chat.unsqueeze(1)).squeeze(1).tolist()
 
 
@@ -109,24 +120,25 @@ def pilot_task(
     import torch
 
     from trainables import runtime
-    from trainables.certify_points import seed_for
+    from trainables.certify_points import point_generators
     from trainables.kernel import fileio
 
     out = exp.pilot_path(trial_id, spec.cert_id, stage)
     smooth, settings, dataset, device, _ = _smooth(exp, trial_id, spec, cpus)
-    generator = torch.Generator(device=device).manual_seed(
-        seed_for(trial_id, spec.cert_id, "pilot", stage)
-    )
-    items = [dataset[i] for i, _ in points]
+    seed, idx = _seed(trial_id, spec), [i for i, _ in points]
+    items = [dataset[i] for i in idx]
     xs = torch.stack([it[0] for it in items]).to(device)
     labels = torch.tensor([int(it[1]) for it in items], device=device)
-    if stage == 1:
+    if stage == 1:  # CERTIFY's selection, drawn as `full` draws it
+        select = point_generators(seed, "select", idx, device)
         with runtime.autocast(settings.precision, device):
-            chat = smooth.sample_counts(xs, spec.n0, settings.batch_size, generator).argmax(1)
+            chat = smooth.sample_counts(xs, spec.n0, settings.batch_size, select).argmax(1)
     else:
         chat = torch.tensor([c for _, c in points], device=device)
     todo = (chat == labels) if stage == 1 else torch.ones_like(chat, dtype=torch.bool)
-    votes = iter(_votes(smooth, settings, xs[todo], chat[todo], draws, generator))
+    mine = [i for i, t in zip(idx, todo.tolist(), strict=True) if t]
+    pilot = point_generators(seed, f"pilot-{stage}", mine, device)
+    votes = iter(_votes(smooth, settings, xs[todo], chat[todo], draws, pilot))
     drawn = todo.tolist()
     table = pa.table(
         {
@@ -152,18 +164,17 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
 
     import torch
 
-    from trainables.certify_points import seed_for
+    from trainables.certify_points import point_generators
 
     smooth, settings, dataset, device, cfg = _smooth(exp, shard.trial_id, setting.spec, cpus)
-    generator = torch.Generator(device=device).manual_seed(
-        seed_for(shard.trial_id, shard.setting_id, shard.index)
-    )
     mine = [p for p in setting.points if p[0] in set(shard.indices)]
     drawn = [p for p in mine if p[3]]
     t0 = time.perf_counter()
     xs = torch.stack([dataset[i][0] for i, *_ in drawn]).to(device) if drawn else torch.zeros(0)
     chat = torch.tensor([c for _, _, c, _ in drawn], dtype=torch.long, device=device)
-    votes = _votes(smooth, settings, xs, chat, settings.n, generator)
+    seed = _seed(shard.trial_id, setting.spec)
+    estimate = point_generators(seed, "estimate", [p[0] for p in drawn], device)
+    votes = _votes(smooth, settings, xs, chat, settings.n, estimate)
     nA = dict(zip([p[0] for p in drawn], votes, strict=True))
     per_point = (time.perf_counter() - t0) / max(1, len(drawn))
     rows = [_row(p, nA.get(p[0]), settings, per_point) for p in mine]

@@ -157,6 +157,13 @@ class CertifySpec:
         return f"_envelope{delta}{pilots}{radii}"
 
     @property
+    def draws_id(self) -> str:
+        """What seeds a model's draws (`certify_points`): the cert_id without the strategy, so
+        the `envelope` strategy certifies a point with the draws `full` takes for it."""
+        tag = self.strategy_tag
+        return self.cert_id[: len(self.cert_id) - len(tag)] if tag else self.cert_id
+
+    @property
     def cert_id(self) -> str:
         """Names the settings in file paths; new settings give new files, old rows stay.
 
