@@ -199,6 +199,13 @@ def test_the_manifest_is_json_with_sizes_and_hashes(local, url):
     }
 
 
+def test_data_uris_are_plain_bucket_uris_of_s3_or_gcs():
+    for good in ("s3://bucket/data", "s3://my.bucket/a/b/", "gs://bucket/data", "gcs://bk1"):
+        assert data_cache.uri_problem(good) is None, good
+    for bad in ("s3://bucket/data?region=x", "s3://k:s@bucket/x", "hdfs://h/x", "s3:///x"):
+        assert "not a data URI" in (data_cache.uri_problem(bad) or ""), bad
+
+
 def test_put_sends_the_files_each_loader_reads(tmp_path):
     from test_datasets import _write_imagefolder
 
