@@ -149,10 +149,7 @@ def run_grid(
     continue from their last checkpoint, and only missing certification shards are computed.
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
-    launch = launch_options(options)
-    overrides, problems = given(CertifySpec, options)
-    if problems:
-        fail(problems)
+    launch, overrides = launch_options(options), certify_overrides(options)
     sweep = Sweep(
         space,
         storage=storage,
@@ -178,6 +175,14 @@ def run_grid(
         f"done: {len(ran.trials)} trials. Next: {sweeper_command()} envelope --storage "
         f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25"
     )
+
+
+def certify_overrides(options: dict[str, Any]) -> dict[str, Any]:
+    """The `CertifySpec` fields given on the command line (bad values: exit 2, all at once)."""
+    overrides, problems = given(CertifySpec, options)
+    if problems:
+        fail(problems)
+    return overrides
 
 
 def _check_flags(
@@ -225,10 +230,7 @@ def certify(
     New settings write new files beside the old ones; existing shards are skipped. With
     --ddrs every model is certified with its own σ_x per test point as well (Alfarra et al.),
     made sound by a memory pass over each model's results."""
-    launch = launch_options(options)
-    overrides, problems = given(CertifySpec, options)
-    if problems:
-        fail(problems)
+    launch, overrides = launch_options(options), certify_overrides(options)
     sweep = Sweep(
         space, storage=storage, experiment=experiment, only=only, smoke=smoke, data_dir=data_dir
     )
