@@ -277,3 +277,15 @@ def test_a_sweep_on_ray_trains_and_certifies_from_the_bucket(local, url, cache, 
     assert sorted(p.name for p in copy.rglob("*.gz")) == sorted(
         p.name for p in (local / "MNIST" / "raw").iterdir()
     )
+
+
+def test_the_driver_counts_a_remote_test_split_without_fetching_it(monkeypatch, tmp_path):
+    """Shards of a data set on a bucket are cut at its standard test size: the driver never
+    downloads the data set (all of ImageNet) to count it."""
+    from sweeper.run import shards
+
+    monkeypatch.setenv("SWEEPER_DATA_CACHE", str(tmp_path / "cache"))
+    shards.test_size.cache_clear()
+    assert shards.test_size("imagenet", "s3://no-such-bucket/imagenet") == 50_000
+    assert shards.test_size("cifar10", "gs://no-such-bucket/c10") == 10_000
+    assert not (tmp_path / "cache").exists()

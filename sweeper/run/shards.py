@@ -194,7 +194,14 @@ class RayTasks:
 
 @functools.lru_cache(maxsize=8)
 def test_size(dataset: str, data_dir: str | None) -> int:
-    """How many test points the data set has (loads it: torch; cached)."""
+    """How many test points the data set has (loads it: torch; cached). A data set on a
+    bucket (`s3://`, `gs://`) has its standard test split: the driver does not fetch a copy
+    (all of ImageNet) to count it; a worker reading fewer points fails on the missing index."""
+    from trainables.data_cache import is_remote
+    from trainables.kernel.catalog import STANDARD_TEST_SIZE
+
+    if is_remote(data_dir) and dataset in STANDARD_TEST_SIZE:
+        return STANDARD_TEST_SIZE[dataset]
     from trainables.datasets import load_dataset
 
     return len(load_dataset(dataset, "test", data_dir))
