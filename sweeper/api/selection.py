@@ -64,6 +64,32 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
+def only_pruned(exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any]) -> bool:
+    """Whether `--only` keeps no certified row but some models the `envelope` strategy
+    pruned (they have no rows: `sweeper table` shows them with their upper bounds)."""
+    try:
+        filter_rows(frame, selection)
+        return False
+    except ProblemsError:
+        return bool(selection) and not pruned(exp, frame.iloc[0:0], selection, [0.0]).empty
+
+
+def only_rows(exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
+    """`filter_rows`, its error saying so when `--only` keeps only pruned models."""
+    try:
+        return filter_rows(frame, selection)
+    except ProblemsError:
+        if only_pruned(exp, frame, selection):
+            raise ProblemsError(
+                [
+                    "--only keeps only models the envelope strategy pruned (they have no "
+                    "certified rows): `sweeper table` with the same --only shows their upper "
+                    "bounds"
+                ]
+            ) from None
+        raise
+
+
 def sound_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """(the rows of sound models, how many data-dependent models await their memory pass and
     were left out)."""

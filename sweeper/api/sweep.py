@@ -268,7 +268,7 @@ class Sweep:
         chosen = selection.only_selection(self.only)
         exp = self.exp()
         results = selection.load(exp, chosen, columns)
-        frame, unsound = selection.sound_rows(selection.filter_rows(results.frame, chosen))
+        frame, unsound = selection.sound_rows(selection.only_rows(exp, results.frame, chosen))
         return Selected(exp, results, frame, unsound)
 
     def status(self) -> StatusReport:
@@ -301,8 +301,11 @@ class Sweep:
         under the envelope strategy also its pruned models (`status` `pruned`, their upper
         bounds in the `r=..._upper` columns, their accuracies null)."""
         chosen = selection.only_selection(self.only)
-        selected = self.read()
-        return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
+        exp = self.exp()
+        results = selection.load(exp, chosen)
+        if selection.only_pruned(exp, results.frame, chosen):
+            return selection.model_table(exp, results.frame.iloc[0:0], chosen, list(radii))
+        return selection.model_table(exp, self.read().frame, chosen, list(radii))
 
 
 def left_out(exp: Experiment) -> list[str]:

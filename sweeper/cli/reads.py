@@ -128,7 +128,7 @@ def table(
 
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems)
+    exp, results, frame = load_selected(storage, experiment, only, problems, pruned_ok=True)
     try:
         rows = selection.model_table(exp, frame, parse_only(only)[0], grid)
     except ProblemsError as e:
@@ -247,9 +247,11 @@ def load_selected(
     only: str | None,
     problems: list[str],
     columns: list[str] | None = None,
+    pruned_ok: bool = False,
 ):
     """(experiment, results, rows selected by --only, sound models only); exits 2 on any
-    problem so far; a results file that fails validation is named and left out, and so are the
+    problem so far (`pruned_ok`: an --only that keeps only pruned models is none, and selects
+    no row); a results file that fails validation is named and left out, and so are the
     data-dependent models awaiting their memory pass. `columns`: read only these (and the
     --only columns), not every results column."""
     from sweeper.results.certify_rows import ResultsError
@@ -263,7 +265,9 @@ def load_selected(
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(results.invalid, exp)
-    frame, unsound = selection.sound_rows(filter_rows(results.frame, chosen))
+    if pruned_ok and selection.only_pruned(exp, results.frame, chosen):
+        return exp, results, results.frame.iloc[0:0]
+    frame, unsound = selection.sound_rows(selection.only_rows(exp, results.frame, chosen))
     if unsound:
         display.echo(
             f"{display.plural(unsound, 'data-dependent model')} "

@@ -35,7 +35,12 @@ def with_pruned(table: pd.DataFrame | None, pruned: pd.DataFrame, radii: list[fl
     if pruned.empty:
         return table
     radius_cols = [f"r={r:g}" for r in radii]
-    base = table if table is not None else pd.DataFrame(columns=["trial_id", *radius_cols])
+    if table is None:  # only pruned models: their own columns, accuracies and ACR null
+        from sweeper.report.tables import distinguishing_columns
+
+        own = ["trial_id", *distinguishing_columns(pruned)]
+        table = pd.DataFrame(columns=list(dict.fromkeys([*own, *radius_cols, "acr", "points"])))
+    base = table
     keep = [c for c in base.columns if c in pruned.columns and c not in radius_cols]
     extra = pruned[keep + [f"{c}{UPPER}" for c in radius_cols]]
     out = pd.concat([base.assign(status="certified"), extra.assign(status="pruned")])
