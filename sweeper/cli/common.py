@@ -15,7 +15,9 @@ from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, echo, printable
 from sweeper.report.formats import COLUMN_LABELS
+from sweeper.results.credentials import redact_args
 from sweeper.results.storage import Experiment
+from sweeper.run.driving import RayLost
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
@@ -39,7 +41,8 @@ class GuardedGroup(TyperGroup):
     """The command line's one edge: bad input that a command did not report itself (a
     ProblemsError such as an experiment name that would leave the storage) is its `error:`
     lines and exit 2; a file-system failure (a full disk, a vanished mount) is one line
-    saying what and where, with the free space, and exit 1, never a traceback. It also
+    saying what and where, with the free space, and exit 1, and so is Ray gone under a run
+    (`RayLost`, with how to resume), never a traceback. It also
     lists the commands in `ORDER` and tidies every command's help (`tidy_help`)."""
 
     def list_commands(self, ctx) -> list[str]:
@@ -55,6 +58,9 @@ class GuardedGroup(TyperGroup):
             return super().invoke(ctx)
         except ProblemsError as e:
             fail(e.problems)
+        except RayLost as e:  # Ray went away under a run: no traceback, how to resume
+            ray_lost(str(e))
+            raise typer.Exit(1) from None
         except OSError as e:
             if e.errno == errno.EPIPE:  # click's own handling of a closed pipe
                 raise
@@ -265,6 +271,19 @@ def sweeper_command() -> str:
         return "sweeper"
     relative = os.path.relpath(started)
     return relative if not relative.startswith("..") else os.path.abspath(started)
+
+
+def command_line() -> str:
+    """The command as typed, for the lease (`lease.json`) and the messages that say how to
+    re-run it, with the credentials of any URI or --address redacted (`redact_args`): the
+    lease and the terminal never hold them, even where an option let them through."""
+    return "sweeper " + " ".join(redact_args(sys.argv[1:]))
+
+
+def ray_lost(line: str) -> None:
+    """Ray gone under a run (`RayLost`, `RayWatch`): one `error:` line saying so and how to
+    resume."""
+    echo(f"error: {line}; re-run `{command_line()}` to resume (finished work is kept)", err=True)
 
 
 def fail(problems: list[str], code: int = 2) -> NoReturn:

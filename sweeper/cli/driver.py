@@ -4,7 +4,6 @@ lease names it, the wait for nodes, and how it ends (exit codes, failures)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -12,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sweeper.cli.common import console
+from sweeper.cli.common import command_line, console, ray_lost
 from sweeper.cli.display import echo
 from sweeper.plan.spec import Resources
-from sweeper.results.credentials import redact_args
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
 
@@ -31,13 +29,6 @@ def launch_options(options: dict[str, Any]) -> LaunchOptions:
     return LaunchOptions(
         **{f.name: options[f.name] for f in fields(LaunchOptions) if f.name in options}
     )
-
-
-def command_line() -> str:
-    """The command as typed, for the lease (`lease.json`) and the messages that say how to
-    re-run it, with the credentials of any URI or --address redacted (`redact_args`): the
-    lease and the terminal never hold them, even where an option let them through."""
-    return "sweeper " + " ".join(redact_args(sys.argv[1:]))
 
 
 def finish(
@@ -94,7 +85,7 @@ def watchers(planned: Callable[[Any, Resources, dict], None] | None = None) -> W
     """How a command that runs work shows it: the lease names the command as typed, the
     progress display (`RunDisplay`) and the wait for nodes (`WaitDisplay`) are live on a
     terminal, warnings are `warning:` lines on stderr, notes and the plan (`planned`) go to
-    the console."""
+    the console, Ray gone under the run is an `error:` line with how to resume."""
     from sweeper.cli.status import RunDisplay
 
     return Watchers(
@@ -104,4 +95,5 @@ def watchers(planned: Callable[[Any, Resources, dict], None] | None = None) -> W
         warn=lambda line: echo(f"warning: {line}", err=True),
         note=console.print,
         planned=planned or (lambda plan, resources, states: None),
+        ray_lost=ray_lost,
     )

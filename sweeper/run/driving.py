@@ -1,11 +1,17 @@
 """What a driver holds while it runs work on Ray: the experiment's lease, a connection to Ray,
 and room on the cluster (waiting for an autoscaler to provide it), with the nodes' versions
-checked. Who is told what, and how, is the caller's (`Watchers`): the command line shows a
-live line and its progress display, the Python API logs."""
+checked, and a watch on Ray itself (`RayWatch`: when its GCS goes away, `RayLost`, never a
+silent exit). Who is told what, and how, is the caller's (`Watchers`): the command line shows
+a live line and its progress display, the Python API logs."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -75,6 +81,94 @@ class Watchers:
     warn: Callable[[str], None] = field(default=log.warning)
     note: Callable[[str], None] = field(default=log.info)
     planned: Callable[[Any, Resources, dict], None] = field(default=_log_plan)
+    ray_lost: Callable[[str], None] = field(default=log.error)
+
+
+# Seconds Ray's GCS may stay unreachable before the run is given up: Ray itself ends a driver
+# whose GCS is gone for 60 s, with no word a person can act on (`RayWatch`).
+RAY_LOST_S = 20.0
+POLL_S = 2.0
+
+
+class RayLost(Exception):
+    """Ray went away under a run (its GCS unreachable, or Ray's own system error): one line
+    saying so; re-running the same command resumes (finished work is kept)."""
+
+
+def gcs_address() -> tuple[str, int] | None:
+    """(host, port) of the connected Ray's GCS (None: not known, e.g. a Ray client)."""
+    try:
+        import ray
+
+        host, _, port = str(ray.get_runtime_context().gcs_address).rpartition(":")
+        return host, int(port)
+    except Exception:  # a client connection, an older Ray: no watch
+        return None
+
+
+def reachable(address: tuple[str, int], timeout: float = POLL_S) -> bool:
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def lost_line(address: tuple[str, int] | None, cause: str) -> str:
+    where = f" at {address[0]}:{address[1]}" if address is not None else ""
+    return f"Ray went away under the run (its GCS{where} {cause})"
+
+
+class RayWatch:
+    """While a run uses Ray, polls its GCS every `POLL_S`; unreachable for `limit` seconds,
+    it tells `lost` one line (the command line: an `error:` line and how to resume) and ends
+    the process with exit 1, before Ray's own exit would end it without a word."""
+
+    def __init__(
+        self,
+        address: tuple[str, int] | None,
+        lost: Callable[[str], None],
+        limit: float = RAY_LOST_S,
+        exit: Callable[[int], Any] = os._exit,
+    ):
+        self.address, self.lost, self.limit, self.exit = address, lost, limit, exit
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="sweeper-ray-watch", daemon=True)
+
+    def __enter__(self) -> RayWatch:
+        if self.address is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+    def _watch(self) -> None:
+        assert self.address is not None
+        since = None
+        while not self.stop.wait(POLL_S):
+            if reachable(self.address):
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= self.limit and not self.stop.is_set():
+                self.lost(lost_line(self.address, f"unreachable for {self.limit:.0f} s"))
+                sys.stdout.flush()
+                sys.stderr.flush()
+                self.exit(1)
+                return
+
+
+def ray_lost(e: BaseException, address: tuple[str, int] | None) -> RayLost | None:
+    """`e`, raised under a run, as Ray's death: Ray's own system error, or any error while
+    its GCS cannot be reached (None: an error of the run itself)."""
+    import ray.exceptions
+
+    if isinstance(e, ray.exceptions.RaySystemError):
+        return RayLost(lost_line(address, f"failed: {str(e).strip().splitlines()[0]}"))
+    if address is not None and not reachable(address):
+        return RayLost(lost_line(address, f"unreachable: {type(e).__name__}"))
+    return None
 
 
 def check_node_versions(warn: Callable[[str], None]) -> None:
@@ -100,7 +194,9 @@ def driving(
 ) -> Iterator[Capacity]:
     """Hold `exp` (its lease), connect to Ray, wait for room for one of `count` trials
     (asking an autoscaler for all of them) and check that the nodes run the driver's versions;
-    yields the `Capacity` request, released on exit. Any problem: `ProblemsError`."""
+    yields the `Capacity` request, released on exit. Any problem: `ProblemsError`; Ray gone
+    under the run: `RayLost` (or, its GCS unreachable for `RAY_LOST_S`, exit 1 by `RayWatch`
+    after telling `watchers.ray_lost`)."""
     from sweeper.results.lease import Lease
     from sweeper.run.capacity import capacity_for
     from sweeper.run.launch import ray_cluster
@@ -115,6 +211,13 @@ def driving(
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
                 check_node_versions(watchers.warn)
-                yield capacity
+                address = gcs_address()
+                with RayWatch(address, watchers.ray_lost):
+                    try:
+                        yield capacity
+                    except Exception as e:
+                        if (lost := ray_lost(e, address)) is not None:
+                            raise lost from None
+                        raise
     finally:
         display.close()
