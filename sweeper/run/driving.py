@@ -184,6 +184,19 @@ def check_node_versions(warn: Callable[[str], None]) -> None:
 
 
 @contextmanager
+def watching_ray(lost: Callable[[str], None]) -> Iterator[None]:
+    """The connected Ray watched (`RayWatch`); an error that is Ray's death, `RayLost`."""
+    gcs = gcs_address()
+    with RayWatch(gcs, lost):
+        try:
+            yield
+        except Exception as e:
+            if (gone := ray_lost(e, gcs)) is not None:
+                raise gone from None
+            raise
+
+
+@contextmanager
 def driving(
     exp: Experiment,
     address: str | None,
@@ -211,13 +224,7 @@ def driving(
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
                 check_node_versions(watchers.warn)
-                address = gcs_address()
-                with RayWatch(address, watchers.ray_lost):
-                    try:
-                        yield capacity
-                    except Exception as e:
-                        if (lost := ray_lost(e, address)) is not None:
-                            raise lost from None
-                        raise
+                with watching_ray(watchers.ray_lost):
+                    yield capacity
     finally:
         display.close()
