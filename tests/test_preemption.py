@@ -4,7 +4,7 @@ middle of training and in the middle of certification, on Ray's own multi-node t
 
 The trial resumes from its last checkpoint on another node, the shard lost with the node runs
 again, the rows have no duplicate and no gap, and neither loss is charged to the budgets meant
-for errors (`sweeper.run.retries`). A replacement node joins after each kill, as an autoscaler
+for errors (`sweeper.run.retries`): the sweep allows no retry after an error at all. A replacement node joins after each kill, as an autoscaler
 replaces a preempted spot instance. The driver is a `sweeper run grid` subprocess joining the
 cluster; this process only starts and kills nodes (the session's `ray.init` is not touched).
 """
@@ -107,6 +107,7 @@ def test_a_node_killed_mid_training_and_mid_certification_costs_no_work_and_no_e
     exp = Experiment(str(tmp_path / "store"), "pre")
     (cfg,) = expand(load_space(str(space)))
     args = [*SWEEPER, "run", "grid", space, "--storage", tmp_path / "store", "--experiment", "pre"]
+    args += ["--max-failures", "0", "--task-retries", "0"]  # no error may be retried
     log = (tmp_path / "driver.log").open("w")
     driver = subprocess.Popen([str(a) for a in args], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

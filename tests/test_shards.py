@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ray import exceptions as rx  # before the `fake_ray` fixture stands in for Ray
 from scipy.stats import beta, norm
 
 from sweeper.plan.spec import CertifySpec, Resources
@@ -37,6 +38,7 @@ from sweeper.results.storage import MEMORY, Experiment
 from sweeper.run import compaction, shards
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.empirical_stage import EMPIRICAL, EmpiricalSetting, empirical_table
+from sweeper.run.retries import Budget, Retries
 from sweeper.run.stage import Shard
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings
@@ -956,6 +958,39 @@ def test_by_default_tasks_run_on_ray_not_retried_by_ray_and_gpu_tasks_keep_their
         ("cancel", 3, True),
     ]
     assert runner.pending == {}
+
+
+def test_a_task_lost_with_its_node_runs_again_without_spending_the_error_budget(bench):
+    """Tasks end with Ray's exceptions (as `ray.get` raises them, Ray retrying nothing): a
+    shard lost with its node twice, then computed; one whose worker crashed once; one whose
+    code raised (not retried); one lost three times, the third charged to the errors. Each
+    resubmitted shard is computed once more; only the raised one fails; failures.json counts
+    what each budget took."""
+    lost = rx.NodeDiedError("Task failed because the node it was running on is dead")
+    first = {0: [lost, lost], 1: [rx.WorkerCrashedError()], 2: [ValueError("bug")]}
+    first[3] = [lost, lost, lost]
+
+    def compute(exp, shard, setting, cpus):
+        if first.get(shard.index):
+            raise first[shard.index].pop(0)
+        return bench.compute(exp, shard, setting, cpus)
+
+    work = [replace(w, stage=replace(w.stage, compute=compute)) for w in bench.work(SPEC)]
+    log = FailureLog(bench.exp)
+    retries = Retries(Budget(errors=1, node_losses=2, retry_raised=False), log)
+    tasks = InProcess(per_wait=None)
+    runner = bench.runner(work, tasks, print, failure_log=log, retries=retries)
+    assert runner.submit(A) == 4
+    runner.wait(poll_every=0)
+    assert sorted(i for *_, i, _ in bench.computed) == [0, 1, 3]  # the raised one: no rows
+    assert [name for name, _ in tasks.submitted] == ["run_shard"] * 10  # 4 + 2 + 1 + 0 + 3
+    assert runner.failure_rows() == [(A.trial_id, "certify", "bug")]
+    doc = json.loads(Path(bench.exp.failures_json).read_text())
+    tid = A.trial_id
+    assert doc["retried"] == {
+        "node_losses": {tid: {"certify": 4}},  # shard 0 twice, shard 3 twice
+        "errors": {tid: {"certify": 3}},  # the crash, the raised one, shard 3's third loss
+    }
 
 
 # ------------------------------------------------------------------------------ one task

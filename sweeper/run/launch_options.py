@@ -45,8 +45,8 @@ class LaunchOptions:
     )
     task_retries: int = setting(
         2,
-        "Retries of a certification or attack task whose worker process died on a live node "
-        "(an exception raised by its code is not retried).",
+        "Retries of a certification task whose worker process died on a live node (an "
+        "exception raised by its code is not retried).",
         AtLeast(0),
     )
     cpu_only: bool = setting(False, "Ask for no GPU (train and certify on CPUs).")
