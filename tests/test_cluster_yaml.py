@@ -106,6 +106,25 @@ def test_gpu_workers_fit_the_cifar10_space(prepared):
         assert node["min_workers"] == 0 and 1 <= node["max_workers"] <= prepared["max_workers"]
 
 
+def test_gpu_workers_are_spot_first_with_an_on_demand_fallback_of_the_same_shape(prepared):
+    """Autoscaler v2 (`ray up`'s default) ranks the types that fit equally by priority and
+    falls back from a type whose launch failed; v1 breaks ties by the name sorted last."""
+    gpu = {k: v for k, v in worker_types(prepared).items() if v["resources"].get("GPU", 0) > 0}
+    market = {
+        k: v["node_config"].get("InstanceMarketOptions", {}).get("MarketType")
+        for k, v in gpu.items()
+    }
+    spot = [k for k, m in market.items() if m == "spot"]
+    on_demand = [k for k, m in market.items() if m is None]
+    assert spot and on_demand, market
+    for s in spot:
+        for d in on_demand:
+            assert gpu[s]["priority"] > gpu[d].get("priority", 0) and s > d, (s, d)
+            assert gpu[s]["resources"] == gpu[d]["resources"]
+            same = {k: v for k, v in gpu[s]["node_config"].items() if k != "InstanceMarketOptions"}
+            assert same == gpu[d]["node_config"], (s, d)
+
+
 def test_min_workers_within_bounds(prepared):
     for name, node in prepared["available_node_types"].items():
         assert 0 <= node["min_workers"] <= node["max_workers"], name
