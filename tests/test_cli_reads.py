@@ -388,6 +388,12 @@ def test_fixed_and_data_dependent_side_by_side_at_80_columns(ddrs_storage):
     ]
 
 
+MODEL_CI_NOTE = (
+    "95% CI: Clopper–Pearson interval of each model's certified accuracy at that radius over 4 "
+    "test points (csv/json: r=..._ci_low, r=..._ci_high)"
+)
+
+
 def test_a_model_awaiting_its_memory_pass_is_left_out_of_every_format(ddrs_storage):
     envelope = run(ddrs_storage, "envelope", "--radii", "0,0.5,2", "--format", "csv")
     assert envelope.stdout.splitlines()[0].startswith("smoothing,radius,certified_accuracy,")
@@ -403,7 +409,7 @@ def test_a_model_awaiting_its_memory_pass_is_left_out_of_every_format(ddrs_stora
     assert envelope.stderr.splitlines() == [AWAITS, settings_line(), *DDRS_STDERR]
     table = run(ddrs_storage, "table", "--radii", "0,0.5", "--format", "csv")
     assert csv(table)["trial_id"].tolist() == [D.trial_id, S.trial_id, G.trial_id]
-    assert table.stderr.splitlines() == [AWAITS, settings_line(), *DDRS_STDERR]
+    assert table.stderr.splitlines() == [AWAITS, MODEL_CI_NOTE, settings_line(), *DDRS_STDERR]
 
 
 def test_fixed_sigma_models_await_nothing(storage):

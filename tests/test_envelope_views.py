@@ -68,13 +68,19 @@ def test_table_shows_the_pruned_model_with_its_upper_bounds(storage):
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
     row = next(line for line in lines if P.trial_id in line)
-    assert "pruned" in row and "≤0.500" in row and "≤0.250" in row and "0.000" not in row
+    assert "pruned" in row and "≤0.500" in row and "0.000" not in row
     assert sum("│ certified" in line for line in lines) == 2, text
+    wide = invoke(storage, "table", "--radii", "0:0.5:0.25", "--wide").stdout
+    row = next(line for line in wide.splitlines() if P.trial_id in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    # its accuracy cells the upper bounds, its intervals - (nothing measured)
+    assert cells[4:10] == ["≤0.500", "-", "≤0.250", "-", "≤0.250", "-"], cells
     rows = json.loads(invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "json").stdout)
     pruned = [r for r in rows if r["status"] == "pruned"]
     assert [r["trial_id"] for r in pruned] == [P.trial_id]
     assert pruned[0]["r=0"] is None and pruned[0]["r=0.25_upper"] == 0.25
     assert pruned[0]["r=0_upper"] == 0.5 and pruned[0]["acr"] is None
+    assert pruned[0]["r=0_ci_low"] is None and pruned[0]["r=0.5_ci_high"] is None
     csv = invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "csv").stdout
     assert "r=0.5_upper" in csv.splitlines()[0] and "pruned" in csv
     md = invoke(storage, "table", "--radii", "0:0.5:0.25", "--format", "markdown").stdout

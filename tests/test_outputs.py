@@ -159,7 +159,10 @@ def test_integers_stay_integers_in_csv_and_json(storage):
     [record] = json.loads(invoke(storage, "envelope", "--radii", "0.25", "--format", "json").stdout)
     assert record["steps"] == 2 and isinstance(record["steps"], int)
     table = invoke(storage, "table", "--radii", "0,0.5", "--format", "csv").stdout
-    assert table.splitlines()[0] == "trial_id,method,sigma,r=0,r=0.5,acr,points,max_radius"
+    assert table.splitlines()[0] == (
+        "trial_id,method,sigma,r=0,r=0_ci_low,r=0_ci_high,r=0.5,r=0.5_ci_low,r=0.5_ci_high,"
+        "acr,points,max_radius"
+    )
 
 
 # ----------------------------------------------------------------------- at 80 columns
@@ -249,17 +252,43 @@ def test_per_model_table_marks_radii_beyond_reach(storage):
         for line in result.stdout.splitlines()
         if line.startswith("│")
     }
-    assert rows[G.trial_id] == ["gaussian", "0.25", "0.750*", "n/a", "n/a", "0.154", "4", "0.375"]
-    assert rows[S.trial_id] == [
-        "smoothadv",
-        "0.5",
-        "0.500",
-        "0.250*",
-        "n/a",
-        "0.255*",
-        "4",
-        "0.750",
-    ]
+    g = ["gaussian", "0.25", "0.750*", "0.194–0.994", "n/a", "n/a", "n/a", "n/a"]
+    assert rows[G.trial_id] == [*g, "0.154", "4", "0.375"]
+    s = ["smoothadv", "0.5", "0.500", "0.068–0.932", "0.250*", "0.006–0.806", "n/a", "n/a"]
+    assert rows[S.trial_id] == [*s, "0.255*", "4", "0.750"]
+
+
+def test_the_per_model_table_gives_each_accuracy_its_interval_in_every_format(storage):
+    """Issue 30 item 9 for `sweeper table`: each model's certified accuracy at each radius
+    with its 95% Clopper–Pearson interval over its 4 points (the envelope's arithmetic,
+    `envelope_uncertainty`): numbers in csv and json, a `r=0 95% CI` column at 80 columns and
+    in markdown, none where nothing was measured (beyond reach), and stderr names it."""
+
+    def cp(k: int, n: int = 4) -> tuple[float, float]:
+        low = beta.ppf(0.025, k, n - k + 1) if k else 0.0
+        return float(low), float(beta.ppf(0.975, k + 1, n - k) if k < n else 1.0)
+
+    rows = {
+        r["trial_id"]: r
+        for r in json.loads(invoke(storage, "table", "--radii", "0,0.5", "--format", "json").stdout)
+    }
+    g, s = rows[G.trial_id], rows[S.trial_id]
+    assert (g["r=0_ci_low"], g["r=0_ci_high"]) == pytest.approx(cp(3))  # 3 of 4 at r = 0
+    assert (s["r=0.5_ci_low"], s["r=0.5_ci_high"]) == pytest.approx(cp(1))
+    assert g["r=0.5"] == 0 and g["r=0.5_ci_low"] is None  # beyond G's reach: not measured
+    csv = invoke(storage, "table", "--radii", "0,0.5", "--format", "csv").stdout
+    assert "r=0_ci_low,r=0_ci_high" in csv.splitlines()[0]
+    md = invoke(storage, "table", "--radii", "0,0.5", "--format", "markdown").stdout
+    assert md.splitlines()[0].startswith("| trial_id | method | sigma | r=0 | r=0 95% CI | r=0.5 |")
+    assert f"| {G.trial_id} | gaussian | 0.25 | **0.750** | 0.194–0.994 | n/a | n/a |" in md
+    result = invoke(storage, "table", "--radii", "0,0.5")
+    header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+    assert [h.strip() for h in header.strip("┃").split("┃")][3:6] == ["r=0", "r=0 95% CI", "r=0.5"]
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert (
+        "95% CI: Clopper–Pearson interval of each model's certified accuracy at that radius "
+        "over 4 test points (csv/json: r=..._ci_low, r=..._ci_high)"
+    ) in result.stderr.splitlines()
 
 
 # --------------------------------------------------------------- --only and the sweep

@@ -27,7 +27,13 @@ from sweeper.cli.common import (
     warn_left_out,
 )
 from sweeper.cli.options import Strict
-from sweeper.cli.uncertainty_view import CI_HEADER, uncertainty_note, uncertainty_texts
+from sweeper.cli.uncertainty_view import (
+    CI_HEADER,
+    model_interval_note,
+    model_interval_texts,
+    uncertainty_note,
+    uncertainty_texts,
+)
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
@@ -134,6 +140,7 @@ def table(
     except ProblemsError as e:
         fail(e.problems)
     _print_model_table(rows, fmt, exp.name, wide, digits)
+    model_interval_note(rows)
     print_settings(frame)
     print_coverage(exp, results, frame)
     exit_if_left_out(results, strict)
@@ -150,6 +157,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*")
         )
+    text = model_interval_texts(text)
     if fmt == "markdown":
         display.echo(to_markdown(text))
     elif fmt == "table":
@@ -157,7 +165,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
             display.Column(
                 c if c == "trial_id" else DISPLAY.get(c, c),
                 text[c].tolist(),
-                rows[c].dtype.kind in "fiu",
+                c not in rows or rows[c].dtype.kind in "fiu",
                 frozenset(best.get(c, ())),
             )
             for c in text.columns
@@ -174,10 +182,12 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
 
 def _model_table_priority(headers: list[str]) -> list[str]:
     """The columns to keep first when the table is too wide: what tells the models apart and
-    how they do, a couple of radii before the other hyperparameters, then the other radii."""
+    how they do, a couple of radii (each with its interval) before the other hyperparameters,
+    then the other radii."""
     radii = [h for h in headers if h.startswith("r=")]
     keys = [h for h in headers if h not in (*radii, "points", "max r")]
-    order = ["trial_id", "method", "σ", "ACR", *radii[:2], *keys, *radii, "points", "max r"]
+    order = ["trial_id", "status", "method", "σ", "ACR", *radii[:4], *keys, *radii]
+    order += ["points", "max r"]
     return list(dict.fromkeys(order))
 
 

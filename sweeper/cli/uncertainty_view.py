@@ -1,6 +1,8 @@
-"""How the terminal and markdown show the envelope's uncertainty over the test points
-(`sweeper.results.envelope_uncertainty`): the winner's interval in one column, ≈ after a
-winner its runner-up is not told apart from, and one line on stderr saying what both mean."""
+"""How the terminal and markdown show the uncertainty over the test points
+(`sweeper.results.envelope_uncertainty`): in the envelope the winner's interval in one column,
+≈ after a winner its runner-up is not told apart from; in the per-model table each radius's
+interval in a column after it (`r=0.25 95% CI`); and one line on stderr saying what they
+mean."""
 
 from __future__ import annotations
 
@@ -35,5 +37,40 @@ def uncertainty_note(table) -> None:
         f"95% CI: Clopper–Pearson interval of the winner's certified accuracy over {size} test "
         "points; ≈: the test points do not tell the winner from the runner-up (McNemar's exact "
         "test on the points both certified, p ≥ 0.05; csv/json: paired_p)",
+        err=True,
+    )
+
+
+def interval_header(column: str) -> str:
+    """`r=0.25` -> `r=0.25 95% CI`: the heading of a radius's interval in the per-model table."""
+    return f"{column} {CI_HEADER}"
+
+
+def model_interval_texts(text):
+    """The per-model table's cells (`text`) with each radius's `_ci_low` and `_ci_high`
+    cells as one `r=0.25 95% CI` column (`low–high`; n/a beyond reach, - where nothing was
+    measured), in place of the two."""
+    from sweeper.report.render import BEYOND, CI_HIGH, CI_LOW
+
+    for low in [c for c in text.columns if str(c).endswith(CI_LOW)]:
+        radius = str(low).removesuffix(CI_LOW)
+        high = f"{radius}{CI_HIGH}"
+        cells = [
+            lo if lo == BEYOND else "-" if lo in ("", "-") else f"{lo}–{hi}"
+            for lo, hi in zip(text[low], text[high], strict=True)
+        ]
+        text.insert(text.columns.get_loc(low), interval_header(radius), cells)
+        text = text.drop(columns=[low, high])
+    return text
+
+
+def model_interval_note(rows) -> None:
+    if not any(str(c).endswith("_ci_low") for c in rows.columns):
+        return
+    points = rows["points"].dropna()
+    size = f"{int(points.min())}" if len(points) and points.min() == points.max() else "its"
+    display.echo(
+        f"{CI_HEADER}: Clopper–Pearson interval of each model's certified accuracy at that "
+        f"radius over {size} test points (csv/json: r=..._ci_low, r=..._ci_high)",
         err=True,
     )

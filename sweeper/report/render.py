@@ -86,8 +86,46 @@ def unreachable(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     if "certified_accuracy" in frame and "radius" in frame:
         out["certified_accuracy"] = frame["radius"].to_numpy(dtype=np.float64) > reach
     for c in frame.columns:
-        if str(c).startswith("r=") and not str(c).endswith("_upper"):
-            out[c] = float(str(c)[2:]) > reach
+        if (r := radius_of(c, interval=True)) is not None:
+            out[c] = r > reach
+    return out
+
+
+CI_LOW, CI_HIGH = "_ci_low", "_ci_high"  # suffixes of a radius column's interval
+
+
+def radius_of(column: object, interval: bool = False) -> float | None:
+    """The radius of a per-radius accuracy column (`r=0.25` -> 0.25; with `interval` also of
+    its interval's `r=0.25_ci_low`, `_ci_high`); None for any other column (`r=0.25_upper`)."""
+    text = str(column)
+    if interval:
+        text = text.removesuffix(CI_LOW).removesuffix(CI_HIGH)
+    if not text.startswith("r="):
+        return None
+    try:
+        return float(text[2:])
+    except ValueError:
+        return None
+
+
+def with_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """The per-model `table` with, after each radius column, the 95% Clopper–Pearson interval
+    of that certified accuracy over the model's points (`results.envelope_uncertainty`) as
+    `r=0.25_ci_low` and `r=0.25_ci_high`: null where nothing was measured (beyond the
+    model's largest certifiable radius, a pruned model)."""
+    from sweeper.results.envelope_uncertainty import clopper_pearson
+
+    out = table.copy()
+    points = pd.to_numeric(table["points"], errors="coerce").to_numpy(dtype=np.float64)
+    reach = table["max_radius"].to_numpy(dtype=np.float64) + 1e-9
+    for c in [c for c in table.columns if radius_of(c) is not None]:
+        acc = pd.to_numeric(table[c], errors="coerce").to_numpy(dtype=np.float64)
+        known = ~np.isnan(acc) & (points > 0) & ~(float(str(c)[2:]) > reach)
+        k, n = np.where(known, np.round(acc * points), 0), np.where(known, points, 1)
+        low, high = clopper_pearson(k, n)
+        at = list(out.columns).index(c) + 1
+        out.insert(at, f"{c}{CI_LOW}", np.where(known, low, np.nan))
+        out.insert(at + 1, f"{c}{CI_HIGH}", np.where(known, high, np.nan))
     return out
 
 
@@ -173,14 +211,15 @@ def plot_envelope(
 
 def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     """One row per model: method, σ and the hyperparameters that tell the models apart,
-    certified accuracy per radius (columns "r=0.25", ...), ACR and the number of points;
-    sorted by ACR."""
+    certified accuracy per radius (columns "r=0.25", ...) each with its 95% interval over the
+    points (`with_intervals`), ACR and the number of points; sorted by ACR."""
     models = model_table(frame)
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
     keys = distinguishing_columns(models)
     reach = pd.DataFrame({"max_radius": max_radii(frame)})
     table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]], reach], axis=1)
+    table = with_intervals(table)
     return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
 
 
