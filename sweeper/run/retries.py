@@ -141,12 +141,9 @@ class _Recover:
         again = self.retries.charge(self.trial_id, self.trial_id, "train", kind)
         spent = self.retries.spent[self.trial_id]
         log.warning(
-            "trial %s failed (%s; %d errors, %d node losses so far): %s",
-            self.trial_id,
-            kind,
-            spent["errors"],
-            spent["node_losses"],
-            "runs again from its checkpoint" if again else "gives up",
+            "trial %s: training failed (%s; %d errors, %d node losses so far): %s",
+            *(self.trial_id, kind.replace("_", " "), spent["errors"], spent["node_losses"]),
+            "resumes from its checkpoint" if again else "no retry left",
         )
         return again
 

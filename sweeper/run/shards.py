@@ -289,13 +289,18 @@ class StageRunner:
     def _again(self, job: Job, error: Exception) -> bool:
         """Whether the failed `job` was submitted again: its node was lost, or its worker
         crashed, within their budgets (an exception of its code is not retried)."""
-        stage = job.work.stage.name
-        part = job.shard.index if job.shard is not None else "compaction"
+        stage, shard = job.work.stage.name, job.shard
+        part = f"shard {shard.index + 1}/{shard.count}" if shard is not None else "compaction"
         key = (job.trial_id, stage, job.work.setting.setting_id, part)
         kind = classify(error)
         if not self.retries.charge(key, job.trial_id, stage, kind):
             return False
-        log.warning("%s %s %s: %s, submitted again", job.trial_id, stage, part, kind)
+        spent = self.retries.spent[key]
+        log.warning(
+            "trial %s: %s %s failed (%s; %d errors, %d node losses so far): submitted again",
+            *(job.trial_id, stage, part, kind.replace("_", " ")),
+            *(spent["errors"], spent["node_losses"]),
+        )
         self._start(job)
         return True
 
