@@ -288,7 +288,8 @@ class StageRunner:
 
     def _again(self, job: Job, error: Exception) -> bool:
         """Whether the failed `job` was submitted again: its node was lost, or its worker
-        crashed, within their budgets (an exception of its code is not retried)."""
+        crashed, within their budgets (`retries`; by default an exception its code raised is
+        not retried)."""
         stage, shard = job.work.stage.name, job.shard
         part = f"shard {shard.index + 1}/{shard.count}" if shard is not None else "compaction"
         key = (job.trial_id, stage, job.work.setting.setting_id, part)
