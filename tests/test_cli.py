@@ -436,7 +436,8 @@ def test_envelope_formats_give_the_exact_numbers(tmp_path, storage):
 
 
 # ------------------------------------------------------------------------------ status
-def test_status_shows_states_and_shards(storage):
+def test_status_shows_states_and_shards(storage, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # a wide terminal: a trial's row on one line
     make_experiment(storage)
     args = ["status", "--storage", str(storage), "--experiment", "exp"]
     result = runner.invoke(app, [*args, "--all"])

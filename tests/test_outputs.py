@@ -453,10 +453,9 @@ def test_a_trial_certified_twice_is_two_models_and_stderr_says_so(storage):
 def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whole(
     monkeypatch, capsys
 ):
-    from sweeper.cli import common
     from sweeper.cli.driver import finish
 
-    monkeypatch.setattr(common.console, "width", 80)  # a terminal 80 columns wide
+    monkeypatch.setenv("COLUMNS", "80")  # a terminal 80 columns wide, or COLUMNS=80 piped
     result = runner.invoke(
         app, ["run", "grid", "digits", "--dry-run", "--storage", "/nonexistent-h17"]
     )
@@ -487,6 +486,25 @@ def test_the_dry_run_cost_table_and_the_failures_table_keep_numbers_and_ids_whol
     assert exited.value.exit_code == 1
     out = capsys.readouterr().out
     assert G.trial_id in out and ELLIPSIS not in out and out.count("message") == 20  # folded, whole
+
+
+@pytest.mark.parametrize(
+    "args", [["spaces"], ["run", "grid", "cifar10", "--dry-run", "--storage", "/nonexistent"]]
+)
+def test_piped_output_honours_columns_and_is_100_wide_without(monkeypatch, args):
+    """Issue 30 item 10: piped, `spaces` was 480 columns wide and the dry run 351, whatever
+    COLUMNS said. The console is made per invocation (never fixed at import): COLUMNS=60,
+    then 120, then none (100) in one process, each honoured."""
+    for columns, widest in (("60", 60), ("120", 120), (None, 100)):
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert max(len(line) for line in lines) <= widest, (columns, args)
+        assert max(len(line) for line in lines) > widest - 25, (columns, args)  # filled
 
 
 def test_fit_takes_columns_by_priority_while_they_fit():

@@ -193,7 +193,8 @@ def paper_size(tmp_path_factory):
     return exp, trials
 
 
-def test_summary_of_644_trials_fits_a_screen(paper_size):
+def test_summary_of_644_trials_fits_a_screen(paper_size, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # a screen of 160 by 40
     exp, trials = paper_size
     args = ["status", "--storage", exp.storage, "--experiment", "cifar10"]
     out = runner.invoke(app, args)
@@ -207,11 +208,14 @@ def test_summary_of_644_trials_fits_a_screen(paper_size):
     doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
     assert doc["summary"]["trials"] == 644 and doc["summary"]["states"]["training"] == 40
     assert doc["summary"]["elapsed_s"] >= 3600 and doc["summary"]["unit"] == "GPU"
-    assert len(doc["trials"]) == 300 and doc["summary"]["shards"]["certify"] == [0, 6440]
-    assert (
-        len(json.loads(runner.invoke(app, [*args, "--format", "json", "--all"]).stdout)["trials"])
-        == 644
-    )
+    assert len(doc["attention"]) == 300 and doc["summary"]["shards"]["certify"] == [0, 6440]
+    assert "trials" not in doc  # every trial: --all
+    every = json.loads(runner.invoke(app, [*args, "--format", "json", "--all"]).stdout)
+    assert len(every["trials"]) == 644 and len(every["attention"]) == 300
+    failed = next(t for t in every["attention"] if t["state"] == "failed")
+    assert failed["epoch"] == 10 and failed["epochs"] == trials[0].epochs  # numbers, not "10/…"
+    assert failed["shards"]["certify"] == {"done": 0, "total": 10}
+    assert failed["error"].startswith("train: RuntimeError: boom")
 
 
 def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
@@ -242,8 +246,8 @@ def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_pat
     assert lines[0] == "known: slice 2 of 7 trials (--only sigma=0.5): blocked 1, certifying 1"
     assert lines[2].startswith("epochs: 5 of 10 (50.0 %)")
     assert lines[3].startswith("certify shards: 1 of 4 (25.0 %); rows 5 of 20 (25.0 %)")
-    listed = [line for line in lines if line.startswith("│")]
-    assert {B.trial_id, E.trial_id} == {line.split()[1] for line in listed}
+    listed = {line.split()[1] for line in lines if line.startswith("│")} - {"│"}
+    assert {B.trial_id, E.trial_id} == listed
     doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
     assert doc["slice"] == {"trials": 2, "of": 7, "only": "sigma=0.5"}
     assert doc["summary"]["trials"] == 2 and doc["summary"]["rows"] == [5, 20]

@@ -8,12 +8,12 @@ import inspect
 import os
 import shutil
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, cast
 
 import typer
 from typer.core import TyperGroup
 
-from sweeper.cli.display import TerminalConsole, echo, printable
+from sweeper.cli.display import TerminalConsole, console_width, echo, printable
 from sweeper.report.formats import COLUMN_LABELS
 from sweeper.results.credentials import redact_args
 from sweeper.results.storage import Experiment
@@ -176,8 +176,27 @@ def _main(
 
 
 app.add_typer(run_app, name="run")
-# Piped output keeps whole rows instead of rich's 80-column default.
-console = TerminalConsole(width=None if sys.stdout.isatty() else 160)
+
+
+class LazyConsole:
+    """The console of the command being run, made when first used and again whenever stdout
+    or $COLUMNS changed (a test's runner, another invocation): its width is $COLUMNS, else
+    the terminal's, else (piped) `display.PIPED_CONSOLE_WIDTH`; never one fixed at import."""
+
+    def __init__(self) -> None:
+        self._made: tuple[tuple, TerminalConsole] | None = None
+
+    def current(self) -> TerminalConsole:
+        key = (os.environ.get("COLUMNS"), id(sys.stdout))
+        if self._made is None or self._made[0] != key:
+            self._made = (key, TerminalConsole(width=console_width()))
+        return self._made[1]
+
+    def __getattr__(self, name: str):
+        return getattr(self.current(), name)
+
+
+console = cast(TerminalConsole, LazyConsole())
 # The envelope's columns the terminal shows, headed as everywhere (`COLUMN_LABELS`) but for
 # the plain radius, its winner and m.
 DISPLAY = {

@@ -80,6 +80,7 @@ def echo(message: str, err: bool = False) -> None:
 
 
 PIPED_WIDTH = 80  # what a default table fits when piped: a file or a pager shows it whole
+PIPED_CONSOLE_WIDTH = 100  # where other piped output wraps when $COLUMNS is not set
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,15 @@ def terminal_width() -> int:
     if sys.stdout.isatty():
         return Console().width
     return PIPED_WIDTH
+
+
+def console_width() -> int | None:
+    """The width of the commands' console: $COLUMNS (piped too), else the terminal's (None:
+    rich measures it), else PIPED_CONSOLE_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if sys.stdout.isatty() else PIPED_CONSOLE_WIDTH
 
 
 def table_width(columns: Sequence[Column]) -> int:

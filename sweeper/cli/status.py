@@ -101,7 +101,7 @@ def status(
     if fmt == "json":
         echo(json.dumps(as_json(st, summary, everything), indent=1))
     else:
-        console.print(view(st, summary, everything, st.space))
+        console.print(view(st, summary, everything, st.space), soft_wrap=True)  # a line each
     if strict and st.left_out:
         raise typer.Exit(1)
 

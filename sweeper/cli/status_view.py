@@ -207,10 +207,31 @@ def envelope_lines(st: Status, everything: bool = False, bounds: int = 3) -> lis
     return out
 
 
+def trial_json(t: TrialRow) -> dict:
+    """One trial as numbers: its epochs and each stage's shards done and planned (null: not
+    known), never the table's `1/1` strings."""
+    shards = {stage: {"done": s.done, "total": s.total} for stage, s in t.shards.items()}
+    return {
+        "trial_id": t.trial_id,
+        "trial": t.summary,
+        "state": t.state,
+        "epoch": t.epoch,
+        "epochs": t.epochs,
+        "shards": shards,
+        "points": list(t.points),
+        "error": t.error,
+    }
+
+
 def as_json(st: Status, summary: Summary, everything: bool) -> dict:
-    rows, _ = shown_trials(st, everything, limit=len(st.trials))
-    trials = [dict(zip(HEADER, trial_cells(t), strict=True), points=list(t.points)) for t in rows]
-    doc = {"summary": summary.to_dict(), "trials": trials, "failures_log": st.failures_log}
+    """`status --format json`: the summary, the trials that need attention (all of them, in
+    the order the view lists them), with `--all` every trial; the slice a driver runs, the
+    envelope strategy's verdicts, the files left out."""
+    attention = [trial_json(t) for t in needing_attention(st)]
+    doc: dict = {"summary": summary.to_dict(), "attention": attention}
+    if everything:
+        doc["trials"] = [trial_json(t) for t in st.trials]
+    doc["failures_log"] = st.failures_log
     if st.sweep_trials is not None:  # the run of a slice: the summary counts it alone
         doc["slice"] = {"trials": len(st.trials), "of": st.sweep_trials, "only": st.only}
     envelope = {"envelope": st.envelope} if st.envelope else {}  # only under that strategy
