@@ -240,3 +240,50 @@ def test_run_grid_strategy_envelope_certifies_as_trials_finish(ray_session, trai
     assert load_results(grid).invalid == []
     again = CliRunner().invoke(app, [*args, *flags], catch_exceptions=False)
     assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+
+
+class LosesNodes(Local):
+    """Local tasks whose first `lost` pilot tasks die with their node (Ray's NodeDiedError)."""
+
+    def __init__(self, lost: int):
+        super().__init__()
+        self.lost = lost
+
+    def submit(self, fn, options, *args):
+        if fn.__name__ == "pilot_task" and self.lost:
+            from ray import exceptions as rx
+
+            self.lost -= 1
+            self.names.append("lost")
+            self.results[len(self.names)] = rx.NodeDiedError("the node it ran on is dead")
+            return len(self.names)
+        return super().submit(fn, options, *args)
+
+    def get(self, handle):
+        result = self.results[handle]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def test_a_pilot_lost_with_its_node_runs_again_without_spending_the_error_budget(trained):
+    """The envelope strategy's pilot tasks are retried as the engine's shards are: a node's
+    death is charged to its own budget (failures.json `retried`), not to the errors."""
+    import json
+    from pathlib import Path
+
+    from sweeper.run.envelope_run import EnvelopeCertifier
+
+    _, spec, exp, trials = trained
+    env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.07)
+    tasks = LosesNodes(lost=2)
+    certifier = EnvelopeCertifier(exp, env, _res(), lambda e: None, tasks=tasks, sizer=_size)
+    for cfg in trials:
+        certifier.submit(cfg)
+    certifier.wait()
+    certifier.finish()
+    assert tasks.names.count("lost") == 2 and certifier.failure_rows() == []
+    statuses = {certifier.ledger.status(m) for m in certifier.ledger.models}
+    assert len(certifier.ledger.models) == len(trials) and statuses <= {"certified", "pruned"}
+    retried = json.loads(Path(exp.failures_json).read_text())
+    assert "node_losses" in json.dumps(retried) and '"errors"' not in json.dumps(retried)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 # The launch settings of every command that drives work on Ray (`run grid` takes them all).
 DRIVER = ("address", "cpu_only", "wait_for_nodes", "max_trials")
+TASKS = (*DRIVER, "node_losses", "task_retries")  # of commands that run stage tasks only
 
 
 def launch_options(options: dict[str, Any]) -> LaunchOptions:

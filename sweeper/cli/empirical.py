@@ -18,7 +18,7 @@ from sweeper.cli.common import (
     console,
     sweeper_command,
 )
-from sweeper.cli.driver import DRIVER, finish, launch_options, watchers
+from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import SpaceSmoke, given, settings_options, with_options
 from sweeper.plan.spec import EmpiricalSpec
 from sweeper.results.storage import DEFAULT_STORAGE
@@ -35,7 +35,7 @@ def _report(outcome, trials: int, settings: Sequence[str]) -> None:
 
 @app.command()
 @with_options(
-    settings_options(EmpiricalSpec), settings_options(LaunchOptions, only=DRIVER, override=False)
+    settings_options(EmpiricalSpec), settings_options(LaunchOptions, only=TASKS, override=False)
 )
 def empirical(
     space: Annotated[str, typer.Argument(help="The space the experiment was run with.")],

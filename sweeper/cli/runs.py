@@ -21,7 +21,7 @@ from sweeper.cli.common import (
     sweeper_command,
 )
 from sweeper.cli.costs import dry_run_report
-from sweeper.cli.driver import DRIVER, finish, launch_options, watchers
+from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import (
     Download,
     DryRun,
@@ -214,7 +214,7 @@ def _check_flags(
 
 @app.command()
 @with_options(
-    settings_options(CertifySpec), settings_options(LaunchOptions, only=DRIVER, override=False)
+    settings_options(CertifySpec), settings_options(LaunchOptions, only=TASKS, override=False)
 )
 def certify(
     space: Annotated[str, typer.Argument(help="The space the experiment was run with.")],

@@ -26,6 +26,7 @@ from sweeper.plan.spec import Resources
 from sweeper.results.empirical_rows import EMPIRICAL_ROWS, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
+from sweeper.run.retries import Budget, Retries
 from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
@@ -138,10 +139,14 @@ def run_empirical(
     settings_: list[EmpiricalSetting],
     resources: Resources,
     on_event: Callable,
+    budget: Budget | None = None,
 ) -> Outcome:
     """Attack every finished trial in `trials` under every setting; Ray must be initialized.
-    Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted."""
+    Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted.
+    `budget`: the tasks' retries (`retries.task_budget`; None: the defaults)."""
     runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)
+    if budget is not None:
+        runner.retries = Retries(budget, runner.failure_log)
     try:
         for cfg in trials:
             runner.submit(cfg)

@@ -50,6 +50,7 @@ from sweeper.run.envelope_planner import (
 )
 from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, EnvelopeFull, pilot_task
 from sweeper.run.outcome import Outcome
+from sweeper.run.retries import Retries, classify, task_budget
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.stage_settings import DECISION_RADII, CertifySpec
@@ -114,7 +115,9 @@ class Driver:
         args = (self.exp, tid, self.spec, stage, points, draws, self.resources.cpu)
         return self.tasks.submit(pilot_task, options, *args)
 
-    def start_full(self, cfg: TrialConfig, setting: EnvelopeFull) -> shards.StageRunner:
+    def start_full(
+        self, cfg: TrialConfig, setting: EnvelopeFull, retries: Retries
+    ) -> shards.StageRunner:
         """The model's certification shards, submitted to the engine (none if compacted)."""
         runner = shards.StageRunner(
             self.exp,
@@ -124,6 +127,7 @@ class Driver:
             self.sizer,
             self.failures,
             self.tasks,
+            retries,
         )
         runner.submit(cfg)
         return runner
@@ -158,7 +162,9 @@ class EnvelopeCertifier:
     """The envelope strategy over models submitted one by one (module docstring); a failed
     step is recorded (grouped per model, as the engine does) and its model left out of this
     run. Tasks run on Ray unless `tasks` says where; `slots`: how many PILOT/FULL steps run at
-    once; `max_steps`: start no more than that many (a resumed run continues)."""
+    once; `max_steps`: start no more than that many (a resumed run continues). A task lost
+    with its node, or whose worker crashed, runs again within `retries` (the engine's
+    budgets, `sweeper.run.retries`; Ray itself retries nothing)."""
 
     def __init__(
         self,
@@ -177,14 +183,14 @@ class EnvelopeCertifier:
             failure_log = FailureLog(exp)
             failure_log.start()
         self.failure_log = failure_log
-        self.d = Driver(
-            exp, spec, resources, on_event, tasks or shards.RayTasks(), sizer, failure_log
-        )
+        self.retries = Retries(task_budget(), failure_log)  # `run_budgets` may replace it
+        tasks = tasks or shards.RayTasks(max_retries=0)
+        self.d = Driver(exp, spec, resources, on_event, tasks, sizer, failure_log)
         self.ledger = Ledger(planner_settings(spec))
         self.arrivals = Arrivals(exp, spec.cert_id)
         self.configs: dict[str, TrialConfig] = {}
         self.busy: dict[str, str] = {}  # model -> the kind of its step running (or FAILED)
-        self.pilots: dict[Any, Step] = {}  # SELECT and PILOT task handles
+        self.pilots: dict[Any, tuple[Step, tuple]] = {}  # SELECT/PILOT handles: step, points
         self.fulls: dict[str, tuple[Step, shards.StageRunner]] = {}
         self.slots, self.max_steps, self.started = max(1, slots), max_steps, 0
 
@@ -205,11 +211,12 @@ class EnvelopeCertifier:
         start what `decide` names."""
         if self.pilots:
             for handle in self.d.tasks.wait(list(self.pilots), timeout):
-                step = self.pilots.pop(handle)
+                step, points = self.pilots.pop(handle)
                 try:
                     table = self.d.tasks.get(handle)
-                except Exception as e:  # recorded, grouped per model and stage
-                    self._failed(step, f"pilot: {e or type(e).__name__}")
+                except Exception as e:  # run again within its budgets, else recorded
+                    if not self._again(step, points, e):
+                        self._failed(step, f"pilot: {e or type(e).__name__}")
                     continue
                 self._record_pilot(step, table)
         for name, (_, runner) in list(self.fulls.items()):
@@ -257,7 +264,8 @@ class EnvelopeCertifier:
         self.busy[step.model] = step.kind
         if step.kind == FULL:
             setting = EnvelopeFull(self.d.spec, self._full_points(step))
-            self.fulls[step.model] = (step, self.d.start_full(self.configs[step.model], setting))
+            runner = self.d.start_full(self.configs[step.model], setting, self.retries)
+            self.fulls[step.model] = (step, runner)
             if not self.fulls[step.model][1].pending:
                 self._end_full(step.model)
             return
@@ -272,7 +280,7 @@ class EnvelopeCertifier:
         if isinstance(started, pa.Table):
             self._record_pilot(step, started)
         else:
-            self.pilots[started] = step
+            self.pilots[started] = (step, points)
 
     def _chat(self, model: str) -> dict[int, int]:
         m = self.ledger.models[model]
@@ -308,6 +316,18 @@ class EnvelopeCertifier:
             return
         self.busy.pop(model, None)
         self.ledger.record_full(model, _full_rows(model, table), step.from_level)
+
+    def _again(self, step: Step, points: tuple | None, error: Exception) -> bool:
+        """Whether the pilot task that failed with `error` was submitted again (its node lost,
+        or its worker crashed, within the budgets; an exception of its code is not retried)."""
+        key = (step.model, "certify", self.d.spec.cert_id, f"pilot {step.stage}")
+        if not self.retries.charge(key, step.model, "certify", classify(error)):
+            return False
+        log.warning(
+            "trial %s: pilot %d failed (%s): submitted again", step.model, step.stage, error
+        )
+        self._start(step, points)
+        return True
 
     def _failed(self, step: Step, text: str) -> None:
         self.failure_log.add(step.model, "certify", text)

@@ -83,8 +83,9 @@ def task_budget(options: LaunchOptions | None = None) -> Budget:
 
 def run_budgets(options: LaunchOptions, certifier: Any) -> Retries:
     """A run's budgets from its options: the trials' (returned, for the Tune callback), and
-    the certification tasks' set on `certifier` if it is the shard engine (`StageRunner`;
-    the envelope strategy's runners keep the defaults). Both count in its failure log."""
+    the certification tasks' set on `certifier` (the shard engine's `StageRunner`, or the
+    envelope strategy's `EnvelopeCertifier`, whose pilots and runners share them). Both count
+    in its failure log."""
     if isinstance(getattr(certifier, "retries", None), Retries):
         certifier.retries = Retries(task_budget(options), certifier.failure_log)
     return Retries(trial_budget(options), certifier.failure_log)

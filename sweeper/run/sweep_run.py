@@ -115,13 +115,15 @@ def certify(
     model (`full`) or as the `envelope` strategy decides (`run.envelope_run`)."""
     from sweeper.run.capacity import per_process
     from sweeper.run.launch import certify_trials
+    from sweeper.run.retries import task_budget
 
     room = per_process(resources, ready)
     with (
         driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
         watchers.progress(plan.exp) as on_event,
     ):
-        return certify_trials(plan.exp, ready, plan.spec.certify, resources, on_event)
+        spec = plan.spec.certify
+        return certify_trials(plan.exp, ready, spec, resources, on_event, task_budget(options))
 
 
 def all_attacked(plan: Plan, ready: list[TrialConfig], chosen: list[EmpiricalSetting]) -> bool:
@@ -145,10 +147,11 @@ def attack(
     PREDICT) as Ray tasks (`resources`: a trial's)."""
     from sweeper.run.capacity import per_process
     from sweeper.run.empirical_stage import run_empirical
+    from sweeper.run.retries import task_budget
 
     room = per_process(resources, ready)
     with (
         driving(plan.exp, options.address, room, len(ready), options.wait_for_nodes, watchers),
         watchers.progress(plan.exp) as on_event,
     ):
-        return run_empirical(plan.exp, ready, chosen, resources, on_event)
+        return run_empirical(plan.exp, ready, chosen, resources, on_event, task_budget(options))
