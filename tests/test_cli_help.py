@@ -166,3 +166,24 @@ def test_no_option_name_or_help_is_cut_at_80_columns():
             negative = [o for o in param.secondary_opts if o.startswith("--")]
             if names:
                 assert "/".join(names + negative) in shown, (words, names, sorted(shown))
+
+
+def test_a_mistyped_option_is_one_error_line_with_sane_suggestions():
+    """Issue 30 item 10: Click suggested `--retrain` for `--radii`; the suggestion is only an
+    option of the command that is really close, and the commands that take the option are
+    named; one `error:` line, exit 2, no usage block."""
+    out = sweeper("status", "--radii", "1")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "error: `sweeper status` has no option --radii; --radii is an option of `sweeper "
+        "envelope`, `sweeper table`, `sweeper report`, `sweeper certify`, `sweeper run grid` "
+        "(see `sweeper status -h`)\n"
+    )
+    typo = sweeper("run", "grid", "digits", "--radi", "1")
+    assert typo.returncode == 2 and typo.stderr == (
+        "error: `sweeper run grid` has no option --radi; did you mean --radii? "
+        "(see `sweeper run grid -h`)\n"
+    )
+    missing = sweeper("run", "grid")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: Missing argument")
+    assert len(missing.stderr.splitlines()) == 1

@@ -301,6 +301,24 @@ def test_only_with_no_such_models_names_the_values_there_are(storage):
     )
 
 
+def test_a_trial_without_an_attack_is_none_in_only_by_and_the_value_lists(storage):
+    """Issue 30 item 10: `--by attack` labelled the Gaussian group blank, `run --only` listed
+    `None, ddn, pgd` and `envelope --only attack=none` matched nothing: `none` everywhere."""
+    only = invoke(storage, "envelope", "--radii", "0", "--only", "attack=none", "--format", "csv")
+    assert G.trial_id in only.stdout and S.trial_id not in only.stdout
+    by = invoke(storage, "envelope", "--radii", "0,0.5", "--by", "attack")
+    groups = [line.split("│")[1].strip() for line in by.stdout.splitlines() if line[:1] == "│"]
+    assert groups == ["pgd", "pgd", "none", "none"]
+    csv = invoke(storage, "envelope", "--radii", "0", "--by", "attack", "--format", "csv").stdout
+    assert [line.split(",")[0] for line in csv.splitlines()] == ["attack", "pgd", "none"]
+    dry = ["run", "grid", "digits", "--dry-run", "--storage", str(storage / "d"), "--only"]
+    listed = runner.invoke(app, [*dry, "attack=xyz"])
+    assert listed.exit_code == 2
+    assert "(attack values: ddn, none, pgd)" in listed.stderr
+    chosen = runner.invoke(app, [*dry, "attack=none"])
+    assert chosen.exit_code == 0 and "2 of 34 in the sweep" in chosen.stdout
+
+
 def test_a_different_sweep_names_what_differs_and_the_likely_fix_first(tmp_path):
     spec = load_space("digits").smoked()
     trials = expand(spec, {"data_dir": None, "download": False})

@@ -11,9 +11,11 @@ import sys
 from typing import Annotated, NoReturn, cast
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, console_width, echo, printable
+from sweeper.cli.usage import usage_line
 from sweeper.report.formats import COLUMN_LABELS
 from sweeper.results.credentials import redact_args
 from sweeper.results.storage import Experiment
@@ -40,10 +42,11 @@ ORDER = (
 class GuardedGroup(TyperGroup):
     """The command line's one edge: bad input that a command did not report itself (a
     ProblemsError such as an experiment name that would leave the storage) is its `error:`
-    lines and exit 2; a file-system failure (a full disk, a vanished mount) is one line
-    saying what and where, with the free space, and exit 1, and so is Ray gone under a run
-    (`RayLost`, with how to resume), never a traceback. It also
-    lists the commands in `ORDER` and tidies every command's help (`tidy_help`)."""
+    lines and exit 2, and so is a mistyped command line (`usage`); a file-system failure (a
+    full disk, a vanished mount) is one line saying what and where, with the free space, and
+    exit 1, and so is Ray gone under a run (`RayLost`, with how to resume), never a
+    traceback. It also lists the commands in `ORDER` and tidies every command's help
+    (`tidy_help`)."""
 
     def list_commands(self, ctx) -> list[str]:
         names = super().list_commands(ctx)
@@ -51,11 +54,16 @@ class GuardedGroup(TyperGroup):
 
     def parse_args(self, ctx, args):
         tidy_help(self, ctx)
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as e:
+            usage_error(e)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except UsageError as e:
+            usage_error(e)
         except ProblemsError as e:
             fail(e.problems)
         except RayLost as e:  # Ray went away under a run: no traceback, how to resume
@@ -66,6 +74,14 @@ class GuardedGroup(TyperGroup):
                 raise
             echo(f"error: {os_error_line(e)}", err=True)
             raise typer.Exit(1) from None
+
+
+def usage_error(e: UsageError) -> NoReturn:
+    """A mistyped command line (`usage.usage_line`): one `error:` line, exit 2; Click's own
+    help for a command given nothing (`no_args_is_help`)."""
+    if isinstance(e, NoArgsIsHelpError):
+        raise e
+    fail([usage_line(e)])
 
 
 class RunGroup(TyperGroup):

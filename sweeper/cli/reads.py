@@ -34,7 +34,7 @@ from sweeper.cli.uncertainty_view import (
     uncertainty_note,
     uncertainty_texts,
 )
-from sweeper.plan.grid import parse_only
+from sweeper.plan.grid import NONE, parse_only
 from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
@@ -314,6 +314,9 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     tell apart from its runner-up (`envelope_uncertainty`), and say so below."""
     from sweeper.report.render import no_winner, render, texts, to_markdown
 
+    if table.columns[0] != "radius":  # --by: a group without the setting (attack) is `none`
+        key = table.columns[0]
+        table = table.assign(**{key: table[key].astype(object).where(table[key].notna(), NONE)})
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return

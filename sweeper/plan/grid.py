@@ -162,6 +162,9 @@ def value_matches(key: str, have: Any, wanted: Any) -> bool:
     `--only`, for trials (`select`) and for results rows (`sweeper.api.selection`)."""
     if key == "amp" and isinstance(wanted, bool):  # --only amp=off (YAML: false), amp=true
         wanted = "fp16" if wanted else "off"
+    if wanted is None or (isinstance(wanted, str) and wanted.lower() == NONE):
+        # `attack=none` (or null): a trial without one; the tables label it `none`
+        return have is None or (isinstance(have, float) and math.isnan(have))
     if (
         isinstance(have, float)
         and isinstance(wanted, (int, float))
@@ -169,6 +172,14 @@ def value_matches(key: str, have: Any, wanted: Any) -> bool:
     ):
         return math.isclose(have, wanted, rel_tol=1e-9)
     return bool(have == wanted)
+
+
+NONE = "none"  # how --only and the tables name a setting a trial does not have (attack)
+
+
+def only_value(value: Any) -> str:
+    """A value as `--only` takes it back: `none` for a missing one, 0.25, pgd."""
+    return NONE if value is None else str(value)
 
 
 def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
@@ -182,7 +193,7 @@ def select(
     problems = []
     for key, wanted in only.items():
         if not any(_matches(t, key, wanted) for t in trials):
-            values = sorted({str(getattr(t, key)) for t in trials})
+            values = sorted({only_value(getattr(t, key)) for t in trials})
             problems.append(
                 f"--only {key}={wanted} matches no trial ({key} values: {', '.join(values)})"
             )
