@@ -172,7 +172,7 @@ def test_sweeper_certify_strategy_envelope_on_a_local_ray(ray_session, trained):
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
-    assert "exact CERTIFY" in result.output
+    assert "exact CERTIFY" in " ".join(result.output.split())
     cert_id = dataclasses.replace(spec.certify, strategy="envelope", delta=0.02).cert_id
     records = {k[0]: r for k, r in read_records(exp).items() if k[1] == cert_id}
     assert set(records) == {t.trial_id for t in trials}
@@ -230,7 +230,7 @@ def test_run_grid_strategy_envelope_certifies_as_trials_finish(ray_session, trai
     flags = ["--cpu-only", "--strategy", "envelope", "--delta", "0.03"]
     result = CliRunner().invoke(app, [*args, *flags], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "exact CERTIFY" in result.output
+    assert "exact CERTIFY" in " ".join(result.output.split())
     grid = Experiment(exp.storage, "grid-env")
     cert_id = dataclasses.replace(spec.certify, strategy="envelope", delta=0.03).cert_id
     records = {k[0]: r for k, r in read_records(grid).items() if k[1] == cert_id}

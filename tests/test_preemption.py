@@ -40,7 +40,7 @@ grids:
   - name: g
     axes: {sigma: [0.25]}
 resources: {cpu: 1, gpu: 0}
-certify: {n0: 16, n: 3000, alpha: 0.01, skip: 15, max_points: null, batch_size: 1000, shard_size: 5}
+certify: {n0: 16, n: 20000, alpha: 0.01, skip: 15, max_points: null, batch_size: 1000, shard_size: 5}
 """
 POINTS, SHARDS, EPOCHS = 30, 6, 6
 
@@ -51,9 +51,11 @@ def cluster():
     (the cluster, the environment of a driver joining it). The nodes take this process's
     authentication mode (Ray reads it once, at import), and so does the driver."""
     from ray.cluster_utils import Cluster
+    from ray.experimental import internal_kv
 
     temp_dir = tempfile.mkdtemp(prefix="sw-pre-")  # short: Unix socket paths are limited
     head = {"num_cpus": 0, "include_dashboard": False, "temp_dir": temp_dir}
+    session = internal_kv.global_gcs_client  # the session's Ray, if this process runs one
     nodes = Cluster(initialize_head=True, connect=False, head_node_args=head)
     try:
         for _ in range(2):
@@ -61,6 +63,10 @@ def cluster():
         yield nodes, {**os.environ, "RAY_ADDRESS": nodes.address, "COLUMNS": "200"}
     finally:
         nodes.shutdown()
+        # Cluster.shutdown resets the process's internal KV client, the session Ray's too: the
+        # tests after this one in the process would find Ray's KV gone
+        if session is not None:
+            internal_kv._initialize_internal_kv(session)
 
 
 def _raylet_pid(node) -> int:
