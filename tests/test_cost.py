@@ -356,7 +356,8 @@ def test_bench_smoke_writes_figures_the_next_dry_run_uses(tmp_path, figures_file
     result = runner.invoke(app, ["run", "grid", space, "--dry-run", "--storage", str(tmp_path)])
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
-    assert f"digits_cnn on {device.name} ({figures_file} --smoke" in out
+    flat = "".join(out.split())  # a long path is folded at any character to fit the width
+    assert "".join(f"digits_cnn on {device.name} ({figures_file} --smoke".split()) in flat
     assert f"forward {fig.forward:,.0f}/s, training step {fig.train:,.0f}/s" in out
     # another architecture measured later joins it (a full run, not --smoke, replaces smoke)
     result = runner.invoke(app, ["bench", "--smoke", "--arch", "lenet,digits_cnn"])
