@@ -297,7 +297,7 @@ def test_models_missing_shards_are_counted_and_the_first_ten_named(tmp_path):
 
 def test_an_empty_selection_is_zero_models(storage, capsys):
     """What `load_selected` returns for an experiment with no rows (the commands stop there)."""
-    from sweeper.cli.reads import print_coverage
+    from sweeper.cli.read_notes import print_coverage
     from sweeper.results.certify_rows import load_results
 
     exp = Experiment(str(storage), "exp")

@@ -169,3 +169,16 @@ def test_the_decision_radii_are_a_setting_in_the_cert_id_only_off_the_default():
     assert CertifySpec(strategy="envelope", radii=(0.5, 0.25)).problems()
     assert CertifySpec().cert_id == "sigma-train_n0-100_n-100000_alpha-0.001_skip-20_max-500"
     assert CertifySpec(radii=(0, 1)).cert_id == CertifySpec().cert_id  # full: no tag
+
+
+@pytest.mark.parametrize("command", ["table", "report"])
+def test_read_commands_count_the_pruned_trials_as_pruned_not_missing(storage, command):
+    """Issue 28 in the views: stderr said `1 of the sweep's 3 trials have no results yet` of a
+    pruned model; it is done, pruned by the strategy."""
+    extra = ["--formats", "svg"] if command == "report" else []
+    err = invoke(storage, command, "--radii", "0:0.5:0.25", *extra).stderr.splitlines()
+    assert "have no results yet" not in " ".join(err)
+    assert (
+        "1 trial pruned by the envelope strategy (never certified: no rows; `sweeper table` "
+        "shows their upper bounds)"
+    ) in err

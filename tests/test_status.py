@@ -36,6 +36,7 @@ CERTIFY = {"skip": 45, "max_points": None, "shard_size": 5}  # digits: 10 points
 BASE = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, m_train=1, epochs=5)
 A, B, C, D, F, G = (BASE.replace(sigma=s) for s in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5))
 E = BASE.replace(sigma=0.5, init_from=D.trial_id)  # fine-tunes D
+SID = "sigma-train_n0-8_n-32_alpha-0.01_skip-45_max-all"  # the setting certified
 
 
 def _file(exp: Experiment, path: str, mtime: float) -> None:
@@ -87,7 +88,7 @@ def known_experiment(tmp_path, released: bool = False) -> Experiment:
     _state(exp, C, "running", 3, 60.0, updated=NOW - 100)
     _state(exp, D, "failed", 2)
     _state(exp, G, "finished", 5)
-    sid = "sigma-train_n0-8_n-32_alpha-0.01_skip-45_max-all"
+    sid = SID
     _file(exp, exp.compacted_path("certify", A.trial_id, sid, 2), NOW - 5000)
     _file(exp, exp.shard_path(B.trial_id, sid, 0, 2, "certify"), NOW - 60)
     log = FailureLog(exp)
@@ -162,7 +163,7 @@ def test_watch_stops_when_the_sweep_has_ended(tmp_path):
     exp = known_experiment(tmp_path, released=True)
     for cfg in (B, C, D, E, F, G):  # everything finished: the first refresh is the last
         _state(exp, cfg, "finished", 5)
-        _file(exp, exp.compacted_path("certify", cfg.trial_id, "s", 2), NOW)
+        _file(exp, exp.compacted_path("certify", cfg.trial_id, SID, 2), NOW)
     result = runner.invoke(
         app,
         ["status", "--storage", exp.storage, "--experiment", "known", "--watch", "--interval", "1"],
@@ -370,3 +371,64 @@ def test_status_names_the_result_files_left_out_and_strict_exits_1(tmp_path):
     assert runner.invoke(app, [*args, "--strict"]).exit_code == 1
     os.remove(bad)
     assert runner.invoke(app, [*args, "--strict"]).exit_code == 0
+
+
+def _two_settings(tmp_path, ddrs: bool) -> Experiment:
+    """A certified under fixed σ (compacted, 2 shards) and under DDRS (2 of 2 shards); B
+    under fixed σ only (1 of 2); the sweep's certify block plans DDRS or not."""
+    exp = Experiment(str(tmp_path / "store"), "two")
+    certify = {**CERTIFY, "ddrs": ddrs}
+    write_sweep(
+        exp, {"space": {"name": "two", "certify": certify}, "trials": [A.to_dict(), B.to_dict()]}
+    )
+    for cfg in (A, B):
+        _state(exp, cfg, "finished", 5, 30.0)
+    fixed, ddrs_sid = "sigma-train_n0-8_n-32", "ddrs_n0-8_n-32"
+    _file(exp, exp.compacted_path("certify", A.trial_id, fixed, 2), NOW - 500)
+    for index in (0, 1):
+        _file(exp, exp.shard_path(A.trial_id, ddrs_sid, index, 2, "certify"), NOW - 400)
+    _file(exp, exp.shard_path(B.trial_id, fixed, 0, 2, "certify"), NOW - 300)
+    return exp
+
+
+@pytest.mark.parametrize("ddrs", [False, True])
+def test_shards_are_counted_per_setting_never_over_the_plan(tmp_path, ddrs):
+    """Issue 30 item 11: a sweep certified under fixed σ and DDRS said `certify shards: 136 of
+    68 (200.0 %)`: the plan counted one setting, the files both. Each setting on storage
+    counts at its own shards; a planned one not written yet at the plan's."""
+    exp = _two_settings(tmp_path, ddrs)
+    st = StatusReader(exp).read(now=NOW)
+    rows = {t.trial_id: t for t in st.trials}
+    assert (rows[A.trial_id].shards_done, rows[A.trial_id].shards_expected) == (4, 4)
+    assert rows[A.trial_id].state == "finished" and rows[A.trial_id].points == (20, 20)
+    b = rows[B.trial_id]  # DDRS planned: its setting not written yet counts 2 more shards
+    assert (b.shards_done, b.shards_expected) == ((1, 4) if ddrs else (1, 2))
+    assert b.points == (5, 20 if ddrs else 10) and b.state == "trained"
+    out = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "two"]).stdout
+    total = 8 if ddrs else 6
+    assert f"certify shards: 5 of {total} ({500 / total:.1f} %)" in out
+
+
+def test_a_model_the_envelope_strategy_pruned_is_done_not_unfinished(tmp_path):
+    """Issue 28 in status: a pruned model has no shards and never will; it counts its planned
+    shards as done (finished), not `0/2` awaiting certification."""
+    from test_envelope_views import UPPER, record
+
+    from sweeper.results.envelope_records import write_record
+
+    exp = Experiment(str(tmp_path / "store"), "env")
+    write_sweep(
+        exp, {"space": {"name": "env", "certify": CERTIFY}, "trials": [A.to_dict(), B.to_dict()]}
+    )
+    for cfg in (A, B):
+        _state(exp, cfg, "finished", 5, 30.0)
+    cert_id = "sigma-train_n0-8_n-32_envelope"
+    _file(exp, exp.compacted_path("certify", A.trial_id, cert_id, 2), NOW - 500)
+    write_record(exp, A.trial_id, cert_id, record("certified", [4] * 10))
+    write_record(exp, B.trial_id, cert_id, record("pruned", UPPER))
+    rows = {t.trial_id: t for t in StatusReader(exp).read(now=NOW).trials}
+    assert rows[B.trial_id].state == "finished"
+    assert (rows[B.trial_id].shards_done, rows[B.trial_id].shards_expected) == (2, 2)
+    assert rows[B.trial_id].points == (0, 0)  # no point of it will be certified
+    out = runner.invoke(app, ["status", "--storage", exp.storage, "--experiment", "env"]).stdout
+    assert "env: 2 trials: finished 2" in out and "certify shards: 4 of 4 (100.0 %)" in out

@@ -27,6 +27,7 @@ from sweeper.cli.common import (
     warn_left_out,
 )
 from sweeper.cli.options import Strict
+from sweeper.cli.read_notes import exit_if_left_out, print_coverage, print_settings
 from sweeper.cli.uncertainty_view import (
     CI_HEADER,
     model_interval_note,
@@ -186,7 +187,7 @@ def _model_table_priority(headers: list[str]) -> list[str]:
     then the other radii."""
     radii = [h for h in headers if h.startswith("r=")]
     keys = [h for h in headers if h not in (*radii, "points", "max r")]
-    order = ["trial_id", "status", "method", "σ", "ACR", *radii[:4], *keys, *radii]
+    order = ["trial_id", "status", "strategy", "method", "σ", "ACR", *radii[:4], *keys, *radii]
     order += ["points", "max r"]
     return list(dict.fromkeys(order))
 
@@ -336,53 +337,3 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
         priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
         display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
     uncertainty_note(table)
-
-
-def exit_if_left_out(results, strict: bool) -> None:
-    """--strict: exit 1, after the output, when any file or model was left out (each named
-    on stderr already)."""
-    frame = results.frame
-    unsound = frame.loc[~frame["sound"], ["trial_id", "cert_id"]].drop_duplicates()
-    if strict and (results.invalid or len(unsound)):
-        left = f"{len(results.invalid)} files and {len(unsound)} models were left out"
-        display.echo(f"error: --strict: {left} (named above)", err=True)
-        raise typer.Exit(1)
-
-
-def print_settings(frame) -> None:
-    """The certification settings and each σ's largest certifiable radius, on stderr."""
-    from sweeper.report.tables import settings_lines
-
-    if len(frame):
-        for line in settings_lines(frame):
-            display.echo(f"certified with {line} (n/a: beyond it)", err=True)
-
-
-def print_coverage(exp: Experiment, results, frame) -> None:
-    """What was read (`selection.coverage`), on stderr."""
-    c = selection.coverage(exp, results, frame)
-    per = (
-        ""
-        if c.models == c.trials
-        else (
-            " (a model is a trial certified under one setting: "
-            f"{c.trials} trial{'s' * (c.trials != 1)} here)"
-        )
-    )
-    display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
-    if c.absent:
-        display.echo(f"{c.absent} of the sweep's {c.planned} trials have no results yet", err=True)
-    if c.dependent_points:
-        display.echo(
-            f"data-dependent smoothing: {display.plural(c.dependent_models, 'model')}; the memory "
-            f"pass adjusted {c.memory_changed} of {c.dependent_points} certificates",
-            err=True,
-        )
-    if c.missing_shards:
-        listed = ", ".join(f"{tid} ({display.plural(n, 'shard')})" for tid, n in c.missing_listed)
-        verb = "is" if c.missing_shards == 1 else "are"
-        display.echo(
-            f"{display.plural(c.missing_shards, 'model')} {verb} missing shards (partial "
-            f"results): {listed}",
-            err=True,
-        )

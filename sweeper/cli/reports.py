@@ -10,7 +10,8 @@ from sweeper.api import selection
 from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
 from sweeper.cli.display import echo
 from sweeper.cli.options import Strict
-from sweeper.cli.reads import exit_if_left_out, load_selected, print_coverage, radii_option
+from sweeper.cli.read_notes import exit_if_left_out, print_coverage
+from sweeper.cli.reads import load_selected, radii_option
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
 from sweeper.results.storage import DEFAULT_STORAGE, read_sweep

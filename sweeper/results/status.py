@@ -25,10 +25,19 @@ from dataclasses import dataclass, field
 
 from sweeper.results.failures import Failure, read_failures
 from sweeper.results.lease import Holder, read_holder
-from sweeper.results.storage import STAGES, Experiment, StageFile, index_chunks
+from sweeper.results.shard_counts import (
+    Shards,
+    by_trial,
+    file_points,
+    planned_chunks,
+    planned_shards,
+    points_done,
+    pruned_settings,
+    stage_shards,
+)
+from sweeper.results.storage import STAGES, Experiment, StageFile
 from sweeper.results.sweep_file import parse_sweep, sweep_bytes
 from trainables.kernel import fileio
-from trainables.kernel.catalog import STANDARD_TEST_SIZE
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import parse_status, read_raw
 
@@ -43,18 +52,6 @@ STATES = (
     "finished",
 )
 ATTENTION = ("failed", "blocked", "interrupted", "training", "certifying", "trained")
-
-
-@dataclass(frozen=True)
-class Shards:
-    """A stage's shards of one trial (all its settings): written, and planned."""
-
-    done: int = 0
-    total: int | None = None  # None: not known (nothing planned or written yet)
-
-    def __add__(self, other: Shards) -> Shards:
-        known = [t for t in (self.total, other.total) if t is not None]
-        return Shards(self.done + other.done, sum(known) if known else None)
 
 
 @dataclass
@@ -156,6 +153,7 @@ class StatusReader:
         self._timing: tuple[tuple[int, float], float | None] | None = None
         self.space: str | None = None
         self.ids: list[str] = []
+        self._pruned: dict[str, set[str]] = {}  # trial_id -> the cert_ids it was pruned under
 
     def read(self, now: float | None = None) -> Status:
         """The status now; FileNotFoundError if there is no sweep.json; a ProblemsError naming
@@ -175,9 +173,10 @@ class StatusReader:
             configs=configs,
         )
         listed = {stage: self._listing(stage, st) for stage in STAGES}
-        grouped = {stage: _by_trial(files) for stage, files in listed.items()}
+        grouped = {stage: by_trial(files) for stage, files in listed.items()}
         docs = self._trial_docs(st)
         failures, st.failures_log = read_failures(self.exp)
+        self._pruned = pruned_settings(self.exp)
         chunks: dict[str, list[tuple[int, ...]]] = {}
         for tid, cfg in zip(self.ids, configs, strict=True):
             st.trials.append(self._row(tid, cfg, docs, grouped, certify, failures, driver, chunks))
@@ -185,7 +184,7 @@ class StatusReader:
         st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
         datasets = {tid: cfg.dataset for tid, cfg in zip(self.ids, configs, strict=True)}
         st.file_times = {
-            stage: _file_points(files, chunks, datasets) for stage, files in listed.items()
+            stage: file_points(files, chunks, datasets) for stage, files in listed.items()
         }
         st.seconds_per_point = self._seconds_per_point(st)
         return st
@@ -241,16 +240,17 @@ class StatusReader:
 
     def _row(self, tid, cfg, docs, grouped, certify, failures, driver, chunks) -> TrialRow:
         doc = docs.get(tid) or {"state": "pending", "epoch": 0}
-        plan = chunks.setdefault(cfg.dataset, _chunks(certify, cfg.dataset))
+        plan = chunks.setdefault(cfg.dataset, planned_chunks(certify, cfg.dataset))
         files = {stage: grouped[stage].get(tid, []) for stage in STAGES}
         shards = {
             stage: stage_shards([f for f, _ in files[stage]]).get(tid, Shards()) for stage in STAGES
         }
-        settings = 2 if certify.get("ddrs") else 1
-        planned = len(plan) * settings if plan else None
-        if planned is not None:
-            shards["certify"] = Shards(shards["certify"].done, planned)
-        points = (_points_done(files["certify"], plan), sum(map(len, plan)) * settings)
+        settings, pruned = 2 if certify.get("ddrs") else 1, self._pruned.get(tid, set())
+        points = (points_done(files["certify"], plan), 0)
+        if plan:
+            certified = [f for f, _ in files["certify"]]
+            shards["certify"], counted = planned_shards(certified, len(plan), settings, pruned)
+            points = (points[0], sum(map(len, plan)) * counted)
         metrics = doc.get("metrics") or {}
         row = TrialRow(
             tid,
@@ -318,63 +318,3 @@ def _block_children(rows: list[TrialRow], configs: list[TrialConfig]) -> None:
     for row, cfg in zip(rows, configs, strict=True):
         if row.state == "pending" and cfg.init_from in failed:
             row.state, row.error = "blocked", f"its parent {cfg.init_from} failed"
-
-
-def _chunks(certify: dict, dataset: str) -> list[tuple[int, ...]]:
-    """The certification shards' test points of a data set's standard test split (none: not
-    known, e.g. a miniature data set in tests, or no certify block)."""
-    size = STANDARD_TEST_SIZE.get(dataset)
-    if size is None or not certify:
-        return []
-    return index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
-
-
-def _file_points(
-    files: list[tuple[StageFile, float]], chunks: dict, dataset: dict[str, str]
-) -> list[tuple[float, int]]:
-    """(time written, points in it) of every file of a stage: what the throughput counts."""
-    out = []
-    for f, mtime in files:
-        plan = chunks.get(dataset.get(f.trial_id, ""), [])
-        out.append((mtime, _file_size_in_points(f, plan)))
-    return out
-
-
-def _file_size_in_points(f: StageFile, plan: list[tuple[int, ...]]) -> int:
-    if f.kind == "compacted":
-        return sum(map(len, plan)) if f.count == len(plan) else 0
-    if f.kind == "shard" and f.count == len(plan) and f.index is not None:
-        return len(plan[f.index])
-    return 0
-
-
-def _points_done(files: list[tuple[StageFile, float]], plan: list[tuple[int, ...]]) -> int:
-    """Certified points of one trial on storage (a compacted model's leftover shards aside)."""
-    compacted = {f.setting_id for f, _ in files if f.kind == "compacted"}
-    return sum(
-        _file_size_in_points(f, plan)
-        for f, _ in files
-        if f.kind == "compacted" or f.setting_id not in compacted
-    )
-
-
-def _by_trial(files: list[tuple[StageFile, float]]) -> dict[str, list[tuple[StageFile, float]]]:
-    out: dict[str, list[tuple[StageFile, float]]] = {}
-    for item in files:
-        out.setdefault(item[0].trial_id, []).append(item)
-    return out
-
-
-def stage_shards(files: list[StageFile]) -> dict[str, Shards]:
-    """trial_id -> its shards done and planned, over every setting, from file names alone (a
-    compacted model has all of its shards done; leftover shards beside it do not count)."""
-    compacted = {f.model: f.count or 0 for f in files if f.kind == "compacted"}
-    per_model = {m: Shards(k, k) for m, k in compacted.items()}
-    for f in files:
-        if f.kind == "shard" and f.model not in compacted:
-            seen = per_model.get(f.model, Shards(0, f.count))
-            per_model[f.model] = Shards(seen.done + 1, f.count)
-    out: dict[str, Shards] = {}
-    for (trial_id, _), shards in per_model.items():
-        out[trial_id] = out.get(trial_id, Shards(0, 0)) + shards
-    return out

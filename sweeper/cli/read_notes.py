@@ -1,0 +1,78 @@
+"""What the read commands (`envelope`, `table`, `report`) say on stderr about what they
+read: the certification settings and each σ's reach, the models and points read, the planned
+trials without results and those the envelope strategy pruned, the data-dependent models, the
+missing shards; and `--strict`'s exit when files or models were left out."""
+
+from __future__ import annotations
+
+import typer
+
+from sweeper.api import selection
+from sweeper.cli import display
+from sweeper.results.storage import Experiment
+
+
+def exit_if_left_out(results, strict: bool) -> None:
+    """--strict: exit 1, after the output, when any file or model was left out (each named
+    on stderr already)."""
+    frame = results.frame
+    unsound = frame.loc[~frame["sound"], ["trial_id", "cert_id"]].drop_duplicates()
+    if strict and (results.invalid or len(unsound)):
+        left = f"{len(results.invalid)} files and {len(unsound)} models were left out"
+        display.echo(f"error: --strict: {left} (named above)", err=True)
+        raise typer.Exit(1)
+
+
+def print_settings(frame) -> None:
+    """The certification settings and each σ's largest certifiable radius, on stderr."""
+    from sweeper.report.tables import settings_lines
+
+    if len(frame):
+        for line in settings_lines(frame):
+            display.echo(f"certified with {line} (n/a: beyond it)", err=True)
+
+
+def print_coverage(exp: Experiment, results, frame) -> None:
+    """What was read (`selection.coverage`), on stderr."""
+    c = selection.coverage(exp, results, frame)
+    per = (
+        ""
+        if c.models == c.trials
+        else (
+            " (a model is a trial certified under one setting: "
+            f"{c.trials} trial{'s' * (c.trials != 1)} here)"
+        )
+    )
+    display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
+    pruned = pruned_without_rows(exp, results.frame)
+    if c.absent > pruned:
+        absent = c.absent - pruned
+        display.echo(f"{absent} of the sweep's {c.planned} trials have no results yet", err=True)
+    if pruned:
+        display.echo(
+            f"{display.plural(pruned, 'trial')} pruned by the envelope strategy (never "
+            "certified: no rows; `sweeper table` shows their upper bounds)",
+            err=True,
+        )
+    if c.dependent_points:
+        display.echo(
+            f"data-dependent smoothing: {display.plural(c.dependent_models, 'model')}; the memory "
+            f"pass adjusted {c.memory_changed} of {c.dependent_points} certificates",
+            err=True,
+        )
+    if c.missing_shards:
+        listed = ", ".join(f"{tid} ({display.plural(n, 'shard')})" for tid, n in c.missing_listed)
+        verb = "is" if c.missing_shards == 1 else "are"
+        display.echo(
+            f"{display.plural(c.missing_shards, 'model')} {verb} missing shards (partial "
+            f"results): {listed}",
+            err=True,
+        )
+
+
+def pruned_without_rows(exp: Experiment, frame) -> int:
+    """Trials the envelope strategy pruned that have no certified rows (done, not missing)."""
+    from sweeper.results.envelope_records import pruned
+
+    ids = {tid for tid, _ in pruned(exp)}
+    return len(ids - set(frame["trial_id"])) if ids else 0
