@@ -153,6 +153,12 @@ def test_envelope_run_files_resume_and_equal_envelope(trained):
         assert best.max() == ours.max(), radius
         if ours.max() > 0:
             assert ours.idxmax() in set(best[best == best.max()].index), radius
+        # a certified model's count is full's from its record's exact_from on, never more
+        for (tid, _), r in records.items():
+            if r["status"] == "certified":
+                assert ours[tid] <= best[tid], (tid, radius)
+                if r["exact_from"] is not None and radius >= r["exact_from"]:
+                    assert ours[tid] == best[tid], (tid, radius)
     assert eb.model_delta(1, 0.01) < 0.01
 
 

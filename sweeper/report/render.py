@@ -217,6 +217,11 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     acc = certified_accuracy(frame, radii)
     acc.columns = [f"r={r:g}" for r in radii]
     keys = distinguishing_columns(models)
+    if "cert_id" in models:  # the same trial certified under both strategies: say which
+        models["strategy"] = np.where(
+            models["cert_id"].str.contains("_envelope"), "envelope", "full"
+        )
+        keys += ["strategy"] if models["strategy"].nunique() > 1 else []
     reach = pd.DataFrame({"max_radius": max_radii(frame)})
     table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]], reach], axis=1)
     table = with_intervals(table)

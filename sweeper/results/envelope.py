@@ -147,7 +147,8 @@ def _summarize(
     k = len(models)
     points = np.bincount(codes, minlength=k)
     correct = frame["correct"].to_numpy(dtype=bool)
-    radius = frame["radius"].to_numpy(dtype=np.float64)
+    # a point the envelope strategy did not estimate has no radius: certified at none (0)
+    radius = np.nan_to_num(frame["radius"].to_numpy(dtype=np.float64), nan=0.0)
     stats = {
         "points": points,
         "clean_acc": np.bincount(codes, weights=correct, minlength=k) / points,

@@ -101,6 +101,7 @@ class Model:
     plug_in: np.ndarray | None = None  # points per grid radius at the pilot's rates
     certified: np.ndarray | None = None  # the full certification's curve (points per radius)
     from_level: int = 0
+    exact_from: int = 0  # the first grid radius from which `certified` is `full`'s count
 
 
 @dataclass
@@ -169,6 +170,9 @@ class Ledger:
         lv = eb.levels(counts, self.thresholds(m.sigma))
         lv[(counts == SKIPPED) | (m.cAHat != m.labels)] = 0
         m.certified, m.from_level = eb.curve(lv, self.T), from_level
+        assert m.upper is not None  # a skipped point counts at no grid radius ≥ its upper level
+        skipped = (counts == SKIPPED) & (m.cAHat == m.labels)
+        m.exact_from = int(m.upper[skipped].max()) if skipped.any() else 0
 
     # ----------------------------------------------------------------- derived state
     def envelope(self) -> np.ndarray:

@@ -338,6 +338,7 @@ def record_verdicts(d: Driver, ledger: Ledger) -> None:
     """Each model's verdict, bounds and curves (`results.envelope_records`)."""
     s = ledger.settings
     for name, m in ledger.models.items():
+        exact = s.radii[m.exact_from] if m.exact_from < len(s.radii) else None
         record = {
             "status": ledger.status(name),
             "strategy": "envelope",
@@ -347,6 +348,9 @@ def record_verdicts(d: Driver, ledger: Ledger) -> None:
             "upper": None if m.upper_curve is None else m.upper_curve.tolist(),
             "plug_in": None if m.plug_in is None else m.plug_in.tolist(),
             "certified": None if m.certified is None else m.certified.tolist(),
+            # below this radius some points that could not reach it were not certified: the
+            # model's accuracy there is a lower bound of what `full` would report
+            "exact_from": exact if m.certified is not None else None,
             "points": len(m.idx),
             "pilot_draws": 0 if m.draws is None else int(m.draws.sum()),
         }
