@@ -525,6 +525,18 @@ def test_piped_output_honours_columns_and_is_100_wide_without(monkeypatch, args)
         assert max(len(line) for line in lines) > widest - 25, (columns, args)  # filled
 
 
+def test_the_per_invocation_console_serves_rich_live(capsys):
+    """`status --watch` and a run's progress hold the console in rich's Live, which uses it as
+    a context manager and swaps stdout for a proxy meanwhile: the same console throughout."""
+    from rich.live import Live
+
+    from sweeper.cli.common import console
+
+    with Live(console=console, auto_refresh=False) as live:
+        live.update("refreshed", refresh=True)
+    assert "refreshed" in capsys.readouterr().out
+
+
 def test_fit_takes_columns_by_priority_while_they_fit():
     from sweeper.cli.display import Column, fit, table_width
 

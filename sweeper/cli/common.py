@@ -195,21 +195,32 @@ app.add_typer(run_app, name="run")
 
 
 class LazyConsole:
-    """The console of the command being run, made when first used and again whenever stdout
-    or $COLUMNS changed (a test's runner, another invocation): its width is $COLUMNS, else
-    the terminal's, else (piped) `display.PIPED_CONSOLE_WIDTH`; never one fixed at import."""
+    """The console of the command being run, made when first used and again whenever $COLUMNS
+    or whether stdout is a terminal changed (another invocation, a test's): its width is
+    $COLUMNS, else the terminal's, else (piped) `display.PIPED_CONSOLE_WIDTH`; never one
+    fixed at import."""
 
     def __init__(self) -> None:
         self._made: tuple[tuple, TerminalConsole] | None = None
 
     def current(self) -> TerminalConsole:
-        key = (os.environ.get("COLUMNS"), id(sys.stdout))
+        # not stdout itself: rich's Live swaps in a proxy of it while it runs
+        key = (os.environ.get("COLUMNS"), sys.stdout.isatty())
         if self._made is None or self._made[0] != key:
             self._made = (key, TerminalConsole(width=console_width()))
         return self._made[1]
 
     def __getattr__(self, name: str):
         return getattr(self.current(), name)
+
+    # rich's Live holds its console as a context manager (`with console:`), which Python looks
+    # up on the type, never through __getattr__
+    def __enter__(self) -> TerminalConsole:
+        self.current().__enter__()
+        return self.current()
+
+    def __exit__(self, *exc) -> None:
+        self.current().__exit__(*exc)
 
 
 console = cast(TerminalConsole, LazyConsole())

@@ -35,9 +35,9 @@ def pruned_settings(exp: Experiment) -> dict[str, set[str]]:
 
 def planned_chunks(certify: dict, dataset: str) -> list[tuple[int, ...]]:
     """The certification shards' test points of a data set's standard test split (none: not
-    known, e.g. a miniature data set in tests, or no certify block)."""
+    known, e.g. a miniature data set in tests, or a certify block without them)."""
     size = STANDARD_TEST_SIZE.get(dataset)
-    if size is None or not certify:
+    if size is None or not all(k in certify for k in ("skip", "max_points", "shard_size")):
         return []
     return index_chunks(size, certify["skip"], certify["max_points"], certify["shard_size"])
 
