@@ -537,6 +537,20 @@ def test_the_per_invocation_console_serves_rich_live(capsys):
     assert "refreshed" in capsys.readouterr().out
 
 
+def test_a_command_to_copy_stays_on_one_line_at_any_width(monkeypatch, capsys):
+    """COLUMNS is honoured when piped (issue 30 item 10), but a command to re-run or run next
+    is never wrapped mid-command: it is copied whole."""
+    from sweeper.cli.driver import finish
+
+    monkeypatch.setenv("COLUMNS", "40")
+    args = ["run", "grid", "digits", "--storage", "a/long/path/" * 4]
+    monkeypatch.setattr("sys.argv", ["sweeper", *args])
+    with pytest.raises(typer.Exit):
+        finish(True, [])
+    line = f"interrupted: re-run `sweeper {' '.join(args)}` to resume"
+    assert line in capsys.readouterr().out.splitlines()
+
+
 def test_fit_takes_columns_by_priority_while_they_fit():
     from sweeper.cli.display import Column, fit, table_width
 

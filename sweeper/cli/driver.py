@@ -40,7 +40,7 @@ def finish(
     texts are, how to retrain); both say how to resume."""
     command = command_line()
     if interrupted:
-        console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume")
+        console.print(f"[yellow]interrupted[/]: re-run `{command}` to resume", soft_wrap=True)
         raise typer.Exit(130)
     if failures:
         console.print(f"[red]failures[/]: {len(failures)} (one line per trial and stage)")
@@ -48,7 +48,10 @@ def finish(
             console.print(f"  {tid} {stage}: {line}", soft_wrap=True, markup=False, highlight=False)
         for note in notes:
             console.print(note, soft_wrap=True, markup=False, highlight=False)
-        console.print(f"fix the cause, then re-run `{command}` to resume (finished work is kept)")
+        console.print(
+            f"fix the cause, then re-run `{command}` to resume (finished work is kept)",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 

@@ -29,7 +29,8 @@ def _report(outcome, trials: int, settings: Sequence[str]) -> None:
     finish(outcome.interrupted, outcome.failures)
     console.print(
         f"done: {trials} models x {len(settings)} settings. "
-        f"Next: {sweeper_command()} envelope --empirical --plot envelope.png"
+        f"Next: {sweeper_command()} envelope --empirical --plot envelope.png",
+        soft_wrap=True,  # a command to copy: one line, whatever the width
     )
 
 

@@ -173,7 +173,8 @@ def run_grid(
         _report_outcome(ran.outcome, ran.plan.exp, space)
     console.print(
         f"done: {len(ran.trials)} trials. Next: {sweeper_command()} envelope --storage "
-        f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25"
+        f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25",
+        soft_wrap=True,  # a command to copy: one line, whatever the width
     )
 
 
