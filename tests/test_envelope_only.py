@@ -43,3 +43,12 @@ def test_envelope_only_a_pruned_model_says_where_to_look(storage):
 def test_only_a_value_nobody_has_is_still_an_error(storage):
     result = invoke(storage, "table", "--radii", "0.25", "--only", "trial_id=nosuchtrial")
     assert result.exit_code == 2 and "pruned" not in result.output
+
+
+def test_a_value_nobody_has_lists_the_values_as_only_takes_them(storage):
+    """The values offered include `none` (the models without an attack), as `run --only`
+    lists them and `--only attack=none` selects them."""
+    result = invoke(storage, "envelope", "--radii", "0.25", "--only", "attack=xyz")
+    assert result.exit_code == 2
+    assert "attack values:" in result.output and "none" in result.output.split("values:")[1]
+    assert invoke(storage, "envelope", "--radii", "0.25", "--only", "attack=none").exit_code == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sweeper.plan.grid import parse_only, value_matches
+from sweeper.plan.grid import only_value, parse_only, value_matches
 from sweeper.results.storage import Experiment, read_sweep
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
@@ -48,12 +48,7 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
         keep = [v for v in frame[key].unique() if value_matches(key, v, wanted)]
         chosen = frame[frame[key].isin(keep)]
         if chosen.empty and not frame.empty:
-            values = sorted(
-                {
-                    str(v) if not isinstance(v, float) else f"{v:g}"
-                    for v in frame[key].dropna().unique()
-                }
-            )
+            values = sorted({_spelled(v) for v in frame[key].unique()})
             raise ProblemsError(
                 [
                     f"--only {key}={wanted} matches no model ({key} values: "
@@ -88,6 +83,15 @@ def only_rows(exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any]) -
                 ]
             ) from None
         raise
+
+
+def _spelled(value: Any) -> str:
+    """A column's value as `--only` takes it back: `none` for a missing one, 0.25, pgd."""
+    import pandas as pd
+
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return only_value(None)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def sound_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
