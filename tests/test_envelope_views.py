@@ -182,3 +182,30 @@ def test_read_commands_count_the_pruned_trials_as_pruned_not_missing(storage, co
         "1 trial pruned by the envelope strategy (never certified: no rows; `sweeper table` "
         "shows their upper bounds)"
     ) in err
+
+
+def test_a_model_certified_from_a_radius_on_shows_lower_bounds_below_it(tmp_path, monkeypatch):
+    """A model the envelope strategy certified only from `exact_from` on: its accuracies
+    below that radius and its ACR read `≥` in the terminal, the column says it in json."""
+    monkeypatch.setenv("COLUMNS", "200")
+    storage = build(tmp_path, ENV)
+    g, s = list(POINTS)
+    write_record(
+        Experiment(str(storage), "exp"),
+        g.trial_id,
+        ENV.cert_id,
+        {**record("certified", [4] * 10), "exact_from": 0.25},
+    )
+    result = invoke(storage, "table", "--radii", "0:0.5:0.25")
+    row = next(line for line in result.stdout.splitlines() if g.trial_id in line)
+    cells = [c.strip() for c in row.split("│")]
+    header = next(line for line in result.stdout.splitlines() if "r=0.25" in line)
+    names = [c.strip() for c in header.split("┃")]
+    assert cells[names.index("r=0")].startswith("≥")
+    assert not cells[names.index("r=0.25")].startswith("≥")
+    assert cells[names.index("ACR")].startswith("≥")
+    other = next(line for line in result.stdout.splitlines() if s.trial_id in line)
+    assert "≥" not in other and "≥: the envelope strategy" in result.stderr
+    rows = json.loads(invoke(storage, "table", "--radii", "0.25", "--format", "json").stdout)
+    exact = {r["trial_id"]: r["exact_from"] for r in rows if r["status"] == "certified"}
+    assert exact == {g.trial_id: 0.25, s.trial_id: None}

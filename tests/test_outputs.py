@@ -161,7 +161,7 @@ def test_integers_stay_integers_in_csv_and_json(storage):
     table = invoke(storage, "table", "--radii", "0,0.5", "--format", "csv").stdout
     assert table.splitlines()[0] == (
         "trial_id,method,sigma,r=0,r=0_ci_low,r=0_ci_high,r=0.5,r=0.5_ci_low,r=0.5_ci_high,"
-        "acr,points,max_radius"
+        "acr,points,max_radius,cert_id"
     )
 
 

@@ -172,6 +172,24 @@ def pruned(
     return table[kept].reset_index(drop=True)
 
 
+def with_exact_from(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with `exact_from` for the models the envelope strategy certified only from a
+    radius on (`envelope_records`): below it their accuracies (and ACR) are lower bounds of
+    what `full` would report; the column only if some model has one."""
+    import pandas as pd
+
+    from sweeper.results.envelope_records import read_records
+
+    if "cert_id" not in table or not table["cert_id"].str.contains("_envelope").any():
+        return table
+    records = read_records(exp)
+    keys = zip(table["trial_id"], table["cert_id"], strict=True)
+    exact = [records.get(k, {}).get("exact_from") or None for k in keys]
+    if all(e is None for e in exact):
+        return table
+    return table.assign(exact_from=pd.Series(exact, index=table.index, dtype=object))
+
+
 def model_table(
     exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any], radii: list[float]
 ) -> pd.DataFrame:
@@ -182,6 +200,8 @@ def model_table(
     from sweeper.report.render import per_model_table
 
     table = per_model_table(frame, radii) if not frame.empty else None
+    if table is not None:
+        table = with_exact_from(exp, table)
     rows = with_pruned(table, pruned(exp, frame, selection, radii), radii)
     if rows is None:
         raise ProblemsError(

@@ -76,3 +76,15 @@ def pruned_without_rows(exp: Experiment, frame) -> int:
 
     ids = {tid for tid, _ in pruned(exp)}
     return len(ids - set(frame["trial_id"])) if ids else 0
+
+
+def partial_note(rows) -> None:
+    """What a `≥` cell of the per-model table means (`report.pruned.partial_texts`)."""
+    if "exact_from" not in rows or rows["exact_from"].isna().all():
+        return
+    display.echo(
+        "≥: the envelope strategy certified that model only on the points that could reach "
+        "its exact_from radius (csv/json: exact_from); below it, and its ACR, are lower "
+        "bounds of what full certification would report",
+        err=True,
+    )

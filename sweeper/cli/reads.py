@@ -27,7 +27,7 @@ from sweeper.cli.common import (
     warn_left_out,
 )
 from sweeper.cli.options import Strict
-from sweeper.cli.read_notes import exit_if_left_out, print_coverage, print_settings
+from sweeper.cli.read_notes import exit_if_left_out, partial_note, print_coverage, print_settings
 from sweeper.cli.uncertainty_view import (
     CI_HEADER,
     model_interval_note,
@@ -142,6 +142,7 @@ def table(
         fail(e.problems)
     _print_model_table(rows, fmt, exp.name, wide, digits)
     model_interval_note(rows)
+    partial_note(rows)
     print_settings(frame)
     print_coverage(exp, results, frame)
     exit_if_left_out(results, strict)
@@ -149,11 +150,11 @@ def table(
 
 def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> None:
     """The per-model table in `fmt`, the best of each column marked (* or bold)."""
-    from sweeper.report.pruned import pruned_texts
+    from sweeper.report.pruned import partial_texts, pruned_texts
     from sweeper.report.render import best_rows, render, texts, to_markdown
 
     best = best_rows(rows)
-    text = pruned_texts(rows, texts(rows, digits), digits)
+    text = partial_texts(rows, pruned_texts(rows, texts(rows, digits), digits))
     for col, index in best.items():
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*")

@@ -64,6 +64,30 @@ def pruned_texts(rows: pd.DataFrame, text: pd.DataFrame, digits: int = DIGITS) -
     return text.drop(columns=upper)
 
 
+def partial_texts(rows: pd.DataFrame, text: pd.DataFrame) -> pd.DataFrame:
+    """`text` with the accuracy cells below a model's `exact_from` (and its ACR) marked `≥`:
+    the envelope strategy certified that model only from that radius on (`Sweep.table`'s
+    column), and without the columns that only say so (`cert_id`, `exact_from`)."""
+    if "exact_from" in rows:
+        for i, start in rows["exact_from"].items():
+            if start is None or pd.isna(start):
+                continue
+            below = [c for c in text.columns if _radius(c) is not None and _radius(c) < start]
+            for c in [*below, *(["acr"] if "acr" in text else [])]:
+                cell = str(text.at[i, c])
+                if cell not in ("", "-"):
+                    text.at[i, c] = f"≥{cell}"
+    return text.drop(columns=[c for c in ("cert_id", "exact_from") if c in text])
+
+
+def _radius(column: object) -> float | None:
+    """The radius of an accuracy column ("r=0.25"), None for any other column."""
+    name = str(column)
+    if not name.startswith("r=") or "_" in name or " " in name:
+        return None
+    return float(name[2:])
+
+
 def pruned_section(pruned: pd.DataFrame, radii: list[float], delta_note: str = "") -> list[str]:
     """The report index's section on the pruned models: a markdown table of their upper
     bounds per radius (nothing if none was pruned)."""

@@ -223,8 +223,9 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
         )
         keys += ["strategy"] if models["strategy"].nunique() > 1 else []
     reach = pd.DataFrame({"max_radius": max_radii(frame)})
-    table = pd.concat([models[["trial_id", *keys]], acc, models[["acr", "points"]], reach], axis=1)
-    table = with_intervals(table)
+    setting = models[["cert_id"]] if "cert_id" in models else None  # names it in csv/json
+    parts = [models[["trial_id", *keys]], acc, models[["acr", "points"]], reach, setting]
+    table = with_intervals(pd.concat(parts, axis=1))
     return table.sort_values(["acr", "trial_id"], ascending=[False, True], ignore_index=True)
 
 
