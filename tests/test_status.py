@@ -258,6 +258,13 @@ def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_pat
     _lease(exp, True, command="sweeper run grid known --only sigma=0.5")  # the run ended
     out = runner.invoke(app, args)
     assert out.stdout.splitlines()[0].startswith("known: 7 trials: ")
+    # a run of `sweeper.Sweep(..., only=...)` names its slice in the lease the same way
+    from sweeper.api.sweep import Sweep
+
+    holder = Sweep("known", storage=exp.storage, only="sigma=0.5")._watchers().holder
+    _lease(exp, False, command=holder)
+    out = runner.invoke(app, args)
+    assert out.stdout.splitlines()[0].startswith("known: slice 2 of 7 trials (--only sigma=0.5)")
 
 
 def test_failures_are_grouped_and_kept_in_full(tmp_path):

@@ -214,7 +214,7 @@ class Sweep:
             restarting=restart,
             certify_overrides=overrides,
         )
-        return running.run_grid(request, launch, retrain, watchers or Watchers())
+        return running.run_grid(request, launch, retrain, watchers or self._watchers())
 
     def certify(
         self,
@@ -230,7 +230,7 @@ class Sweep:
         request = self.request(
             address=launch.address, max_trials=launch.max_trials, certify_overrides=overrides
         )
-        return running.certify_finished(request, launch, watchers or Watchers())
+        return running.certify_finished(request, launch, watchers or self._watchers())
 
     def attack(
         self,
@@ -245,7 +245,15 @@ class Sweep:
         launch = _options(options, address)
         request = self.request(address=launch.address, max_trials=launch.max_trials)
         plan, spec = attack_plan(request, overrides or {})
-        return running.attack_finished(request.space, plan, spec, launch, watchers or Watchers())
+        return running.attack_finished(
+            request.space, plan, spec, launch, watchers or self._watchers()
+        )
+
+    def _watchers(self) -> Watchers:
+        """Nobody watching; the lease names this Sweep with its `--only` slice (so `sweeper
+        status` from elsewhere counts the slice while it runs, as for the command line)."""
+        only = f" --only {self.only}" if self.only else ""
+        return Watchers(holder=f"sweeper.Sweep (Python){only}")
 
     # ------------------------------------------------------------------ reading
     def exp(self) -> Experiment:
