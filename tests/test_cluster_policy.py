@@ -14,7 +14,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 IAM = ROOT / "cluster" / "iam"
-PLACEHOLDERS = {"ACCOUNT_ID", "REGION", "BUCKET", "PREFIX", "CLUSTER", "SECURITY_GROUP", "AMI_ID"}
+PLACEHOLDERS = {
+    *("ACCOUNT_ID", "REGION", "BUCKET", "PREFIX", "CLUSTER", "SECURITY_GROUP", "AMI_ID"),
+    *("DATA_BUCKET", "DATA_PREFIX"),
+}
 FILLED = {
     "ACCOUNT_ID": "123456789012",
     "REGION": "us-west-2",
@@ -23,6 +26,8 @@ FILLED = {
     "CLUSTER": "sweeper",
     "SECURITY_GROUP": "sg-0123456789abcdef0",
     "AMI_ID": "ami-0a2b85e15b7c0ac34",
+    "DATA_BUCKET": "datasets",
+    "DATA_PREFIX": "team/data",
 }
 # Every boto3 call in Ray's AWS node provider (what the head's autoscaler does), and its action.
 BOTO_ACTIONS = {
@@ -130,6 +135,9 @@ def test_s3_is_the_storage_prefix_only_and_the_same_for_head_and_worker():
     assert head == worker
     for action, resource, _ in grants("worker-policy"):
         assert action.startswith("s3:")
+        if resource == "arn:aws:s3:::${DATA_BUCKET}/${DATA_PREFIX}/*":  # `sweeper data put`'s
+            assert action == "s3:GetObject"  # read only: a node cannot change the data set
+            continue
         assert resource in (
             "arn:aws:s3:::${BUCKET}",
             "arn:aws:s3:::${BUCKET}/${PREFIX}",
