@@ -322,6 +322,34 @@ def test_self_training_and_fine_tuning_logs_are_skipped_unless_set_says_more(tmp
     ]
 
 
+def test_the_base_attack_comparison_and_a_self_training_directory(tmp_path):
+    """SmoothAdv's appendix C.1 runs (PGD_2steps_baseAttackExp): without_noise/noise_<σ> is
+    vanilla PGD + noise, without_noise/noise_0.00 vanilla PGD smoothed at its log's σ, and
+    with_noise a second SmoothAdv run of PGD_2steps' settings (skipped unless --set seed=...);
+    a `self_training` directory above PGD_<T>steps is self-training (skipped, as its prefix
+    form is). The published tree imports whole."""
+    base = "PGD_2steps_baseAttackExp/{}/eps_127/cifar10/resnet110/noise_{}/test/sigma_0.25"
+    noisy, plain = base.format("without_noise", "0.25"), base.format("without_noise", "0.00")
+    again = base.format("with_noise", "0.25")
+    selftrain = (
+        "self_training/PGD_8steps/weight_1.0/eps_64/cifar10/resnet110/noise_0.25/test/sigma_0.25"
+    )
+    for rel in (noisy, plain, again, selftrain):
+        write_log(tmp_path / "r" / rel, ["0\t1\t1\t0.5\t1\t1"])
+    report = ingest.plan_import(tmp_path / "r", exp_at(tmp_path), [])
+    common = {"dataset": "cifar10", "arch": "cifar_resnet110", "attack": "pgd", "steps": 2}
+    want = [
+        TrialConfig(method="pgd_noise", sigma=0.25, epsilon=127 / 256, m_train=1, **common),
+        TrialConfig(method="vanilla_pgd", sigma=0.25, epsilon=127 / 256, **common),
+    ]
+    assert sorted(m.cfg.trial_id for m in report.imported) == sorted(c.trial_id for c in want)
+    skipped = dict(report.skipped)
+    assert "pass --set seed=1" in skipped[again] and "pseudo_fingerprint" in skipped[selftrain]
+    seeded = ingest.plan_import(tmp_path / "r" / again, exp_at(tmp_path), ["seed=1"])
+    (model,) = seeded.imported
+    assert model.cfg.method == "smoothadv" and model.cfg.seed == 1
+
+
 def test_training_split_logs_are_skipped(tmp_path):
     write_log(tmp_path / "r/imagenet/resnet50/noise_0.50/train/sigma_0.50", ["0\t1\t1\t0.5\t1\t1"])
     write_log(tmp_path / "r/imagenet/resnet50/noise_0.50/test/sigma_0.50", ["0\t1\t1\t0.5\t1\t1"])

@@ -70,7 +70,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.ingest.layouts import jh_jeong
+from sweeper.ingest.layouts import jh_jeong, smoothing_adversarial
 from sweeper.ingest.log_reader import (
     DEFAULT_MAX_ROWS,
     HEADER,
@@ -217,7 +217,7 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     LogRefused: a row its stored n, α and σ_cert cannot give, which refuses the import)."""
     trial_sets, cert_sets = sets
     rel = str(log.relative_to(root))
-    values, methods = path_values(log, root)
+    values, methods = smoothing_adversarial.vanilla(*path_values(log, root))
     if jh_jeong.LOG_NAME.fullmatch(log.name):  # trained by the jh-jeong code: its protocol
         values = {**jh_jeong.PROTOCOL, **values}
     if values.get("_split") == "train":

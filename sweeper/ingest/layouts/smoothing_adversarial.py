@@ -4,9 +4,18 @@
     PGD_<T>steps, DDN_<T>steps     method smoothadv, attack, steps T; optional suffixes
       [_<E>epochs][_multiNoiseSamples|_multinoise]   epochs E
     eps_<k>                        ε = k/256 (the reference code's unit: eps_255 is 0.99609375)
-    self_training_PGD_<T>steps, weight_<η>   self-training (η): needs --set pseudo_data, ...
+    self_training_PGD_<T>steps, self_training/PGD_<T>steps, weight_<η>
+                                   self-training (η): needs --set pseudo_data, ...
     finetune_*                     pre-training then fine-tuning: needs --set init_from
     salman, smoothadv              method smoothadv
+    PGD_<T>steps_baseAttackExp     appendix C.1's comparison (analyze.py's "no noise during
+                                   attack"), attack and steps T, m_train 1, three trainings:
+      with_noise                     SmoothAdv again (the same settings as PGD_<T>steps' own
+                                     run): needs --set seed=... to tell the two runs apart
+      without_noise/noise_<σ>        vanilla PGD + noise: method pgd_noise
+      without_noise/noise_0.00       vanilla PGD (no noise in training), certified at several
+                                     σ: method vanilla_pgd at the σ it is smoothed with
+                                     (`vanilla`)
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from sweeper.ingest.layouts.shared import NUM, Handler, number
 NEEDS = {
     "self-training": ("pseudo_fingerprint", "pseudo_data, pseudo_fingerprint and pseudo_eta"),
     "pre-training then fine-tuning": ("init_from", "init_from (the pre-trained model's trial_id)"),
+    "a second run of SmoothAdv": ("seed", "seed=1 (PGD_<T>steps holds a run of the same settings)"),
 }
 
 
@@ -35,8 +45,26 @@ def _attack(m: re.Match) -> dict:
     return values | (needs("self-training", m) if self_training else {})
 
 
+def _base_attack(m: re.Match) -> dict:
+    return {"attack": m.group(1).lower(), "steps": int(m.group(2)), "m_train": 1}
+
+
+def vanilla(values: dict, methods: set[str]) -> tuple[dict, set[str]]:
+    """A `without_noise/noise_0.00` model (trained without noise) is vanilla PGD smoothed at
+    the σ of its log's name: method vanilla_pgd at that σ (its training uses no σ)."""
+    if "pgd_noise" in methods and values.get("sigma") == 0 and values.get("sigma_cert"):
+        return {**values, "sigma": values["sigma_cert"]}, (methods - {"pgd_noise"}) | {
+            "vanilla_pgd"
+        }
+    return values, methods
+
+
 PATTERNS: list[tuple[str, Handler]] = [
+    (r"(pgd|ddn)_(\d+)steps_baseattackexp", _base_attack),
     (r"(?:(.*)_)?(pgd|ddn)_(\d+)steps(?:_(\d+)epochs)?(?:_multi(?:NoiseSamples|noise))?", _attack),
+    (r"with_noise", lambda m: {"_method": "smoothadv", **needs("a second run of SmoothAdv", m)}),
+    (r"without_noise", lambda m: {"_method": "pgd_noise"}),
+    (r"self_training", lambda m: needs("self-training", m)),
     (r"finetune_.*", lambda m: needs("pre-training then fine-tuning", m)),
     (rf"weight_{NUM}", lambda m: {"pseudo_eta": float(m.group(1))}),
     (rf"eps_{NUM}", number("epsilon", 256)),
