@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sweeper.results.certify_rows import CERTIFY_ROWS, SCHEMA, max_radius, shard_table
+from sweeper.results.certify_rows import CERTIFY_ROWS, SCHEMA, shard_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Stage
 from trainables.kernel import fileio
@@ -75,26 +75,31 @@ def standin_trial(config: dict, experiment_root: str) -> None:
 
 
 def standin_certify(exp: Experiment, shard, spec, cpus: float) -> pa.Table:
-    """CERTIFY-like rows for the shard's points: votes drawn per point, radius from them."""
+    """CERTIFY-like rows for the shard's points: a vote count drawn per point, the rest as
+    CERTIFY derives it from the count (`certificate_from_counts`), so the reader's checks,
+    which recompute p_lower and the radius from the count, accept them."""
+    from trainables.kernel.certificates import ABSTAIN, certificate_from_counts
     from trainables.kernel.trial_status import read_status
 
     cfg = TrialConfig.from_dict(read_status(exp.trial_dir(shard.trial_id))["config"])
     rng = np.random.default_rng(abs(hash((shard.trial_id, shard.index))) % 2**32)
     k = len(shard.indices)
-    p_lower = np.clip(rng.beta(6, 1.5, k), 0, np.power(spec.alpha, 1 / spec.n))
-    radius = np.where(p_lower < 0.5, 0.0, cfg.sigma * _ndtri(np.maximum(p_lower, 0.5)))
-    radius = np.minimum(radius, max_radius(cfg.sigma, spec.n, spec.alpha))
+    nA = rng.binomial(spec.n, rng.beta(6, 1.5, k))
     label = np.asarray(shard.indices) % 10
-    right = rng.random(k) < 0.8
-    predict = np.where(radius == 0, -1, np.where(right, label, (label + 1) % 10))
+    chosen = np.where(rng.random(k) < 0.8, label, (label + 1) % 10)
+    certs = [
+        certificate_from_counts(int(c), int(a), spec.n, spec.alpha, cfg.sigma)
+        for c, a in zip(chosen, nA, strict=True)
+    ]
+    predict = [c.prediction for c in certs]
     cols = {
         "idx": list(shard.indices),
         "label": label.tolist(),
-        "predict": predict.tolist(),
-        "count": (p_lower * spec.n).astype(int).tolist(),
-        "p_lower": p_lower.tolist(),
-        "radius": radius.tolist(),
-        "correct": ((predict == label) & (predict >= 0)).tolist(),
+        "predict": predict,
+        "count": [c.nA for c in certs],
+        "p_lower": [c.p_lower for c in certs],
+        "radius": [c.radius for c in certs],
+        "correct": [p != ABSTAIN and p == lab for p, lab in zip(predict, label, strict=True)],
         "sigma_cert": [cfg.sigma] * k,
         "time_s": [0.0] * k,
     }
