@@ -59,30 +59,25 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-def only_pruned(exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any]) -> bool:
-    """Whether `--only` keeps no certified row but some models the `envelope` strategy
-    pruned (they have no rows: `sweeper table` shows them with their upper bounds)."""
-    try:
-        filter_rows(frame, selection)
-        return False
-    except ProblemsError:
-        return bool(selection) and not pruned(exp, frame.iloc[0:0], selection, [0.0]).empty
-
-
-def only_rows(exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
-    """`filter_rows`, its error saying so when `--only` keeps only pruned models."""
+def only_rows(
+    exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any], pruned_ok: bool = False
+) -> pd.DataFrame:
+    """`filter_rows`, filtered once; when `--only` keeps no row but some models the `envelope`
+    strategy pruned (they have no rows): no row if `pruned_ok` (`sweeper table` shows them
+    with their upper bounds), else an error saying where to look."""
     try:
         return filter_rows(frame, selection)
     except ProblemsError:
-        if only_pruned(exp, frame, selection):
-            raise ProblemsError(
-                [
-                    "--only keeps only models the envelope strategy pruned (they have no "
-                    "certified rows): `sweeper table` with the same --only shows their upper "
-                    "bounds"
-                ]
-            ) from None
-        raise
+        if not selection or pruned(exp, frame.iloc[0:0], selection, [0.0]).empty:
+            raise
+    if pruned_ok:
+        return frame.iloc[0:0]
+    raise ProblemsError(
+        [
+            "--only keeps only models the envelope strategy pruned (they have no certified "
+            "rows): `sweeper table` with the same --only shows their upper bounds"
+        ]
+    )
 
 
 def _spelled(value: Any) -> str:

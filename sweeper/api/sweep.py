@@ -271,12 +271,14 @@ class Sweep:
         log.info("experiment: %s", exp.name)
         return exp
 
-    def read(self, columns: list[str] | None = None) -> Selected:
-        """The experiment's certification rows, the `--only` slice of the sound models."""
+    def read(self, columns: list[str] | None = None, pruned_ok: bool = False) -> Selected:
+        """The experiment's certification rows, the `--only` slice of the sound models
+        (`pruned_ok`: a slice of pruned models only is no row, not an error)."""
         chosen = selection.only_selection(self.only)
         exp = self.exp()
         results = selection.load(exp, chosen, columns)
-        frame, unsound = selection.sound_rows(selection.only_rows(exp, results.frame, chosen))
+        rows = selection.only_rows(exp, results.frame, chosen, pruned_ok)
+        frame, unsound = selection.sound_rows(rows)
         return Selected(exp, results, frame, unsound)
 
     def status(self) -> StatusReport:
@@ -309,11 +311,8 @@ class Sweep:
         under the envelope strategy also its pruned models (`status` `pruned`, their upper
         bounds in the `r=..._upper` columns, their accuracies null)."""
         chosen = selection.only_selection(self.only)
-        exp = self.exp()
-        results = selection.load(exp, chosen)
-        if selection.only_pruned(exp, results.frame, chosen):
-            return selection.model_table(exp, results.frame.iloc[0:0], chosen, list(radii))
-        return selection.model_table(exp, self.read().frame, chosen, list(radii))
+        selected = self.read(pruned_ok=True)
+        return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
 
 
 def left_out(exp: Experiment) -> list[str]:

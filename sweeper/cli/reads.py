@@ -277,9 +277,8 @@ def load_selected(
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(results.invalid, exp)
-    if pruned_ok and selection.only_pruned(exp, results.frame, chosen):
-        return exp, results, results.frame.iloc[0:0]
-    frame, unsound = selection.sound_rows(selection.only_rows(exp, results.frame, chosen))
+    rows = selection.only_rows(exp, results.frame, chosen, pruned_ok)
+    frame, unsound = selection.sound_rows(rows)
     if unsound:
         display.echo(
             f"{display.plural(unsound, 'data-dependent model')} "
