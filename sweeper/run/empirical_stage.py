@@ -26,7 +26,7 @@ from sweeper.plan.spec import Resources
 from sweeper.results.empirical_rows import EMPIRICAL_ROWS, EMPIRICAL_SCHEMA
 from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
-from sweeper.run.retries import Budget, Retries
+from sweeper.run.retries import Budget, budget_tasks
 from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
@@ -145,8 +145,7 @@ def run_empirical(
     Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted.
     `budget`: the tasks' retries (`retries.task_budget`; None: the defaults)."""
     runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)
-    if budget is not None:
-        runner.retries = Retries(budget, runner.failure_log)
+    budget_tasks(runner, budget)
     try:
         for cfg in trials:
             runner.submit(cfg)

@@ -37,7 +37,7 @@ from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.outcome import Outcome
-from sweeper.run.retries import Budget, Retries, guard_trial, run_budgets
+from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
 from sweeper.run.tune_names import trial_dirname, trial_name
@@ -386,8 +386,7 @@ def certify_trials(
     """Certify finished trials (`sweeper certify`; Ray initialized), `budget`: tasks' retries."""
     outcome = Outcome()
     certifier = _certifier(exp, certify, per_process(resources, trials), on_event)
-    if budget is not None:
-        certifier.retries = Retries(budget, certifier.failure_log)
+    budget_tasks(certifier, budget)
     for cfg in trials:
         certifier.submit(cfg)
     try:

@@ -87,8 +87,15 @@ def run_budgets(options: LaunchOptions, certifier: Any) -> Retries:
     envelope strategy's `EnvelopeCertifier`, whose pilots and runners share them). Both count
     in its failure log."""
     if isinstance(getattr(certifier, "retries", None), Retries):
-        certifier.retries = Retries(task_budget(options), certifier.failure_log)
+        budget_tasks(certifier, task_budget(options))
     return Retries(trial_budget(options), certifier.failure_log)
+
+
+def budget_tasks(runner: Any, budget: Budget | None) -> None:
+    """Give `runner`'s tasks (a `StageRunner`'s or an `EnvelopeCertifier`'s) `budget`, counted
+    in its failure log (None: they keep the defaults)."""
+    if budget is not None:
+        runner.retries = Retries(budget, runner.failure_log)
 
 
 class Retries:
