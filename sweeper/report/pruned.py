@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from sweeper.report.formats import DIGITS
-from sweeper.report.render import cell
+from sweeper.report.render import cell, radius_of
 from sweeper.results.envelope_records import upper_accuracy
 
 UPPER = "_upper"  # suffix of a radius column's upper bound ("r=0.25_upper")
@@ -72,20 +72,12 @@ def partial_texts(rows: pd.DataFrame, text: pd.DataFrame) -> pd.DataFrame:
         for i, start in rows["exact_from"].items():
             if start is None or pd.isna(start):
                 continue
-            below = [c for c in text.columns if _radius(c) is not None and _radius(c) < start]
+            below = [c for c in text.columns if (r := radius_of(c)) is not None and r < start]
             for c in [*below, *(["acr"] if "acr" in text else [])]:
                 cell = str(text.at[i, c])
                 if cell not in ("", "-"):
                     text.at[i, c] = f"≥{cell}"
     return text.drop(columns=[c for c in ("cert_id", "exact_from") if c in text])
-
-
-def _radius(column: object) -> float | None:
-    """The radius of an accuracy column ("r=0.25"), None for any other column."""
-    name = str(column)
-    if not name.startswith("r=") or "_" in name or " " in name:
-        return None
-    return float(name[2:])
 
 
 def pruned_section(pruned: pd.DataFrame, radii: list[float], delta_note: str = "") -> list[str]:
