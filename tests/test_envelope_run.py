@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.plan.grid import expand
-from sweeper.plan.spaces import load_space
+from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import load_results
 from sweeper.results.envelope_records import read_records
@@ -75,6 +75,34 @@ def test_strategy_settings_and_cert_ids():
     assert CertifySpec(strategy="envelope", ddrs={}).problems()  # type: ignore[arg-type]
     for spec in (env, other):
         assert setting_of(spec.cert_id) is not None
+
+
+def test_envelope_settings_where_strategy_full_certifies_are_refused(tmp_path):
+    """--pilots, --radii and --delta (or pilots: in YAML) under strategy full would do nothing:
+    exit 2 naming the flag, before anything starts; with --strategy envelope they are taken."""
+    space = tmp_path / "tiny.yaml"
+    space.write_text(textwrap.dedent(SPACE))
+    args = ["certify", str(space), "--storage", str(tmp_path / "s"), "--pilots", "10,30"]
+    result = CliRunner().invoke(app, [*args, "--delta", "0.05"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    for flag in ("--pilots", "--delta"):
+        assert f"{flag} is a setting of --strategy envelope" in result.output
+    assert "--radii is" not in result.output
+    result = CliRunner().invoke(app, [*args, "--strategy", "envelope"])
+    assert "is a setting of --strategy envelope" not in result.output
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+    bad = textwrap.dedent(SPACE).replace("shard_size: 10}", "shard_size: 10, radii: [0, 0.5]}")
+    (tmp_path / "bad.yaml").write_text(bad + "smoke: {certify: {delta: 0.05}}\n")
+    with pytest.raises(SpecError) as e:
+        load_space(str(tmp_path / "bad.yaml"))
+    assert [p.split(" is ")[0] for p in e.value.problems] == [
+        "bad.yaml: certify.radii",
+        "bad.yaml: smoke.certify.delta",
+    ]
+    good = bad.replace("radii:", "strategy: envelope, radii:")
+    (tmp_path / "good.yaml").write_text(good)
+    assert load_space(str(tmp_path / "good.yaml")).certify.radii == (0, 0.5)
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,22 @@ def parse_spec(
     problems = list(dict.fromkeys(problems + base + smoked))
     if (problem := precision_problem(certify, resources)) is not None:
         problems.append(problem)
+    problems += idle_problems(spec, raw.get("certify"), (raw.get("smoke") or {}).get("certify"))
     return (None, problems) if problems else (spec, [])
+
+
+def idle_problems(spec: SweepSpec, block: Any, smoke_block: Any) -> list[str]:
+    """The envelope's settings (pilots, radii, delta) set in a certify block, or in the smoke
+    block's, whose strategy is full: they would change nothing."""
+    keys = set(block) if isinstance(block, dict) else set()
+    smoke_keys = set(smoke_block) if isinstance(smoke_block, dict) else set()
+    found = {f"certify.{k}": k for k in spec.certify.idle(keys)}
+    found |= {f"smoke.certify.{k}": k for k in spec.smoked().certify.idle(smoke_keys)}
+    return [
+        f"{where} is a setting of strategy envelope, and this certify block's strategy is full: "
+        f"set strategy: envelope, or remove {name}"
+        for where, name in found.items()
+    ]
 
 
 def _smoke(smoke: Any, certify: CertifySpec, problems: list[str]) -> tuple[dict, dict]:

@@ -70,6 +70,7 @@ def make_plan(req: PlanRequest) -> Plan:
     if req.certify_overrides:
         certify = dataclasses.replace(spec.certify, **req.certify_overrides)
         problems += [f"certify option: {p}" for p in certify.problems()]
+        problems += [_idle_flag(k, req.space) for k in certify.idle(req.certify_overrides)]
         spec = dataclasses.replace(spec, certify=certify)
     data_dir = _data_dir(req.data_dir)
     try:
@@ -91,6 +92,14 @@ def make_plan(req: PlanRequest) -> Plan:
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def _idle_flag(name: str, space: str) -> str:
+    """--pilots (or --radii, --delta) given where strategy full certifies: it would do nothing."""
+    return (
+        f"--{name} is a setting of --strategy envelope, and {space} certifies with strategy "
+        f"full: add --strategy envelope, or drop --{name}"
+    )
 
 
 def _data_dir(given: str | None) -> str | None:

@@ -9,6 +9,7 @@ taken as it is by `trainables.certify_points`) and the attack's (`EmpiricalSpec`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainables.kernel.ddrs_settings import DDRSSettings
@@ -28,6 +29,7 @@ from trainables.kernel.settings import (
 
 STRATEGIES = ("full", "envelope")  # certification strategies (CertifySpec.strategy)
 DECISION_RADII = tuple(round(0.25 * t, 10) for t in range(10))  # envelope's default: 0:2.25:0.25
+ENVELOPE_ONLY = ("delta", "pilots", "radii")  # the settings only strategy envelope reads
 
 # The DDRS settings as `sweeper certify --ddrs-<part>` says them: their own declarations.
 DDRS_PARTS = {f.name: f.metadata["help"] for f in declared(DDRSSettings)}
@@ -130,6 +132,11 @@ class CertifySpec:
         if self.ddrs is not None:
             found.append("strategy envelope does not take ddrs (certify DDRS with full)")
         return found
+
+    def idle(self, given: Iterable[str]) -> list[str]:
+        """Which of the `given` setting names this strategy never reads (the envelope's own
+        under `full`): set, they would change nothing, so the planners refuse them."""
+        return [] if self.strategy == "envelope" else [k for k in ENVELOPE_ONLY if k in given]
 
     @property
     def pilot_stages(self) -> tuple[int, ...]:
