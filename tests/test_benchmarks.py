@@ -49,3 +49,35 @@ def test_gpu_script_rejects_bad_arguments_before_looking_for_a_gpu(args, message
     done = gpu_script(*args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_sweep_scale_standins_write_rows_the_reader_counts_and_copies_of_them(tmp_path):
+    """sweep_scale.py's stand-in certification and its 10x `replicate` give rows the reader
+    accepts (its timings were of 1x the models while the reader refused the copies)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import sweep_scale
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.results.certify_rows import load_results
+    from sweeper.results.storage import Experiment
+    from sweeper.run import compaction, shards
+    from trainables.kernel.trial_status import write_status
+
+    spec = load_space("cifar10")
+    exp = Experiment(str(tmp_path), "cifar10")
+    trials = expand(spec)[:2]
+    for cfg in trials:
+        write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", cfg.epochs, {})
+        planned = shards.plan(cfg, "certify", spec.certify, sweep_scale.TEST_SIZE)
+        for shard in planned:
+            shards.run_shard(exp, sweep_scale.STANDIN, shard, spec.certify, 1.0)
+        compaction.compact(exp, sweep_scale.STANDIN, cfg.trial_id, spec.certify, len(planned))
+    results = load_results(exp)
+    assert results.invalid == [] and len(results.frame) == 2 * 500
+    assert sweep_scale.replicate(exp, 3) == 6
+    again = load_results(exp)
+    assert again.invalid == [] and len(again.frame) == 6 * 500
+    assert sorted(again.frame["n0"].unique()) == [100, 101, 102]
