@@ -13,6 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
+from sweeper.results.lease import Lease, read_holder
+from sweeper.results.storage import Experiment
 from sweeper.run import driving
 from sweeper.run.driving import RayWatch, ray_lost
 
@@ -36,6 +38,23 @@ def test_the_watch_tells_and_exits_once_the_gcs_is_unreachable(monkeypatch):
     assert told == [
         f"Ray went away under the run (its GCS at 127.0.0.1:{address[1]} unreachable for 0 s)"
     ]
+
+
+def test_the_watch_releases_the_runs_lease_before_it_ends_the_process(tmp_path, monkeypatch):
+    """The process ends without leaving its `with Lease` block: the watch lets go of the lease
+    itself, so lease.json says released and the next run takes it without a takeover."""
+    monkeypatch.setattr(driving, "POLL_S", 0.02)
+    exp = Experiment(str(tmp_path), "e")
+    exited, lease = threading.Event(), Lease(exp, "sweeper run grid digits")
+    lease.acquire()
+    (tmp_path / "e" / "trials").mkdir()  # the run wrote something: the directory stays
+    watch = RayWatch(dead_address(), [].append, 0.1, lambda code: exited.set(), lease.release)
+    with watch:
+        assert exited.wait(5)
+    holder = read_holder(exp)
+    assert holder is not None and holder.released is not None and not lease.held
+    with Lease(exp, "sweeper run grid digits") as again:
+        assert again.took_over is None
 
 
 def test_the_watch_is_silent_while_the_gcs_answers(monkeypatch):

@@ -121,8 +121,9 @@ def lost_line(address: tuple[str, int] | None, cause: str) -> str:
 
 class RayWatch:
     """While a run uses Ray, polls its GCS every `POLL_S`; unreachable for `limit` seconds,
-    it tells `lost` one line (the command line: an `error:` line and how to resume) and ends
-    the process with exit 1, before Ray's own exit would end it without a word."""
+    it tells `lost` one line (the command line: an `error:` line and how to resume), calls
+    `release` (the run's lease: the next run need not find its holder gone) and ends the
+    process with exit 1, before Ray's own exit would end it without a word."""
 
     def __init__(
         self,
@@ -130,8 +131,10 @@ class RayWatch:
         lost: Callable[[str], None],
         limit: float = RAY_LOST_S,
         exit: Callable[[int], Any] = os._exit,
+        release: Callable[[], None] = lambda: None,
     ):
         self.address, self.lost, self.limit, self.exit = address, lost, limit, exit
+        self.release = release
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="sweeper-ray-watch", daemon=True)
 
@@ -153,6 +156,10 @@ class RayWatch:
             since = since or time.monotonic()
             if time.monotonic() - since >= self.limit and not self.stop.is_set():
                 self.lost(lost_line(self.address, f"unreachable for {self.limit:.0f} s"))
+                try:  # the process ends here: no `with` block will release it
+                    self.release()
+                except Exception as e:  # storage gone too: the lease goes stale instead
+                    log.warning("could not release the lease: %s", e)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 self.exit(1)
@@ -184,10 +191,13 @@ def check_node_versions(warn: Callable[[str], None]) -> None:
 
 
 @contextmanager
-def watching_ray(lost: Callable[[str], None]) -> Iterator[None]:
-    """The connected Ray watched (`RayWatch`); an error that is Ray's death, `RayLost`."""
+def watching_ray(
+    lost: Callable[[str], None], release: Callable[[], None] = lambda: None
+) -> Iterator[None]:
+    """The connected Ray watched (`RayWatch`, which calls `release` before it ends the
+    process); an error that is Ray's death, `RayLost`."""
     gcs = gcs_address()
-    with RayWatch(gcs, lost):
+    with RayWatch(gcs, lost, release=release):
         try:
             yield
         except Exception as e:
@@ -224,7 +234,7 @@ def driving(
             with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
                 display.close()
                 check_node_versions(watchers.warn)
-                with watching_ray(watchers.ray_lost):
+                with watching_ray(watchers.ray_lost, lease.release):
                     yield capacity
     finally:
         display.close()
