@@ -110,3 +110,33 @@ def test_all_compacted_needs_every_model_under_every_setting(tmp_path):
     )
     assert not all_compacted(exp, [*trial_ids, "0123456789ab"], [("certify", settings[0])])
     assert not all_compacted(exp, trial_ids, [("empirical", settings[0])])
+
+
+def test_certify_dry_run_counts_what_is_certified_and_imports_neither_torch_nor_ray(tmp_path):
+    """`sweeper certify --dry-run` from one listing: the first trial certified, the second
+    with one shard of two written, the third finished and not begun, the fourth still training;
+    it writes nothing, takes no lease and imports neither torch nor Ray."""
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    exp, settings = certified_digits(tmp_path / "s")
+    trials = expand(load_space("digits"))
+    for t in trials[1:3]:
+        write_status(exp.trial_dir(t.trial_id), t, "finished", t.epochs, {})
+    write_status(exp.trial_dir(trials[3].trial_id), trials[3], "running", 1, {})
+    fileio.write_bytes_atomic(exp.shard_path(trials[1].trial_id, settings[0], 0, 2), b"")
+    before = sorted(p for p in (tmp_path / "s").rglob("*"))
+    args = ["certify", "digits", "--storage", exp.storage, "--dry-run"]
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert (
+        "3 finished trials: 1 certified, 1 begun (1 of 2 shards written), 1 not begun; "
+        "31 not finished" in out.stdout
+    )
+    assert "certification left ≈" in out.stdout and "for 2 models" in out.stdout
+    assert sorted(p for p in (tmp_path / "s").rglob("*")) == before
+    other = CliRunner().invoke(app, [*args, "--n", "2000"], env={"COLUMNS": "200"})
+    assert "3 finished trials: 0 certified, 0 begun, 3 not begun" in other.stdout
+    result = run_commands([args, [*args, "--strategy", "envelope"]], tmp_path)
+    assert result == {"heavy": [], "codes": [0, 0]}

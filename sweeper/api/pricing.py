@@ -4,13 +4,14 @@ the shipped table). Neither torch nor Ray is imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sweeper.plan import throughput
 from sweeper.plan.cost import SweepCost, price_sweep, strategy_certify_hours
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
+from sweeper.results.storage import StageFile, by_model
 from sweeper.run.capacity import effective_resources
 from trainables.kernel.config import TrialConfig, required
 
@@ -88,3 +89,82 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
         measured_kinds=frozenset(measured),
         strategies=strategies,
     )
+
+
+@dataclass(frozen=True)
+class CertifyPreview:
+    """`sweeper certify --dry-run`: the finished trials of `priced.plan` and how far each is
+    certified under the plan's settings (`settings`: its setting_ids), with the device-hours
+    left (`priced` prices the models not yet certified; a model with shards written counts
+    the share of its shards still missing). Under strategy envelope a model is done once
+    certified or pruned; one not settled is priced afresh (the pilots drawn are kept)."""
+
+    plan: Plan  # what was asked: its selected trials, finished or not
+    priced: PricedPlan  # the models still to certify, priced
+    ready: list[TrialConfig]  # the selected trials that finished training
+    settings: list[str]
+    done: list[str]  # trial_ids certified (envelope: or pruned) under every setting
+    partly: dict[str, tuple[int, int]]  # trial_id -> (shards written, shards planned)
+    left_hours: float  # certification device-hours still to spend
+
+    @property
+    def to_start(self) -> int:
+        """Finished models with nothing written yet under the settings."""
+        return len(self.ready) - len(self.done) - len(self.partly)
+
+
+def preview_certify(plan: Plan, cpu_only: bool = False) -> CertifyPreview:
+    """The certification a `sweeper certify` of `plan` would do, from one listing of its files
+    (no data read, no Ray): which finished models are done, begun or not begun, and the cost
+    of the rest on the device that prices the plan."""
+    states = trial_states(plan.exp, plan.trials)
+    ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+    settings = [variant.setting_id for variant in plan.spec.certify.variants()]
+    done, partly = _certified(plan, [t.trial_id for t in ready], settings)
+    todo = [t for t in ready if t.trial_id not in set(done)]
+    priced = price_plan(replace(plan, trials=todo), cpu_only)
+    left = 0.0
+    if priced.cost is not None:
+        for cost in priced.cost.costs:
+            written, planned = partly.get(cost.trial.trial_id, (0, 1))
+            left += cost.certify_hours * (1 - written / planned)
+    return CertifyPreview(plan, priced, ready, settings, done, partly, left)
+
+
+def _certified(
+    plan: Plan, trial_ids: list[str], settings: list[str]
+) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """(the models done under every setting, {model: (shards written, planned)} of those
+    begun), from the stage's files (strategy envelope: its records)."""
+    if plan.spec.certify.strategy == "envelope":
+        from sweeper.results.envelope_records import read_records
+
+        records = read_records(plan.exp)
+        settled = ("certified", "pruned")
+        cert_id = plan.spec.certify.cert_id
+        done = [t for t in trial_ids if records.get((t, cert_id), {}).get("status") in settled]
+        return done, {}
+    models = by_model(plan.exp.stage_files("certify")) if plan.exp.exists() else {}
+    done, partly = [], {}
+    for t in trial_ids:
+        files = [models.get((t, s), []) for s in settings]
+        pairs = [_shards_written(fs) for fs in files]
+        if all(any(f.kind == "compacted" for f in fs) for fs in files):
+            done.append(t)
+        elif written := sum(w for w, _ in pairs):
+            partly[t] = (written, sum(p for _, p in pairs))
+    return done, partly
+
+
+def _shards_written(files: list[StageFile]) -> tuple[int, int]:
+    """(shards written, shards planned) of one model under one setting: a compacted model is
+    whole; of shards of several counts (another shard size), those of the last one listed.
+    Nothing written: (0, 1), the whole model to do."""
+    if any(f.kind == "compacted" for f in files):
+        count = next(f.count or 1 for f in files if f.kind == "compacted")
+        return count, count
+    shards = [f for f in files if f.kind == "shard" and f.count]
+    if not shards:
+        return 0, 1
+    count = shards[-1].count or 1
+    return len({f.index for f in shards if f.count == count}), count

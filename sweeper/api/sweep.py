@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeper.api import running, selection
-from sweeper.api.pricing import PricedPlan, price_plan
+from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, price_plan
 from sweeper.api.running import Ran
 from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.spaces import SpecError, load_space
@@ -37,6 +37,7 @@ from sweeper.results.storage import (
 )
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.sweep_run import finished_trials
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
@@ -191,6 +192,23 @@ class Sweep:
             certify_overrides=overrides,
         )
         return price_plan(make_plan(request), options.cpu_only)
+
+    def certify_plan(
+        self, options: LaunchOptions | None = None, *, overrides: dict[str, Any] | None = None
+    ) -> CertifyPreview:
+        """The dry run of `certify` (`sweeper certify --dry-run`): the finished trials, how far
+        each is certified under the settings (with `overrides`), and the device-hours left.
+        Reads no data set and starts no Ray."""
+        options = options or LaunchOptions()
+        request = self.request(
+            address=options.address,
+            max_trials=options.max_trials,
+            dry_run=True,
+            certify_overrides=overrides,
+        )
+        plan = make_plan(request)
+        finished_trials(plan, request.space)  # none finished: the real run's own message
+        return preview_certify(plan, options.cpu_only)
 
     # ------------------------------------------------------------------ running
     def run(

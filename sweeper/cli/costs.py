@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sweeper.api.pricing import PricedPlan
+from sweeper.api.pricing import CertifyPreview, PricedPlan
 from sweeper.cli.common import app, console, fail
 from sweeper.cli.display import echo
 from sweeper.plan import throughput
@@ -24,6 +24,23 @@ def dry_run_report(
 ) -> None:
     """After the plan of a dry run: the data a real run needs (found in `data_dir`, checked
     as a real run would, when given), and what the sweep will cost."""
+    dry_run_data(priced, data_dir)
+    if priced.cost is None:
+        return
+    device = "GPU" if priced.kind == "gpu" else "core"
+    _print_figures(priced)
+    _print_groups(priced.cost, device)
+    _print_totals(priced.cost, device)
+    _print_strategies(priced.strategies, device)
+    capacity = _devices(priced.kind, address, gpus)
+    if capacity is None:
+        console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
+        return
+    _print_wall_clock(priced.cost, priced.resources, priced.kind, capacity)
+
+
+def dry_run_data(priced: PricedPlan, data_dir: str | None) -> None:
+    """The data a real run needs: checked in `data_dir` (as a real run would) when given."""
     if priced.data or priced.pseudo:
         what = " and ".join(
             filter(
@@ -38,18 +55,45 @@ def dry_run_report(
                 f"data: not read on a dry run; a real run needs {what}"
                 + (" (--data-dir DIR, or --download)" if priced.data else "")
             )
-    if priced.cost is None:
+
+
+def certify_dry_run_report(preview: CertifyPreview, data_dir: str | None) -> None:
+    """`sweeper certify --dry-run`: how far the finished models are certified under the
+    settings, and the device-hours left (with the figures that price them)."""
+    priced, plan = preview.priced, preview.plan
+    unfinished = len(plan.trials) - len(preview.ready)
+    begun = sum(w for w, _ in preview.partly.values()), sum(p for _, p in preview.partly.values())
+    table = Table(title="sweeper certify (dry run)", show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # a long id or path folds, never cut
+    envelope = plan.spec.certify.strategy == "envelope"
+    shards = f" ({begun[0]} of {begun[1]} shards written)" if preview.partly else ""
+    table.add_row(
+        "models",
+        f"{len(preview.ready)} finished trials: {len(preview.done)} "
+        f"{'certified or pruned' if envelope else 'certified'}, {len(preview.partly)} "
+        f"begun{shards}, {preview.to_start} {'not settled' if envelope else 'not begun'}"
+        + (f"; {unfinished} not finished (not certified by this command)" if unfinished else ""),
+    )
+    table.add_row("settings", ", ".join(preview.settings))
+    table.add_row("storage", plan.exp.root)
+    console.print(table, markup=False, highlight=False)
+    if not priced.trials:
+        console.print("nothing to do: every finished model is certified with these settings")
         return
+    dry_run_data(priced, data_dir)
     device = "GPU" if priced.kind == "gpu" else "core"
     _print_figures(priced)
-    _print_groups(priced.cost, device)
-    _print_totals(priced.cost, device)
-    _print_strategies(priced.strategies, device)
-    capacity = _devices(priced.kind, address, gpus)
-    if capacity is None:
-        console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
-        return
-    _print_wall_clock(priced.cost, priced.resources, priced.kind, capacity)
+    assert priced.cost is not None
+    fewest, most = priced.cost.forwards_per_model()
+    forwards = _power(most) if fewest == most else f"{_power(fewest)} to {_power(most)}"
+    console.print(
+        f"certification left ≈ {_amount(preview.left_hours, device)} on the device above, "
+        f"for {len(priced.trials)} models ({forwards} forwards per model; a begun model only "
+        "its missing shards)",
+        highlight=False,
+    )
+    _print_strategies(priced.strategies, device, "the same models from scratch, by strategy")
 
 
 def _print_figures(priced: PricedPlan) -> None:
@@ -154,13 +198,15 @@ def _print_totals(sweep: SweepCost, device: str) -> None:
     )
 
 
-def _print_strategies(hours: dict[str, float], device: str) -> None:
+def _print_strategies(
+    hours: dict[str, float], device: str, what: str = "certification by strategy"
+) -> None:
     if not hours:
         return
     from sweeper.plan.cost import ENVELOPE_FULL_SHARE
 
     console.print(
-        f"certification by strategy: full ≈ {_amount(hours['full'], device)}, envelope ≈ "
+        f"{what}: full ≈ {_amount(hours['full'], device)}, envelope ≈ "
         f"{_amount(hours['envelope'], device)} (an estimate: the selection and first pilot on "
         f"every model, the rest on the {ENVELOPE_FULL_SHARE:.0%} of models assumed certified "
         "fully)",

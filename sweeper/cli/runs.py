@@ -20,7 +20,7 @@ from sweeper.cli.common import (
     run_app,
     sweeper_command,
 )
-from sweeper.cli.costs import dry_run_report
+from sweeper.cli.costs import certify_dry_run_report, dry_run_report
 from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import (
     Download,
@@ -224,17 +224,22 @@ def certify(
     data_dir: DataDir = None,
     only: Only = None,
     smoke: SpaceSmoke = False,
+    dry_run: DryRun = False,
     **options: Any,
 ) -> None:
     """(Re)run certification of the finished trials, optionally with other settings.
 
     New settings write new files beside the old ones; existing shards are skipped. With
     --ddrs every model is certified with its own σ_x per test point as well (Alfarra et al.),
-    made sound by a memory pass over each model's results."""
+    made sound by a memory pass over each model's results. With --dry-run: how far each
+    model is certified with these settings and what the rest costs, without starting Ray."""
     launch, overrides = launch_options(options), certify_overrides(options)
     sweep = Sweep(
         space, storage=storage, experiment=experiment, only=only, smoke=smoke, data_dir=data_dir
     )
+    if dry_run:  # imports neither torch nor Ray
+        certify_dry_run_report(sweep.certify_plan(launch, overrides=overrides), data_dir)
+        return
     ran = sweep.certify(options=launch, overrides=overrides, watchers=watchers())
     if ran.outcome is not None:
         _report_outcome(ran.outcome, ran.plan.exp, space)
