@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from trainables import data_cache
 from trainables.datasets import DataError, load_dataset
+from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()
 BUCKET = "sweeper-test"
@@ -289,3 +290,48 @@ def test_the_driver_counts_a_remote_test_split_without_fetching_it(monkeypatch, 
     assert shards.test_size("imagenet", "s3://no-such-bucket/imagenet") == 50_000
     assert shards.test_size("cifar10", "gs://no-such-bucket/c10") == 10_000
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("layout", ["npz", "folders"])
+def test_pseudo_labelled_data_put_on_the_bucket_is_what_self_training_reads(
+    layout, url, cache, tmp_path
+):
+    """`sweeper data put pseudo` of an .npz or of <label>/ folders; pseudo_data: the URI then
+    loads the same images and labels as the local copy, through the node's cache, with the
+    fingerprint `sweeper pseudo-data URI` prints and the driver's check passing."""
+    from PIL import Image
+    from test_self_training import pseudo_arrays, write_npz
+
+    from trainables.pseudo import fingerprint, load_pseudo, pseudo_problems
+
+    images, labels = pseudo_arrays(12)
+    source = write_npz(tmp_path / "pseudo.npz", images, labels)
+    if layout == "folders":
+        source = tmp_path / "pseudo"
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            (source / str(label)).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image[0]).save(source / str(label) / f"{i:03d}.png")
+    result = put("pseudo", source, url)
+    assert result.exit_code == 0, result.output
+    assert f"pseudo_data: {url}" in result.stdout
+    local = load_pseudo(source, "digits")
+    remote = load_pseudo(url, "digits")
+    assert torch.equal(local[0], remote[0]) and torch.equal(local[1], remote[1])
+    assert any(cache.rglob("*")), "read from the node's cache"
+    printed = runner.invoke(app, ["pseudo-data", url, "--dataset", "digits"])
+    assert f"pseudo_fingerprint: {fingerprint(*local)}" in printed.stdout
+    cfg = TrialConfig(
+        dataset="digits",
+        method="gaussian",
+        pseudo_data=url,
+        pseudo_fingerprint=fingerprint(*local),
+        pseudo_eta=0.5,
+    )
+    assert cfg.problems() == [] and pseudo_problems([cfg]) == []
+    other = cfg.replace(pseudo_data=f"{url}-elsewhere")
+    [problem] = pseudo_problems([other])
+    assert f"no data manifest {url}-elsewhere/sweeper-data.json" in problem
+    assert pseudo_problems([cfg.replace(pseudo_data="s3://Bad_Bucket/p")])[0].startswith(
+        "pseudo_data 's3://Bad_Bucket/p' is not a data URI"
+    )
+    bad_input(["data", "put", "pseudo", "--from", str(tmp_path / "nope"), "--to", url], "--from")

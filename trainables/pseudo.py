@@ -1,7 +1,9 @@
 """Self-training (SmoothAdv NeurIPS appendix E.2): a pseudo-labelled data set whose batches are
 interleaved with the labelled ones, their loss scaled by η (`cfg.pseudo_eta`).
 
-The data (`cfg.pseudo_data`, an absolute path) is either
+The data (`cfg.pseudo_data`, an absolute path, or a data URI `s3://bucket/prefix` (gs://) where
+`sweeper data put pseudo --from PATH --to URI` put it: each node then fetches it once into its
+data cache and checks its hashes, `trainables.data_cache`) is either
 - an `.npz` file with `images`, uint8 of shape (N, C, H, W), (N, H, W, C) or, for one-channel
   data sets, (N, H, W), and `labels`, integers in 0..K-1 of shape (N,); or
 - a directory `DIR/<label>/<image file>` whose sub-folders are named by the decimal class
@@ -33,20 +35,37 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainables import data_cache
 from trainables.datasets import INFO, DataError
 from trainables.kernel.config import TrialConfig, required
 
 FINGERPRINT_DIGITS = 16
+PSEUDO = "pseudo"  # its name in a data URI's manifest (`sweeper data put pseudo`)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
 # Offsets of the pseudo stream's seeds from cfg.seed (the labelled loader uses +0, its noise +1).
 SEED_INDEX, SEED_NOISE, SEED_AUGMENT = 2, 3, 4
 
 
 # ---------------------------------------------------------------------------- reading
+def local_copy(path: str | Path) -> Path:
+    """Where to read `path` on this node: the path itself, or for a data URI the cached copy of
+    the set put there (its one file, or its <label>/ folders); DataError naming what is wrong
+    with the bucket, the manifest or a file."""
+    if not data_cache.is_remote(str(path)):
+        return Path(path).expanduser()
+    try:
+        root = data_cache.fetch(str(path), PSEUDO)
+    except data_cache.RemoteDataError as e:
+        raise DataError(e.problems[0]) from None
+    files = [p for p in root.iterdir() if not p.name.startswith(".")]
+    return files[0] if len(files) == 1 and files[0].is_file() else root
+
+
 def load_pseudo(path: str | Path, dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The images (N, C, H, W) uint8 and labels (N,) int64 at `path`, checked against the
-    shape and classes of data set `dataset`; DataError (one line naming the path) otherwise."""
-    path = Path(path).expanduser()
+    """The images (N, C, H, W) uint8 and labels (N,) int64 at `path` (a data URI: its copy
+    in the node's cache), checked against the shape and classes of data set `dataset`;
+    DataError (one line naming the path) otherwise."""
+    path = local_copy(path)
     info = INFO[dataset]
     if path.is_dir():
         images, labels = _read_folder(path, info.shape, info.num_classes)
@@ -176,7 +195,11 @@ def pseudo_problems(trials: Iterable[TrialConfig]) -> list[str]:
     for cfg in trials:
         if cfg.pseudo_data is None:
             continue
-        if not Path(cfg.pseudo_data).expanduser().is_absolute():
+        remote = data_cache.is_remote(cfg.pseudo_data)
+        if remote and (problem := data_cache.uri_problem(cfg.pseudo_data)):
+            problems[f"pseudo_data {problem}"] = None
+            continue
+        if not remote and not Path(cfg.pseudo_data).expanduser().is_absolute():
             problems[
                 f"pseudo_data must be an absolute path (trials run in their own working "
                 f"directories; got {cfg.pseudo_data!r})"

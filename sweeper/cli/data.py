@@ -13,6 +13,8 @@ from sweeper.cli.common import app, fail, sweeper_command
 from sweeper.cli.display import echo
 from trainables.kernel.catalog import DATASETS
 
+PSEUDO = "pseudo"  # trainables.pseudo.PSEUDO, without importing torch
+
 data_app = typer.Typer(
     help="Data sets on an object store, for clusters without a shared disk.",
     no_args_is_help=True,
@@ -22,10 +24,20 @@ app.add_typer(data_app, name="data")
 
 @data_app.command("put")
 def put(
-    dataset: Annotated[str, typer.Argument(help=f"The data set: {', '.join(DATASETS)}.")],
+    dataset: Annotated[
+        str,
+        typer.Argument(
+            help=f"The data set: {', '.join(DATASETS)}; or pseudo (self-training's "
+            "pseudo-labelled data, then pseudo_data: the --to URI)."
+        ),
+    ],
     source: Annotated[
         str,
-        typer.Option("--from", help="The local directory holding it, as --data-dir would name it."),
+        typer.Option(
+            "--from",
+            help="The local directory holding it, as --data-dir would name it (pseudo: the "
+            ".npz file or <label>/ directory pseudo_data would name).",
+        ),
     ],
     target: Annotated[
         str,
@@ -41,24 +53,49 @@ def put(
     from trainables import data_cache
 
     problems = []
-    if dataset not in DATASETS:
-        problems.append(f"unknown data set {dataset!r} (valid: {', '.join(DATASETS)})")
+    if dataset not in (*DATASETS, PSEUDO):
+        problems.append(f"unknown data set {dataset!r} (valid: {', '.join(DATASETS)}, {PSEUDO})")
     root = Path(source).expanduser()
-    if not root.is_dir():
+    if dataset == PSEUDO and not root.exists():
+        problems.append(f"--from {source}: no such file or directory (an .npz or <label>/ folders)")
+    elif dataset != PSEUDO and not root.is_dir():
         problems.append(f"--from {source}: no such directory (give the data set's directory)")
     if problem := data_cache.uri_problem(target):
         problems.append(f"--to {problem}")
     if problems:
         fail(problems)
-    from trainables.datasets import DataError, dataset_files  # torch: only to put
-
-    try:
-        files = dataset_files(dataset, root)
-    except DataError as e:  # worded for --data-dir: say the flag of this command
-        what = str(e).split("; pass --data-dir")[0]
-        fail([f"{what}{'; give --from the directory that holds it' if what != str(e) else ''}"])
+    root, files = pseudo_files(root) if dataset == PSEUDO else (root, _dataset_files(dataset, root))
     summary = data_cache.put(root, files, target, dataset)  # RemoteDataError: exit 2
     sent = f"{summary.uploaded} sent ({summary.bytes:,} bytes)"
     echo(f"put {dataset}: {summary.files} files, {sent}, the others unchanged on the bucket")
     echo(f"manifest: {summary.manifest}")
+    if dataset == PSEUDO:
+        echo(f"Next: in the space, pseudo_data: {target.rstrip('/')}")
+        return
     echo(f"Next: {sweeper_command()} run grid SPACE --data-dir {target.rstrip('/')}")
+
+
+def _dataset_files(dataset: str, root: Path) -> list[str]:
+    """The files `dataset`'s loader reads under `root` (exit 2 if they are not there)."""
+    from trainables.datasets import DataError, dataset_files  # torch: only to put
+
+    try:
+        return dataset_files(dataset, root)
+    except DataError as e:  # worded for --data-dir: say the flag of this command
+        what = str(e).split("; pass --data-dir")[0]
+        fail([f"{what}{'; give --from the directory that holds it' if what != str(e) else ''}"])
+
+
+def pseudo_files(path: Path) -> tuple[Path, list[str]]:
+    """(the directory to put from, its files): an .npz file alone, or every file below a
+    <label>/ folder (hidden ones left out), as `trainables.pseudo.load_pseudo` reads them."""
+    if path.is_file():
+        return path.parent, [path.name]
+    files = [
+        p.relative_to(path).as_posix()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    ]
+    if not files:
+        fail([f"--from {path}: no files (an .npz file, or <label>/<image> folders)"])
+    return path, files
