@@ -93,7 +93,7 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
 
 @dataclass(frozen=True)
 class CertifyPreview:
-    """`sweeper certify --dry-run`: the finished trials of `priced.plan` and how far each is
+    """`sweeper certify --dry-run`: the finished trials of `plan` and how far each is
     certified under the plan's settings (`settings`: its setting_ids), with the device-hours
     left (`priced` prices the models not yet certified; a model with shards written counts
     the share of its shards still missing). Under strategy envelope a model is done once
