@@ -187,6 +187,17 @@ def test_max_radius_value():
     assert max_radius(0.25, 100_000, 0.001) == pytest.approx(0.25 * 3.8115, abs=1e-4)
 
 
+def test_max_radius_is_computed_in_float64_whatever_the_dtype_of_n():
+    """The bound every stored radius is checked against: 1/n in float32 (1/1000 is
+    0.0010000000475) would move it, so a count column read as float32 gives the same bound."""
+    from scipy.special import ndtri
+
+    n = np.array([100_000, 1_000, 7])
+    exact = 0.5 * ndtri(np.power(0.001, 1.0 / n.astype(np.float64)))
+    for given in (n, n.astype(np.float32), n.astype(np.int32)):
+        assert np.array_equal(max_radius(0.5, given, 0.001), exact), given.dtype
+
+
 # ---------------------------------------------------------------- CERTIFY
 
 
