@@ -184,13 +184,7 @@ class Sweep:
         `sweeper run grid --dry-run` prints). Reads no data set and starts no Ray.
         `overrides`: fields of `CertifySpec` changed (e.g. the strategy)."""
         options = options or LaunchOptions()
-        request = self.request(
-            address=options.address,
-            max_trials=options.max_trials,
-            dry_run=True,
-            restarting=restarting,
-            certify_overrides=overrides,
-        )
+        request = self._dry_request(options, overrides, restarting)
         return price_plan(make_plan(request), options.cpu_only)
 
     def certify_plan(
@@ -200,15 +194,22 @@ class Sweep:
         each is certified under the settings (with `overrides`), and the device-hours left.
         Reads no data set and starts no Ray."""
         options = options or LaunchOptions()
-        request = self.request(
-            address=options.address,
-            max_trials=options.max_trials,
-            dry_run=True,
-            certify_overrides=overrides,
-        )
+        request = self._dry_request(options, overrides)
         plan = make_plan(request)
         finished_trials(plan, request.space)  # none finished: the real run's own message
         return preview_certify(plan, options.cpu_only)
+
+    def _dry_request(
+        self, options: LaunchOptions, overrides: dict[str, Any] | None, restarting: bool = False
+    ) -> PlanRequest:
+        """The request of a dry run: no data read unless a data dir is given, no Ray."""
+        return self.request(
+            address=options.address,
+            max_trials=options.max_trials,
+            dry_run=True,
+            restarting=restarting,
+            certify_overrides=overrides,
+        )
 
     # ------------------------------------------------------------------ running
     def run(
