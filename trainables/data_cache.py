@@ -43,6 +43,7 @@ from trainables.kernel.errors import ProblemsError
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "sweeper-data.json"
+PSEUDO = "pseudo"  # self-training's pseudo-labelled data in a manifest (`sweeper data put pseudo`)
 FORMAT = 1
 CACHE_ENV = "SWEEPER_DATA_CACHE"
 MANIFEST_LIMIT = 512 * 2**20  # ImageNet's 1.3 M entries take about 160 MB

@@ -40,7 +40,6 @@ from trainables.datasets import INFO, DataError
 from trainables.kernel.config import TrialConfig, required
 
 FINGERPRINT_DIGITS = 16
-PSEUDO = "pseudo"  # its name in a data URI's manifest (`sweeper data put pseudo`)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
 # Offsets of the pseudo stream's seeds from cfg.seed (the labelled loader uses +0, its noise +1).
 SEED_INDEX, SEED_NOISE, SEED_AUGMENT = 2, 3, 4
@@ -54,7 +53,7 @@ def local_copy(path: str | Path) -> Path:
     if not data_cache.is_remote(str(path)):
         return Path(path).expanduser()
     try:
-        root = data_cache.fetch(str(path), PSEUDO)
+        root = data_cache.fetch(str(path), data_cache.PSEUDO)
     except data_cache.RemoteDataError as e:
         raise DataError(e.problems[0]) from None
     files = [p for p in root.iterdir() if not p.name.startswith(".")]

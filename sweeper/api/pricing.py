@@ -113,12 +113,10 @@ class CertifyPreview:
         return len(self.ready) - len(self.done) - len(self.partly)
 
 
-def preview_certify(plan: Plan, cpu_only: bool = False) -> CertifyPreview:
-    """The certification a `sweeper certify` of `plan` would do, from one listing of its files
-    (no data read, no Ray): which finished models are done, begun or not begun, and the cost
-    of the rest on the device that prices the plan."""
-    states = trial_states(plan.exp, plan.trials)
-    ready = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+def preview_certify(plan: Plan, ready: list[TrialConfig], cpu_only: bool = False) -> CertifyPreview:
+    """The certification a `sweeper certify` of `plan` would do on its finished trials
+    `ready`, from one listing of its files (no data read, no Ray): which are done, begun or
+    not begun, and the cost of the rest on the device that prices the plan."""
     settings = [variant.setting_id for variant in plan.spec.certify.variants()]
     done, partly = _certified(plan, [t.trial_id for t in ready], settings)
     todo = [t for t in ready if t.trial_id not in set(done)]
@@ -137,21 +135,18 @@ def _certified(
     """(the models done under every setting, {model: (shards written, planned)} of those
     begun), from the stage's files (strategy envelope: its records)."""
     if plan.spec.certify.strategy == "envelope":
-        from sweeper.results.envelope_records import read_records
+        from sweeper.results.envelope_records import settled_models
 
-        records = read_records(plan.exp)
-        settled = ("certified", "pruned")
-        cert_id = plan.spec.certify.cert_id
-        done = [t for t in trial_ids if records.get((t, cert_id), {}).get("status") in settled]
-        return done, {}
+        return settled_models(plan.exp, trial_ids, plan.spec.certify.cert_id), {}
     models = by_model(plan.exp.stage_files("certify")) if plan.exp.exists() else {}
     done, partly = [], {}
     for t in trial_ids:
         files = [models.get((t, s), []) for s in settings]
-        pairs = [_shards_written(fs) for fs in files]
         if all(any(f.kind == "compacted" for f in fs) for fs in files):
             done.append(t)
-        elif written := sum(w for w, _ in pairs):
+            continue
+        pairs = [_shards_written(fs) for fs in files]
+        if written := sum(w for w, _ in pairs):
             partly[t] = (written, sum(p for _, p in pairs))
     return done, partly
 

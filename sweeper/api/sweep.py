@@ -196,8 +196,8 @@ class Sweep:
         options = options or LaunchOptions()
         request = self._dry_request(options, overrides)
         plan = make_plan(request)
-        finished_trials(plan, request.space)  # none finished: the real run's own message
-        return preview_certify(plan, options.cpu_only)
+        ready = finished_trials(plan, request.space)  # none: the real run's own message
+        return preview_certify(plan, ready, options.cpu_only)
 
     def _dry_request(
         self, options: LaunchOptions, overrides: dict[str, Any] | None, restarting: bool = False

@@ -11,9 +11,8 @@ import typer
 
 from sweeper.cli.common import app, fail, sweeper_command
 from sweeper.cli.display import echo
+from trainables.data_cache import PSEUDO
 from trainables.kernel.catalog import DATASETS
-
-PSEUDO = "pseudo"  # trainables.pseudo.PSEUDO, without importing torch
 
 data_app = typer.Typer(
     help="Data sets on an object store, for clusters without a shared disk.",

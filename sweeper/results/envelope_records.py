@@ -56,9 +56,14 @@ def pruned(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
 def settled(exp: Experiment, trial_ids: list[str], cert_id: str) -> bool:
     """Whether the strategy has certified or pruned every one of `trial_ids` under `cert_id`
     (a run would compute nothing: pruning is final, the envelope only grows)."""
+    return len(settled_models(exp, trial_ids, cert_id)) == len(trial_ids)
+
+
+def settled_models(exp: Experiment, trial_ids: list[str], cert_id: str) -> list[str]:
+    """Those of `trial_ids` the strategy has certified or pruned under `cert_id`."""
     records = read_records(exp)
     done = ("certified", "pruned")
-    return all(records.get((t, cert_id), {}).get("status") in done for t in trial_ids)
+    return [t for t in trial_ids if records.get((t, cert_id), {}).get("status") in done]
 
 
 def upper_accuracy(record: dict[str, Any], radii: list[float]) -> list[float | None]:
