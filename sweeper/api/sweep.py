@@ -26,7 +26,7 @@ from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, pri
 from sweeper.api.running import Ran
 from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.spaces import SpecError, load_space
-from sweeper.plan.spec import EmpiricalSpec
+from sweeper.plan.spec import EmpiricalSpec, SearchSpec
 from sweeper.plan.sweep_plan import Plan, PlanError, PlanRequest, make_plan
 from sweeper.results.storage import (
     DEFAULT_STORAGE,
@@ -179,12 +179,14 @@ class Sweep:
         *,
         restarting: bool = False,
         overrides: dict[str, Any] | None = None,
+        search: str | dict[str, Any] | SearchSpec | None = None,
     ) -> PricedPlan:
         """The dry run: the plan with its trials, how far each got, and its cost (the numbers
-        `sweeper run grid --dry-run` prints). Reads no data set and starts no Ray.
-        `overrides`: fields of `CertifySpec` changed (e.g. the strategy)."""
+        `sweeper run grid --dry-run` prints; under the envelope search also its expected
+        cost). Reads no data set and starts no Ray. `overrides`: fields of `CertifySpec`
+        changed (e.g. the strategy); `search`: as for `run`."""
         options = options or LaunchOptions()
-        request = self._dry_request(options, overrides, restarting)
+        request = self._dry_request(options, overrides, restarting, search_overrides(search))
         return price_plan(make_plan(request), options.cpu_only)
 
     def certify_plan(
@@ -200,7 +202,11 @@ class Sweep:
         return preview_certify(plan, ready, options.cpu_only)
 
     def _dry_request(
-        self, options: LaunchOptions, overrides: dict[str, Any] | None, restarting: bool = False
+        self,
+        options: LaunchOptions,
+        overrides: dict[str, Any] | None,
+        restarting: bool = False,
+        search: dict[str, Any] | None = None,
     ) -> PlanRequest:
         """The request of a dry run: no data read unless a data dir is given, no Ray."""
         return self.request(
@@ -209,6 +215,7 @@ class Sweep:
             dry_run=True,
             restarting=restarting,
             certify_overrides=overrides,
+            search_overrides=search,
         )
 
     # ------------------------------------------------------------------ running
@@ -220,18 +227,23 @@ class Sweep:
         retrain: bool = False,
         restart: bool = False,
         overrides: dict[str, Any] | None = None,
+        search: str | dict[str, Any] | SearchSpec | None = None,
         watchers: Watchers | None = None,
     ) -> Ran:
         """Train every selected trial not yet trained on Ray Tune and certify each as it
         finishes (`sweeper run grid`); resumes what an earlier run left. `retrain`: the
         selected trials' files moved aside and trained again; `restart`: the experiment;
-        `overrides`: fields of `CertifySpec` changed (e.g. `{"strategy": "envelope"}`)."""
+        `overrides`: fields of `CertifySpec` changed (e.g. `{"strategy": "envelope"}`);
+        `search`: which grid points to train, "full" or "envelope" (or a `SearchSpec`, or a
+        dict of its fields: `{"mode": "envelope", "tolerance": 0.005}`); default: the
+        space's."""
         launch = _options(options, address)
         request = self.request(
             address=launch.address,
             max_trials=launch.max_trials,
             restarting=restart,
             certify_overrides=overrides,
+            search_overrides=search_overrides(search),
         )
         return running.run_grid(request, launch, retrain, watchers or self._watchers())
 
@@ -343,6 +355,15 @@ def left_out(exp: Experiment) -> list[str]:
         return files_left_out(exp)
     except ResultsError as e:
         return [str(e)]
+
+
+def search_overrides(search: str | dict[str, Any] | SearchSpec | None) -> dict[str, Any] | None:
+    """`Sweep.run(search=...)` as fields of `SearchSpec` (None: the space's search)."""
+    if search is None or isinstance(search, dict):
+        return search
+    if isinstance(search, SearchSpec):
+        return dataclasses.asdict(search)
+    return {"mode": search}
 
 
 def _options(options: LaunchOptions | None, address: str | None) -> LaunchOptions:

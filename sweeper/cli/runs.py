@@ -33,7 +33,7 @@ from sweeper.cli.options import (
     settings_options,
     with_options,
 )
-from sweeper.plan.spec import CertifySpec, Resources
+from sweeper.plan.spec import CertifySpec, Resources, SearchSpec
 from sweeper.plan.sweep_plan import Plan, is_finished
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.run.launch_options import LaunchOptions
@@ -126,6 +126,7 @@ STRATEGY = ("strategy", "delta", "pilots", "radii")  # the certify settings `run
 @with_options(
     settings_options(LaunchOptions, override=False),
     settings_options(CertifySpec, only=STRATEGY),
+    settings_options(SearchSpec),
 )
 def run_grid(
     space: Annotated[
@@ -147,9 +148,12 @@ def run_grid(
 
     Re-running the same command resumes: finished trials are not retrained, interrupted ones
     continue from their last checkpoint, and only missing certification shards are computed.
+    With --search envelope: only the points that could still raise the envelope are trained
+    (no guarantee: the envelope is of the models trained; an audit samples the rest).
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     launch, overrides = launch_options(options), certify_overrides(options)
+    search = search_overrides(options)
     sweep = Sweep(
         space,
         storage=storage,
@@ -161,13 +165,18 @@ def run_grid(
     )
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
-        priced = sweep.plan(launch, restarting=restart_, overrides=overrides)
+        priced = sweep.plan(launch, restarting=restart_, overrides=overrides, search=search)
         print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
         dry_run_report(priced, launch.address, gpus, data_dir)
         return
     shown = watchers(lambda plan, res, states: print_plan(plan, res, states, "sweeper run grid"))
     ran = sweep.run(
-        options=launch, retrain=retrain, restart=restart_, overrides=overrides, watchers=shown
+        options=launch,
+        retrain=retrain,
+        restart=restart_,
+        overrides=overrides,
+        search=search,
+        watchers=shown,
     )
     if ran.outcome is not None:
         _report_outcome(ran.outcome, ran.plan.exp, space)
@@ -184,6 +193,14 @@ def certify_overrides(options: dict[str, Any]) -> dict[str, Any]:
     if problems:
         fail(problems)
     return overrides
+
+
+def search_overrides(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The `SearchSpec` fields given on the command line (None: the space's search)."""
+    found, problems = given(SearchSpec, options)
+    if problems:
+        fail(problems)
+    return found or None
 
 
 def _check_flags(

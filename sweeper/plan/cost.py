@@ -281,3 +281,18 @@ def longest_chain(sweep: SweepCost) -> float:
         return cost.hours + (chain(parent) if parent else 0.0)
 
     return max(chain(c) for c in sweep.costs)
+
+
+def trial_hours(
+    trials: list[TrialConfig], spec: CertifySpec, kind: str
+) -> tuple[dict[str, float], str]:
+    """Each trial's device-hours, training and certification (the envelope search's cost of a
+    grid point), with the figures the dry run uses (measured on this machine, else shipped),
+    and their unit: GPU-hours, or core-hours for trials without a GPU."""
+    from sweeper.plan import throughput
+
+    measured, _ = throughput.read_measured(throughput.figures_path())
+    archs = sorted({required(t.arch, "arch") for t in trials})
+    figures = {a: f for a, (f, _) in throughput.figures_for(kind, archs, measured).items()}
+    costs = {c.trial.trial_id: c.hours for c in price_sweep(trials, spec, figures).costs}
+    return costs, "GPU-hours" if kind == "gpu" else "core-hours"

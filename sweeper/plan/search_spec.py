@@ -21,7 +21,7 @@ SEARCH_ONLY = ("tolerance", "budget", "audit")  # the settings only search envel
 
 @dataclass(frozen=True)
 class SearchSpec:
-    strategy: str = setting(
+    mode: str = setting(
         "full",
         "full: train every grid point; envelope: train the points that could still raise the "
         "certified-accuracy envelope, chosen by a Gaussian process of the curves certified so "
@@ -54,8 +54,8 @@ class SearchSpec:
 
     def idle(self, given: Iterable[str]) -> list[str]:
         """Which of the `given` settings `full` never reads: set, they would change nothing."""
-        return [] if self.strategy == "envelope" else [k for k in SEARCH_ONLY if k in given]
+        return [k for k in SEARCH_ONLY if k in given] if self.mode == "full" else []
 
     @property
     def active(self) -> bool:
-        return self.strategy == "envelope"
+        return self.mode == "envelope"

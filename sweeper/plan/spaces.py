@@ -21,12 +21,29 @@ import yaml
 
 from sweeper.plan.grid import MAX_TRIALS, expansion_problems, trial_count
 from sweeper.plan.run_settings import precision_problem
-from sweeper.plan.spec import TRIAL_KEYS, CertifySpec, EmpiricalSpec, Grid, Resources, SweepSpec
+from sweeper.plan.spec import (
+    TRIAL_KEYS,
+    CertifySpec,
+    EmpiricalSpec,
+    Grid,
+    Resources,
+    SearchSpec,
+    SweepSpec,
+)
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.errors import ProblemsError
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
-TOP_KEYS = ("description", "fixed", "grids", "resources", "certify", "empirical", "smoke")
+TOP_KEYS = (
+    "description",
+    "fixed",
+    "grids",
+    "resources",
+    "certify",
+    "empirical",
+    "search",
+    "smoke",
+)
 GRID_KEYS = frozenset({"name", "fixed", "axes", "parent", "inherit"})
 
 
@@ -155,6 +172,7 @@ def parse_spec(
     resources = _dataclass(Resources, raw.get("resources"), "resources", problems)
     certify = _dataclass(CertifySpec, raw.get("certify"), "certify", problems)
     empirical = _dataclass(EmpiricalSpec, raw.get("empirical"), "empirical", problems)
+    search = _search(raw.get("search"), problems)
     smoke_fixed, smoke_certify = _smoke(raw.get("smoke") or {}, certify, problems)
     description = str(raw.get("description", ""))
     spec = SweepSpec(
@@ -167,6 +185,7 @@ def parse_spec(
         smoke_fixed,
         smoke_certify,
         empirical=empirical,
+        search=search,
     )
     if (problem := size_problem(spec, max_trials)) is not None:
         return None, [*problems, problem]  # not expanded: that is what the limit prevents
@@ -179,7 +198,29 @@ def parse_spec(
     if (problem := precision_problem(certify, resources)) is not None:
         problems.append(problem)
     problems += idle_problems(spec, raw.get("certify"), (raw.get("smoke") or {}).get("certify"))
+    if search.active and any(g.parent for g in grids):
+        problems.append(SEARCH_STAGES)
     return (None, problems) if problems else (spec, [])
+
+
+SEARCH_STAGES = (
+    "search: envelope searches one grid of independent trials, and this space has fine-tune "
+    "stages (a grid with parent): use search full"
+)
+
+
+def _search(value: Any, problems: list[str]) -> SearchSpec:
+    """`search: envelope` (or full), or a mapping of `SearchSpec`'s settings; the envelope
+    search's settings under `full` are refused (they would change nothing)."""
+    if isinstance(value, str):
+        value = {"mode": value}
+    search = _dataclass(SearchSpec, value, "search", problems)
+    problems += [
+        f"search.{k} is a setting of the envelope search, and this search is full: "
+        f"set mode: envelope (or search: envelope), or remove {k}"
+        for k in search.idle(value if isinstance(value, dict) else {})
+    ]
+    return search
 
 
 def idle_problems(spec: SweepSpec, block: Any, smoke_block: Any) -> list[str]:

@@ -3,8 +3,9 @@
 A space declares `fixed` hyperparameters, one or more `grids` (each a product of axes, the
 sweep being their union), per-trial `resources`, the `certify` settings, the `empirical`
 robustness settings (for `sweeper empirical`; both declared in
-`trainables.kernel.stage_settings`, which the workers run as they are) and `smoke` overrides
-for a quick look. An axis
+`trainables.kernel.stage_settings`, which the workers run as they are), which grid points a
+run trains (`search`: all, or as the envelope search decides; `sweeper.plan.search_spec`) and
+`smoke` overrides for a quick look. An axis
 value may be a mapping, to set several fields together (e.g. `{attack: pgd, steps: 1}` vs
 `{attack: ddn, steps: 2}`). Reading and validating a YAML file into one is `sweeper.plan.spaces`.
 """
@@ -17,13 +18,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from sweeper.plan.search_spec import SearchSpec
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.field_types import type_problems
 from trainables.kernel.settings import setting
 from trainables.kernel.stage_settings import CertifySpec, EmpiricalSpec
 
 # The stages' settings are the kernel's (`trainables.kernel.stage_settings`); a space holds them.
-__all__ = ["TRIAL_KEYS", "CertifySpec", "EmpiricalSpec", "Grid", "Resources", "SweepSpec"]
+__all__ = [
+    "TRIAL_KEYS",
+    "CertifySpec",
+    "EmpiricalSpec",
+    "Grid",
+    "Resources",
+    "SearchSpec",
+    "SweepSpec",
+]
 
 TRIAL_KEYS = frozenset(f.name for f in fields(TrialConfig))
 
@@ -67,6 +77,7 @@ class SweepSpec:
     smoke_fixed: Mapping[str, Any] = field(default_factory=dict)
     smoke_certify: Mapping[str, Any] = field(default_factory=dict)
     empirical: EmpiricalSpec = field(default_factory=EmpiricalSpec)
+    search: SearchSpec = field(default_factory=SearchSpec)  # which grid points a run trains
 
     def smoked(self) -> SweepSpec:
         """The same sweep with the `smoke` overrides: tiny epochs and n for a quick look."""

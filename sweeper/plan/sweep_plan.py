@@ -53,6 +53,7 @@ class PlanRequest:
     data_dir: str | None = None
     download: bool = False
     certify_overrides: dict | None = None
+    search_overrides: dict | None = None  # fields of `SearchSpec` (--search, --tolerance, ...)
     address: str | None = None
     restarting: bool = False
     dry_run: bool = False  # no data set is read, unless --data-dir is given (then checked)
@@ -72,6 +73,9 @@ def make_plan(req: PlanRequest) -> Plan:
         problems += [f"certify option: {p}" for p in certify.problems()]
         problems += [_idle_flag(k, req.space) for k in certify.idle(req.certify_overrides)]
         spec = dataclasses.replace(spec, certify=certify)
+    if req.search_overrides:
+        spec, found = _searched(spec, req.search_overrides, req.space)
+        problems += found
     data_dir = _data_dir(req.data_dir)
     try:
         all_trials = expand(spec, {"data_dir": data_dir, "download": req.download})
@@ -92,6 +96,29 @@ def make_plan(req: PlanRequest) -> Plan:
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
+
+
+def _searched(spec: SweepSpec, overrides: dict, space: str) -> tuple[SweepSpec, list[str]]:
+    """The spec with the command line's search settings, and their problems (an envelope
+    search's setting given where the search is full; fine-tune stages under the search)."""
+    from sweeper.plan.spaces import SEARCH_STAGES
+
+    names = {f.name for f in dataclasses.fields(spec.search)}
+    problems = [
+        f"search: unknown setting {k!r} (valid: {', '.join(sorted(names))})"
+        for k in overrides
+        if k not in names
+    ]
+    search = dataclasses.replace(spec.search, **{k: v for k, v in overrides.items() if k in names})
+    problems += [f"search option: {p}" for p in search.problems()]
+    problems += [
+        f"--{k} is a setting of --search envelope, and {space} trains every grid point "
+        f"(search full): add --search envelope, or drop --{k}"
+        for k in search.idle(overrides)
+    ]
+    if search.active and not spec.search.active and any(g.parent for g in spec.grids):
+        problems.append(SEARCH_STAGES.replace("search: envelope", "--search envelope"))
+    return dataclasses.replace(spec, search=search), problems
 
 
 def _idle_flag(name: str, space: str) -> str:

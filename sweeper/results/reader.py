@@ -60,7 +60,7 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     compacted, invalid = one_compacted(listed)
     shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
     memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
-    cols = _columns(stage, columns)
+    cols = read_columns(stage, columns)
     cached, covered, cache_invalid = _from_cache(exp, stage, compacted, cols)
     rest = [f for f in compacted if f.path not in covered] + shards
     table, rest_invalid = read_valid(exp, stage, rest, cols)
@@ -74,7 +74,8 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     return StageRows(table, used, _missing(valid_shards), invalid, memory)
 
 
-def _columns(stage: StageTable, columns: list[str] | None) -> list[str]:
+def read_columns(stage: StageTable, columns: list[str] | None) -> list[str]:
+    """`columns` (None: all) and those the validation of `stage`'s rows reads."""
     base = ["experiment", "trial_id", stage.setting_column, "idx", *stage.checked_columns]
     wanted = [f.name for f in stage.schema] if columns is None else columns
     return list(dict.fromkeys([*wanted, *base]))

@@ -185,6 +185,11 @@ class Experiment:
         return fileio.join(self.root, "lease.json")
 
     @property
+    def search_json(self) -> str:
+        """The envelope search's record: what it trained, why, where it stopped, the audit."""
+        return fileio.join(self.root, "search.json")
+
+    @property
     def tune_dir(self) -> str:
         return fileio.join(self.root, "tune")
 

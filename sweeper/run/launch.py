@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from sweeper.plan.spec import CertifySpec, Resources
-from sweeper.plan.sweep_plan import address_credentials_problem, is_finished
+from sweeper.plan.sweep_plan import address_credentials_problem
 from sweeper.results.credentials import redact, scrub
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
@@ -38,8 +38,11 @@ from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
+from sweeper.run.search_curves import Curves
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.stage import Stage
+from sweeper.run.stage_searcher import StageSearcher, stage_searcher
 from sweeper.run.tune_names import trial_dirname, trial_name
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
@@ -105,53 +108,6 @@ def ray_cluster(address: str | None) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- Tune
-class StageSearcher(Searcher):
-    """Hands Tune the trials in order, a fine-tune trial only once its parent has finished.
-
-    Trials whose parent is finished already (an earlier run) start at once. When a parent
-    fails for good, its children are never started: `blocked` names them, and the search
-    ends once nothing else can run."""
-
-    def __init__(self, trials: list[TrialConfig], finished: set[str], constants: dict):
-        super().__init__()
-        self.waiting = list(trials)
-        self.finished = set(finished)
-        self.failed: set[str] = set()
-        self.running: dict[str, str] = {}  # Tune's trial id -> ours
-        self.constants = constants
-
-    def suggest(self, trial_id: str):
-        for i, cfg in enumerate(self.waiting):
-            if cfg.init_from is None or cfg.init_from in self.finished:
-                self.running[trial_id] = self.waiting.pop(i).trial_id
-                return {**self.constants, "trial": cfg.to_dict()}
-        if not self.waiting or (not self.running and self.blocked()):
-            return Searcher.FINISHED
-        return None  # children wait for their running parents
-
-    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
-        ours = self.running.pop(trial_id, None)
-        if ours is not None:
-            (self.failed if error else self.finished).add(ours)
-
-    def blocked(self) -> dict[str, str]:
-        """Waiting trials that can never start: child -> the parent that failed (or is absent)."""
-        active = set(self.running.values()) | {c.trial_id for c in self.waiting}
-        return {
-            c.trial_id: c.init_from
-            for c in self.waiting
-            if c.init_from is not None
-            and c.init_from not in self.finished
-            and c.init_from not in active
-        }
-
-    def save(self, checkpoint_path: str) -> None:
-        """Nothing to save: resuming reads each trial's own state, not Tune's."""
-
-    def restore(self, checkpoint_path: str) -> None:
-        """See `save`."""
-
-
 class _SweepCallback(tune.Callback):
     """Reports trial events, certifies finished trials, records failures; guards each trial
     with its budgets (`retries`: errors and node losses apart; `_tuner` sets them)."""
@@ -218,7 +174,7 @@ class _SweepCallback(tune.Callback):
         self.on_event(Event("trial_failed", cfg.trial_id, message))
 
     def on_step_end(self, iteration, trials, **info):
-        self.certifier.poll()
+        self.certifier.poll()  # the envelope search also polls it while Tune waits on it
 
 
 def _tid(trial) -> str:
@@ -256,7 +212,8 @@ def _run_trial() -> Callable:
 
 def _tuner(
     exp: Experiment,
-    searcher: StageSearcher,
+    searcher: Searcher,
+    samples: int,
     resources: Resources,
     options: LaunchOptions,
     callback,
@@ -281,7 +238,7 @@ def _tuner(
     )
     tune_config = tune.TuneConfig(
         search_alg=searcher,
-        num_samples=len(searcher.waiting),
+        num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
         reuse_actors=True,
         trial_name_creator=trial_name,
@@ -325,36 +282,59 @@ def run_sweep(
     on_event: Callable[[Event], None],
     room: Capacity | None = None,
     plane: DataPlane = DataPlane(),
+    search: SearchPlan | None = None,
 ) -> Outcome:
-    """Train `to_train` with Ray Tune, certify every trial as it finishes (and the already
-    `finished` ones with missing shards). Ray must be initialized (see `ray_cluster`); `room`,
-    the autoscaler request (`sweeper.run.capacity`), shrinks as trials end."""
+    """Train `to_train` with Ray Tune (every trial, or as the envelope `search` decides),
+    certify every trial as it finishes (and the already `finished` ones with missing shards).
+    Ray must be initialized (see `ray_cluster`); `room`, the autoscaler request
+    (`sweeper.run.capacity`), shrinks as trials end."""
     outcome = Outcome()
     resources_task = per_process(resources, [*to_train, *finished])
-    certifier = _certifier(exp, certify, resources_task, on_event, plane)
+    curves = None if search is None else Curves(exp, certify, search.radii)
+    tapped = on_event if curves is None else curves.tap(on_event)
+    certifier = _certifier(exp, certify, resources_task, tapped, plane)
     for cfg in finished:
         certifier.submit(cfg)
+    searcher: StageSearcher | EnvelopeSearcher | None = None
     if to_train:
         constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
-        parents = {t.init_from for t in to_train if t.init_from}
-        done = {t.trial_id for t in finished} | {
-            p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
-        }  # parents outside this --only slice may have finished in an earlier run
-        searcher = StageSearcher(to_train, done, constants)
+        if search is not None and curves is not None:
+            curves.certifier = certifier
+            searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, constants)
+            searcher.poll = certifier.poll
+            from sweeper.run.envelope_run import cluster_slots
+
+            slots = search_slots(cluster_slots(resources), options.max_concurrent)
+            options = replace(options, max_concurrent=slots)
+        else:
+            searcher = stage_searcher(exp, to_train, finished, constants)
         shrink = (room, len(to_train)) if room is not None else None
         callback = _SweepCallback(exp, certifier, outcome, on_event, shrink)
         with _sigterm_as_sigint():
-            _tuner(exp, searcher, resources, options, callback, plane.trainable).fit()
-        outcome.blocked = searcher.blocked()
-    ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
-    outcome.interrupted = any(t.trial_id not in ended for t in to_train)
+            _tuner(
+                exp, searcher, len(to_train), resources, options, callback, plane.trainable
+            ).fit()
+        if isinstance(searcher, StageSearcher):
+            outcome.blocked = searcher.blocked()
+    outcome.interrupted = _interrupted(outcome, to_train, searcher)
     if outcome.interrupted:
         certifier.cancel()
     else:
         certifier.wait()
         certifier.finish()
+    if isinstance(searcher, EnvelopeSearcher):
+        searcher.finish()  # the audit's account, from the curves certified since
     outcome.failures += certifier.failure_rows()
     return outcome
+
+
+def _interrupted(outcome: Outcome, to_train: list[TrialConfig], searcher: Searcher | None) -> bool:
+    """Whether the run stopped before its training was done: a trial it was to train has not
+    ended (under the search: it had not finished, or a trial it started has not ended)."""
+    ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
+    if isinstance(searcher, EnvelopeSearcher):
+        return not searcher.done or any(t not in ended for t in searcher.started)
+    return any(t.trial_id not in ended for t in to_train)
 
 
 def _certifier(

@@ -81,7 +81,8 @@ def train_and_certify(
     states: dict | None = None,
 ) -> Outcome:
     """Hold the experiment, wait for room on the cluster, write sweep.json, train what is
-    unfinished and certify every selected trial (`states`: the trials' as read already)."""
+    unfinished (every trial, or what the envelope search picks) and certify every trial
+    trained (`states`: the trials' as read already)."""
     from sweeper.run.launch import run_sweep
 
     states = trial_states(plan.exp, plan.trials) if states is None else states
@@ -98,9 +99,23 @@ def train_and_certify(
                 "trials": [t.to_dict() for t in plan.all_trials],
             },
         )
+        search = None
+        if plan.spec.search.active:
+            from sweeper.run.search_tune import search_plan
+
+            spec = plan.spec
+            search = search_plan(spec.search, plan.trials, spec.certify, resources.gpu > 0)
         with watchers.progress(plan.exp) as on_event:
             return run_sweep(
-                plan.exp, to_train, finished, plan.spec.certify, resources, options, on_event, room
+                plan.exp,
+                to_train,
+                finished,
+                plan.spec.certify,
+                resources,
+                options,
+                on_event,
+                room,
+                search=search,
             )
 
 

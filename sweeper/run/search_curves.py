@@ -1,0 +1,134 @@
+"""Each trained model's certified-accuracy curve at the envelope search's radii, as
+certification produces it during a run (`Curves.ready`) or as an earlier run left it on storage
+(`Curves.stored`). What the search learns from:
+
+- strategy `full`: the share of the model's test points that are correct with radius ≥ r, from
+  its compacted rows, read through the reader's validation (`results.validation.read_valid`);
+- strategy `envelope`: a certified model's certified counts per grid radius; a pruned model's
+  upper bounds (it cannot reach the envelope: all the search needs to know), from the
+  certifier's ledger during the run, from its record (`envelope.json`) afterwards.
+
+A model whose certification failed for good has no curve: the search counts it trained and
+learns nothing from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sweeper.results.certify_rows import CERTIFY_ROWS
+from sweeper.results.envelope_records import read_records, upper_accuracy
+from sweeper.results.reader import read_columns
+from sweeper.results.storage import Experiment
+from sweeper.results.validation import read_valid
+from sweeper.run.shards import Event
+from trainables.kernel.stage_settings import CertifySpec
+
+if TYPE_CHECKING:
+    from sweeper.run.launch import Certifier
+
+FAILED: None = None  # a model trained whose certification failed: no curve
+
+
+def accuracy_curve(correct: np.ndarray, radius: np.ndarray, radii: list[float]) -> np.ndarray:
+    """Certified accuracy at each of `radii`: the share of points correct with radius ≥ r (a
+    point without a radius, not estimated, counts at none)."""
+    reach = np.where(correct & ~np.isnan(radius), radius, -np.inf)
+    return np.array([float(np.mean(reach >= r)) if len(reach) else 0.0 for r in radii])
+
+
+class Curves:
+    """The curves of one run's models under the fixed-σ setting of `certify` at `radii`."""
+
+    def __init__(self, exp: Experiment, certify: CertifySpec, radii: list[float]):
+        self.exp, self.radii = exp, list(radii)
+        self.spec = certify.variants()[0]  # the fixed-σ setting (DDRS's is not searched on)
+        self.compacted: set[str] = set()  # models compacted during this run (strategy full)
+        self.certifier: Certifier | None = None
+
+    def tap(self, on_event: Callable[[Event], None]) -> Callable[[Event], None]:
+        """`on_event`, noting each model whose rows are compacted under the setting."""
+        what = f"certify {self.spec.cert_id}"
+
+        def tapped(event: Event) -> None:
+            if event.kind == "compacted" and event.detail == what:
+                self.compacted.add(event.trial_id)
+            on_event(event)
+
+        return tapped
+
+    # ------------------------------------------------------------------ during the run
+    def ready(self, awaiting: set[str]) -> dict[str, np.ndarray | None]:
+        """Of the `awaiting` models, those whose curve is known now (None: certification
+        failed for good)."""
+        out: dict[str, np.ndarray | None] = {}
+        failures = self.certifier.failure_log.failures if self.certifier is not None else {}
+        for tid in sorted(awaiting):
+            if (tid, "certify") in failures:
+                out[tid] = FAILED
+            elif (curve := self._ready(tid)) is not None:
+                out[tid] = curve
+        return out
+
+    def _ready(self, trial_id: str) -> np.ndarray | None:
+        if self.spec.strategy == "envelope":
+            ledger = getattr(self.certifier, "ledger", None)
+            if ledger is None or trial_id not in ledger.models:
+                return None
+            return _ledger_curve(ledger, trial_id)
+        if trial_id in self.compacted:
+            return self.rows_curve(trial_id)
+        return None
+
+    # ------------------------------------------------------------------ on storage
+    def stored(self, trial_ids: list[str]) -> dict[str, np.ndarray]:
+        """The curves an earlier run left for `trial_ids` (a model not settled is left out:
+        this run certifies it and `ready` gives its curve)."""
+        if self.spec.strategy == "envelope":
+            records = read_records(self.exp)
+            found = {tid: records.get((tid, self.spec.cert_id)) for tid in trial_ids}
+            out = {tid: _record_curve(r, self.radii) for tid, r in found.items() if r is not None}
+            return {tid: c for tid, c in out.items() if c is not None}
+        curves = {tid: self.rows_curve(tid) for tid in trial_ids}
+        return {tid: c for tid, c in curves.items() if c is not None}
+
+    def rows_curve(self, trial_id: str) -> np.ndarray | None:
+        """The curve of a model's compacted rows (validated), or None if it has none."""
+        where = self.exp.setting_dir("certify", trial_id, self.spec.cert_id)
+        files = [f for f in self.exp.stage_files("certify", within=where) if f.kind == "compacted"]
+        if not files:
+            return None
+        cols = read_columns(CERTIFY_ROWS, ["correct", "radius"])
+        table, invalid = read_valid(self.exp, CERTIFY_ROWS, files[-1:], cols)
+        if invalid or table.num_rows == 0:
+            return None
+        correct = table.column("correct").to_numpy(zero_copy_only=False).astype(bool)
+        radius = table.column("radius").to_numpy(zero_copy_only=False).astype(np.float64)
+        return accuracy_curve(correct, radius, self.radii)
+
+
+def _ledger_curve(ledger: Any, trial_id: str) -> np.ndarray | None:
+    """A settled model's curve from the envelope certifier's ledger: certified counts, or a
+    pruned model's upper bounds, per grid radius over its points."""
+    status = ledger.status(trial_id)
+    m = ledger.models[trial_id]
+    points = max(len(m.idx), 1)
+    if status == "certified":
+        return np.asarray(m.certified, dtype=np.float64) / points
+    if status == "pruned":
+        return np.asarray(m.upper_curve, dtype=np.float64) / points
+    return None
+
+
+def _record_curve(record: dict[str, Any], radii: list[float]) -> np.ndarray | None:
+    if record.get("status") == "certified" and record.get("certified") and record.get("points"):
+        grid = list(record.get("radii") or [])
+        if [round(r, 9) for r in grid] == [round(r, 9) for r in radii]:
+            return np.asarray(record["certified"], dtype=np.float64) / record["points"]
+    if record.get("status") == "pruned":
+        upper = upper_accuracy(record, radii)
+        if all(u is not None for u in upper):
+            return np.asarray(upper, dtype=np.float64)
+    return None

@@ -1,0 +1,251 @@
+"""The envelope search as a Ray Tune `Searcher` (issue 37; docs/guide/envelope-search.md):
+`EnvelopeSearcher` proposes, one trial at a time, what `envelope_search.EnvelopeSearch` decides
+from the curves certification has produced (`search_curves`); Tune's `ConcurrencyLimiter`
+bounds how many train at once, leaving room for certification (`search_slots`).
+
+Its state is on storage: the models trained and their certification rows (the observations,
+read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
+A killed driver resumes: the trials it had proposed and not finished continue first from their
+checkpoints, nothing finished is trained again, and the next proposals are the same (a
+deterministic function of the observations). Re-running with other search settings (a lower
+`--tolerance`, a larger `--budget`) continues a search that had stopped."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from sweeper.plan.search_spec import SearchSpec
+from sweeper.results.search_records import read_search, write_search
+from sweeper.results.storage import Experiment
+from sweeper.run.envelope_search import Decision, EnvelopeSearch
+from sweeper.run.search_curves import Curves
+from trainables.kernel.config import TrialConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a run's search needs: its settings, the universe (the plan's selected trials),
+    each trial's cost in device-hours as the dry run prices it (training and certification;
+    `unit` names the device), the radii its curves are read at, and chance accuracy."""
+
+    spec: SearchSpec
+    universe: list[TrialConfig]
+    costs: dict[str, float]
+    unit: str
+    radii: list[float]
+    chance: float
+
+
+def search_slots(trial_slots: int, asked: int | None) -> int:
+    """Trials trained at once under the search: a quarter of the cluster's trial slots (at
+    least one) is left to certification, so curves arrive while others train; `asked`
+    (--max-concurrent) lowers it further."""
+    room = max(1, trial_slots - max(1, trial_slots // 4))
+    return min(room, asked) if asked else room
+
+
+class EnvelopeSearcher(Searcher):
+    """The search over `plan.universe`; `to_train`: the trials this run may train (the
+    unfinished ones), `finished`: those trained already (their curves read back or awaited
+    from this run's certification); `constants`: what every trial's config carries besides
+    the trial. `collect` (set by the launcher) polls certification."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        plan: SearchPlan,
+        to_train: list[TrialConfig],
+        finished: list[TrialConfig],
+        curves: Curves,
+        constants: dict,
+    ):
+        super().__init__()
+        self.exp, self.plan, self.curves, self.constants = exp, plan, curves, constants
+        spec = plan.spec
+        self.search = EnvelopeSearch(
+            plan.universe, plan.costs, plan.radii, spec.tolerance, spec.budget, plan.chance
+        )
+        ids = [t.trial_id for t in finished]
+        for tid, curve in curves.stored(ids).items():
+            self.search.observe(tid, curve)
+        self.awaiting = {tid for tid in ids if tid not in self.search.curves}
+        self.trainable = {t.trial_id: t for t in to_train}
+        self.running: dict[str, str] = {}  # Tune's trial id -> ours
+        self.started: set[str] = set()
+        self.done = False  # FINISHED returned: nothing more to train
+        self._resume_record(read_search(exp))
+
+    def _resume_record(self, doc: dict[str, Any] | None) -> None:
+        """Continue the record on storage: its unfinished proposals first; a search that had
+        stopped under the same settings goes on to its audit, otherwise it searches again."""
+        doc = doc or {}
+        settings = dataclasses.asdict(self.plan.spec)
+        self.proposals: list[dict] = [p for p in doc.get("proposals", []) if isinstance(p, dict)]
+        self.stopped = doc.get("stopped") if doc.get("settings") == settings else None
+        self.audit: dict | None = doc.get("audit") if self.stopped else None
+        self.resume = list(dict.fromkeys(p.get("trial_id") for p in self.proposals))
+        self.resume = [t for t in self.resume if t in self.trainable]
+        self.phase = "audit" if self.stopped else "search"
+        self.audit_queue: list[str] = []
+        if self.resume:
+            log.info("search: resuming %d trials it had proposed", len(self.resume))
+
+    # ------------------------------------------------------------------ Tune's interface
+    @property
+    def pending(self) -> set[str]:
+        """Proposed or trained models whose curves have not arrived."""
+        return set(self.running.values()) | self.awaiting
+
+    def collect(self) -> None:
+        """The curves certification has produced since (the launcher polls it before)."""
+        for tid, curve in self.curves.ready(self.awaiting).items():
+            self.awaiting.discard(tid)
+            if curve is None:
+                log.warning("search: trial %s has no curve (its certification failed)", tid)
+                self.search.fail(tid)
+            else:
+                self.search.observe(tid, curve)
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        poll = getattr(self, "poll", None)
+        if poll is not None:  # Tune may block in this call: certification goes on meanwhile
+            poll()
+        self.collect()
+        ours = self._next()
+        if ours is None or ours == Searcher.FINISHED:
+            return ours
+        self.running[trial_id] = ours
+        self.started.add(ours)
+        return {**self.constants, "trial": self.trainable[ours].to_dict()}
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        ours = self.running.pop(trial_id, None)
+        if ours is None:
+            return
+        if error:
+            self.search.fail(ours)
+        else:
+            self.awaiting.add(ours)
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its searcher into the experiment state; this one holds the live
+        # certifier, and resuming reads the storage, not Tune's state.
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: the state is on storage (module docstring)."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """See `save`."""
+
+    # ------------------------------------------------------------------ deciding
+    def _next(self) -> str | None:
+        while self.resume:
+            tid = self.resume.pop(0)
+            if tid not in self.started and tid not in self.search.curves:
+                return tid
+        while self.phase == "search":
+            decision = self.search.decide(self.pending - set(self.search.curves))
+            if decision.kind == "wait":
+                return None
+            if decision.kind == "stop":
+                self._stop(decision)
+            elif decision.trial_id in self.trainable:
+                self._propose(decision.trial_id, "search", decision)
+                return decision.trial_id
+            else:  # trained outside this run's reach (another slice): nothing to learn here
+                self.search.fail(str(decision.trial_id))
+        while self.audit_queue:
+            tid = self.audit_queue.pop(0)
+            if tid not in self.started:
+                return tid
+        self.done = True
+        return Searcher.FINISHED
+
+    def _propose(self, tid: str, phase: str, decision: Decision) -> None:
+        gain = None if decision.gain is None else round(decision.gain, 6)
+        cost = round(self.plan.costs[tid], 6)
+        entry = {"trial_id": tid, "phase": phase, "why": decision.reason, "gain": gain}
+        self.proposals.append({**entry, "cost": cost})
+        log.info(
+            "search: train %s (%s, expected gain %s, %.3g %s)",
+            tid,
+            decision.reason,
+            gain,
+            cost,
+            self.plan.unit,
+        )
+        self.write()
+
+    def _stop(self, decision: Decision) -> None:
+        """The search is over: record why, then pick the audit's points."""
+        spent = self.search.spent(set())
+        self.stopped = {
+            "reason": decision.reason,
+            "gain": None if decision.gain is None else round(decision.gain, 6),
+            "spent": round(spent, 6),
+            "models": len(self.search.curves),
+        }
+        self.phase = "audit"
+        log.info("search: stopped (%s) after %d models", decision.reason, len(self.search.curves))
+        allowance = self.plan.spec.audit * spent
+        picks = self.search.audit_picks(allowance, self.exp.name) if self.plan.spec.audit else []
+        for tid, why in picks:
+            if tid in self.trainable:
+                self._propose(tid, "audit", Decision("train", tid, None, why))
+                self.audit_queue.append(tid)
+        self.write()
+
+    # ------------------------------------------------------------------ the record
+    def finish(self) -> None:
+        """After the run: how much the audit's models raised the envelope, per radius."""
+        self.collect()
+        audited = {p["trial_id"] for p in self.proposals if p.get("phase") == "audit"}
+        seen = audited & set(self.search.curves)
+        if self.stopped and seen:
+            before = self.search.envelope(set(self.search.curves) - audited)
+            after = self.search.envelope()
+            self.audit = {
+                "trials": sorted(seen),
+                "before": before.round(6).tolist(),
+                "after": after.round(6).tolist(),
+                "raised": (after - before).round(6).tolist(),
+            }
+        self.write()
+
+    def write(self) -> None:
+        write_search(
+            self.exp,
+            {
+                "settings": dataclasses.asdict(self.plan.spec),
+                "radii": self.plan.radii,
+                "unit": self.plan.unit,
+                "universe": len(self.plan.universe),
+                "proposals": self.proposals,
+                "stopped": self.stopped,
+                "audit": self.audit,
+            },
+        )
+
+
+def search_plan(
+    spec: SearchSpec, universe: list[TrialConfig], certify: Any, gpu: bool
+) -> SearchPlan:
+    """The search of `universe` under `spec`, its costs priced as the dry run prices them
+    (`gpu`: a trial holds a GPU), its curves read at certify's decision radii."""
+    from sweeper.plan.cost import trial_hours
+    from trainables.kernel.catalog import NUM_CLASSES
+
+    costs, unit = trial_hours(universe, certify, "gpu" if gpu else "cpu")
+    classes = max((NUM_CLASSES[t.dataset] for t in universe), default=10)
+    return SearchPlan(spec, universe, costs, unit, list(certify.decision_radii), 1 / classes)
