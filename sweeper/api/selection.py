@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sweeper.results.certify_rows import Results
+    from sweeper.results.search_records import SearchAccount
 
 
 def only_selection(only: str | None) -> dict[str, Any]:
@@ -118,6 +119,14 @@ class Coverage:
 def models_of(frame: pd.DataFrame) -> int:
     """How many models (trial, certification setting) have rows in `frame`."""
     return int(frame.groupby(["trial_id", "cert_id"]).ngroups) if len(frame) else 0
+
+
+def search_account(exp: Experiment, frame: pd.DataFrame) -> SearchAccount | None:
+    """The envelope search's account of `exp` (None: no search ran), its models those with
+    rows in `frame`."""
+    from sweeper.results.search_records import account
+
+    return account(exp, set(frame["trial_id"]) if len(frame) else set())
 
 
 def coverage(exp: Experiment, results: Results, frame: pd.DataFrame) -> Coverage:

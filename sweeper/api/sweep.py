@@ -327,7 +327,8 @@ class Sweep:
     def envelope(self, radii: Sequence[float], by: str | None = None) -> pd.DataFrame:
         """The upper envelope of certified accuracy over the models, and who got it, at each
         radius (per `by` group): `sweeper envelope`'s numbers; under the envelope strategy its
-        soundness logged (`envelope_records.soundness_lines`)."""
+        soundness logged (`envelope_records.soundness_lines`), after an envelope search what it
+        trained, skipped and audited, and that it has no guarantee."""
         from sweeper.results import envelope as env
         from sweeper.results.envelope_records import soundness_lines
 
@@ -335,6 +336,9 @@ class Sweep:
         cert_ids = selected.frame["cert_id"].unique().tolist() if len(selected.frame) else []
         for line in soundness_lines(selected.exp, cert_ids, list(radii)):
             log.info("envelope strategy: %s", line)
+        searched = selection.search_account(selected.exp, selected.results.frame)
+        for line in searched.lines() if searched is not None else []:
+            log.info("envelope search: %s", line)
         return envelope_of(selected.frame, radii, by)
 
     def table(self, radii: Sequence[float]) -> pd.DataFrame:

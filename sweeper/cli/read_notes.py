@@ -45,9 +45,13 @@ def print_coverage(exp: Experiment, results, frame) -> None:
     )
     display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
     pruned = pruned_without_rows(exp, results.frame)
-    if c.absent > pruned:
-        absent = c.absent - pruned
+    searched = selection.search_account(exp, results.frame)
+    skipped = searched.skipped if searched is not None and searched.stopped else 0
+    if c.absent > pruned + skipped:
+        absent = c.absent - pruned - skipped
         display.echo(f"{absent} of the sweep's {c.planned} trials have no results yet", err=True)
+    for line in searched.lines() if searched is not None else []:
+        display.echo(line, err=True)
     if pruned:
         display.echo(
             f"{display.plural(pruned, 'trial')} pruned by the envelope strategy (never "

@@ -87,6 +87,10 @@ def report(
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
     delta = " with probability ≥ 1 − δ"
     section = pruned_section(selection.pruned(exp, frame, parse_only(only)[0], grid), grid, delta)
+    searched = selection.search_account(exp, frame)
+    section += (
+        ["## Envelope search", "", *(f"- {s}" for s in searched.lines()), ""] if searched else []
+    )
     built = build_report(
         frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch, pruned=section
     )

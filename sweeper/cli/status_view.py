@@ -4,6 +4,8 @@ trial with `--all`), as rich renderables, plain text or JSON."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -178,6 +180,7 @@ def view(st: Status, summary: Summary, everything: bool = False, space: str | No
     if more:
         parts.append(Text(f"… and {more} more that need attention: sweeper status --all"))
     parts += [Text(line) for line in envelope_lines(st, everything)]
+    parts += [Text(line) for line in (st.search.lines() if st.search else [])]
     parts += [Text(line) for line in hints(st, space)]
     if st.left_out:
         what = f"{len(st.left_out)} files that fail validation"
@@ -235,4 +238,5 @@ def as_json(st: Status, summary: Summary, everything: bool) -> dict:
     if st.sweep_trials is not None:  # the run of a slice: the summary counts it alone
         doc["slice"] = {"trials": len(st.trials), "of": st.sweep_trials, "only": st.only}
     envelope = {"envelope": st.envelope} if st.envelope else {}  # only under that strategy
-    return {**doc, "left_out": st.left_out or [], **envelope}
+    search = {"search": dataclasses.asdict(st.search)} if st.search else {}  # only if one ran
+    return {**doc, "left_out": st.left_out or [], **envelope, **search}

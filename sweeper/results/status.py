@@ -8,7 +8,8 @@ per sweep.json; a trial.json until its size or time changes; the cache's timing 
 `sweeper status --watch` costs one listing per directory and the files that changed.
 
 A trial's state, as a person needs it after any interruption:
-pending (not started), blocked (its parent failed), training (trial.json says running and a
+pending (not started), skipped (the envelope search stopped without training it),
+blocked (its parent failed), training (trial.json says running and a
 driver holds the lease), interrupted (says running, but no driver is alive: re-run to resume),
 certifying (trained, shards missing, a driver alive), trained (trained, shards missing, nothing
 running), failed (training failed, or the last run's certification of it failed and shards are
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from sweeper.results.failures import Failure, read_failures
 from sweeper.results.lease import Holder, read_holder
+from sweeper.results.search_records import SearchAccount, account, read_search
 from sweeper.results.shard_counts import (
     Shards,
     by_trial,
@@ -43,6 +45,7 @@ from trainables.kernel.trial_status import parse_status, read_raw
 
 STATES = (
     "pending",
+    "skipped",
     "blocked",
     "training",
     "interrupted",
@@ -98,6 +101,7 @@ class Status:
     configs: list[TrialConfig] = field(default_factory=list)  # the sweep's, as sweep.json says
     sweep_trials: int | None = None  # the sweep's trials when `trials` is a slice of them
     only: str | None = None  # the slice's --only, as its driver was given it
+    search: SearchAccount | None = None  # the envelope search's account (None: none ran)
 
     def counts(self) -> Counter:
         return Counter(t.state for t in self.trials)
@@ -181,6 +185,7 @@ class StatusReader:
         for tid, cfg in zip(self.ids, configs, strict=True):
             st.trials.append(self._row(tid, cfg, docs, grouped, certify, failures, driver, chunks))
         _block_children(st.trials, configs)
+        st.search = _searched(self.exp, st.trials)
         st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
         datasets = {tid: cfg.dataset for tid, cfg in zip(self.ids, configs, strict=True)}
         st.file_times = {
@@ -310,6 +315,21 @@ def _state(
     if failure is not None:
         return "failed", "certify: " + failure.line()
     return ("certifying" if alive else "trained"), ""
+
+
+def _searched(exp: Experiment, rows: list[TrialRow]) -> SearchAccount | None:
+    """The envelope search's account; once it has stopped, a pending trial it never proposed
+    is skipped (a run would not train it)."""
+    doc = read_search(exp)
+    if doc is None:
+        return None
+    if doc.get("stopped"):
+        proposed = {p.get("trial_id") for p in doc.get("proposals", []) if isinstance(p, dict)}
+        for row in rows:
+            if row.state == "pending" and row.trial_id not in proposed:
+                row.state = "skipped"
+    trained = {r.trial_id for r in rows if r.state not in ("pending", "skipped", "blocked")}
+    return account(exp, trained)
 
 
 def _block_children(rows: list[TrialRow], configs: list[TrialConfig]) -> None:

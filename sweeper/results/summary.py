@@ -53,8 +53,9 @@ class Summary:
 
 def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
     states = {s: 0 for s in STATES} | dict(st.counts())
-    epochs = (sum(min(t.epoch, t.epochs) for t in st.trials), sum(t.epochs for t in st.trials))
-    rows = (sum(t.points[0] for t in st.trials), sum(t.points[1] for t in st.trials))
+    trials = [t for t in st.trials if t.state != "skipped"]  # the search will not train them
+    epochs = (sum(min(t.epoch, t.epochs) for t in trials), sum(t.epochs for t in trials))
+    rows = (sum(t.points[0] for t in trials), sum(t.points[1] for t in trials))
     elapsed = st.now - st.driver.since if st.driver is not None else None
     window = min(window_s, elapsed) if elapsed is not None else None
     per_hour: tuple[float | None, float | None] = (None, None)
@@ -80,7 +81,7 @@ def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
         eta_train,
         eta_certify,
         unit,
-        _train_hours(st, per_trial),
+        _train_hours(trials, per_trial),
         _certify_hours(st, per_trial, rows),
         st.extra_models,
         st.size_bytes,
@@ -90,7 +91,7 @@ def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
 def _shards(st: Status) -> dict[str, tuple[int, int | None]]:
     out = {}
     for stage in ("certify", "empirical"):
-        shards = [t.shards[stage] for t in st.trials]
+        shards = [t.shards[stage] for t in st.trials if t.state != "skipped"]
         totals = [s.total for s in shards if s.total is not None]
         done = sum(s.done for s in shards)
         if done or totals:
@@ -122,13 +123,13 @@ def _eta(left: int, per_hour: float | None) -> float | None:
     return left / per_hour * 3600
 
 
-def _train_hours(st: Status, per_trial: float) -> tuple[float | None, float | None]:
-    measured = [t for t in st.trials if t.epoch_time_s]
+def _train_hours(trials: list, per_trial: float) -> tuple[float | None, float | None]:
+    measured = [t for t in trials if t.epoch_time_s]
     if not measured:
         return None, None
     mean = sum(t.epoch_time_s or 0.0 for t in measured) / len(measured)
     spent = sum(min(t.epoch, t.epochs) * (t.epoch_time_s or 0.0) for t in measured)
-    projected = sum(t.epochs * (t.epoch_time_s or mean) for t in st.trials)
+    projected = sum(t.epochs * (t.epoch_time_s or mean) for t in trials)
     return spent * per_trial / 3600, projected * per_trial / 3600
 
 
