@@ -8,7 +8,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sweeper.plan import throughput
-from sweeper.plan.cost import SweepCost, price_sweep, strategy_certify_hours
+from sweeper.plan.cost import (
+    SearchCost,
+    SweepCost,
+    price_sweep,
+    search_cost,
+    strategy_certify_hours,
+)
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
 from sweeper.results.storage import StageFile, by_model
@@ -39,6 +45,8 @@ class PricedPlan:
     # certification device-hours per strategy (full, envelope: an estimate, plan.cost's
     # ENVELOPE_FULL_SHARE of the models certified fully)
     strategies: dict[str, float] = field(default_factory=dict)
+    # under the envelope search: its expected device-hours beside the grid's (plan.cost)
+    search: SearchCost | None = None
 
     @property
     def trials(self) -> list[TrialConfig]:
@@ -88,7 +96,13 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
         figures_problem=problem,
         measured_kinds=frozenset(measured),
         strategies=strategies,
+        search=_searched(plan, cost),
     )
+
+
+def _searched(plan: Plan, cost: SweepCost | None) -> SearchCost | None:
+    spec = plan.spec.search
+    return None if cost is None or not spec.active else search_cost(cost, spec.audit, spec.budget)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from sweeper.api.pricing import CertifyPreview, PricedPlan
 from sweeper.cli.common import app, console, fail
 from sweeper.cli.display import echo
 from sweeper.plan import throughput
-from sweeper.plan.cost import Devices, SweepCost, groups, wall_clock
+from sweeper.plan.cost import Devices, SearchCost, SweepCost, groups, wall_clock
 from sweeper.plan.spec import Resources
 from trainables.kernel.catalog import ARCHS
 
@@ -32,6 +32,8 @@ def dry_run_report(
     _print_groups(priced.cost, device)
     _print_totals(priced.cost, device)
     _print_strategies(priced.strategies, device)
+    if priced.search is not None:
+        _print_search(priced.search, device)
     capacity = _devices(priced.kind, address, gpus)
     if capacity is None:
         console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
@@ -212,6 +214,28 @@ def _print_strategies(
         "fully)",
         highlight=False,
     )
+
+
+def _print_search(cost: SearchCost, device: str) -> None:
+    """The envelope search's expected cost beside the grid's, and the budget's effect."""
+    from sweeper.plan.cost import SEARCH_SHARE
+
+    train, certify = cost.search
+    full = sum(cost.full)
+    console.print(
+        f"envelope search: expected ≈ {_amount(train + certify, device)} (training "
+        f"{_amount(train, device)}, certification {_amount(certify, device)}) of the grid's "
+        f"{_amount(full, device)}: {SEARCH_SHARE:.0%} of it, the median where the replay of the "
+        "published SmoothAdv logs stopped, and the audit; no guarantee, the landscape decides",
+        highlight=False,
+    )
+    if cost.budget is not None:
+        effect = "caps it" if cost.capped else "is above the expected cost"
+        console.print(
+            f"--budget {_amount(cost.budget, device)} {effect} (training stops before a "
+            "model would pass it; the audit comes after)",
+            highlight=False,
+        )
 
 
 def _devices(kind: str, address: str | None, gpus: int | None) -> Devices | None:

@@ -296,3 +296,34 @@ def trial_hours(
     figures = {a: f for a, (f, _) in throughput.figures_for(kind, archs, measured).items()}
     costs = {c.trial.trial_id: c.hours for c in price_sweep(trials, spec, figures).costs}
     return costs, "GPU-hours" if kind == "gpu" else "core-hours"
+
+
+# The dry run's model of the envelope search (issue 37): the share of the grid's device-hours
+# the search spends before it stops by itself, the median over the replay on the published
+# SmoothAdv CIFAR-10 logs (`benchmarks/envelope_search.py`; docs/guide/envelope-search.md). The
+# search's own spending depends on the landscape, so this is an expectation, not a bound.
+SEARCH_SHARE = 0.17
+
+
+@dataclass(frozen=True)
+class SearchCost:
+    """Device-hours of the grid (`full`) and expected under the envelope search (`search`,
+    training and certification, the audit included), and whether `budget` caps it."""
+
+    full: tuple[float, float]  # (training, certification)
+    search: tuple[float, float]
+    budget: float | None
+    capped: bool
+
+
+def search_cost(sweep: SweepCost, audit: float, budget: float | None) -> SearchCost:
+    """The envelope search's expected cost over `sweep`'s trials: `SEARCH_SHARE` of them and
+    `audit` of that again, scaled down to `budget` when it is lower (the audit comes after)."""
+    share = SEARCH_SHARE * (1 + audit)
+    train, certify = sweep.train_hours * share, sweep.certify_hours * share
+    searched = SEARCH_SHARE * sweep.hours
+    capped = budget is not None and searched > budget
+    if capped and budget is not None:
+        scale = budget / searched
+        train, certify = train * scale, certify * scale
+    return SearchCost((sweep.train_hours, sweep.certify_hours), (train, certify), budget, capped)
