@@ -1,0 +1,196 @@
+"""The envelope search's policy (`sweeper.run.envelope_search`, `search_surrogate`): the math
+of expected improvement, the features read off a grid, and the decisions on known landscapes.
+Pure: no Ray, no storage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import parse_spec
+from sweeper.run.envelope_search import EnvelopeSearch
+from sweeper.run.search_surrogate import Features, expected_improvement
+
+RADII = [0.0, 0.25, 0.5, 0.75]
+
+
+def grid(sigmas=(0.25, 0.5), eps=(0.25, 0.5, 1.0, 2.0), steps=(1, 2, 4), m=(1, 2, 4)):
+    raw = {
+        "fixed": {"dataset": "digits", "epochs": 2},
+        "grids": [
+            {
+                "name": "sa",
+                "fixed": {"method": "smoothadv", "attack": "pgd"},
+                "axes": {
+                    "sigma": list(sigmas),
+                    "epsilon": list(eps),
+                    "steps": list(steps),
+                    "m_train": list(m),
+                },
+            }
+        ],
+    }
+    spec, problems = parse_spec("t", raw)
+    assert not problems, problems
+    return expand(spec)
+
+
+def cost(t) -> float:
+    return float((t.steps + 1) * t.m_train)
+
+
+def landscape(t) -> np.ndarray:
+    """A smooth, unimodal curve per point: best ε grows with σ, m = 2 best, T hardly matters."""
+    best_eps = 2 * t.sigma
+    clean = 0.9 - 0.4 * t.sigma - 0.08 * math.log(t.epsilon / best_eps) ** 2
+    clean -= 0.03 * math.log2(t.m_train / 2) ** 2 + 0.005 * t.steps
+    return np.array([max(0.0, clean - r * (0.6 - t.sigma * 0.5)) for r in RADII])
+
+
+# ------------------------------------------------------------------------ the math
+def test_expected_improvement_is_exact_on_known_cases():
+    s = np.array([[0.1]])
+    # at the incumbent: s·φ(0)
+    assert expected_improvement(np.array([[0.5]]), s, np.array([0.5]))[0, 0] == pytest.approx(
+        0.1 * norm.pdf(0)
+    )
+    # far above: the difference itself; far below: nothing
+    assert expected_improvement(np.array([[1.5]]), s, np.array([0.5]))[0, 0] == pytest.approx(1.0)
+    assert expected_improvement(np.array([[-1.5]]), s, np.array([0.5]))[0, 0] == pytest.approx(
+        0.0, abs=1e-12
+    )
+    # (μ − b)Φ(z) + sφ(z) at z = 1
+    got = expected_improvement(np.array([[0.6]]), s, np.array([0.5]))[0, 0]
+    assert got == pytest.approx(0.1 * norm.cdf(1) + 0.1 * norm.pdf(1))
+
+
+def test_features_are_the_varying_axes_scaled_in_log_where_positive():
+    trials = grid(sigmas=(0.25,), eps=(0.25, 1.0), steps=(1, 4), m=(1,))
+    features = Features(trials)
+    names = [p.name for p in features.parts]
+    assert names == ["epsilon", "steps"]  # σ is the group; nothing else varies
+    by = {(t.epsilon, t.steps): features.vector(t) for t in trials}
+    assert by[(0.25, 1)].tolist() == [0.0, 0.0]
+    assert by[(1.0, 4)].tolist() == [1.0, 1.0]
+    # log scale: ε = 0.5 would sit halfway between 0.25 and 1.0
+    assert np.allclose(by[(1.0, 1)], [1.0, 0.0])
+
+
+def test_a_field_determined_by_the_kept_ones_is_no_feature():
+    raw = {
+        "fixed": {"dataset": "digits", "epochs": 2, "method": "smoothadv", "steps": 2},
+        "grids": [
+            {
+                "name": "a",
+                "axes": {"sigma": [0.25], "epsilon": [0.5, 1.0], "attack": ["pgd", "ddn"]},
+            }
+        ],
+    }
+    spec, problems = parse_spec("t", raw)
+    assert not problems
+    trials = expand(spec)
+    names = [p.name for p in Features(trials).parts]
+    assert "attack" in names and "ddn_gamma" not in names  # ddn_gamma follows the attack
+
+
+# ------------------------------------------------------------------------ decisions
+def run_search(trials, truth, tolerance=0.002, budget=None, limit=1000):
+    costs = {t.trial_id: cost(t) for t in trials}
+    search = EnvelopeSearch(trials, costs, RADII, tolerance, budget)
+    order = []
+    for _ in range(limit):
+        decision = search.decide(set())
+        if decision.kind != "train":
+            return search, order, decision
+        order.append(decision.trial_id)
+        search.observe(decision.trial_id, truth[decision.trial_id])
+    raise AssertionError("the search did not stop")
+
+
+def test_the_search_finds_the_envelope_of_a_smooth_landscape_for_part_of_the_cost():
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    search, order, decision = run_search(trials, truth)
+    true_envelope = np.max(list(truth.values()), axis=0)
+    assert decision.kind == "stop" and decision.reason == "tolerance"
+    assert np.abs(search.envelope() - true_envelope).max() <= 0.01
+    spent = sum(cost(t) for t in trials if t.trial_id in order)
+    assert spent < 0.6 * sum(cost(t) for t in trials)
+    assert len(set(order)) == len(order)  # never the same point twice
+
+
+def test_decisions_are_a_function_of_the_observations_not_their_order():
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    costs = {t.trial_id: cost(t) for t in trials}
+    driver, order = EnvelopeSearch(trials, costs, RADII, 0.002), []
+    while len(order) < 10 and (decision := driver.decide(set())).kind == "train":
+        order.append(decision.trial_id)
+        driver.observe(decision.trial_id, truth[decision.trial_id])
+    first = EnvelopeSearch(trials, costs, RADII, 0.002)
+    second = EnvelopeSearch(trials, costs, RADII, 0.002)
+    for tid in order[:10]:
+        first.observe(tid, truth[tid])
+    for tid in reversed(order[:10]):
+        second.observe(tid, truth[tid])
+    assert first.decide(set()) == second.decide(set())
+
+
+def test_the_first_point_of_a_sigma_is_its_cheapest():
+    trials = grid()
+    costs = {t.trial_id: cost(t) for t in trials}
+    decision = EnvelopeSearch(trials, costs, RADII, 0.002).decide(set())
+    chosen = next(t for t in trials if t.trial_id == decision.trial_id)
+    assert decision.kind == "train" and cost(chosen) == min(costs.values())
+
+
+def test_pending_points_are_not_proposed_and_waiting_is_not_stopping():
+    trials = grid(sigmas=(0.25,), eps=(0.5,), steps=(1,), m=(1, 2))
+    costs = {t.trial_id: cost(t) for t in trials}
+    search = EnvelopeSearch(trials, costs, RADII, 0.002)
+    first = search.decide(set()).trial_id
+    second = search.decide({first}).trial_id
+    assert second != first
+    assert search.decide({first, second}).kind == "wait"  # every point is under way
+    search.observe(first, [0.5, 0.4, 0.2, 0.1])
+    search.observe(second, [0.6, 0.5, 0.3, 0.1])
+    assert search.decide(set()).reason == "exhausted"
+
+
+def test_the_budget_stops_the_search_before_a_point_would_pass_it():
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    search, order, decision = run_search(trials, truth, budget=20.0)
+    spent = sum(cost(t) for t in trials if t.trial_id in order)
+    assert spent <= 20.0 and decision.kind == "stop" and decision.reason == "budget"
+
+
+def test_diverged_models_are_observed_but_not_fitted():
+    trials = grid(sigmas=(0.25,))
+    costs = {t.trial_id: cost(t) for t in trials}
+    search = EnvelopeSearch(trials, costs, RADII, 0.002, chance=0.1)
+    for t in trials[:3]:
+        search.observe(t.trial_id, [0.1, 0.0, 0.0, 0.0])  # at chance: diverged
+    assert all(search.diverged(t.trial_id) for t in trials[:3])
+    # nothing to learn a shape from: no process, no gain to expect, yet trained and counted
+    assert search.predict([trials[5].trial_id])[trials[5].trial_id] is None
+    assert search.spent(set()) == sum(costs[t.trial_id] for t in trials[:3])
+
+
+def test_the_audit_is_deterministic_alternates_and_keeps_to_its_allowance():
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    search, order, _ = run_search(trials, truth)
+    picks = search.audit_picks(allowance=30.0, seed_text="exp")
+    assert picks == search.audit_picks(allowance=30.0, seed_text="exp")
+    kinds = [why for _, why in picks]
+    assert kinds[:2] == ["upper bound", "random"][: len(kinds[:2])]
+    assert not {tid for tid, _ in picks} & set(order)
+    costs = {t.trial_id: cost(t) for t in trials}
+    assert sum(costs[tid] for tid, _ in picks[1:]) <= 30.0
+    # the first pick is taken whatever it costs: an audit is never empty
+    assert len(search.audit_picks(allowance=0.0, seed_text="exp")) == 1

@@ -1,0 +1,153 @@
+"""The envelope search as Ray Tune's `Searcher` (`sweeper.run.search_tune`): what it proposes,
+how it waits for curves, its record on storage, its audit, and a killed driver's resume with
+the same next proposals. Tune itself is not started: these are the calls Tune makes (the e2e
+test in test_search_e2e.py runs it under Tune)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from ray.tune.search import Searcher
+
+from sweeper.plan.search_spec import SearchSpec
+from sweeper.results.search_records import account, read_search
+from sweeper.results.storage import Experiment
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
+from tests.test_envelope_search import RADII, cost, grid, landscape
+
+
+class Certified:
+    """Certification as the searcher sees it (`search_curves.Curves`): curves on storage from
+    earlier runs (`stored`) and those certified since (`ready`), here the landscape's."""
+
+    def __init__(self, truth: dict[str, np.ndarray]):
+        self.truth, self.certified = truth, set()
+
+    def stored(self, trial_ids):
+        return {t: self.truth[t] for t in trial_ids if t in self.certified}
+
+    def ready(self, awaiting):
+        return {t: self.truth[t] for t in awaiting if t in self.certified}
+
+
+def make(tmp_path, trials, finished=(), spec=SearchSpec(mode="envelope"), curves=None):
+    truth = {t.trial_id: landscape(t) for t in trials}
+    curves = curves or Certified(truth)
+    plan = SearchPlan(spec, trials, {t.trial_id: cost(t) for t in trials}, "core-hours", RADII, 0.1)
+    done = [t for t in trials if t.trial_id in set(finished)]
+    todo = [t for t in trials if t.trial_id not in set(finished)]
+    exp = Experiment(str(tmp_path), "e")
+    Path(exp.root).mkdir(parents=True, exist_ok=True)
+    return EnvelopeSearcher(exp, plan, todo, done, curves, {"c": 1}), curves, exp
+
+
+def trained(searcher, curves, tune_id) -> None:
+    """Tune reports a trial finished; then certification gives its curve."""
+    ours = searcher.running[tune_id]
+    searcher.on_trial_complete(tune_id)
+    curves.certified.add(ours)
+
+
+def test_search_slots_leave_a_quarter_to_certification():
+    assert search_slots(1, None) == 1
+    assert search_slots(2, None) == 1
+    assert search_slots(8, None) == 6
+    assert search_slots(8, 3) == 3
+
+
+def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path):
+    trials = grid()
+    searcher, curves, exp = make(tmp_path, trials)
+    config = searcher.suggest("t1")
+    assert config["c"] == 1 and config["trial"]["dataset"] == "digits"
+    ours = config["trial"]
+    first = next(t.trial_id for t in trials if t.to_dict() == ours)
+    searcher.on_trial_complete("t1")  # trained, not certified yet
+    doc = read_search(exp)
+    assert [p["trial_id"] for p in doc["proposals"]] == [first]
+    assert doc["proposals"][0]["why"] == "initial design" and doc["stopped"] is None
+    assert searcher.pending == {first}
+
+
+def test_a_failed_trial_is_never_proposed_again(tmp_path):
+    trials = grid(sigmas=(0.25,), eps=(0.5,), steps=(1,), m=(1, 2))
+    searcher, curves, exp = make(tmp_path, trials)
+    searcher.suggest("a")
+    failed = searcher.running["a"]
+    searcher.on_trial_complete("a", error=True)
+    assert searcher.suggest("b") is not None and searcher.running["b"] != failed
+    assert failed in searcher.search.failed and searcher.search.spent(set()) > 0
+
+
+def drive(searcher, curves, limit=200) -> list[str]:
+    """Tune's calls until the searcher says FINISHED: each suggestion trained and certified."""
+    order = []
+    for k in range(limit):
+        got = searcher.suggest(f"t{k}")
+        if got == Searcher.FINISHED:
+            return order
+        assert got is not None, "nothing running and nothing proposed: Tune would wait forever"
+        order.append(searcher.running[f"t{k}"])
+        trained(searcher, curves, f"t{k}")
+    raise AssertionError("did not finish")
+
+
+def test_it_stops_audits_and_records_what_the_audit_raised(tmp_path):
+    trials = grid()
+    searcher, curves, exp = make(tmp_path, trials, spec=SearchSpec(mode="envelope", audit=0.2))
+    order = drive(searcher, curves)
+    searcher.finish()
+    doc = read_search(exp)
+    phases = [p["phase"] for p in doc["proposals"]]
+    audited = [p["trial_id"] for p in doc["proposals"] if p["phase"] == "audit"]
+    assert doc["stopped"]["reason"] == "tolerance" and audited
+    assert phases == sorted(phases, key=["search", "audit"].index)  # the audit comes last
+    assert [p["trial_id"] for p in doc["proposals"]] == order
+    truth = {t.trial_id: landscape(t) for t in trials}
+    searched = [t for t in order if t not in audited]
+    before = np.max([truth[t] for t in searched], axis=0)
+    after = np.max([truth[t] for t in order], axis=0)
+    assert np.allclose(doc["audit"]["raised"], after - before, atol=1e-6)
+    got = account(exp, set(order))
+    assert (got.trained, got.audited, got.skipped) == (len(order), len(audited), len(trials) - len(order))
+
+
+def test_a_killed_driver_resumes_its_proposals_then_proposes_the_same(tmp_path):
+    trials = grid()
+    first, curves, exp = make(tmp_path, trials)
+    order = []
+    for k in range(8):  # eight proposals, the first six trained and certified
+        first.suggest(f"t{k}")
+        order.append(first.running[f"t{k}"])
+        if k < 6:
+            trained(first, curves, f"t{k}")
+    first.collect()
+    # killed here: t6 and t7 were training. What the next decision would have been:
+    expected = first.search.decide(set(order[6:]))
+    # A new driver: the six finished trials are read back, the two unfinished ones resumed.
+    second, _, _ = make(tmp_path, trials, finished=order[:6], curves=curves)
+    resumed = [second.suggest("r0"), second.suggest("r1")]
+    assert [second.running[k] for k in ("r0", "r1")] == order[6:8]
+    assert all(r is not None for r in resumed)
+    nxt = second.suggest("r2")
+    assert nxt is not None and second.running["r2"] == expected.trial_id
+    record = json.loads(Path(exp.search_json).read_text())
+    ids = [p["trial_id"] for p in record["proposals"]]
+    assert ids == [*order, expected.trial_id]  # nothing proposed twice
+
+
+def test_other_settings_continue_a_stopped_search(tmp_path):
+    trials = grid()
+    searcher, curves, exp = make(tmp_path, trials, spec=SearchSpec(mode="envelope", audit=0.0))
+    order = drive(searcher, curves)
+    assert read_search(exp)["stopped"] is not None
+    # The same settings again: stopped, nothing to train.
+    again, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=searcher.plan.spec)
+    assert again.suggest("x") == Searcher.FINISHED
+    # A lower tolerance: the search goes on from the same observations.
+    lower = SearchSpec(mode="envelope", audit=0.0, tolerance=1e-6)
+    on, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=lower)
+    got = on.suggest("y")
+    assert got not in (None, Searcher.FINISHED) and on.running["y"] not in order
