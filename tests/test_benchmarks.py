@@ -81,3 +81,37 @@ def test_sweep_scale_standins_write_rows_the_reader_counts_and_copies_of_them(tm
     again = load_results(exp)
     assert again.invalid == [] and len(again.frame) == 6 * 500
     assert sorted(again.frame["n0"].unique()) == [100, 101, 102]
+
+
+def test_envelope_search_replay_runs_the_sweeps_searcher_and_prints_the_issues_line():
+    """The replay on a made-up landscape (the logs are not in the repository): its last line
+    is the issue's, and the models it counts are the digits grid's."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "envelope_search.py"),
+            "--smoke",
+            "--seeds",
+            "1",
+            "--no-per-sigma",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("envelope search: 34 models, 1 seeds; stopped at "), last
+    assert "within 0.02 at every radius in " in last and "cheapest-first " in last
+
+
+def test_envelope_search_replay_needs_logs_or_smoke():
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "envelope_search.py")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "give --logs DIR (or --smoke)" in done.stderr

@@ -1,0 +1,269 @@
+"""The envelope search replayed on published certification logs (issue 37, "Measured").
+
+    .venv/bin/python benchmarks/envelope_search.py --logs DIR --seeds 5
+    .venv/bin/python benchmarks/envelope_search.py --smoke       # a synthetic grid, seconds
+
+DIR: a tree of Cohen-format CERTIFY logs in the published layout, e.g. smoothing-adversarial's
+`data/certify/cifar10` (`git archive` of a mirror). Its logs are read by `sweeper import`'s own
+reader (`ingest.importer.plan_import`: the hyperparameters from the path names); the universe is
+the grid of `--space` (default `cifar10-published`, the models behind those logs) that has a log.
+Training a model = revealing its certified curve at the 10 decision radii 0:2.25:0.25. Each
+replay drives the sweep's own `EnvelopeSearcher` (the Ray Tune Searcher, one trial at a time,
+its curves handed over as certification would) built by the sweep's own `search_plan` (cost:
+the dry run's device-hours of the space's figures, training and certification); its record is
+written to a temporary experiment.
+
+Seed 0 replays the logs as they are; seed k > 0 a bootstrap of the test points (the same
+resample for every model: the envelope's noise). Per seed: the share of the universe's training
+cost spent when the search stops by itself, whether its envelope is then within 0.02 of the true
+one at every radius and exact, and the share spent when it first is within 0.02. Baselines: 200
+random orders (mean share to within 0.02) and cheapest-first. Then each σ searched alone (the
+universe cut to one σ). The last line is the issue's."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from ray.tune.search import Searcher
+
+from sweeper.plan.cost import price_sweep
+from sweeper.plan.grid import expand
+from sweeper.plan.search_spec import SearchSpec
+from sweeper.plan.spaces import load_space
+from sweeper.plan.throughput import SHIPPED
+from sweeper.results.storage import Experiment
+from sweeper.run.search_curves import accuracy_curve
+from sweeper.run.search_tune import EnvelopeSearcher, search_plan
+from trainables.kernel.config import TrialConfig
+
+WITHIN = 0.02
+
+
+@dataclass(frozen=True)
+class Universe:
+    """Grid points with logs: per model its config, per-point (correct, radius) on the common
+    points, its training device-hours (the dry run's, for the shares reported)."""
+
+    trials: list[TrialConfig]
+    points: dict[str, tuple[np.ndarray, np.ndarray]]
+    train_hours: dict[str, float]
+    certify: object
+
+    def curves(self, radii: list[float], resample: np.ndarray | None) -> dict[str, np.ndarray]:
+        out = {}
+        for tid, (correct, radius) in self.points.items():
+            if resample is not None:
+                correct, radius = correct[resample], radius[resample]
+            out[tid] = accuracy_curve(correct, radius, radii)
+        return out
+
+
+def load_logs(directory: str, space: str) -> Universe:
+    from sweeper.ingest.importer import plan_import
+
+    spec = load_space(space)
+    grid = {t.trial_id: t for t in expand(spec)}
+    with tempfile.TemporaryDirectory() as tmp:
+        report = plan_import(directory, Experiment(tmp, "replay"), [])
+    points, trials = {}, []
+    for model in report.imported:
+        if model.cfg.trial_id not in grid or model.cfg.trial_id in points:
+            continue
+        cols = model.columns()
+        order = np.argsort(np.asarray(cols["idx"]))
+        correct = np.asarray(cols["correct"], dtype=bool)[order]
+        radius = np.asarray(cols["radius"], dtype=np.float64)[order]
+        points[model.cfg.trial_id] = (correct, radius)
+        trials.append(grid[model.cfg.trial_id])
+    n = min(len(c) for c, _ in points.values())
+    points = {t: (c[:n], r[:n]) for t, (c, r) in points.items()}
+    return _priced(trials, points, spec.certify, space, len(grid))
+
+
+def _priced(trials, points, certify, space: str, grid_size: int) -> Universe:
+    figures = {a: f for a, f in SHIPPED["gpu"].figures.items()}
+    train = {c.trial.trial_id: c.train_hours for c in price_sweep(trials, certify, figures).costs}
+    print(f"{space}: {len(trials)} of its {grid_size} grid points have a log", flush=True)
+    return Universe(trials, points, train, certify)
+
+
+class Revealed:
+    """Certification in a replay: a trained model's curve is its log's."""
+
+    def __init__(self, truth: dict[str, np.ndarray]):
+        self.truth, self.certified = truth, set()
+
+    def stored(self, trial_ids):
+        return {}
+
+    def ready(self, awaiting):
+        return {t: self.truth[t] for t in awaiting if t in self.certified}
+
+
+def replay(u: Universe, truth: dict[str, np.ndarray], spec: SearchSpec, trials=None) -> dict:
+    """One search over `trials` (default: the universe) through the sweep's own searcher."""
+    trials = trials or u.trials
+    plan = search_plan(spec, trials, u.certify, gpu=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = Experiment(tmp, "replay")
+        Path(exp.root).mkdir(parents=True)
+        curves = Revealed(truth)
+        searcher = EnvelopeSearcher(exp, plan, trials, [], curves, {})  # type: ignore[arg-type]
+        order, phases = [], {}
+        for k in range(2 * len(trials) + 2):
+            if searcher.suggest(str(k)) == Searcher.FINISHED:
+                break
+            ours = searcher.running[str(k)]
+            searcher.on_trial_complete(str(k))
+            curves.certified.add(ours)
+            order.append(ours)
+        phases = {p["trial_id"]: p["phase"] for p in searcher.proposals}
+    searched = [t for t in order if phases.get(t) == "search"]
+    return {"order": order, "searched": searched, "stopped": searcher.stopped}
+
+
+def share_to(order: list[str], u: Universe, truth, ids: set[str], tol: float) -> float | None:
+    """The share of `ids`' training cost spent when the envelope of `order`'s prefix is first
+    within `tol` of the true one at every radius (None: never)."""
+    best = np.max([truth[t] for t in ids], axis=0)
+    total, spent, env = sum(u.train_hours[t] for t in ids), 0.0, np.zeros_like(best)
+    for t in order:
+        spent += u.train_hours[t]
+        env = np.maximum(env, truth[t])
+        if np.abs(best - env).max() <= tol + 1e-12:
+            return spent / total
+    return None
+
+
+def one_seed(u: Universe, spec: SearchSpec, radii, seed: int) -> dict:
+    n = len(next(iter(u.points.values()))[0])
+    resample = None if seed == 0 else np.random.default_rng(seed).integers(0, n, n)
+    truth = u.curves(radii, resample)
+    ids = set(truth)
+    start = time.perf_counter()
+    run = replay(u, truth, spec)
+    best = np.max(list(truth.values()), axis=0)
+    found = np.max([truth[t] for t in run["searched"]], axis=0)
+    stop = sum(u.train_hours[t] for t in run["searched"]) / sum(u.train_hours.values())
+    return {
+        "seed": seed,
+        "stop": stop,
+        "error": float(np.abs(best - found).max()),
+        "exact": bool(np.abs(best - found).max() <= 1e-12),
+        "to_within": share_to(run["searched"], u, truth, ids, WITHIN),
+        "random": _random_share(u, truth, ids),
+        "cheapest": share_to(
+            sorted(ids, key=lambda t: (u.train_hours[t], t)), u, truth, ids, WITHIN
+        ),
+        "models": len(run["searched"]),
+        "reason": (run["stopped"] or {}).get("reason", "-"),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _random_share(u: Universe, truth, ids: set[str], orders: int = 200) -> float:
+    rng = np.random.default_rng(0)
+    listed = sorted(ids)
+    shares = [
+        share_to([listed[i] for i in rng.permutation(len(listed))], u, truth, ids, WITHIN)
+        for _ in range(orders)
+    ]
+    return float(np.mean([s for s in shares if s is not None]))
+
+
+def per_sigma(u: Universe, spec: SearchSpec, radii) -> list[str]:
+    """Each σ searched alone: its share of that σ's cost, its envelope's largest error."""
+    truth = u.curves(radii, None)
+    lines = []
+    for sigma in sorted({t.sigma for t in u.trials}):
+        trials = [t for t in u.trials if t.sigma == sigma]
+        run = replay(u, truth, spec, trials)
+        ids = {t.trial_id for t in trials}
+        best = np.max([truth[t] for t in ids], axis=0)
+        found = np.max([truth[t] for t in run["searched"]], axis=0)
+        share = sum(u.train_hours[t] for t in run["searched"]) / sum(u.train_hours[t] for t in ids)
+        lines.append(
+            f"  σ = {sigma:g} alone: {len(trials)} models, stopped at {share:.0%} of its cost, "
+            f"largest error {np.abs(best - found).max():.3f}"
+        )
+    return lines
+
+
+def smoke_universe() -> Universe:
+    """The shipped `digits` grid with a made-up smooth landscape (best ε grows with σ, m = 2
+    best), 200 points per model: seconds, for the tests of this script."""
+    spec = load_space("digits")
+    trials = expand(spec)
+    rng = np.random.default_rng(0)
+    radii = np.asarray(spec.certify.decision_radii)
+    points = {}
+    for t in trials:
+        eps = t.epsilon or t.sigma
+        clean = 0.95 - 0.3 * t.sigma - 0.1 * np.log(eps / (2 * t.sigma)) ** 2
+        clean -= 0.03 * (t.m_train or 1) ** 0.5 + 0.01 * (t.steps or 0)
+        curve = np.clip(clean - radii * (0.9 - t.sigma), 0, 1)
+        reach = (rng.random(200)[:, None] < curve[None, :]).sum(axis=1)
+        radius = np.concatenate([[0.0], radii])[reach]  # certified up to the last r it passes
+        points[t.trial_id] = (reach > 0, radius)
+    return _priced(trials, points, spec.certify, "digits (a made-up landscape)", len(trials))
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--logs", help="a tree of published CERTIFY logs (e.g. data/certify/cifar10)")
+    p.add_argument("--space", default="cifar10-published", help="the grid the logs are of")
+    p.add_argument("--seeds", type=int, default=5, help="seed 0: the logs; k > 0: bootstraps")
+    p.add_argument("--tolerance", type=float, default=SearchSpec().tolerance)
+    p.add_argument("--smoke", action="store_true", help="a synthetic grid instead of logs")
+    p.add_argument("--no-per-sigma", action="store_true", help="skip the per-σ searches")
+    args = p.parse_args(argv)
+    if not args.smoke and not args.logs:
+        p.error("give --logs DIR (or --smoke)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    u = smoke_universe() if args.smoke else load_logs(args.logs, args.space)
+    spec = replace(SearchSpec(mode="envelope", tolerance=args.tolerance), audit=0.0)
+    radii = list(u.certify.decision_radii)  # type: ignore[attr-defined]
+    results = []
+    for seed in range(args.seeds):
+        r = one_seed(u, spec, radii, seed)
+        results.append(r)
+        within = "-" if r["to_within"] is None else f"{r['to_within']:.0%}"
+        print(
+            f"seed {seed}: {r['models']} models, stopped at {r['stop']:.1%} "
+            f"({r['reason']}), largest error {r['error']:.3f}, "
+            f"within {WITHIN} at {within}; random {r['random']:.0%}, cheapest-first "
+            f"{r['cheapest']:.0%} ({r['seconds']:.0f} s)",
+            flush=True,
+        )
+    if not args.no_per_sigma:
+        for line in per_sigma(u, spec, radii):
+            print(line, flush=True)
+    k = len(results)
+    median = statistics.median(r["stop"] for r in results)
+    w = sum(r["error"] <= WITHIN + 1e-12 for r in results)
+    e = sum(r["exact"] for r in results)
+    to = [r["to_within"] for r in results if r["to_within"] is not None]
+    x = f"{statistics.median(to):.0%}" if to else "never"
+    rnd = statistics.mean(r["random"] for r in results)
+    cheap = statistics.mean(r["cheapest"] for r in results if r["cheapest"] is not None)
+    print(
+        f"envelope search: {len(u.trials)} models, {k} seeds; stopped at {median:.0%} of the "
+        f"training cost (median), within {WITHIN} at every radius in {w}/{k}, exact in {e}/{k}; "
+        f"to within {WITHIN}: search {x}, random {rnd:.0%}, cheapest-first {cheap:.0%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
