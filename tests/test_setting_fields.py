@@ -16,7 +16,8 @@ from sweeper.cli import app
 from sweeper.cli.driver import DRIVER, launch_options
 from sweeper.cli.options import given
 from sweeper.plan.spaces import parse_spec
-from sweeper.plan.spec import CertifySpec, EmpiricalSpec
+from sweeper.plan.search_spec import SEARCH_ONLY
+from sweeper.plan.spec import CertifySpec, EmpiricalSpec, SearchSpec
 from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.settings import (
@@ -39,6 +40,7 @@ COMMANDS = [
     (["certify"], LaunchOptions, None, DRIVER),
     (["empirical"], LaunchOptions, None, DRIVER),
     (["run", "grid"], LaunchOptions, None, None),
+    (["run", "grid"], SearchSpec, "search", None),
 ]
 CASES = [
     (command, cls, block, f)
@@ -101,6 +103,7 @@ def test_the_walk_covers_every_declared_setting():
     assert len(declared(CertifySpec)) == len(dataclasses.fields(CertifySpec))
     assert len(declared(EmpiricalSpec)) == len(dataclasses.fields(EmpiricalSpec))
     assert len(declared(LaunchOptions)) == len(dataclasses.fields(LaunchOptions))
+    assert len(declared(SearchSpec)) == len(dataclasses.fields(SearchSpec))
 
 
 @pytest.mark.parametrize(("command", "cls", "block", "f"), CASES, ids=IDS)
@@ -132,6 +135,7 @@ def test_every_setting_means_the_same_in_yaml_and_on_the_command_line(command, c
     assert problems == [] and overrides == {f.name: value}
     # The envelope's own settings are refused where strategy full would ignore them.
     context = {"strategy": "envelope"} if f.name in ENVELOPE_ONLY else {}
+    context = {"mode": "envelope"} if cls is SearchSpec and f.name in SEARCH_ONLY else context
     raw = {"grids": [{"name": "g"}], block: {**context, f.name: _yaml(value)}}
     spec, problems = parse_spec("x", raw)
     assert problems == [] and getattr(getattr(spec, block), f.name) == value

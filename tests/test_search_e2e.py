@@ -1,0 +1,83 @@
+"""The envelope search end to end on a local Ray (2 CPUs): Tune trains what the searcher
+proposes while earlier models are certified, the search stops by itself, audits, and says
+what it skipped; a second run trains nothing again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweeper.plan.grid import expand
+from sweeper.plan.spaces import load_space
+from sweeper.results.status import experiment_status
+from sweeper.results.storage import Experiment
+from tests.test_e2e import run_cli, write_space
+from trainables.kernel.trial_status import read_status
+
+pytestmark = pytest.mark.e2e
+
+SPACE = """
+fixed: {dataset: digits, epochs: 1, batch_size: 64, train_subset: 128, eval_subset: 60, lr: 0.05, warmup_epochs: 1, method: smoothadv, attack: pgd, steps: 1}
+grids:
+  - name: sa
+    axes: {sigma: [0.25, 0.5], epsilon: [0.25, 0.5, 1.0], m_train: [1, 2]}
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 16, n: 64, alpha: 0.01, skip: 15, max_points: null, batch_size: 64, shard_size: 30}
+search: {mode: envelope, tolerance: 0.05, audit: 0.0}
+"""
+
+
+@pytest.fixture(scope="module")
+def searched(ray_session, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("search")
+    space = write_space(tmp, SPACE, "searched.yaml")
+    result = run_cli("run", "grid", space, "--storage", tmp / "store", "--experiment", "s")
+    assert result.exit_code == 0, result.output
+    return space, Experiment(str(tmp / "store"), "s")
+
+
+def test_it_trains_only_what_it_proposed_and_records_why(searched):
+    space, exp = searched
+    trials = expand(load_space(str(space)))
+    record = json.loads(Path(exp.search_json).read_text())
+    proposed = [p["trial_id"] for p in record["proposals"]]
+    assert record["stopped"]["reason"] in ("tolerance", "exhausted")
+    assert len(proposed) == len(set(proposed)) and record["universe"] == len(trials)
+    for cfg in trials:
+        status = read_status(exp.trial_dir(cfg.trial_id))
+        if cfg.trial_id in proposed:
+            assert status["state"] == "finished"
+            certified = Path(exp.setting_dir("certify", cfg.trial_id, "x")).parent
+            assert list(certified.rglob("compacted-of-*.parquet"))
+        else:
+            assert status is None  # never started: no checkpoint, no trial.json
+    # the initial design takes each σ's cheapest point first
+    first = {t.trial_id: t for t in trials}[proposed[0]]
+    assert first.m_train == 1
+
+
+def test_status_and_envelope_say_what_was_skipped_and_that_there_is_no_guarantee(searched):
+    space, exp = searched
+    st = experiment_status(exp)
+    trained = len(json.loads(Path(exp.search_json).read_text())["proposals"])
+    assert st.counts()["finished"] == trained
+    assert st.counts()["skipped"] == len(st.trials) - trained
+    result = run_cli("envelope", "--storage", Path(exp.root).parent, "--experiment", "s")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stderr.split())
+    assert f"the envelope search trained {trained} of {len(st.trials)} grid points" in text
+    assert "no guarantee" in text
+
+
+def test_a_second_run_trains_nothing_again(searched):
+    space, exp = searched
+    before = {p.name: p.stat().st_mtime for p in Path(exp.root, "trials").iterdir()}
+    result = run_cli("run", "grid", space, "--storage", Path(exp.root).parent, "--experiment", "s")
+    assert result.exit_code == 0, result.output
+    after = {p.name: p.stat().st_mtime for p in Path(exp.root, "trials").iterdir()}
+    assert after.keys() == before.keys()  # no trial started that the search had skipped
+    for name, mtime in before.items():
+        assert read_status(Path(exp.root, "trials", name))["state"] == "finished"
+        assert after[name] == mtime
