@@ -147,7 +147,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
     from sweeper.plan.spaces import load_space
     from sweeper.plan.sweep_plan import is_finished, trial_states
     from sweeper.results.lease import Lease
-    from sweeper.results.storage import write_sweep
+    from sweeper.results.sweep_file import write_sweep
     from sweeper.run.launch import DataPlane, run_sweep
     from sweeper.run.launch_options import LaunchOptions
 

@@ -68,7 +68,8 @@ def _hand_experiment(workdir: Path) -> None:
     import certified_rows
 
     from sweeper.plan.spec import CertifySpec
-    from sweeper.results.storage import Experiment, write_sweep
+    from sweeper.results.storage import Experiment
+    from sweeper.results.sweep_file import write_sweep
     from trainables.kernel.config import TrialConfig
     from trainables.kernel.trial_status import write_status
 

@@ -20,7 +20,8 @@ from sweeper.plan.spaces import load_space
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import write_status
 

@@ -20,7 +20,8 @@ from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import MEMORY_SCHEMA, shard_table
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import MEMORY, Experiment, write_sweep
+from sweeper.results.storage import MEMORY, Experiment
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run.empirical_stage import EmpiricalSetting, empirical_table
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings

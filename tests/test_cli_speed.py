@@ -16,7 +16,8 @@ from test_cli import make_experiment
 
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import available_spaces, load_space
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run.shards import all_compacted
 from trainables.kernel import fileio
 from trainables.kernel.trial_status import write_status

@@ -23,7 +23,8 @@ import yaml
 from test_cluster_yaml import rsync_excluded
 
 from sweeper.plan.spec import CertifySpec
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import write_status
 

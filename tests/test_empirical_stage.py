@@ -23,7 +23,8 @@ from sweeper.plan.spaces import load_space, parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec
 from sweeper.results import empirical_rows
 from sweeper.results.certify_rows import ResultsError
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run import empirical_stage as emp
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY

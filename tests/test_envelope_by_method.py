@@ -13,7 +13,8 @@ from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import shard_table
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 
 # Certified at a fixed σ_cert = 1 (`--sigma-cert 1`): the radii below are ones CERTIFY can

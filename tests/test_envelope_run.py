@@ -20,7 +20,8 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import load_results
 from sweeper.results.envelope_records import read_records
 from sweeper.results.provenance import setting_of
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run import envelope_bounds as eb
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY

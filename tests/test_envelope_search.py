@@ -164,7 +164,7 @@ def test_pending_points_are_not_proposed_and_waiting_is_not_stopping():
 def test_the_budget_stops_the_search_before_a_point_would_pass_it():
     trials = grid()
     truth = {t.trial_id: landscape(t) for t in trials}
-    search, order, decision = run_search(trials, truth, budget=20.0)
+    _search, order, decision = run_search(trials, truth, budget=20.0)
     spent = sum(cost(t) for t in trials if t.trial_id in order)
     assert spent <= 20.0 and decision.kind == "stop" and decision.reason == "budget"
 

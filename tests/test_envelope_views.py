@@ -15,7 +15,8 @@ from test_outputs import CERT, POINTS, invoke, write_model
 from sweeper.api.sweep import Sweep
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.envelope_records import write_record
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 
 ENV = dataclasses.replace(CERT, strategy="envelope")

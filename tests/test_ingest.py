@@ -21,7 +21,8 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.plan.sweep_plan import sweep_conflict
 from sweeper.results.certify_rows import load_results, shard_table
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, read_sweep, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import read_sweep, write_sweep
 from trainables.kernel.catalog import ARCHS
 from trainables.kernel.config import TrialConfig
 

@@ -27,7 +27,8 @@ from sweeper.report.figures import GROUPED, draw_figure, figure_plan
 from sweeper.report.render import envelope_figure
 from sweeper.results.certify_rows import load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()

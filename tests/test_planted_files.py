@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 
 runner = CliRunner()
 SWEEP_FIX = "restore it from a copy, or start over"

@@ -27,7 +27,8 @@ from sweeper.results.certify_rows import CERTIFY_ROWS, MEMORY_SCHEMA, shard_tabl
 from sweeper.results.provenance import Setting, setting_of
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings
 

@@ -281,7 +281,7 @@ def test_smoothadv_attack_computes_input_gradients_only():
 def test_fp16_certification_without_a_gpu_is_bad_input(tmp_path):
     from sweeper.plan.grid import expand
     from sweeper.plan.spaces import load_space, parse_spec
-    from sweeper.results.storage import write_sweep
+    from sweeper.results.sweep_file import write_sweep
     from trainables.kernel.trial_status import write_status
 
     raw = {

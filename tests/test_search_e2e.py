@@ -59,7 +59,7 @@ def test_it_trains_only_what_it_proposed_and_records_why(searched):
 
 
 def test_status_and_envelope_say_what_was_skipped_and_that_there_is_no_guarantee(searched):
-    space, exp = searched
+    _space, exp = searched
     st = experiment_status(exp)
     trained = len(json.loads(Path(exp.search_json).read_text())["proposals"])
     assert st.counts()["finished"] == trained

@@ -17,7 +17,8 @@ from sweeper.plan.spaces import parse_spec, read_yaml, resolve_space_path
 from sweeper.plan.sweep_plan import PlanError
 from sweeper.results.search_records import write_search
 from sweeper.results.status import experiment_status
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 
 
 def digits(**changes):

@@ -32,7 +32,10 @@ class Certified:
         return {t: self.truth[t] for t in awaiting if t in self.certified}
 
 
-def make(tmp_path, trials, finished=(), spec=SearchSpec(mode="envelope"), curves=None):
+SEARCH = SearchSpec(mode="envelope")
+
+
+def make(tmp_path, trials, finished=(), spec=SEARCH, curves=None):
     truth = {t.trial_id: landscape(t) for t in trials}
     curves = curves or Certified(truth)
     plan = SearchPlan(spec, trials, {t.trial_id: cost(t) for t in trials}, "core-hours", RADII, 0.1)
@@ -59,7 +62,7 @@ def test_search_slots_leave_a_quarter_to_certification():
 
 def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path):
     trials = grid()
-    searcher, curves, exp = make(tmp_path, trials)
+    searcher, _curves, exp = make(tmp_path, trials)
     config = searcher.suggest("t1")
     assert config["c"] == 1 and config["trial"]["dataset"] == "digits"
     ours = config["trial"]
@@ -73,7 +76,7 @@ def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path
 
 def test_a_failed_trial_is_never_proposed_again(tmp_path):
     trials = grid(sigmas=(0.25,), eps=(0.5,), steps=(1,), m=(1, 2))
-    searcher, curves, exp = make(tmp_path, trials)
+    searcher, _curves, _exp = make(tmp_path, trials)
     searcher.suggest("a")
     failed = searcher.running["a"]
     searcher.on_trial_complete("a", error=True)
@@ -111,7 +114,11 @@ def test_it_stops_audits_and_records_what_the_audit_raised(tmp_path):
     after = np.max([truth[t] for t in order], axis=0)
     assert np.allclose(doc["audit"]["raised"], after - before, atol=1e-6)
     got = account(exp, set(order))
-    assert (got.trained, got.audited, got.skipped) == (len(order), len(audited), len(trials) - len(order))
+    assert (got.trained, got.audited, got.skipped) == (
+        len(order),
+        len(audited),
+        len(trials) - len(order),
+    )
 
 
 def test_a_killed_driver_resumes_its_proposals_then_proposes_the_same(tmp_path):

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.cli.driver import DRIVER, launch_options
 from sweeper.cli.options import given
-from sweeper.plan.spaces import parse_spec
 from sweeper.plan.search_spec import SEARCH_ONLY
+from sweeper.plan.spaces import parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec, SearchSpec
 from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.ddrs_settings import DDRSSettings

@@ -24,8 +24,9 @@ from sweeper.plan.spaces import load_space
 from sweeper.plan.sweep_plan import retire_trials
 from sweeper.results.failures import FailureLog, first_line, read_failures
 from sweeper.results.status import StatusReader
-from sweeper.results.storage import Experiment, shard_name, write_sweep
+from sweeper.results.storage import Experiment, shard_name
 from sweeper.results.summary import summarize
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run.shards import Event
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import write_status

@@ -16,11 +16,10 @@ from sweeper.results.storage import (
     StorageError,
     experiments,
     index_chunks,
-    read_sweep,
     redact,
     storage_problem,
-    write_sweep,
 )
+from sweeper.results.sweep_file import read_sweep, write_sweep
 from trainables.kernel import fileio
 
 

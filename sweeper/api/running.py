@@ -18,6 +18,7 @@ from sweeper.plan.sweep_plan import (
     move_aside,
     trial_states,
 )
+from sweeper.results.search_records import SearchAccount, account
 from sweeper.results.status import Status, StatusReader
 from sweeper.results.storage import Experiment
 from sweeper.run import sweep_run
@@ -30,13 +31,15 @@ from trainables.kernel.errors import ProblemsError
 @dataclass(frozen=True)
 class Ran:
     """What a run did: its `plan`, the trials it worked on (`trials`), what Ray left
-    (`outcome`: failures per trial and stage, interrupted; None when there was nothing to do)
-    and, for an attack, the setting_ids it attacked under (`settings`)."""
+    (`outcome`: failures per trial and stage, interrupted; None when there was nothing to do),
+    for an attack, the setting_ids it attacked under (`settings`), and under the envelope
+    search its account (`searched`: trained, skipped, audited)."""
 
     plan: Plan
     trials: list[TrialConfig]
     outcome: Any = None
     settings: tuple[str, ...] = ()
+    searched: SearchAccount | None = None  # under the envelope search: what it trained
 
 
 def resources_of(plan: Plan, options: LaunchOptions) -> Resources:
@@ -82,7 +85,17 @@ def run_grid(
         states = trial_states(plan.exp, plan.trials)
         watchers.note(f"retraining {len(plan.trials)} trials; their old files are in {moved}")
     outcome = sweep_run.train_and_certify(plan, resources, options, watchers, states)
-    return Ran(plan, plan.trials, outcome)
+    return Ran(plan, plan.trials, outcome, searched=_searched(plan))
+
+
+def _searched(plan: Plan) -> SearchAccount | None:
+    """The envelope search's account of the run (None without the search)."""
+    if not plan.spec.search.active:
+        return None
+    states = trial_states(plan.exp, plan.trials)
+    return account(
+        plan.exp, {t.trial_id for t in plan.trials if is_finished(states[t.trial_id], t)}
+    )
 
 
 def _nothing_to_certify(plan: Plan, trials: list, watchers: Watchers) -> bool:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeper.plan.grid import only_value, parse_only, value_matches
-from sweeper.results.storage import Experiment, read_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import read_sweep
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 

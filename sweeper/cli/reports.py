@@ -14,7 +14,21 @@ from sweeper.cli.read_notes import exit_if_left_out, print_coverage
 from sweeper.cli.reads import load_selected, radii_option
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
-from sweeper.results.storage import DEFAULT_STORAGE, read_sweep
+from sweeper.results.storage import DEFAULT_STORAGE
+from sweeper.results.sweep_file import read_sweep
+
+
+def _index_sections(exp, frame, only: str | None, grid: list[float]) -> list[str]:
+    """The index's sections on the models the envelope strategy pruned and, after an envelope
+    search, on what it trained, skipped and audited (markdown lines)."""
+    from sweeper.report.pruned import pruned_section
+
+    delta = " with probability ≥ 1 − δ"
+    section = pruned_section(selection.pruned(exp, frame, parse_only(only)[0], grid), grid, delta)
+    searched = selection.search_account(exp, frame)
+    if searched is not None:
+        section += ["## Envelope search", "", *(f"- {s}" for s in searched.lines()), ""]
+    return section
 
 
 def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
@@ -69,7 +83,6 @@ def report(
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
     from sweeper.report.build import build_report, write_report
-    from sweeper.report.pruned import pruned_section
 
     problems: list[str] = []
     figure_formats = _formats(formats, problems)
@@ -85,12 +98,7 @@ def report(
         )
     dims = dataset_dims(frame["dataset"].unique())
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
-    delta = " with probability ≥ 1 − δ"
-    section = pruned_section(selection.pruned(exp, frame, parse_only(only)[0], grid), grid, delta)
-    searched = selection.search_account(exp, frame)
-    section += (
-        ["## Envelope search", "", *(f"- {s}" for s in searched.lines()), ""] if searched else []
-    )
+    section = _index_sections(exp, frame, only, grid)
     built = build_report(
         frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch, pruned=section
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from sweeper.api.running import Ran
 from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
@@ -148,8 +149,7 @@ def run_grid(
 
     Re-running the same command resumes: finished trials are not retrained, interrupted ones
     continue from their last checkpoint, and only missing certification shards are computed.
-    With --search envelope: only the points that could still raise the envelope are trained
-    (no guarantee: the envelope is of the models trained; an audit samples the rest).
+    With --search envelope: only what could still raise the envelope is trained.
     With --dry-run: the plan and its cost, without reading data or starting Ray.
     """
     launch, overrides = launch_options(options), certify_overrides(options)
@@ -166,9 +166,7 @@ def run_grid(
     _check_flags(launch, retrain, only, restart_, gpus is not None and not dry_run)
     if dry_run:  # imports neither torch nor Ray (Ray only to size the cluster of --address)
         priced = sweep.plan(launch, restarting=restart_, overrides=overrides, search=search)
-        print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
-        dry_run_report(priced, launch.address, gpus, data_dir)
-        return
+        return _dry_run(priced, launch, gpus, data_dir)
     shown = watchers(lambda plan, res, states: print_plan(plan, res, states, "sweeper run grid"))
     ran = sweep.run(
         options=launch,
@@ -180,9 +178,26 @@ def run_grid(
     )
     if ran.outcome is not None:
         _report_outcome(ran.outcome, ran.plan.exp, space)
+    _done(ran, storage)
+
+
+def _dry_run(priced, launch: LaunchOptions, gpus: int | None, data_dir: str | None) -> None:
+    print_plan(priced.plan, priced.resources, priced.states, "sweeper run grid (dry run)")
+    dry_run_report(priced, launch.address, gpus, data_dir)
+
+
+def _done(ran: Ran, storage: str) -> None:
+    """What the run left, and the command that reads it."""
+    searched = ran.searched
+    done = f"done: {len(ran.trials)} trials"
+    if searched is not None:
+        done = (
+            f"done: the envelope search trained {searched.trained} of {len(ran.trials)} trials "
+            f"({searched.skipped} skipped, {searched.audited} by its audit)"
+        )
     console.print(
-        f"done: {len(ran.trials)} trials. Next: {sweeper_command()} envelope --storage "
-        f"{storage} --experiment {ran.plan.exp.name} --radii 0:2:0.25",
+        f"{done}. Next: {sweeper_command()} envelope --storage {storage} --experiment "
+        f"{ran.plan.exp.name} --radii 0:2:0.25",
         soft_wrap=True,  # a command to copy: one line, whatever the width
     )
 

@@ -84,7 +84,8 @@ from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_se
 from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, write_sweep
+from sweeper.results.storage import Experiment
+from sweeper.results.sweep_file import write_sweep
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError

@@ -21,8 +21,8 @@ from sweeper.results.storage import (
     StorageError,
     outside_problem,
     plain_name_problem,
-    read_sweep,
 )
+from sweeper.results.sweep_file import read_sweep
 from trainables.kernel import fileio
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError, ProblemsError

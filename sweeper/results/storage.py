@@ -38,15 +38,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 import stat
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sweeper.results.credentials import credentials_problem
 from sweeper.results.credentials import redact as redact  # re-exported: imported from here
@@ -387,19 +384,3 @@ def outside_problem(storage: str, root: str) -> str | None:
         f"--experiment: {root} resolves to {real}, outside the storage {base}: "
         "remove the link or pass another --experiment"
     )
-
-
-def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
-    fileio.write_bytes_atomic(
-        exp.sweep_json, json.dumps({**doc, "written": time.time()}, indent=1).encode()
-    )
-
-
-def read_sweep(exp: Experiment) -> dict[str, Any] | None:
-    """The experiment's sweep.json (None if there is none); SweepError naming it and the fix
-    if it is no regular file, too large, not JSON or not the shape of one (`sweep_file`)."""
-    from sweeper.results.sweep_file import parse_sweep, sweep_bytes
-
-    if not fileio.exists(exp.sweep_json):
-        return None
-    return parse_sweep(exp, sweep_bytes(exp))

@@ -1,11 +1,12 @@
-"""Reading sweep.json (`read_sweep`, `StatusReader`): its bytes, bounded, from a regular file
-only, and its shape checked where it is read, so that bad input is one line naming the file
-and the fix (`SweepError`), never a traceback nor a hang.
+"""sweep.json: written whole (`write_sweep`), read (`read_sweep`, `StatusReader`) as its bytes,
+bounded, from a regular file only, and its shape checked where it is read, so that bad input is
+one line naming the file and the fix (`SweepError`), never a traceback nor a hang.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from trainables.kernel import fileio
@@ -89,3 +90,17 @@ def sweep_problem(doc: Any) -> str | None:
 def _at_least(value: Any, low: int, integer: bool) -> bool:
     """A JSON number (an integer if `integer`; not a bool, not NaN) of at least `low`."""
     return type(value) in ((int,) if integer else (int, float)) and value >= low
+
+
+def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
+    fileio.write_bytes_atomic(
+        exp.sweep_json, json.dumps({**doc, "written": time.time()}, indent=1).encode()
+    )
+
+
+def read_sweep(exp: Experiment) -> dict[str, Any] | None:
+    """The experiment's sweep.json (None if there is none); SweepError naming it and the fix
+    if it is no regular file, too large, not JSON or not the shape of one (`sweep_file`)."""
+    if not fileio.exists(exp.sweep_json):
+        return None
+    return parse_sweep(exp, sweep_bytes(exp))

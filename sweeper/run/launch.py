@@ -302,10 +302,7 @@ def run_sweep(
             curves.certifier = certifier
             searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, constants)
             searcher.poll = certifier.poll
-            from sweeper.run.envelope_run import cluster_slots
-
-            slots = search_slots(cluster_slots(resources), options.max_concurrent)
-            options = replace(options, max_concurrent=slots)
+            options = replace(options, max_concurrent=_search_slots(resources, options))
         else:
             searcher = stage_searcher(exp, to_train, finished, constants)
         shrink = (room, len(to_train)) if room is not None else None
@@ -317,15 +314,28 @@ def run_sweep(
         if isinstance(searcher, StageSearcher):
             outcome.blocked = searcher.blocked()
     outcome.interrupted = _interrupted(outcome, to_train, searcher)
-    if outcome.interrupted:
+    _settle(certifier, searcher, outcome.interrupted)
+    outcome.failures += certifier.failure_rows()
+    return outcome
+
+
+def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) -> None:
+    """After training: certification cancelled (interrupted) or waited for, and the envelope
+    search's account of its audit, from the curves certified since."""
+    if interrupted:
         certifier.cancel()
     else:
         certifier.wait()
         certifier.finish()
     if isinstance(searcher, EnvelopeSearcher):
-        searcher.finish()  # the audit's account, from the curves certified since
-    outcome.failures += certifier.failure_rows()
-    return outcome
+        searcher.finish()
+
+
+def _search_slots(resources: Resources, options: LaunchOptions) -> int:
+    """Trials trained at once under the envelope search (`search_tune.search_slots`)."""
+    from sweeper.run.envelope_run import cluster_slots
+
+    return search_slots(cluster_slots(resources), options.max_concurrent)
 
 
 def _interrupted(outcome: Outcome, to_train: list[TrialConfig], searcher: Searcher | None) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,7 @@ class EnvelopeSearcher(Searcher):
         self.running: dict[str, str] = {}  # Tune's trial id -> ours
         self.started: set[str] = set()
         self.done = False  # FINISHED returned: nothing more to train
+        self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self._resume_record(read_search(exp))
 
     def _resume_record(self, doc: dict[str, Any] | None) -> None:
@@ -113,10 +115,10 @@ class EnvelopeSearcher(Searcher):
             else:
                 self.search.observe(tid, curve)
 
-    def suggest(self, trial_id: str) -> dict | str | None:
-        poll = getattr(self, "poll", None)
-        if poll is not None:  # Tune may block in this call: certification goes on meanwhile
-            poll()
+    # Ray's annotation leaves out Searcher.FINISHED, which its own searchers return too.
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
+        if self.poll is not None:  # Tune may block in this call: certification goes on
+            self.poll()
         self.collect()
         ours = self._next()
         if ours is None or ours == Searcher.FINISHED:

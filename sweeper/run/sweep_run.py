@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials, trial_states
-from sweeper.results.storage import write_sweep
+from sweeper.results.sweep_file import write_sweep
 from sweeper.run.driving import Watchers, driving
 from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.config import TrialConfig
