@@ -24,7 +24,11 @@ so 8 trials (cpu 2, gpu 0.25 each) and 8 certification tasks run at once on this
    finished, then run again to the end. "retrained" counts trials started again although they
    had finished before the kill; "duplicate rows" counts (trial_id, cert_id, idx) present
    twice across every results file on storage.
-4. (not with --smoke) 10x: the results replicated under 10 certification settings (6,440
+4. (with --search) The same plan under `--search envelope` (its searcher, cost and curves the
+   sweep's own, in another experiment): the trials it trained and its wall time per trained
+   trial against bare Tune's. The stand-in's curves have no structure to learn (random counts),
+   so this times the control plane, not the search's economy.
+5. (not with --smoke) 10x: the results replicated under 10 certification settings (6,440
    models, 3.2M rows, the cache refreshed), and the three reads timed again.
 
 The last line is the summary: `scale: ... trials, ... shards, ... rows; overhead ... s/trial
@@ -139,8 +143,9 @@ def bare_tune(trials: int, storage: str) -> float:
     return time.perf_counter() - start
 
 
-def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
-    """One driver: (bare Tune), then the sweep through the real launcher; writes JSON."""
+def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bool = False) -> None:
+    """One driver: (bare Tune), then the sweep through the real launcher (`search`: under the
+    envelope search, its searcher and cost the sweep's own); writes JSON."""
     import ray
 
     from sweeper.plan.grid import expand
@@ -172,6 +177,12 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
         finished = [t for t in plan if is_finished(states[t.trial_id], t)]
         to_train = [t for t in plan if not is_finished(states[t.trial_id], t)]
         plane = DataPlane(standin_trial, STANDIN, lambda dataset, data_dir: TEST_SIZE)
+        searched = None
+        if search:
+            from sweeper.plan.search_spec import SearchSpec
+            from sweeper.run.search_tune import search_plan
+
+            searched = search_plan(SearchSpec(mode="envelope"), plan, spec.certify, gpu=True)
         start = time.perf_counter()
         outcome = run_sweep(
             exp,
@@ -183,8 +194,10 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
             lambda e: None,
             None,
             plane,
+            search=searched,
         )
         report["sweep_s"] = time.perf_counter() - start
+        report["trained"] = len(outcome.completed)
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
     report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     Path(out).write_text(json.dumps(report))
@@ -192,7 +205,9 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str) -> None:
 
 
 # ------------------------------------------------------------------------------ the harness
-def _driver(storage: str, name: str, trials: int, bare: bool, out: str) -> list[str]:
+def _driver(
+    storage: str, name: str, trials: int, bare: bool, out: str, search: bool = False
+) -> list[str]:
     args = [
         sys.executable,
         __file__,
@@ -205,7 +220,7 @@ def _driver(storage: str, name: str, trials: int, bare: bool, out: str) -> list[
         "--out",
         out,
     ]
-    return [*args, "--bare"] if bare else args
+    return [*args, *(["--bare"] if bare else []), *(["--search"] if search else [])]
 
 
 def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
@@ -317,15 +332,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--search", action="store_true", help="also a sweep under --search envelope, timed"
+    )
     args = parser.parse_args(argv)
     if args.drive:
-        drive(args.storage, args.drive, args.trials, args.bare, args.out)
+        drive(args.storage, args.drive, args.trials, args.bare, args.out, args.search)
         return 0
     trials = 32 if args.smoke else args.trials
-    return run(trials, not args.smoke)
+    return run(trials, not args.smoke, args.search)
 
 
-def run(trials: int, tenfold: bool) -> int:
+def searched_line(storage: str, trials: int, bare: float) -> None:
+    """The same plan under the envelope search (its own experiment): per trial it trained,
+    the sweep's wall time against bare Tune's per trial."""
+    out = os.path.join(storage, "search.json")
+    subprocess.run(_driver(storage, "cifar10-search", trials, False, out, True), check=True)
+    driven = json.loads(Path(out).read_text())
+    trained = max(driven["trained"], 1)
+    print(
+        f"search: {driven['trained']} of {trials} trials trained, sweep {driven['sweep_s']:.1f} s, "
+        f"overhead {driven['sweep_s'] / trained:.3f} s/trial trained (bare Tune {bare:.3f} s), "
+        f"failures {driven['failures']}"
+    )
+
+
+def run(trials: int, tenfold: bool, search: bool = False) -> int:
     from sweeper.results.envelope import parse_radii
 
     radii = parse_radii("0:2.25:0.25")
@@ -356,6 +388,8 @@ def run(trials: int, tenfold: bool) -> int:
                     + ", ".join(f"{k} {v:.3f} s ({v / reads[k]:.1f}x)" for k, v in ten.items())
                 )
         retrained, dups = kill_and_resume(storage, trials)
+        if search:
+            searched_line(storage, trials, driven["bare_s"] / trials)
     per, bare = driven["sweep_s"] / trials, driven["bare_s"] / trials
     print(
         f"scale: {trials} trials, {trials * 10} shards, {rows} rows; overhead {per:.3f} s/trial "
