@@ -123,7 +123,8 @@ def test_help_paragraphs_are_wrapped_by_the_terminal_not_the_source():
     assert (
         "Re-running the same command resumes: finished trials are not retrained, interrupted "
         "ones continue from their last checkpoint, and only missing certification shards are "
-        "computed. With --dry-run: the plan and its cost, without reading data or starting Ray."
+        "computed. With --search envelope: only what could still raise the envelope is trained. "
+        "With --dry-run: the plan and its cost, without reading data or starting Ray."
     ) in " ".join(line.strip() for line in wide.splitlines())
     listing = sweeper("--help", width=240).stdout
     assert (

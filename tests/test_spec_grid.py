@@ -49,6 +49,7 @@ def test_every_shipped_space_loads(specs):
         "cifar10-published",
         "digits",
         "digits-methods",
+        "digits-wide",
         "imagenet",
         "mnist",
     ]
@@ -285,7 +286,7 @@ def test_unknown_space_lists_the_available_ones(tmp_path):
     assert "unknown space 'cifar100'" in problem
     assert (
         "cifar10, cifar10-methods, cifar10-pretrain, cifar10-published, digits, digits-methods, "
-        "imagenet, mnist" in problem
+        "digits-wide, imagenet, mnist" in problem
     )
     with pytest.raises(SpecError, match="search space file not found"):
         load_space(str(tmp_path / "missing.yaml"))
