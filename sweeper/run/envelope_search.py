@@ -5,11 +5,14 @@ replay on the published logs (`benchmarks/envelope_search.py`) drives that same 
 
 A point's expected gain is the expected improvement of the envelope at any grid radius:
 max over r of E[max(0, Y_r − E_r)], Y_r its certified accuracy at r under the surrogate (a
-Gaussian process per σ, `search_surrogate`) and E_r the envelope of the trained models at r
-(raised to the predicted curve of every model still training or being certified, so points
-proposed together are not the same bet). The search trains the point of largest gain per unit
-of cost (the dry run's device-hours) while that gain exceeds `tolerance` and the `budget`
-allows, after an initial design of `MIN_FIT` points per σ (cheapest first, then spread out).
+Gaussian process per radius over every σ, `search_surrogate`) and E_r the envelope of the
+trained models at r (raised to the predicted curve of every model still training or being
+certified, so points proposed together are not the same bet). The search trains the point
+of largest gain per unit of cost (the dry run's device-hours) while that gain exceeds
+`tolerance` and the `budget` allows, after an initial design of `MIN_FIT` points per σ
+(cheapest first, then spread out). The gain uses the std of the model's accuracy itself, not
+of its noisy measurement: with the noise in, every point near the envelope keeps a gain above
+any useful tolerance.
 
 There is no guarantee: a model the surrogate underrates is never trained. The audit
 (`audit_picks`) trains a few untrained points afterwards to show what was missed."""
@@ -21,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sweeper.run.search_surrogate import Features, Process, expected_improvement, group_of
+from sweeper.run.search_surrogate import Features, Surrogate, expected_improvement, group_of
 from trainables.kernel.config import TrialConfig
 
-MIN_FIT = 3  # models per σ before its process decides (the initial design)
+MIN_FIT = 2  # models per σ before the surrogate decides (the initial design; σ shares a process)
 DIVERGED_MARGIN = 0.1  # clean accuracy within this of chance (diverged): observed, not fitted
 
 
@@ -42,8 +45,8 @@ class Decision:
 
 class EnvelopeSearch:
     """The search over `universe` (the grid: every point, trained or not), each point's
-    `costs` (device-hours), certified accuracy observed at `radii`; `chance`: a classifier's
-    accuracy at random (1/classes)."""
+    `costs` (device-hours), certified accuracy observed at `radii` over `points` test points;
+    `chance`: a classifier's accuracy at random (1/classes)."""
 
     def __init__(
         self,
@@ -53,16 +56,18 @@ class EnvelopeSearch:
         tolerance: float,
         budget: float | None = None,
         chance: float = 0.1,
+        points: int = 500,
     ):
         self.universe = {t.trial_id: t for t in universe}
         self.order = [t.trial_id for t in universe]
         self.costs, self.radii = costs, list(radii)
         self.tolerance, self.budget, self.chance = tolerance, budget, chance
+        self.points = points  # test points per certified curve: the noise of an accuracy
         self.features = Features(universe)
         self.x = {tid: self.features.vector(t) for tid, t in self.universe.items()}
         self.curves: dict[str, np.ndarray] = {}  # observed certified accuracy per radius
         self.failed: set[str] = set()
-        self._fits: dict[object, tuple[tuple[str, ...], Process | None]] = {}
+        self._fit: tuple[tuple[str, ...], Surrogate | None] | None = None
 
     # ------------------------------------------------------------------ what is known
     def observe(self, trial_id: str, curve: np.ndarray | list[float]) -> None:
@@ -141,44 +146,33 @@ class EnvelopeSearch:
 
     # ------------------------------------------------------------------ the surrogate
     def predict(self, trial_ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray] | None]:
-        """Per point, (mean, std) of its curve under its σ's process (None: no process)."""
-        out: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
-        by_group: dict[object, list[str]] = {}
-        for t in trial_ids:
-            by_group.setdefault(group_of(self.universe[t]), []).append(t)
-        for g, members in by_group.items():
-            process = self._process(g)
-            if process is None:
-                out.update(dict.fromkeys(members))
-                continue
-            mean, std = process.predict(np.stack([self.x[t] for t in members]))
-            out.update({t: (mean[i], std[i]) for i, t in enumerate(members)})
-        return out
+        """Per point, (mean, std) of its curve under the surrogate (None: no surrogate yet)."""
+        surrogate = self._surrogate()
+        if surrogate is None or not trial_ids:
+            return dict.fromkeys(trial_ids)
+        groups = [group_of(self.universe[t]) for t in trial_ids]
+        mean, std = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
+        return {t: (mean[i], std[i]) for i, t in enumerate(trial_ids)}
 
-    def _process(self, group: object) -> Process | None:
-        """The group's process, refitted only when its observations change; None with fewer
-        than two models that did not diverge (nothing to learn a shape from)."""
-        fitted = tuple(
-            sorted(
-                t
-                for t in self.curves
-                if group_of(self.universe[t]) == group and not self.diverged(t)
-            )
-        )
-        cached = self._fits.get(group)
-        if cached is not None and cached[0] == fitted:
-            return cached[1]
-        process = None
+    def _surrogate(self) -> Surrogate | None:
+        """The surrogate of the models that did not diverge, refitted only when they change;
+        None with fewer than two (nothing to learn a shape from)."""
+        fitted = tuple(sorted(t for t in self.curves if not self.diverged(t)))
+        if self._fit is not None and self._fit[0] == fitted:
+            return self._fit[1]
+        surrogate = None
         if len(fitted) >= 2:
             x = np.stack([self.x[t] for t in fitted])
-            process = Process(x, np.stack([self.curves[t] for t in fitted]))
-        self._fits[group] = (fitted, process)
-        return process
+            groups = [group_of(self.universe[t]) for t in fitted]
+            curves = np.stack([self.curves[t] for t in fitted])
+            surrogate = Surrogate(x, curves, groups, self.points)
+        self._fit = (fitted, surrogate)
+        return surrogate
 
     def believed_envelope(self, pending: set[str]) -> np.ndarray:
         """The envelope with every pending model at its predicted curve (kriging believer)."""
         best = self.envelope()
-        for t, guess in self.predict(sorted(pending - set(self.curves))).items():
+        for guess in self.predict(sorted(pending - set(self.curves))).values():
             if guess is not None:
                 best = np.maximum(best, guess[0])
         return best

@@ -1,16 +1,29 @@
-"""The envelope search's surrogate: a Gaussian process per training σ (scikit-learn's
-`GaussianProcessRegressor`) from a grid point's hyperparameters to its certified accuracy at
-each radius of the grid, fitted to the curves of the models trained so far.
+"""The envelope search's surrogate: a Gaussian process per grid radius (scikit-learn's
+`GaussianProcessRegressor`) from a grid point's hyperparameters, training σ included, to its
+certified accuracy at that radius, fitted to the curves of the models trained so far.
 
-Why this shape (issue 37): in the published SmoothAdv CIFAR-10 logs, within one σ the accuracy at
-each radius is smooth in (log ε, T, log m) up to the noise of the test points, and a GP per σ
-on log-scaled axes predicts left-out models with R² 0.74–0.89. Across σ the curves differ in
-kind (a model cannot certify beyond σ·Φ⁻¹(α^(1/n))), so each σ has its own process.
+Why this shape (issue 37): in the published SmoothAdv CIFAR-10 logs the accuracy at each radius
+is smooth in (log σ, log ε, T, log m) up to the noise of the test points. One process over all
+σ lets what is learnt at one σ (m_train helps, the best ε grows with σ) inform the others; a
+process per σ saw about ten models and was sure of what it had not seen. A σ's models cannot
+certify beyond σ·Φ⁻¹(α^(1/n)), so a radius's process is fitted only to the σ that reach it and
+the others are exact zeros there (`Surrogate`), not a cliff the kernel would have to bend to.
+
+The bounds are what keeps a process with few models honest (replayed on the published logs:
+with the defaults of scikit-learn it stopped at half the cost and missed the envelope by 0.06):
+- the noise is known, not fitted away: each accuracy is a mean over the certified test points
+  (`points`: 500 in the published logs), variance p(1−p)/points (`alpha`); the white kernel
+  adds at most 0.1² (training seeds);
+- the signal's standard deviation is at least 0.07 (`SIGNAL_VARIANCES`), the spread of one σ's
+  accuracies over the published grid (0.03–0.09): a handful of similar models does not prove
+  the rest of the grid similar;
+- a length scale is at most 1 on axes scaled to [0, 1] (`LENGTH_SCALES`): no axis is declared
+  irrelevant before models that differ along it have been seen.
 
 Features are read off the universe itself (`Features`): every hyperparameter that varies over
-the grid except σ (the group), the seed and the environment's fields; a numeric one in
-log scale when all its values are positive, scaled to [0, 1]; any other one-hot, null being a
-value of its own (a Gaussian baseline has no ε: its ε is a separate indicator)."""
+the grid except the seed and the environment's fields; a numeric one in log scale when all its
+values are positive, scaled to [0, 1]; any other one-hot, null being a value of its own (a
+Gaussian baseline has no ε: its ε is a separate indicator)."""
 
 from __future__ import annotations
 
@@ -22,10 +35,12 @@ import numpy as np
 
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
-LENGTH_SCALES = (5e-2, 1e2)
-NOISE_LEVELS = (1e-6, 1.0)
-GROUP_FIELD = "sigma"  # one process per training σ
-NOT_FEATURES = frozenset({GROUP_FIELD, "seed", "init_from", *ENVIRONMENT_FIELDS})
+LENGTH_SCALES = (0.1, 1.0)
+SIGNAL_VARIANCES = (5e-3, 1.0)
+NOISE_LEVELS = (1e-6, 1e-2)
+RESTARTS = 1  # the optimiser's seeded restarts per fit
+GROUP_FIELD = "sigma"  # the initial design covers each training σ
+NOT_FEATURES = frozenset({"seed", "init_from", *ENVIRONMENT_FIELDS})
 
 
 def _number(v: object) -> bool:
@@ -116,38 +131,73 @@ def group_of(trial: TrialConfig) -> object:
 
 
 class Process:
-    """One σ's Gaussian process over the grid radii (a multi-output fit: one kernel, each
-    radius's accuracies normalised on their own). Deterministic: the optimiser's restarts
-    are seeded, so the same observations give the same predictions."""
+    """One radius's Gaussian process over every grid point that can reach it (σ a feature):
+    accuracy = constant + Matérn-5/2 (one length scale per axis) + white noise, fitted to the
+    accuracies centred on their mean but not rescaled, so the bounds below are in accuracy
+    units. Each observation carries its known test-set noise p(1−p)/points (`alpha`); the
+    white kernel takes what more there is (the training seed). Deterministic: the optimiser's
+    restarts are seeded, so the same observations give the same predictions."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray):
+    def __init__(self, x: np.ndarray, y: np.ndarray, points: int):
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-        width = x.shape[1] if x.ndim == 2 and x.shape[1] else 1
-        kernel = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(
-            length_scale=np.ones(width), length_scale_bounds=LENGTH_SCALES, nu=2.5
-        ) + WhiteKernel(1e-2, NOISE_LEVELS)
+        x = x if x.shape[1] else np.zeros((len(x), 1))
+        width = x.shape[1]
+        kernel = ConstantKernel(1e-2, SIGNAL_VARIANCES) * Matern(
+            length_scale=np.full(width, 0.5), length_scale_bounds=LENGTH_SCALES, nu=2.5
+        ) + WhiteKernel(1e-4, NOISE_LEVELS)
+        self.offset = float(y.mean())
         self.gp = GaussianProcessRegressor(
-            kernel, normalize_y=True, n_restarts_optimizer=2, random_state=0
+            kernel,
+            alpha=y * (1 - y) / points + 1e-6,
+            n_restarts_optimizer=RESTARTS,
+            random_state=0,
         )
         with warnings.catch_warnings():
             # a length scale at its bound (an axis that does not matter) is an answer here
             warnings.simplefilter("ignore", ConvergenceWarning)
-            self.gp.fit(x if x.shape[1] else np.zeros((len(x), 1)), y)
+            self.gp.fit(x, y - self.offset)
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, standard deviation) of the model's accuracy itself, each (points × radii):
-        the white noise of the fit (a model's certified accuracy measured on finitely many
-        test points) is left out, so a point next to an observed one has little to offer."""
+        """(mean, standard deviation) of the model's accuracy itself at each of `x`: the
+        white noise is left out, so a point next to an observed one has little to offer."""
         x = x if x.shape[1] else np.zeros((len(x), 1))
         mean, std = self.gp.predict(x, return_std=True)
-        mean, std = np.asarray(mean), np.asarray(std)
-        if mean.ndim == 1:
-            mean, std = mean[:, None], std[:, None]
-        noise = self.gp.kernel_.k2.noise_level * np.asarray(self.gp._y_train_std) ** 2
-        return mean, np.sqrt(np.maximum(std**2 - noise, 1e-18))
+        noise = self.gp.kernel_.k2.noise_level
+        return mean + self.offset, np.sqrt(np.maximum(std**2 - noise, 1e-12))
+
+
+class Surrogate:
+    """The curves of the whole grid: a `Process` per radius, fitted to the models (not
+    diverged) whose σ reaches that radius. A σ reaches a radius when one of its models has
+    certified anything there; beyond, its accuracy is a structural zero (a model cannot
+    certify beyond σ·Φ⁻¹(α^(1/n))), predicted exactly, not fitted. A σ not yet observed is
+    taken to reach every radius. `points`: the test points each accuracy is a mean over."""
+
+    def __init__(self, x: np.ndarray, curves: np.ndarray, groups: list[object], points: int):
+        self.reach: dict[object, np.ndarray] = {}
+        for g, curve in zip(groups, curves, strict=True):
+            self.reach[g] = self.reach.get(g, np.zeros(curves.shape[1], bool)) | (curve > 0)
+        self.processes: list[Process | float] = []  # a float: every model alike there
+        for r in range(curves.shape[1]):
+            rows = [i for i, g in enumerate(groups) if self.reach[g][r]]
+            values = curves[rows, r]
+            fit = len(rows) >= 2 and len(set(values)) > 1
+            same = float(values.mean()) if len(rows) else 0.0
+            self.processes.append(Process(x[rows], values, points) if fit else same)
+
+    def predict(self, x: np.ndarray, groups: list[object]) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, std), each (points × radii); zero where a point's σ cannot reach."""
+        mean, std = np.zeros((len(x), len(self.processes))), np.zeros((len(x), len(self.processes)))
+        for r, process in enumerate(self.processes):
+            rows = [i for i, g in enumerate(groups) if self.reach.get(g, np.ones(r + 1, bool))[r]]
+            if isinstance(process, Process) and rows:
+                mean[rows, r], std[rows, r] = process.predict(x[rows])
+            elif rows and not isinstance(process, Process):
+                mean[rows, r] = process  # too little to fit: what was seen, no spread
+        return mean, std
 
 
 def expected_improvement(mean: np.ndarray, std: np.ndarray, best: np.ndarray) -> np.ndarray:
@@ -155,5 +205,6 @@ def expected_improvement(mean: np.ndarray, std: np.ndarray, best: np.ndarray) ->
     radius): (μ − b)·Φ(z) + s·φ(z), z = (μ − b)/s."""
     from scipy.stats import norm
 
+    std = np.maximum(std, 1e-12)
     z = (mean - best) / std
     return (mean - best) * norm.cdf(z) + std * norm.pdf(z)

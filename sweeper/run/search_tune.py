@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 class SearchPlan:
     """What a run's search needs: its settings, the universe (the plan's selected trials),
     each trial's cost in device-hours as the dry run prices it (training and certification;
-    `unit` names the device), the radii its curves are read at, and chance accuracy."""
+    `unit` names the device), the radii its curves are read at, chance accuracy and the test
+    points a curve is measured on."""
 
     spec: SearchSpec
     universe: list[TrialConfig]
@@ -42,6 +43,7 @@ class SearchPlan:
     unit: str
     radii: list[float]
     chance: float
+    points: int = 500  # test points a model is certified on (the noise of its accuracy)
 
 
 def search_slots(trial_slots: int, asked: int | None) -> int:
@@ -71,7 +73,13 @@ class EnvelopeSearcher(Searcher):
         self.exp, self.plan, self.curves, self.constants = exp, plan, curves, constants
         spec = plan.spec
         self.search = EnvelopeSearch(
-            plan.universe, plan.costs, plan.radii, spec.tolerance, spec.budget, plan.chance
+            plan.universe,
+            plan.costs,
+            plan.radii,
+            spec.tolerance,
+            spec.budget,
+            plan.chance,
+            plan.points,
         )
         ids = [t.trial_id for t in finished]
         for tid, curve in curves.stored(ids).items():
@@ -245,9 +253,11 @@ def search_plan(
 ) -> SearchPlan:
     """The search of `universe` under `spec`, its costs priced as the dry run prices them
     (`gpu`: a trial holds a GPU), its curves read at certify's decision radii."""
-    from sweeper.plan.cost import trial_hours
+    from sweeper.plan.cost import certified_points, trial_hours
     from trainables.kernel.catalog import NUM_CLASSES
 
     costs, unit = trial_hours(universe, certify, "gpu" if gpu else "cpu")
     classes = max((NUM_CLASSES[t.dataset] for t in universe), default=10)
-    return SearchPlan(spec, universe, costs, unit, list(certify.decision_radii), 1 / classes)
+    points = min((certified_points(t.dataset, certify) for t in universe), default=500)
+    radii = list(certify.decision_radii)
+    return SearchPlan(spec, universe, costs, unit, radii, 1 / classes, points)
