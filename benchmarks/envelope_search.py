@@ -39,7 +39,6 @@ from sweeper.plan.search_spec import SearchSpec
 from sweeper.plan.spaces import load_space
 from sweeper.plan.throughput import SHIPPED
 from sweeper.results.storage import Experiment
-from sweeper.run.search_curves import accuracy_curve
 from sweeper.run.search_tune import EnvelopeSearcher, search_plan
 from trainables.kernel.config import TrialConfig
 
@@ -48,21 +47,31 @@ WITHIN = 0.02
 
 @dataclass(frozen=True)
 class Universe:
-    """Grid points with logs: per model its config, per-point (correct, radius) on the common
-    points, its training device-hours (the dry run's, for the shares reported)."""
+    """Grid points with logs: per model its config, its points (idx, correct, radius), its
+    training device-hours (the dry run's, for the shares reported)."""
 
     trials: list[TrialConfig]
-    points: dict[str, tuple[np.ndarray, np.ndarray]]
+    points: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     train_hours: dict[str, float]
     certify: object
 
-    def curves(self, radii: list[float], resample: np.ndarray | None) -> dict[str, np.ndarray]:
+    def curves(self, radii: list[float], weights: dict[int, int] | None) -> dict[str, np.ndarray]:
+        """Each model's curve over its own points, each point counted `weights[idx]` times (a
+        bootstrap of the test points, the same for every model; None: once)."""
         out = {}
-        for tid, (correct, radius) in self.points.items():
-            if resample is not None:
-                correct, radius = correct[resample], radius[resample]
-            out[tid] = accuracy_curve(correct, radius, radii)
+        for tid, (idx, correct, radius) in self.points.items():
+            w = np.ones(len(idx)) if weights is None else np.array([weights.get(i, 0) for i in idx])
+            reach = np.where(correct, radius, -np.inf)
+            total = max(float(w.sum()), 1.0)
+            out[tid] = np.array([float((w * (reach >= r)).sum()) / total for r in radii])
         return out
+
+    def bootstrap(self, seed: int) -> dict[int, int]:
+        """How often each test point is drawn in a bootstrap of all the points logged."""
+        every = sorted({int(i) for idx, _, _ in self.points.values() for i in idx})
+        drawn = np.random.default_rng(seed).choice(every, len(every))
+        values, counts = np.unique(drawn, return_counts=True)
+        return dict(zip(values.tolist(), counts.tolist(), strict=True))
 
 
 def load_logs(directory: str, space: str) -> Universe:
@@ -77,13 +86,10 @@ def load_logs(directory: str, space: str) -> Universe:
         if model.cfg.trial_id not in grid or model.cfg.trial_id in points:
             continue
         cols = model.columns()
-        order = np.argsort(np.asarray(cols["idx"]))
-        correct = np.asarray(cols["correct"], dtype=bool)[order]
-        radius = np.asarray(cols["radius"], dtype=np.float64)[order]
-        points[model.cfg.trial_id] = (correct, radius)
+        idx = np.asarray(cols["idx"], dtype=np.int64)
+        correct = np.asarray(cols["correct"], dtype=bool)
+        points[model.cfg.trial_id] = (idx, correct, np.asarray(cols["radius"], dtype=np.float64))
         trials.append(grid[model.cfg.trial_id])
-    n = min(len(c) for c, _ in points.values())
-    points = {t: (c[:n], r[:n]) for t, (c, r) in points.items()}
     return _priced(trials, points, spec.certify, space, len(grid))
 
 
@@ -143,9 +149,7 @@ def share_to(order: list[str], u: Universe, truth, ids: set[str], tol: float) ->
 
 
 def one_seed(u: Universe, spec: SearchSpec, radii, seed: int) -> dict:
-    n = len(next(iter(u.points.values()))[0])
-    resample = None if seed == 0 else np.random.default_rng(seed).integers(0, n, n)
-    truth = u.curves(radii, resample)
+    truth = u.curves(radii, None if seed == 0 else u.bootstrap(seed))
     ids = set(truth)
     start = time.perf_counter()
     run = replay(u, truth, spec)
@@ -211,7 +215,7 @@ def smoke_universe() -> Universe:
         curve = np.clip(clean - radii * (0.9 - t.sigma), 0, 1)
         reach = (rng.random(200)[:, None] < curve[None, :]).sum(axis=1)
         radius = np.concatenate([[0.0], radii])[reach]  # certified up to the last r it passes
-        points[t.trial_id] = (reach > 0, radius)
+        points[t.trial_id] = (np.arange(200), reach > 0, radius)
     return _priced(trials, points, spec.certify, "digits (a made-up landscape)", len(trials))
 
 

@@ -283,18 +283,19 @@ def longest_chain(sweep: SweepCost) -> float:
     return max(chain(c) for c in sweep.costs)
 
 
-def trial_hours(
+def train_hours(
     trials: list[TrialConfig], spec: CertifySpec, kind: str
 ) -> tuple[dict[str, float], str]:
-    """Each trial's device-hours, training and certification (the envelope search's cost of a
-    grid point), with the figures the dry run uses (measured on this machine, else shipped),
-    and their unit: GPU-hours, or core-hours for trials without a GPU."""
+    """Each trial's training device-hours (the envelope search's cost of a grid point: what
+    differs between points, (T+1)·m passes for SmoothAdv; certifying one costs the same for
+    every point of a space), with the figures the dry run uses (measured on this machine,
+    else shipped), and their unit: GPU-hours, or core-hours for trials without a GPU."""
     from sweeper.plan import throughput
 
     measured, _ = throughput.read_measured(throughput.figures_path())
     archs = sorted({required(t.arch, "arch") for t in trials})
     figures = {a: f for a, (f, _) in throughput.figures_for(kind, archs, measured).items()}
-    costs = {c.trial.trial_id: c.hours for c in price_sweep(trials, spec, figures).costs}
+    costs = {c.trial.trial_id: c.train_hours for c in price_sweep(trials, spec, figures).costs}
     return costs, "GPU-hours" if kind == "gpu" else "core-hours"
 
 
@@ -318,10 +319,11 @@ class SearchCost:
 
 def search_cost(sweep: SweepCost, audit: float, budget: float | None) -> SearchCost:
     """The envelope search's expected cost over `sweep`'s trials: `SEARCH_SHARE` of them and
-    `audit` of that again, scaled down to `budget` when it is lower (the audit comes after)."""
+    `audit` of that again, scaled down where `budget` (training device-hours) is lower (the
+    audit comes after)."""
     share = SEARCH_SHARE * (1 + audit)
     train, certify = sweep.train_hours * share, sweep.certify_hours * share
-    searched = SEARCH_SHARE * sweep.hours
+    searched = SEARCH_SHARE * sweep.train_hours
     capped = budget is not None and searched > budget
     if capped and budget is not None:
         scale = budget / searched

@@ -37,8 +37,8 @@ class SearchSpec:
     )
     budget: float | None = setting(
         None,
-        "envelope search: train no more than this many device-hours (GPU-hours; core-hours "
-        "for CPU trials), as the dry run prices them (null: no limit).",
+        "envelope search: train models worth no more than this many device-hours of training "
+        "(GPU-hours; core-hours for CPU trials), as the dry run prices them (null: no limit).",
         Positive(),
     )
     audit: float = setting(

@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SearchPlan:
     """What a run's search needs: its settings, the universe (the plan's selected trials),
-    each trial's cost in device-hours as the dry run prices it (training and certification;
-    `unit` names the device), the radii its curves are read at, chance accuracy and the test
+    each trial's training cost in device-hours as the dry run prices it (`unit` names the
+    device), the radii its curves are read at, chance accuracy and the test
     points a curve is measured on."""
 
     spec: SearchSpec
@@ -253,10 +253,10 @@ def search_plan(
 ) -> SearchPlan:
     """The search of `universe` under `spec`, its costs priced as the dry run prices them
     (`gpu`: a trial holds a GPU), its curves read at certify's decision radii."""
-    from sweeper.plan.cost import certified_points, trial_hours
+    from sweeper.plan.cost import certified_points, train_hours
     from trainables.kernel.catalog import NUM_CLASSES
 
-    costs, unit = trial_hours(universe, certify, "gpu" if gpu else "cpu")
+    costs, unit = train_hours(universe, certify, "gpu" if gpu else "cpu")
     classes = max((NUM_CLASSES[t.dataset] for t in universe), default=10)
     points = min((certified_points(t.dataset, certify) for t in universe), default=500)
     radii = list(certify.decision_radii)
