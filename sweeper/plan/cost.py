@@ -303,7 +303,7 @@ def train_hours(
 # the search spends before it stops by itself, the median over the replay on the published
 # SmoothAdv CIFAR-10 logs (`benchmarks/envelope_search.py`; docs/guide/envelope-search.md). The
 # search's own spending depends on the landscape, so this is an expectation, not a bound.
-SEARCH_SHARE = 0.17
+SEARCH_SHARE = 0.14
 
 
 @dataclass(frozen=True)
