@@ -2,8 +2,9 @@
 certification produces it during a run (`Curves.ready`) or as an earlier run left it on storage
 (`Curves.stored`). What the search learns from:
 
-- strategy `full`: the share of the model's test points that are correct with radius ≥ r, from
-  its compacted rows, read through the reader's validation (`results.validation.read_valid`);
+- strategy `full`: the model's certified accuracy at each radius as the envelope computes it
+  (`results.envelope.certified_accuracy`), from its compacted rows, read through the reader's
+  validation (`results.validation.read_valid`);
 - strategy `envelope`: a certified model's certified counts per grid radius; a pruned model's
   upper bounds (it cannot reach the envelope: all the search needs to know), from the
   certifier's ledger during the run, from its record (`envelope.json`) afterwards.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweeper.results.certify_rows import CERTIFY_ROWS
+from sweeper.results.envelope import certified_accuracy
 from sweeper.results.envelope_records import read_records, upper_accuracy
 from sweeper.results.reader import read_columns
 from sweeper.results.storage import Experiment
@@ -30,13 +32,6 @@ if TYPE_CHECKING:
     from sweeper.run.launch import Certifier
 
 FAILED: None = None  # a model trained whose certification failed: no curve
-
-
-def accuracy_curve(correct: np.ndarray, radius: np.ndarray, radii: list[float]) -> np.ndarray:
-    """Certified accuracy at each of `radii`: the share of points correct with radius ≥ r (a
-    point without a radius, not estimated, counts at none)."""
-    reach = np.where(correct & ~np.isnan(radius), radius, -np.inf)
-    return np.array([float(np.mean(reach >= r)) if len(reach) else 0.0 for r in radii])
 
 
 class Curves:
@@ -104,9 +99,7 @@ class Curves:
         table, invalid = read_valid(self.exp, CERTIFY_ROWS, files[-1:], cols)
         if invalid or table.num_rows == 0:
             return None
-        correct = table.column("correct").to_numpy(zero_copy_only=False).astype(bool)
-        radius = table.column("radius").to_numpy(zero_copy_only=False).astype(np.float64)
-        return accuracy_curve(correct, radius, self.radii)
+        return certified_accuracy(table.to_pandas(), self.radii).to_numpy(np.float64)[0]
 
 
 def _ledger_curve(ledger: Any, trial_id: str) -> np.ndarray | None:
