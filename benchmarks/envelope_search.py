@@ -18,7 +18,8 @@ resample for every model: the envelope's noise). Per seed: the share of the univ
 cost spent when the search stops by itself, whether its envelope is then within 0.02 of the true
 one at every radius and exact, and the share spent when it first is within 0.02. Baselines: 200
 random orders (mean share to within 0.02) and cheapest-first. Then each σ searched alone (the
-universe cut to one σ). The last line is the issue's."""
+universe cut to one σ) and held out (the other σ's models trained already and fitted: what is
+learnt at three σ carried to the fourth). The last line is the issue's."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -101,27 +102,31 @@ def _priced(trials, points, certify, space: str, grid_size: int) -> Universe:
 
 
 class Revealed:
-    """Certification in a replay: a trained model's curve is its log's."""
+    """Certification in a replay: a trained model's curve is its log's; `known`: models trained
+    before the search began (their curves read back as from storage)."""
 
-    def __init__(self, truth: dict[str, np.ndarray]):
-        self.truth, self.certified = truth, set()
+    def __init__(self, truth: dict[str, np.ndarray], known: set[str] = frozenset()):  # type: ignore[assignment]
+        self.truth, self.certified, self.known = truth, set(), set(known)
 
     def stored(self, trial_ids):
-        return {}
+        return {t: self.truth[t] for t in trial_ids if t in self.known}
 
     def ready(self, awaiting):
         return {t: self.truth[t] for t in awaiting if t in self.certified}
 
 
-def replay(u: Universe, truth: dict[str, np.ndarray], spec: SearchSpec, trials=None) -> dict:
-    """One search over `trials` (default: the universe) through the sweep's own searcher."""
+def replay(
+    u: Universe, truth: dict[str, np.ndarray], spec: SearchSpec, trials=None, known=()
+) -> dict:
+    """One search over `trials` (default: the universe) through the sweep's own searcher;
+    `known`: trials of the universe trained before it began (observed, never proposed)."""
     trials = trials or u.trials
-    plan = search_plan(spec, trials, u.certify, gpu=True)
+    plan = search_plan(spec, [*trials, *known], u.certify, gpu=True)
     with tempfile.TemporaryDirectory() as tmp:
         exp = Experiment(tmp, "replay")
         Path(exp.root).mkdir(parents=True)
-        curves = Revealed(truth)
-        searcher = EnvelopeSearcher(exp, plan, trials, [], curves, {})  # type: ignore[arg-type]
+        curves = Revealed(truth, {t.trial_id for t in known})
+        searcher = EnvelopeSearcher(exp, plan, trials, list(known), curves, {})  # type: ignore[arg-type]
         order, phases = [], {}
         for k in range(2 * len(trials) + 2):
             if searcher.suggest(str(k)) == Searcher.FINISHED:
@@ -149,24 +154,31 @@ def share_to(order: list[str], u: Universe, truth, ids: set[str], tol: float) ->
 
 
 def one_seed(u: Universe, spec: SearchSpec, radii, seed: int) -> dict:
+    """One replay: the search's stop and error, and both again with its audit's models (the
+    sweep trains them too: the envelope it reports is of every model trained)."""
     truth = u.curves(radii, None if seed == 0 else u.bootstrap(seed))
     ids = set(truth)
     start = time.perf_counter()
     run = replay(u, truth, spec)
     best = np.max(list(truth.values()), axis=0)
-    found = np.max([truth[t] for t in run["searched"]], axis=0)
-    stop = sum(u.train_hours[t] for t in run["searched"]) / sum(u.train_hours.values())
+    total = sum(u.train_hours.values())
+
+    def error(trained: list[str]) -> float:
+        return float(np.abs(best - np.max([truth[t] for t in trained], axis=0)).max())
+
     return {
         "seed": seed,
-        "stop": stop,
-        "error": float(np.abs(best - found).max()),
-        "exact": bool(np.abs(best - found).max() <= 1e-12),
+        "stop": sum(u.train_hours[t] for t in run["searched"]) / total,
+        "error": error(run["searched"]),
+        "with_audit": sum(u.train_hours[t] for t in run["order"]) / total,
+        "audit_error": error(run["order"]),
         "to_within": share_to(run["searched"], u, truth, ids, WITHIN),
         "random": _random_share(u, truth, ids),
         "cheapest": share_to(
             sorted(ids, key=lambda t: (u.train_hours[t], t)), u, truth, ids, WITHIN
         ),
         "models": len(run["searched"]),
+        "audited": len(run["order"]) - len(run["searched"]),
         "reason": (run["stopped"] or {}).get("reason", "-"),
         "seconds": time.perf_counter() - start,
     }
@@ -183,20 +195,25 @@ def _random_share(u: Universe, truth, ids: set[str], orders: int = 200) -> float
 
 
 def per_sigma(u: Universe, spec: SearchSpec, radii) -> list[str]:
-    """Each σ searched alone: its share of that σ's cost, its envelope's largest error."""
+    """Each σ searched alone (the universe cut to it), then held out (the other σ's models
+    trained already, fitted; only its own proposed): its share of that σ's cost and its own
+    envelope's largest error."""
     truth = u.curves(radii, None)
     lines = []
     for sigma in sorted({t.sigma for t in u.trials}):
         trials = [t for t in u.trials if t.sigma == sigma]
-        run = replay(u, truth, spec, trials)
+        others = [t for t in u.trials if t.sigma != sigma]
         ids = {t.trial_id for t in trials}
         best = np.max([truth[t] for t in ids], axis=0)
-        found = np.max([truth[t] for t in run["searched"]], axis=0)
-        share = sum(u.train_hours[t] for t in run["searched"]) / sum(u.train_hours[t] for t in ids)
-        lines.append(
-            f"  σ = {sigma:g} alone: {len(trials)} models, stopped at {share:.0%} of its cost, "
-            f"largest error {np.abs(best - found).max():.3f}"
-        )
+        cost = sum(u.train_hours[t] for t in ids)
+        for how, known in (("alone", []), ("held out", others)):
+            run = replay(u, truth, spec, trials, known)
+            found = np.max([truth[t] for t in run["searched"]], axis=0)
+            share = sum(u.train_hours[t] for t in run["searched"]) / cost
+            lines.append(
+                f"  σ = {sigma:g} {how}: {len(trials)} models, stopped at {share:.0%} of its "
+                f"cost, largest error {np.abs(best - found).max():.3f}"
+            )
     return lines
 
 
@@ -225,6 +242,12 @@ def parse(argv):
     p.add_argument("--space", default="cifar10-published", help="the grid the logs are of")
     p.add_argument("--seeds", type=int, default=5, help="seed 0: the logs; k > 0: bootstraps")
     p.add_argument("--tolerance", type=float, default=SearchSpec().tolerance)
+    p.add_argument(
+        "--audit",
+        type=float,
+        default=SearchSpec().audit,
+        help="the audit's share of the search's cost, trained as a sweep does (0: none)",
+    )
     p.add_argument("--smoke", action="store_true", help="a synthetic grid instead of logs")
     p.add_argument("--no-per-sigma", action="store_true", help="skip the per-σ searches")
     args = p.parse_args(argv)
@@ -236,7 +259,7 @@ def parse(argv):
 def main(argv=None) -> int:
     args = parse(argv)
     u = smoke_universe() if args.smoke else load_logs(args.logs, args.space)
-    spec = replace(SearchSpec(mode="envelope", tolerance=args.tolerance), audit=0.0)
+    spec = SearchSpec(mode="envelope", tolerance=args.tolerance, audit=args.audit)
     radii = list(u.certify.decision_radii)  # type: ignore[attr-defined]
     results = []
     for seed in range(args.seeds):
@@ -245,28 +268,43 @@ def main(argv=None) -> int:
         within = "-" if r["to_within"] is None else f"{r['to_within']:.0%}"
         print(
             f"seed {seed}: {r['models']} models, stopped at {r['stop']:.1%} "
-            f"({r['reason']}), largest error {r['error']:.3f}, "
-            f"within {WITHIN} at {within}; random {r['random']:.0%}, cheapest-first "
-            f"{r['cheapest']:.0%} ({r['seconds']:.0f} s)",
+            f"({r['reason']}), largest error {r['error']:.3f}; with its audit ({r['audited']} "
+            f"models) {r['with_audit']:.1%}, error {r['audit_error']:.3f}; within {WITHIN} at "
+            f"{within}; random {r['random']:.0%}, cheapest-first {r['cheapest']:.0%} "
+            f"({r['seconds']:.0f} s)",
             flush=True,
         )
     if not args.no_per_sigma:
         for line in per_sigma(u, spec, radii):
             print(line, flush=True)
+    print(summary(u, results, args.audit))
+    return 0
+
+
+def summary(u: Universe, results: list[dict], audit: float) -> str:
+    """The issue's line, of the search as a sweep runs it (its audit's models included when
+    `audit`), after a line of the search alone's."""
     k = len(results)
-    median = statistics.median(r["stop"] for r in results)
-    w = sum(r["error"] <= WITHIN + 1e-12 for r in results)
-    e = sum(r["exact"] for r in results)
     to = [r["to_within"] for r in results if r["to_within"] is not None]
     x = f"{statistics.median(to):.0%}" if to else "never"
     rnd = statistics.mean(r["random"] for r in results)
     cheap = statistics.mean(r["cheapest"] for r in results if r["cheapest"] is not None)
-    print(
-        f"envelope search: {len(u.trials)} models, {k} seeds; stopped at {median:.0%} of the "
-        f"training cost (median), within {WITHIN} at every radius in {w}/{k}, exact in {e}/{k}; "
-        f"to within {WITHIN}: search {x}, random {rnd:.0%}, cheapest-first {cheap:.0%}"
+
+    def outcome(stop: str, error: str) -> str:
+        median = statistics.median(r[stop] for r in results)
+        w = sum(r[error] <= WITHIN + 1e-12 for r in results)
+        e = sum(r[error] <= 1e-12 for r in results)
+        return (
+            f"stopped at {median:.0%} of the training cost (median), within {WITHIN} at every "
+            f"radius in {w}/{k}, exact in {e}/{k}"
+        )
+
+    last = outcome("with_audit", "audit_error") if audit else outcome("stop", "error")
+    alone = f"the search alone (no audit): {outcome('stop', 'error')}\n" if audit else ""
+    return (
+        f"{alone}envelope search: {len(u.trials)} models, {k} seeds; {last}; to within "
+        f"{WITHIN}: search {x}, random {rnd:.0%}, cheapest-first {cheap:.0%}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ def test_envelope_search_replay_runs_the_sweeps_searcher_and_prints_the_issues_l
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    last = done.stdout.splitlines()[-1]
+    *_, alone, last = done.stdout.splitlines()
+    assert alone.startswith("the search alone (no audit): stopped at "), alone
     assert last.startswith("envelope search: 34 models, 1 seeds; stopped at "), last
     assert "within 0.02 at every radius in " in last and "cheapest-first " in last
 
