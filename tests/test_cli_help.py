@@ -30,6 +30,7 @@ ORDER = [
     "compact",
     "bench",
     "data",
+    "key",
 ]
 READ_COMMANDS = ["envelope", "table", "status", "report", "compact"]
 

@@ -12,6 +12,7 @@ from sweeper.cli import (  # noqa: F401
     data,
     empirical,
     ingest,
+    keys,
     pseudo_data,
     reads,
     reports,

@@ -1,0 +1,162 @@
+"""Signed statements (issue 38 item 2): canonical JSON, DSSE's encoding, Ed25519 through
+`cryptography`, the key's files and environment, and `sweeper key`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import stat
+
+import pytest
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from trainables.kernel import attestation as att
+from trainables.kernel.attestation import AttestationError, SigningKey, Statement
+
+runner = CliRunner()
+D1, D2 = "a" * 64, "b" * 64
+# RFC 8032 §7.1, TEST 1: the seed and the public key it makes
+RFC_SEED = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
+RFC_PUBLIC = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+
+
+def _statement() -> Statement:
+    return Statement("train", {"config": D1}, {"checkpoint.pt": D2}, {"epochs": 3}, "v1")
+
+
+def test_canonical_json_sorts_keys_drops_whitespace_keeps_utf8_and_refuses_nan():
+    assert att.canonical({"b": 1, "a": [1.5, "é", None]}) == '{"a":[1.5,"é",null],"b":1}'.encode()
+    with pytest.raises(ValueError):
+        att.canonical({"x": float("nan")})
+
+
+def test_pae_is_dsses_own_example():
+    # the DSSE specification's example (protocol.md)
+    assert att.pae("http://example.com/HelloWorld", b"hello world") == (
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+
+
+def test_a_seed_in_base64_is_the_rfc_8032_key():
+    from cryptography.hazmat.primitives import serialization
+
+    key = SigningKey.from_text(base64.b64encode(bytes.fromhex(RFC_SEED)).decode())
+    raw = key.public.key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert raw.hex() == RFC_PUBLIC
+    assert key.key_id == att.sha256_bytes(bytes.fromhex(RFC_PUBLIC))[:16]
+    assert SigningKey.from_text(key.pem().decode()).key_id == key.key_id
+
+
+def test_a_signed_statement_verifies_with_the_public_key_alone():
+    key = SigningKey.generate()
+    envelope = key.sign(_statement())
+    public = att.PublicKey.from_pem(key.public.pem())
+    assert public.verify(json.loads(json.dumps(envelope))) == _statement()
+
+
+def _tampered(envelope: dict, **fields) -> dict:
+    return {**envelope, **fields}
+
+
+def test_every_change_to_an_envelope_fails_to_verify():
+    key, other = SigningKey.generate(), SigningKey.generate()
+    envelope = key.sign(_statement())
+    body = base64.b64decode(envelope["payload"])
+    changed = body.replace(D2.encode(), D1.encode())
+    sig = envelope["signatures"][0]
+    cases = {
+        "payload": _tampered(envelope, payload=base64.b64encode(changed).decode()),
+        "type": _tampered(envelope, payloadType="application/json"),
+        "signature": _tampered(
+            envelope, signatures=[{**sig, "sig": base64.b64encode(b"\0" * 64).decode()}]
+        ),
+        "key id": _tampered(envelope, signatures=[{**sig, "keyid": other.key_id}]),
+        "not an envelope": {"payload": envelope["payload"]},
+    }
+    for name, bad in cases.items():
+        with pytest.raises(AttestationError):
+            key.public.verify(bad)
+    with pytest.raises(AttestationError, match="not signed by this key"):
+        other.public.verify(envelope)
+
+
+def test_a_validly_signed_but_non_canonical_statement_is_refused():
+    key = SigningKey.generate()
+    body = json.dumps(_statement().to_json(), indent=1).encode()  # same value, other bytes
+    sig = key.key.sign(att.pae(att.PAYLOAD_TYPE, body))
+    envelope = {
+        "payloadType": att.PAYLOAD_TYPE,
+        "payload": base64.b64encode(body).decode(),
+        "signatures": [{"keyid": key.key_id, "sig": base64.b64encode(sig).decode()}],
+    }
+    with pytest.raises(AttestationError, match="canonical"):
+        key.public.verify(envelope)
+
+
+def test_a_statement_takes_only_sha256_digests():
+    with pytest.raises(AttestationError, match="not a sha256"):
+        Statement("train", {"config": "abc"})
+    with pytest.raises(AttestationError, match="fields differ"):
+        Statement.from_json({**_statement().to_json(), "extra": 1})
+
+
+def test_a_signing_key_is_never_pickled_and_its_repr_names_only_its_id():
+    key = SigningKey.generate()
+    with pytest.raises(TypeError):
+        pickle.dumps(key)
+    assert repr(key) == f"SigningKey(key_id={key.key_id})"
+
+
+def test_init_key_writes_a_0600_secret_and_never_overwrites(tmp_path):
+    pair = att.init_key(tmp_path / "sweeper")
+    assert stat.S_IMODE(os.stat(pair.secret).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(pair.public).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "sweeper").st_mode) == 0o700
+    before = pair.secret.read_bytes()
+    with pytest.raises(AttestationError, match="never overwritten"):
+        att.init_key(tmp_path / "sweeper")
+    assert pair.secret.read_bytes() == before
+    public = att.PublicKey.from_pem(pair.public.read_bytes())
+    assert public.key_id == pair.key_id
+
+
+def test_the_key_comes_from_the_environment_else_the_config_directory(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    assert att.load_signing_key(env) is None
+    pair = att.init_key(att.config_dir(env))
+    assert att.load_signing_key(env).key_id == pair.key_id  # type: ignore[union-attr]
+    other = SigningKey.generate()
+    env[att.KEY_ENV] = other.pem().decode()
+    assert att.load_signing_key(env).key_id == other.key_id  # type: ignore[union-attr]
+    os.chmod(pair.secret, 0o640)
+    with pytest.raises(AttestationError, match="readable by others"):
+        att.load_signing_key({"XDG_CONFIG_HOME": str(tmp_path)})
+    with pytest.raises(AttestationError, match="not an Ed25519 private key"):
+        att.load_signing_key({att.KEY_ENV: "not a key"})
+
+
+def test_sweeper_key_init_then_show_prints_the_public_key_never_the_secret(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path), att.KEY_ENV: ""}
+    made = runner.invoke(app, ["key", "init"], env=env)
+    assert made.exit_code == 0, made.output
+    secret = (tmp_path / "sweeper" / att.KEY_FILE).read_text()
+    shown = runner.invoke(app, ["key", "show"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "BEGIN PUBLIC KEY" in shown.stdout and secret.splitlines()[1] not in shown.output
+    again = runner.invoke(app, ["key", "init"], env=env)
+    assert again.exit_code == 2 and "never overwritten" in again.stderr
+    assert (tmp_path / "sweeper" / att.KEY_FILE).read_text() == secret
+
+
+def test_sweeper_key_show_without_a_key_says_how_to_make_one(tmp_path):
+    shown = runner.invoke(
+        app, ["key", "show"], env={"XDG_CONFIG_HOME": str(tmp_path), att.KEY_ENV: ""}
+    )
+    assert shown.exit_code == 2
+    assert (
+        shown.stderr.strip()
+        == "error: no signing key: run `sweeper key init`, or set $SWEEPER_SIGNING_KEY"
+    )
