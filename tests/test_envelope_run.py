@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,8 +152,8 @@ def test_envelope_run_files_resume_and_equal_envelope(trained):
     _, ledger, tasks = _run(exp, trials, env)  # resumed: what is on storage is read back
     drawn = sum(m.stage for m in ledger.models.values())
     assert tasks.names.count("pilot_task") == drawn - stopped
-    _, again, tasks = _run(exp, trials, env)  # finished: nothing is computed again
-    assert tasks.names == []
+    _, again, tasks = _run(exp, trials, env)  # finished: nothing is drawn again
+    assert tasks.names == ["labels_task"]  # the data set's labels, to check what is read back
     statuses = {m: again.status(m) for m in again.models}
     assert set(statuses.values()) <= {"certified", "pruned"}
     assert np.array_equal(again.envelope(), ledger.envelope())
@@ -248,7 +249,7 @@ def test_models_arriving_one_by_one_are_certified_between_arrivals_and_keep_thei
     assert json.loads(Path(exp.arrivals_json(env.cert_id)).read_text()) == list(numbers)
     assert settled(exp, [t.trial_id for t in trials], env.cert_id)
     _, again, tasks = _run(exp, trials, env)  # the plan's order now: numbers kept
-    assert tasks.names == []
+    assert tasks.names == ["labels_task"]  # nothing drawn again
     assert {m: again.models[m].arrival for m in again.models} == numbers
 
 
@@ -259,7 +260,8 @@ def _size(dataset, data_dir):
 @pytest.mark.e2e
 def test_run_grid_strategy_envelope_certifies_as_trials_finish(ray_session, trained):
     """`sweeper run grid --strategy envelope` trains and certifies on the local Ray; every
-    model ends certified or pruned, and running it again starts nothing."""
+    model ends certified or pruned, and running it again draws nothing (its certifier replays
+    the rows: a stored verdict is never read back)."""
     space, spec, exp, trials = trained
     args = ["run", "grid", str(space), "--storage", exp.storage, "--experiment", "grid-env"]
     flags = ["--cpu-only", "--strategy", "envelope", "--delta", "0.03"]
@@ -273,8 +275,13 @@ def test_run_grid_strategy_envelope_certifies_as_trials_finish(ray_session, trai
     assert {r["status"] for r in records.values()} <= {"certified", "pruned"}
     assert "certified" in {r["status"] for r in records.values()}
     assert load_results(grid).invalid == []
+    pilots = sorted(Path(grid.certify_dir).rglob("pilot-*.parquet"))
+    written = {p: p.stat().st_mtime_ns for p in Path(grid.certify_dir).rglob("*.parquet")}
     again = CliRunner().invoke(app, [*args, *flags], catch_exceptions=False)
-    assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+    assert again.exit_code == 0, again.output
+    assert pilots and written == {
+        p: p.stat().st_mtime_ns for p in Path(grid.certify_dir).rglob("*.parquet")
+    }
 
 
 class LosesNodes(Local):

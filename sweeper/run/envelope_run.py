@@ -7,32 +7,33 @@ A model that arrives gets its selection and first pilot (SELECT, one task). Once
 is pending, `envelope_planner.decide` names the next steps of the most promising live models,
 a further pilot stage (PILOT, one task) or a certification (FULL: the stage CERTIFY's shards,
 run by the sharded-stage engine, `envelope_stage.ENVELOPE_CERTIFY`), while fewer than `slots`
-steps run, until every model is certified or pruned. Each step's result is read back from
-storage before it is recorded in the `Ledger`, and a step whose files exist computes nothing: a
-run stopped at any point and started again reads back what was done. Pruning only grows as the
+steps run, until every model is certified or pruned. A step whose files exist computes
+nothing: a run stopped at any point and started again reads back what was done, once checked
+(`envelope_storage`): each point's label is the data set's (`envelope_stage.labels_task`;
+no file on storage gives one) and every decision is recomputed from the counts, never read
+from a record; rows refused are named in a warning and drawn again. Pruning only grows as the
 envelope grows and every counted certificate is an exact CERTIFY whatever the order, so the
 guarantee does not depend on when models arrive or steps end (`envelope_planner`).
 
 Each model's arrival number (its δ share, `envelope_bounds.model_delta`) is kept on storage
-(`Arrivals`): a model keeps its number across runs, a new one takes the next. The bounds are
-recomputed from the recorded counts at the model's number, so numbers need only be distinct:
-a lost or damaged arrivals file is renumbered, never a soundness matter. At the end each
-model's verdict and upper bounds are written (`results.envelope_records`).
+(`envelope_storage.Arrivals`): a model keeps its number across runs, a new one takes the
+next. The bounds are recomputed from the recorded counts at the model's number, so numbers
+need only be distinct: a lost or damaged arrivals file is renumbered, never a soundness
+matter. At the end each model's verdict and bounds are written for people to read
+(`results.envelope_records`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sweeper.plan.spec import Resources
-from sweeper.results.envelope_records import write_record
 from sweeper.results.failures import FailureLog
 from sweeper.results.storage import Experiment
 from sweeper.run import shards
@@ -40,18 +41,25 @@ from sweeper.run.envelope_planner import (
     FULL,
     PILOT,
     SELECT,
-    SKIPPED,
-    FullRow,
     Ledger,
-    PilotRow,
     Settings,
     Step,
     decide,
 )
-from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, EnvelopeFull, pilot_task
+from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, EnvelopeFull, labels_task, pilot_task
+from sweeper.run.envelope_storage import (
+    Arrivals,
+    checked,
+    full_refusal,
+    full_rows,
+    pilot_refusal,
+    pilot_rows,
+    record_verdicts,
+)
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Retries, classify, task_budget
 from trainables.kernel import fileio
+from trainables.kernel.catalog import NUM_CLASSES
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.stage_settings import DECISION_RADII, CertifySpec
 
@@ -63,29 +71,6 @@ FAILED = "failed"  # `decide`'s busy kind of a model whose step failed: left out
 
 def planner_settings(spec: CertifySpec) -> Settings:
     return Settings(spec.n0, spec.n, spec.alpha, spec.decision_radii, spec.delta, spec.pilot_stages)
-
-
-class Arrivals:
-    """Each model's arrival number (1, 2, ...), kept in `Experiment.arrivals_json`."""
-
-    def __init__(self, exp: Experiment, cert_id: str):
-        self.path = exp.arrivals_json(cert_id)
-        self.number: dict[str, int] = {}
-        if fileio.exists(self.path):
-            try:
-                order = json.loads(fileio.read_bytes(self.path, limit=50_000_000))
-                if not (isinstance(order, list) and all(isinstance(t, str) for t in order)):
-                    raise ValueError("not a list of trial ids")
-                self.number = {t: j + 1 for j, t in enumerate(dict.fromkeys(order))}
-            except (OSError, ValueError) as e:
-                log.warning("envelope: renumbering the models' arrivals (%s: %s)", self.path, e)
-
-    def of(self, trial_id: str) -> int:
-        """The model's number, given (and written) at its first arrival."""
-        if trial_id not in self.number:
-            self.number[trial_id] = len(self.number) + 1
-            fileio.write_bytes_atomic(self.path, json.dumps(list(self.number)).encode())
-        return self.number[trial_id]
 
 
 @dataclass
@@ -105,15 +90,9 @@ class Driver:
     def shard_plan(self, cfg: TrialConfig) -> list:
         return shards.plan(cfg, "certify", self.spec, self.sizer(cfg.dataset, cfg.data_dir))
 
-    def start_pilot(self, tid: str, stage: int, points: tuple, draws: int) -> pa.Table | Any:
-        """The pilot rows of (model, stage) if on storage, else the handle of the task that
-        draws them on `points` ((idx, ĉ), ĉ −1 at stage 1)."""
-        path = self.exp.pilot_path(tid, self.spec.cert_id, stage)
-        if fileio.exists(path):
-            return _read(path)
+    def submit(self, fn: Callable, *args) -> Any:
         options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
-        args = (self.exp, tid, self.spec, stage, points, draws, self.resources.cpu)
-        return self.tasks.submit(pilot_task, options, *args)
+        return self.tasks.submit(fn, options, *args)
 
     def start_full(
         self, cfg: TrialConfig, setting: EnvelopeFull, retries: Retries
@@ -132,30 +111,15 @@ class Driver:
         runner.submit(cfg)
         return runner
 
-    def full_rows(self, cfg: TrialConfig) -> pa.Table | None:
-        """The model's compacted certification rows (None: its FULL step failed)."""
-        path = self.exp.compacted_path(
-            "certify", cfg.trial_id, self.spec.cert_id, len(self.shard_plan(cfg))
-        )
-        return _read(path) if fileio.exists(path) else None
-
-
-def _read(path: str) -> pa.Table:
-    fs, p = fileio.filesystem(path)
-    return pq.read_table(p, filesystem=fs)
-
-
-def _pilot_rows(model: str, stage: int, table: pa.Table) -> list[PilotRow]:
-    cols = [table.column(c).to_pylist() for c in ("idx", "cAHat", "draws", "votes")]
-    return [PilotRow(model, stage, *row) for row in zip(*cols, strict=True)]
-
-
-def _full_rows(model: str, table: pa.Table) -> list[FullRow]:
-    counts = table.column("count").to_pylist()
-    idx = table.column("idx").to_pylist()
-    return [
-        FullRow(model, i, SKIPPED if c is None else c) for i, c in zip(idx, counts, strict=True)
-    ]
+    def full_rows(self, cfg: TrialConfig, labels: dict[int, int]) -> tuple[Any, str]:
+        """(the model's compacted certification rows, None if there are none (its FULL step
+        failed: the engine recorded why) or they fail `full_refusal` with the data set's
+        `labels`; why they were refused)."""
+        plan = len(self.shard_plan(cfg))
+        path = self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
+        if not fileio.exists(path):
+            return None, ""
+        return checked(path, lambda t: full_refusal(t, labels, self.spec.n), "not counted")
 
 
 class EnvelopeCertifier:
@@ -191,6 +155,11 @@ class EnvelopeCertifier:
         self.configs: dict[str, TrialConfig] = {}
         self.busy: dict[str, str] = {}  # model -> the kind of its step running (or FAILED)
         self.pilots: dict[Any, tuple[Step, tuple]] = {}  # SELECT/PILOT handles: step, points
+        # the data set's labels (dataset, data_dir, points) -> {idx: label}, as a task read
+        # them (`labels_task`) or a selection task's rows carry them; never from storage
+        self.labels: dict[tuple, dict[int, int]] = {}
+        self.reading: dict[Any, tuple] = {}  # a labels task's handle -> its key
+        self.waiting: dict[tuple, list[tuple[Step, tuple]]] = {}  # key -> selections waiting
         self.fulls: dict[str, tuple[Step, shards.StageRunner]] = {}
         self.slots, self.max_steps, self.started = max(1, slots), max_steps, 0
 
@@ -209,18 +178,11 @@ class EnvelopeCertifier:
     def poll(self, timeout: float = 0) -> None:
         """Record every step that has ended (waiting at most `timeout` seconds for one), then
         start what `decide` names."""
-        if self.pilots:
-            for handle in self.d.tasks.wait(list(self.pilots), timeout):
-                step, points = self.pilots.pop(handle)
-                try:
-                    table = self.d.tasks.get(handle)
-                except Exception as e:  # run again within its budgets, else recorded
-                    if not self._again(step, points, e):
-                        self._failed(step, f"pilot: {e or type(e).__name__}")
-                    continue
-                self._record_pilot(step, table)
+        if self.pilots or self.reading:
+            for handle in self.d.tasks.wait([*self.pilots, *self.reading], timeout):
+                self._ended(handle)
         for name, (_, runner) in list(self.fulls.items()):
-            runner.poll(0 if self.pilots else timeout / len(self.fulls))
+            runner.poll(0 if self.pilots or self.reading else timeout / len(self.fulls))
             if not runner.pending:
                 self._end_full(name)
         self._advance()
@@ -228,19 +190,21 @@ class EnvelopeCertifier:
     def wait(self, poll_every: float = 0.5) -> None:
         """Run until every model is certified, pruned or failed (or `max_steps` started)."""
         self._advance()
-        while self.pilots or self.fulls:
+        while self.pilots or self.reading or self.fulls:
             self.poll(poll_every)
 
     def finish(self) -> None:
         """Write each model's verdict, bounds and curves (`results.envelope_records`)."""
-        record_verdicts(self.d, self.ledger)
+        record_verdicts(self.d.exp, self.d.spec.cert_id, self.ledger)
 
     def cancel(self) -> None:
-        for handle in self.pilots:
+        for handle in [*self.pilots, *self.reading]:
             self.d.tasks.cancel(handle)
         for _, runner in self.fulls.values():
             runner.cancel()
         self.pilots.clear()
+        self.reading.clear()
+        self.waiting.clear()
         self.fulls.clear()
 
     def failure_rows(self) -> list[tuple[str, str, str]]:
@@ -269,53 +233,109 @@ class EnvelopeCertifier:
             if not self.fulls[step.model][1].pending:
                 self._end_full(step.model)
             return
-        s = self.ledger.settings
-        if step.kind == PILOT:
-            chat = self._chat(step.model)
-            points, draws = tuple((i, chat[i]) for i in step.idx), step.draws
-        else:
-            assert points is not None  # `submit` gives a SELECT's points
-            draws = s.pilots[0]
-        started = self.d.start_pilot(step.model, step.stage, points, draws)
-        if isinstance(started, pa.Table):
-            self._record_pilot(step, started)
-        else:
-            self.pilots[started] = (step, points)
+        assert points is not None or step.kind == PILOT  # `submit` gives a SELECT's points
+        self._pilot(step, points)
+
+    def _pilot(self, step: Step, points: tuple | None) -> None:
+        """A SELECT or PILOT step: its rows read back if on storage and they pass the checks
+        (a selection's once its labels are read), else its task (over a file refused)."""
+        chat = self._chat(step.model) if step.kind == PILOT else None
+        if chat is not None:
+            points = tuple((i, chat[i]) for i in step.idx)
+        draws = step.draws if step.kind == PILOT else self.ledger.settings.pilots[0]
+        piloted = step.kind == PILOT  # else the labels are known once a task has read them
+        labels = self._model_labels(step.model) if piloted else self.labels.get(self._key(step))
+        d = self.d
+        stored = fileio.exists(d.exp.pilot_path(step.model, d.spec.cert_id, step.stage))
+        if stored and labels is None:
+            return self._read_labels(step, points)
+        table = self._stored(step, draws, labels, chat) if stored else None
+        if table is not None:
+            return self._record_pilot(step, table, labels)
+        args = (d.exp, step.model, d.spec, step.stage, points, draws, d.resources.cpu, stored)
+        self.pilots[d.submit(pilot_task, *args)] = (step, points)
+
+    def _stored(self, step: Step, draws: int, labels: dict, chat: dict | None) -> Any:
+        """The step's pilot rows on storage if they pass `pilot_refusal` (with the data set's
+        `labels`), else None (refused, named in a warning)."""
+        path = self.d.exp.pilot_path(step.model, self.d.spec.cert_id, step.stage)
+        classes = NUM_CLASSES[self.configs[step.model].dataset]
+        why = partial(pilot_refusal, stage=step.stage, points=step.idx, draws=draws)
+        return checked(path, partial(why, labels=labels, chat=chat, classes=classes), "again")[0]
+
+    def _key(self, step: Step) -> tuple:
+        cfg = self.configs[step.model]
+        return (cfg.dataset, cfg.data_dir, step.idx)
+
+    def _read_labels(self, step: Step, points: tuple | None) -> None:
+        """The selection `step` waits for the data set's labels at its points (one task per
+        data set and points, however many models wait)."""
+        key = self._key(step)
+        if key not in self.waiting:
+            self.reading[self.d.submit(labels_task, *key)] = key
+        self.waiting.setdefault(key, []).append((step, points))
+
+    def _ended(self, handle: Any) -> None:
+        """Record the pilot or labels task `handle`, ended (failed: run again within its
+        budgets, else recorded; labels read: the selections waiting for them go on)."""
+        key = self.reading.pop(handle, None)
+        steps = self.waiting.pop(key, []) if key is not None else [self.pilots.pop(handle)]
+        try:
+            result = self.d.tasks.get(handle)
+        except Exception as e:
+            for step, points in steps:
+                if not self._again(step, points, e):
+                    self._failed(step, f"pilot: {e or type(e).__name__}")
+            return
+        if key is None:
+            return self._record_pilot(steps[0][0], result, None)
+        self.labels[key] = dict(zip(key[2], result, strict=True))
+        for step, points in steps:
+            self._start(step, points)
 
     def _chat(self, model: str) -> dict[int, int]:
         m = self.ledger.models[model]
         assert m.cAHat is not None
         return dict(zip(m.idx.tolist(), m.cAHat.tolist(), strict=True))
 
-    def _full_points(self, step: Step) -> tuple[tuple[int, int, int, bool], ...]:
-        """(idx, label, ĉ, drawn) of every point of the model: drawn if the step asks it."""
-        m, chat, drawn = self.ledger.models[step.model], self._chat(step.model), set(step.idx)
-        return tuple(
-            (i, lab, chat[i], i in drawn)
-            for i, lab in zip(m.idx.tolist(), m.labels.tolist(), strict=True)
-        )
+    def _model_labels(self, model: str) -> dict[int, int]:
+        m = self.ledger.models[model]
+        return dict(zip(m.idx.tolist(), m.labels.tolist(), strict=True))
 
-    def _record_pilot(self, step: Step, table: pa.Table) -> None:
+    def _full_points(self, step: Step) -> tuple[tuple[int, int, bool], ...]:
+        """(idx, ĉ, drawn) of every point of the model: drawn if the step asks it."""
+        chat, drawn = self._chat(step.model), set(step.idx)
+        return tuple((i, c, i in drawn) for i, c in chat.items())
+
+    def _record_pilot(self, step: Step, table: pa.Table, labels: dict | None) -> None:
+        """Record pilot rows: a task's (`labels` None: at a selection, the data set's labels
+        as the task loaded them) or read back and checked against `labels`."""
         self.busy.pop(step.model, None)
         if step.kind == SELECT:
             cfg = self.configs[step.model]
             sigma = self.d.spec.sigma if self.d.spec.sigma is not None else cfg.sigma
-            idx, labels = table.column("idx").to_pylist(), table.column("label").to_pylist()
+            if labels is None:
+                found = [table.column(c).to_pylist() for c in ("idx", "label")]
+                labels = self.labels.setdefault(self._key(step), dict(zip(*found, strict=True)))
             number = self.arrivals.of(step.model)
-            self.ledger.arrive(step.model, number, float(sigma), idx, labels)
-        rows = _pilot_rows(step.model, step.stage, table)
+            self.ledger.arrive(
+                step.model, number, float(sigma), step.idx, [labels[i] for i in step.idx]
+            )
+        rows = pilot_rows(step.model, step.stage, table)
         self.ledger.record_pilot(step.model, step.stage, rows)
         self.d.on_event(shards.Event("shard_done", step.model, "certify pilot"))
 
     def _end_full(self, model: str) -> None:
         step, runner = self.fulls.pop(model)
         runner.finish()
-        table = self.d.full_rows(self.configs[model])
-        if table is None:  # the engine recorded why
+        table, why = self.d.full_rows(self.configs[model], self._model_labels(model))
+        if table is None:  # the engine recorded why, or the rows were refused
+            if why:
+                self.failure_log.add(model, "certify", why)
             self.busy[model] = FAILED
             return
         self.busy.pop(model, None)
-        self.ledger.record_full(model, _full_rows(model, table), step.from_level)
+        self.ledger.record_full(model, full_rows(model, table), step.from_level)
 
     def _again(self, step: Step, points: tuple | None, error: Exception) -> bool:
         """Whether the pilot task that failed with `error` was submitted again (its node lost,
@@ -332,29 +352,6 @@ class EnvelopeCertifier:
     def _failed(self, step: Step, text: str) -> None:
         self.failure_log.add(step.model, "certify", text)
         self.busy[step.model] = FAILED
-
-
-def record_verdicts(d: Driver, ledger: Ledger) -> None:
-    """Each model's verdict, bounds and curves (`results.envelope_records`)."""
-    s = ledger.settings
-    for name, m in ledger.models.items():
-        exact = s.radii[m.exact_from] if m.exact_from < len(s.radii) else None
-        record = {
-            "status": ledger.status(name),
-            "strategy": "envelope",
-            "delta": s.delta,
-            "pilots": list(s.pilots),
-            "radii": list(s.radii),
-            "upper": None if m.upper_curve is None else m.upper_curve.tolist(),
-            "plug_in": None if m.plug_in is None else m.plug_in.tolist(),
-            "certified": None if m.certified is None else m.certified.tolist(),
-            # below this radius some points that could not reach it were not certified: the
-            # model's accuracy there is a lower bound of what `full` would report
-            "exact_from": exact if m.certified is not None else None,
-            "points": len(m.idx),
-            "pilot_draws": 0 if m.draws is None else int(m.draws.sum()),
-        }
-        write_record(d.exp, name, d.spec.cert_id, record)
 
 
 def cluster_slots(resources: Resources) -> int:

@@ -4,6 +4,8 @@
   pilot's estimation draws (votes for ĉ) on the points asked; a point whose ĉ is not its label
   gets no pilot draws at stage 1 (it counts at no radius). Rows: `PILOT_SCHEMA`, one Parquet
   per model and stage (`Experiment.pilot_path`), never read as certification rows.
+- `labels_task`: the test split's labels at a model's points, as the data plane loads it: the
+  driver's labels, which rows read back from storage must carry (`envelope_storage`).
 - `ENVELOPE_CERTIFY`: the stage CERTIFY's rows (`certify_rows.SCHEMA`, its shard and compacted
   files) for the planner's FULL step: on the points asked, n fresh draws counting the votes for
   the ĉ of the selection, i.e. exact CERTIFY(n0, n, α) (its selection draws are the pilot's
@@ -47,10 +49,11 @@ PILOT_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class EnvelopeFull:
     """The setting of a FULL step of one model: the spec (its cert_id names the files) and per
-    point (idx, label, ĉ, drawn): drawn points get n draws, the others are not estimated."""
+    point (idx, ĉ, drawn): drawn points get n draws, the others are not estimated. A row's
+    label is the data set's, read where the point's input is (`full_shard`)."""
 
     spec: CertifySpec
-    points: tuple[tuple[int, int, int, bool], ...]
+    points: tuple[tuple[int, int, bool], ...]
 
     @property
     def setting_id(self) -> str:
@@ -106,6 +109,19 @@ def _votes(smooth, settings: CertifySpec, xs, chat, draws: int, generators):
     return counts.gather(1, chat.unsqueeze(1)).squeeze(1).tolist()
 
 
+def labels_task(dataset: str, data_dir: str | None, idx: tuple[int, ...]) -> list[int]:
+    """The labels of the test split of `dataset` at `idx`, as the data plane loads it."""
+    from trainables.datasets import load_dataset
+
+    data = load_dataset(dataset, "test", data_dir)
+    labels = getattr(data, "labels", None)  # image tensors; an image folder: its targets
+    if labels is None:
+        labels = getattr(getattr(data, "folder", None), "targets", None)
+    if labels is None:
+        return [int(data[i][1]) for i in idx]
+    return [int(labels[i]) for i in idx]
+
+
 def pilot_task(
     exp: Experiment,
     trial_id: str,
@@ -114,9 +130,11 @@ def pilot_task(
     points: tuple[tuple[int, int], ...],
     draws: int,
     cpus: float,
+    replace: bool = False,
 ) -> pa.Table:
     """One pilot stage of one model on `points` ((idx, ĉ), ĉ ignored at stage 1, where the
-    n0 selection draws pick it): its `PILOT_SCHEMA` rows, written to the model's pilot file."""
+    n0 selection draws pick it): its `PILOT_SCHEMA` rows, written to the model's pilot file
+    (over the file there if `replace`: the driver refused it)."""
     import torch
 
     from trainables import runtime
@@ -140,26 +158,20 @@ def pilot_task(
     pilot = point_generators(seed, f"pilot-{stage}", mine, device)
     votes = iter(_votes(smooth, settings, xs[todo], chat[todo], draws, pilot))
     drawn = todo.tolist()
-    table = pa.table(
-        {
-            "idx": [i for i, _ in points],
-            "label": labels.tolist(),
-            "cAHat": chat.tolist(),
-            "draws": [draws if d else 0 for d in drawn],
-            "votes": [next(votes) if d else 0 for d in drawn],
-        },
-        schema=PILOT_SCHEMA,
-    )
+    cols = {"idx": idx, "label": labels.tolist(), "cAHat": chat.tolist()}
+    cols["draws"] = [draws if d else 0 for d in drawn]
+    cols["votes"] = [next(votes) if d else 0 for d in drawn]
+    table = pa.table(cols, schema=PILOT_SCHEMA)
     from sweeper.results.stage_table import write_table
 
-    if not fileio.exists(out):
+    if replace or not fileio.exists(out):
         write_table(table, out)
     return table
 
 
 def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float) -> pa.Table:
     """A FULL step's shard: CERTIFY's rows of the drawn points, not-estimated rows of the
-    others (module docstring)."""
+    others (module docstring), each with the data set's label."""
     import time
 
     import torch
@@ -167,7 +179,8 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
     from trainables.certify_points import point_generators
 
     smooth, settings, dataset, device, cfg = _smooth(exp, shard.trial_id, setting.spec, cpus)
-    mine = [p for p in setting.points if p[0] in set(shard.indices)]
+    here = set(shard.indices)  # (idx, the data set's label, ĉ, drawn) of the shard's points
+    mine = [(i, int(dataset[i][1]), c, d) for i, c, d in setting.points if i in here]
     drawn = [p for p in mine if p[3]]
     t0 = time.perf_counter()
     xs = torch.stack([dataset[i][0] for i, *_ in drawn]).to(device) if drawn else torch.zeros(0)

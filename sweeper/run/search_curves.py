@@ -7,7 +7,8 @@ certification produces it during a run (`Curves.ready`) or as an earlier run lef
   validation (`results.validation.read_valid`);
 - strategy `envelope`: a certified model's certified counts per grid radius; a pruned model's
   upper bounds (it cannot reach the envelope: all the search needs to know), from the
-  certifier's ledger during the run, from its record (`envelope.json`) afterwards.
+  certifier's ledger, which recomputes an earlier run's models from their rows as they arrive
+  (a record on storage, `envelope.json`, is never read back).
 
 A model whose certification failed for good has no curve: the search counts it trained and
 learns nothing from it."""
@@ -21,7 +22,6 @@ import numpy as np
 
 from sweeper.results.certify_rows import CERTIFY_ROWS
 from sweeper.results.envelope import certified_accuracy
-from sweeper.results.envelope_records import read_records, upper_accuracy
 from sweeper.results.reader import read_columns
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import read_valid
@@ -79,13 +79,11 @@ class Curves:
 
     # ------------------------------------------------------------------ on storage
     def stored(self, trial_ids: list[str]) -> dict[str, np.ndarray]:
-        """The curves an earlier run left for `trial_ids` (a model not settled is left out:
-        this run certifies it and `ready` gives its curve)."""
+        """The curves an earlier run left for `trial_ids` (a model not certified is left out:
+        this run certifies it and `ready` gives its curve). None under the envelope strategy:
+        its certifier replays the models' rows and `ready` gives their curves."""
         if self.spec.strategy == "envelope":
-            records = read_records(self.exp)
-            found = {tid: records.get((tid, self.spec.cert_id)) for tid in trial_ids}
-            out = {tid: _record_curve(r, self.radii) for tid, r in found.items() if r is not None}
-            return {tid: c for tid, c in out.items() if c is not None}
+            return {}
         curves = {tid: self.rows_curve(tid) for tid in trial_ids}
         return {tid: c for tid, c in curves.items() if c is not None}
 
@@ -112,16 +110,4 @@ def _ledger_curve(ledger: Any, trial_id: str) -> np.ndarray | None:
         return np.asarray(m.certified, dtype=np.float64) / points
     if status == "pruned":
         return np.asarray(m.upper_curve, dtype=np.float64) / points
-    return None
-
-
-def _record_curve(record: dict[str, Any], radii: list[float]) -> np.ndarray | None:
-    if record.get("status") == "certified" and record.get("certified") and record.get("points"):
-        grid = list(record.get("radii") or [])
-        if [round(r, 9) for r in grid] == [round(r, 9) for r in radii]:
-            return np.asarray(record["certified"], dtype=np.float64) / record["points"]
-    if record.get("status") == "pruned":
-        upper = upper_accuracy(record, radii)
-        if all(u is not None for u in upper):
-            return np.asarray(upper, dtype=np.float64)
     return None

@@ -30,14 +30,14 @@ def certify_settings(plan: Plan) -> list[str]:
 
 
 def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:
-    """Every one of `trials` certified under every setting of the plan (nothing to do)."""
+    """Every one of `trials` certified under every setting of the plan (nothing to do). Never
+    under the envelope strategy: whether a model is settled is its certifier's decision,
+    recomputed from its pilot rows on each run (a stored verdict is not read back)."""
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.shards import all_compacted
 
     if plan.spec.certify.strategy == "envelope":
-        from sweeper.results.envelope_records import settled
-
-        return settled(plan.exp, [t.trial_id for t in trials], plan.spec.certify.cert_id)
+        return False
     settings = [(CERTIFY.name, s) for s in certify_settings(plan)]
     return all_compacted(plan.exp, [t.trial_id for t in trials], settings)
 
