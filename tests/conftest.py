@@ -40,8 +40,22 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for the whole session: 2 CPUs and one fake GPU (for packing tests)."""
+def signing_key():
+    """The session's signing key, in $SWEEPER_SIGNING_KEY of this process and so of every Ray
+    worker it starts (as a user's shell would hold it): the e2e sweeps are attested."""
+    import os
+
+    from trainables.kernel.attestation import KEY_ENV, SigningKey
+
+    key = SigningKey.generate()
+    os.environ[KEY_ENV] = key.pem().decode()
+    return key
+
+
+@pytest.fixture(scope="session")
+def ray_session(signing_key):
+    """One local Ray for the whole session: 2 CPUs and one fake GPU (for packing tests);
+    its workers hold the session's signing key."""
     ray = pytest.importorskip("ray")
     # address="local": a new Ray even if another process's `ray start` left its address behind
     ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import stat
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -76,7 +77,7 @@ def test_every_change_to_an_envelope_fails_to_verify():
         "key id": _tampered(envelope, signatures=[{**sig, "keyid": other.key_id}]),
         "not an envelope": {"payload": envelope["payload"]},
     }
-    for name, bad in cases.items():
+    for bad in cases.values():
         with pytest.raises(AttestationError):
             key.public.verify(bad)
     with pytest.raises(AttestationError, match="not signed by this key"):
@@ -160,3 +161,50 @@ def test_sweeper_key_show_without_a_key_says_how_to_make_one(tmp_path):
         shown.stderr.strip()
         == "error: no signing key: run `sweeper key init`, or set $SWEEPER_SIGNING_KEY"
     )
+
+
+def test_training_is_attested_from_the_checkpoints_bytes_and_the_config(tmp_path, monkeypatch):
+    from trainables.attestations import attest_training, attestation_path, config_digest
+    from trainables.kernel.config import TrialConfig
+
+    key = SigningKey.generate()
+    cfg = TrialConfig(dataset="digits", arch="digits_cnn", sigma=0.25, epochs=2)
+    ckpt, parent = tmp_path / "checkpoint.pt", tmp_path / "parent.pt"
+    ckpt.write_bytes(b"weights")
+    parent.write_bytes(b"parent weights")
+    monkeypatch.delenv(att.KEY_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    attest_training(str(tmp_path), cfg, str(ckpt), None)  # no key: nothing written
+    assert not os.path.exists(attestation_path(str(tmp_path), "train"))
+    monkeypatch.setenv(att.KEY_ENV, key.pem().decode())
+    attest_training(str(tmp_path), cfg, str(ckpt), str(parent))
+    written = Path(attestation_path(str(tmp_path), "train")).read_bytes()
+    envelope = json.loads(written)
+    statement = key.public.verify(envelope)
+    assert statement.inputs == {
+        "config": att.sha256_bytes(att.canonical(cfg.to_dict())),
+        "parent checkpoint": att.sha256_bytes(b"parent weights"),
+    }
+    assert statement.inputs["config"] == config_digest(cfg)
+    assert statement.outputs == {"checkpoint.pt": att.sha256_bytes(b"weights")}
+    assert statement.settings == {"trial_id": cfg.trial_id, "epochs": 2}
+    assert key.pem() not in written
+
+
+def test_a_launch_hands_the_key_to_workers_through_ray_and_refuses_an_unreadable_one(
+    tmp_path, monkeypatch
+):
+    from sweeper.run.signing import workers_signing_env
+    from trainables.kernel.errors import ProblemsError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv(att.KEY_ENV, raising=False)
+    assert workers_signing_env() is None
+    pair = att.init_key(att.config_dir())
+    env = workers_signing_env()
+    assert env is not None and SigningKey.from_text(env["env_vars"][att.KEY_ENV]).key_id == (
+        pair.key_id
+    )
+    os.chmod(pair.secret, 0o644)
+    with pytest.raises(ProblemsError, match=r"signing key: .*readable by others"):
+        workers_signing_env()

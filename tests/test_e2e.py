@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import textwrap
@@ -60,6 +61,29 @@ def finished_sweep(ray_session, tmp_path_factory):
     result = run_cli("run", "grid", space, "--storage", tmp / "store", "--experiment", "e2e")
     assert result.exit_code == 0, result.output
     return space, Experiment(str(tmp / "store"), "e2e")
+
+
+def test_every_trained_model_is_attested_and_the_key_is_nowhere_in_the_experiment(
+    finished_sweep, signing_key
+):
+    """Issue 38: each finished trial's training statement, signed by the session's key, binds
+    the checkpoint's bytes on storage to the trial's config; the secret is in no file."""
+    from trainables.attestations import attestation_path, config_digest
+    from trainables.kernel.attestation import PublicKey, sha256_file
+
+    space, exp = finished_sweep
+    public = PublicKey.from_pem(signing_key.public.pem())
+    for cfg in expand(load_space(str(space))):
+        envelope = json.loads(
+            Path(attestation_path(exp.trial_dir(cfg.trial_id), "train")).read_text()
+        )
+        statement = public.verify(envelope)
+        assert statement.step == "train" and statement.settings["trial_id"] == cfg.trial_id
+        assert statement.inputs == {"config": config_digest(cfg)}
+        assert statement.outputs == {"checkpoint.pt": sha256_file(exp.checkpoint(cfg.trial_id))}
+    secret = "".join(signing_key.pem().decode().splitlines()[1:-1]).encode()
+    files = [p for p in Path(exp.storage).rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret[:40] in p.read_bytes()]
 
 
 def test_sweep_writes_checkpoints_and_shards(finished_sweep):

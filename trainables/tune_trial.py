@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from trainables import checkpoint
+from trainables.attestations import attest_training
 from trainables.distributed_fit import fit_data_parallel
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
@@ -54,9 +55,10 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
         tune.report({**metrics, SWEEPER_TRIAL_ID: cfg.trial_id})
         _maybe_fail(config.get("fault", ""), cfg, state.epoch)
 
-    init = None
-    if resume is None and cfg.init_from is not None:  # a fine-tune trial's first start
+    init, parent = None, None
+    if cfg.init_from is not None:
         parent = fileio.join(trial_dir(experiment_root, cfg.init_from), checkpoint.CHECKPOINT_NAME)
+    if resume is None and parent is not None:  # a fine-tune trial's first start
         init = checkpoint.load(parent)["model"]
     if cfg.data_parallel:
         state = fit_data_parallel(cfg, cfg.data_parallel, ckpt, on_epoch, resume, init)
@@ -67,6 +69,7 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     last = state.history[-1] if state.history else {}
     # relative to the experiment: a copied or synced experiment's trial.json stays true
     where = experiment_relative(ckpt, experiment_root)
+    attest_training(directory, cfg, ckpt, parent)  # before "finished": never one without it
     write_status(directory, cfg, "finished", state.epoch, last, checkpoint=where, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:
         tune.report({**last, SWEEPER_TRIAL_ID: cfg.trial_id})  # Tune wants at least one result

@@ -41,6 +41,7 @@ from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
 from sweeper.run.search_curves import Curves
 from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
 from sweeper.run.shards import Event, StageRunner, Work, test_size
+from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
 from sweeper.run.stage_searcher import StageSearcher, stage_searcher
 from sweeper.run.tune_names import trial_dirname, trial_name
@@ -94,6 +95,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
+            runtime_env=workers_signing_env(),
         )
     except (ConnectionError, RuntimeError) as e:  # Ray's text may quote the address: scrubbed
         where = f"--address {redact(address)}" if address else f"RAY_ADDRESS={redact(target)}"

@@ -1,0 +1,75 @@
+"""A step's signed statement, written beside what the step made (issue 38; docs/security.md).
+
+`attest` signs `Statement(step, inputs, outputs, settings, code)` with this process's key
+(`trainables.kernel.attestation.load_signing_key`: $SWEEPER_SIGNING_KEY, which the driver hands
+its workers through Ray, never through the storage) and writes the envelope atomically to
+`<directory>/<step>.attestation.json`. Without a key nothing is written and the results stay
+unattested: they still read, marked as such."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from trainables.kernel import fileio
+from trainables.kernel.attestation import (
+    SigningKey,
+    Statement,
+    canonical,
+    load_signing_key,
+    sha256_bytes,
+)
+from trainables.kernel.config import TrialConfig
+
+SUFFIX = ".attestation.json"
+
+
+def config_digest(cfg: TrialConfig) -> str:
+    """The sha256 of a trial's resolved config in canonical JSON."""
+    return sha256_bytes(canonical(cfg.to_dict()))
+
+
+def code_version() -> str:
+    """The code a statement was made by: sweeper's and torch's package versions."""
+    versions = []
+    for package in ("sweeper", "torch"):
+        try:
+            versions.append(f"{package}-{importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package}-unknown")
+    return " ".join(versions)
+
+
+def attestation_path(directory: str, step: str) -> str:
+    return fileio.join(directory, f"{step}{SUFFIX}")
+
+
+def attest(
+    directory: str,
+    step: str,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+    settings: dict,
+    key: SigningKey | None = None,
+) -> str | None:
+    """Sign what `step` made and write it beside; the path written, None without a key."""
+    key = key or load_signing_key()
+    if key is None:
+        return None
+    statement = Statement(step, inputs, outputs, settings, code_version())
+    path = attestation_path(directory, step)
+    fileio.write_bytes_atomic(path, canonical(key.sign(statement)))
+    return path
+
+
+def attest_training(directory: str, cfg: TrialConfig, checkpoint: str, parent: str | None) -> None:
+    """The training step's statement: the checkpoint (by its bytes on storage) made from the
+    trial's config, and from its parent's checkpoint for a fine-tune trial."""
+    key = load_signing_key()
+    if key is None:
+        return
+    inputs = {"config": config_digest(cfg)}
+    if parent is not None:
+        inputs["parent checkpoint"] = sha256_bytes(fileio.read_bytes(parent))
+    outputs = {"checkpoint.pt": sha256_bytes(fileio.read_bytes(checkpoint))}
+    settings = {"trial_id": cfg.trial_id, "epochs": cfg.epochs}
+    attest(directory, "train", inputs, outputs, settings, key)
