@@ -156,8 +156,13 @@ def test_put_refuses_bad_input_with_one_line_and_exit_2(local, tmp_path, url):
         ["data", "put", "cifar10", "--from", str(empty), "--to", url], "CIFAR-10", "not found"
     )
     bad_input(["data", "put", "digits", "--from", str(local), "--to", url], "scikit-learn")
-    for target in ("http://host/x", "s3://Bad_Bucket/x", "s3://key:secret@bucket/x"):
+    for target in ("http://host/x", "s3://Bad_Bucket/x"):
         bad_input(["data", "put", "cifar10", "--from", str(local), "--to", target], "data URI")
+    [line] = bad_input(  # credentials: refused first, shown redacted (tests/test_secrets.py)
+        ["data", "put", "cifar10", "--from", str(local), "--to", "s3://key:secret@bucket/x"],
+        "--to s3://***@bucket/x: credentials in the data location are refused",
+    )
+    assert "secret" not in line
     missing = "s3://no-such-bucket-here/cifar10"
     bad_input(["data", "put", "cifar10", "--from", str(local), "--to", missing], "no bucket")
 

@@ -363,3 +363,119 @@ def test_a_real_run_stores_no_secret_the_environment_carried(ray_session, tmp_pa
     assert [name for name, data in written.items() if data and SECRET.encode() in data] == []
     lease = json.loads(written["digits-smoke/lease.json"])
     assert lease["command"] == "sweeper " + " ".join(args)
+
+
+# ------------------------------------------------------------------------------ data locations
+DATA_URIS = [
+    f"s3://AKIA:{SECRET}@bucket/data",
+    f"s3://AKIA:wJal/rXUt{SECRET}@bucket/data",  # '/' in the secret
+    f"s3://bucket/data?aws_secret_access_key={SECRET}",
+    f"gs://bucket/data?access_token={SECRET}",
+    f"https://user:{SECRET}@host/data",
+]
+
+
+def nowhere(root: Path) -> None:
+    """The secret in no file below `root` (every file written, grepped)."""
+    assert [p for p in root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()] == []
+
+
+@pytest.mark.parametrize("uri", DATA_URIS)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "grid", "digits", "--smoke"],  # digits reads no data dir: stored all the same
+        ["run", "grid", "digits", "--smoke", "--dry-run"],
+        ["run", "grid", "mnist", "--smoke"],
+        ["certify", "digits", "--smoke"],
+        ["empirical", "mnist", "--smoke"],
+    ],
+)
+def test_data_dir_credentials_are_refused_redacted_and_nothing_is_written(tmp_path, uri, command):
+    """Issue 38: `--data-dir s3://KEY:SECRET@…` was stored in sweep.json, trial.json, the
+    checkpoint, the Parquet metadata and Tune's state, and printed by mnist's data check."""
+    store = tmp_path / "store"
+    result = runner.invoke(app, [*command, "--storage", str(store), "--data-dir", uri])
+    (line,) = error_lines(result)
+    assert line.startswith(
+        f"error: --data-dir {redact(uri)}: credentials in the data location are refused (a data "
+        "location is stored in sweep.json"
+    ), line
+    assert f"give {without_credentials(uri)}, with the credentials in the environment" in line
+    assert not store.exists()
+    nowhere(tmp_path)
+
+
+@pytest.mark.parametrize("uri", DATA_URIS[:3])
+def test_data_put_refuses_credentials_in_to_and_from_without_echoing_them(tmp_path, uri):
+    source = tmp_path / "mnist"
+    source.mkdir()
+    for args, flag in (
+        (["mnist", "--from", str(source), "--to", uri], "--to"),
+        (["mnist", "--from", uri, "--to", "s3://bucket/data"], "--from"),
+        (["pseudo", "--from", uri, "--to", "s3://bucket/data"], "--from"),
+    ):
+        (line,) = error_lines(runner.invoke(app, ["data", "put", *args]))
+        assert line.startswith(f"error: {flag} {redact(uri)}: credentials in the data location")
+    (line,) = error_lines(runner.invoke(app, ["pseudo-data", uri, "--dataset", "digits"]))
+    assert line.startswith(f"error: PATH {redact(uri)}: credentials in the data location")
+    nowhere(tmp_path)
+
+
+def test_a_data_uri_refused_for_its_shape_is_shown_redacted():
+    """The data cache's own check (on a worker, or `data put --to` of another shape) words a
+    refused URI through `redact`: it may be one of a trial.json written before this check."""
+    from trainables import data_cache
+
+    for uri in DATA_URIS:
+        problem = data_cache.uri_problem(uri)
+        assert problem is not None and SECRET not in problem and redact(uri) in problem
+
+
+SPACE_WITH_SECRET = """\
+fixed: {{dataset: digits, arch: mlp, epochs: 1, {field}: "{uri}"}}
+grids:
+  - name: g
+    axes: {{sigma: [0.25]}}
+"""
+
+
+@pytest.mark.parametrize("field", ["pseudo_data", "data_dir"])
+@pytest.mark.parametrize("uri", DATA_URIS[:3])
+def test_a_space_whose_data_fields_carry_credentials_is_refused_naming_the_place(
+    tmp_path, field, uri
+):
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE_WITH_SECRET.format(field=field, uri=uri))
+    store = tmp_path / "store"
+    for command in (["run", "grid"], ["run", "grid", "--dry-run"], ["certify"]):
+        args = [*command[:2], str(space), *command[2:], "--storage", str(store)]
+        lines = error_lines(runner.invoke(app, args))
+        assert lines == [
+            f"error: space.yaml: fixed.{field} {redact(uri)}: credentials in the data location "
+            f"are refused (a data location is stored in sweep.json, every trial's state and "
+            f"checkpoint, and Tune's): give {without_credentials(uri)}, with the credentials in "
+            "the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
+            "GOOGLE_APPLICATION_CREDENTIALS) or the nodes' roles"
+        ], lines
+    assert not store.exists()
+
+
+def test_a_space_value_deep_in_a_grid_is_found_and_a_local_path_with_an_at_is_not():
+    from sweeper.results.credentials import space_credentials_problems
+
+    doc = {
+        "grids": [{"axes": {"pseudo_data": ["/data/user@host/p.npz", DATA_URIS[0]]}}],
+        "fixed": {"data_dir": "data@v2", "description": "mail me at a@b"},
+    }
+    [line] = space_credentials_problems(doc)
+    assert line.startswith(f"grids[0].axes.pseudo_data[1] {redact(DATA_URIS[0])}: credentials")
+
+
+def test_import_set_refuses_a_data_location_with_credentials(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    args = ["import", str(logs), "--storage", str(tmp_path / "store"), "--experiment", "e"]
+    (line,) = error_lines(runner.invoke(app, [*args, "--set", f"pseudo_data={DATA_URIS[0]}"]))
+    assert line.startswith(f"error: --set pseudo_data {redact(DATA_URIS[0])}: credentials")
+    assert not (tmp_path / "store").exists()

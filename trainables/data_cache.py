@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 from trainables.kernel import fileio
+from trainables.kernel.credential_parts import redact
 from trainables.kernel.errors import ProblemsError
 
 log = logging.getLogger(__name__)
@@ -71,33 +72,23 @@ class Entry:
     sha256: str
 
 
-@dataclasses.dataclass(frozen=True)
-class PutSummary:
-    """What `put` did: the manifest's location, the files it lists, how many were sent (the
-    others were on the bucket already with the same hash) and their bytes."""
-
-    manifest: str
-    files: int
-    uploaded: int
-    bytes: int
-
-
 def is_remote(data_dir: str | None) -> bool:
     """A data directory on an object store (fetched into the cache), not a local path."""
     return data_dir is not None and fileio.is_uri(data_dir)
 
 
 def uri_problem(url: str) -> str | None:
-    """Why `url` is no data URI this module takes (one line with the fix), or None."""
+    """Why `url` is no data URI this module takes (one line with the fix, `url` redacted: a
+    refused one may carry credentials), or None."""
     if _DATA_URI.fullmatch(url.rstrip("/") or url):
         return None
     return (
-        f"{url!r} is not a data URI: give s3://bucket/prefix or gs://bucket/prefix (a bucket "
-        "name, a plain path; credentials come from the environment, never the URI)"
+        f"{redact(url)!r} is not a data URI: give s3://bucket/prefix or gs://bucket/prefix (a "
+        "bucket name, a plain path; credentials come from the environment, never the URI)"
     )
 
 
-def _url(url: str) -> str:
+def checked_url(url: str) -> str:
     """`url` checked (RemoteDataError) and without a trailing slash."""
     if problem := uri_problem(url):
         raise RemoteDataError(problem)
@@ -105,7 +96,7 @@ def _url(url: str) -> str:
 
 
 def manifest_location(url: str) -> str:
-    return fileio.join(_url(url), MANIFEST_NAME)
+    return fileio.join(checked_url(url), MANIFEST_NAME)
 
 
 def path_problem(path: object) -> str | None:
@@ -158,7 +149,7 @@ def manifest_bytes(datasets: dict[str, tuple[Entry, ...]]) -> bytes:
 
 
 @contextlib.contextmanager
-def _remote(what: str, fix: str) -> Iterator[None]:
+def remote_errors(what: str, fix: str) -> Iterator[None]:
     """Turn a storage failure (no bucket, no credentials, no network) into RemoteDataError."""
     try:
         yield
@@ -179,9 +170,9 @@ def bucket_problem(url: str) -> str | None:
     """Why the bucket of `url` cannot be reached (one line with the fix), or None. Asks the
     bucket itself (S3: HeadBucket, which needs s3:ListBucket on it): for `put`, and to word
     a missing manifest; a fetch reads the manifest only (a worker's role may list no bucket)."""
-    scheme, bucket = _url(url).split("://")[0], _url(url).split("/")[2]
+    scheme, bucket = checked_url(url).split("://")[0], checked_url(url).split("/")[2]
     try:
-        with _remote(f"the bucket {scheme}://{bucket}", REACH_FIX):
+        with remote_errors(f"the bucket {scheme}://{bucket}", REACH_FIX):
             fs, _ = fileio.filesystem(f"{scheme}://{bucket}")
             if fs.get_file_info(bucket).type == fileio._pafs().FileType.NotFound:
                 raise RemoteDataError(f"no bucket {scheme}://{bucket}: {REACH_FIX}")
@@ -194,8 +185,10 @@ def read_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
     """The manifest of the data URI `url`; RemoteDataError if it cannot be read (naming the
     bucket when that is missing, else the manifest, and the fix) or it is malformed."""
     where = manifest_location(url)
-    fix = f"put the data set there first: sweeper data put DATASET --from DIR --to {_url(url)}"
-    with _remote(where, REACH_FIX):
+    fix = (
+        f"put the data set there first: sweeper data put DATASET --from DIR --to {checked_url(url)}"
+    )
+    with remote_errors(where, REACH_FIX):
         try:
             raw = fileio.read_bytes(where, MANIFEST_LIMIT)
         except FileNotFoundError:
@@ -212,7 +205,7 @@ def entries_of(url: str, dataset: str) -> tuple[Entry, ...]:
     if not entries:
         raise RemoteDataError(
             f"{manifest_location(url)} holds no {dataset!r}: "
-            f"sweeper data put {dataset} --from DIR --to {_url(url)}"
+            f"sweeper data put {dataset} --from DIR --to {checked_url(url)}"
         )
     return entries
 
@@ -239,7 +232,7 @@ def entries_digest(entries: tuple[Entry, ...]) -> str:
 def fetch(url: str, dataset: str, cache: Path | None = None) -> Path:
     """The local directory holding `dataset` as put at `url`, downloaded and verified on the
     first call on this node (see the module docstring), reused after."""
-    url = _url(url)
+    url = checked_url(url)
     entries = entries_of(url, dataset)
     home = (cache or cache_root()) / hashlib.sha256(url.encode()).hexdigest()[:16]
     final = home / f"{dataset}-{entries_digest(entries)}"
@@ -267,10 +260,10 @@ def fetch(url: str, dataset: str, cache: Path | None = None) -> Path:
 
 
 def _download_all(url: str, entries: tuple[Entry, ...], into: Path) -> int:
-    return _in_parallel(lambda e: _download(url, e, into), entries)
+    return in_parallel(lambda e: _download(url, e, into), entries)
 
 
-def _in_parallel(task: Callable[[Entry], int], entries: Sequence[Entry]) -> int:
+def in_parallel(task: Callable[[Entry], int], entries: Sequence[Entry]) -> int:
     """The sum of `task(entry)` over `entries`, THREADS at a time (each thread takes the next
     entry: no future per file for ImageNet's 1.3 M); the first error stops every thread
     before its next entry and is raised."""
@@ -298,93 +291,48 @@ def _in_parallel(task: Callable[[Entry], int], entries: Sequence[Entry]) -> int:
 
 
 def _download(url: str, entry: Entry, into: Path) -> int:
-    """Stream one object into `into/<path>`, hashing it; RemoteDataError naming it if its
-    size or sha256 is not the manifest's."""
+    """Stream one object into `into/<path>`, hashing it, never past the manifest's size: an
+    object larger than its entry is refused as soon as a byte beyond it arrives (at most
+    `entry.size` bytes are written), one of the right size is refused if its sha256 differs.
+    RemoteDataError naming it."""
     location = fileio.join(url, entry.path)
     target = into.joinpath(*entry.path.split("/"))
     target.parent.mkdir(parents=True, exist_ok=True)
     digest, size = hashlib.sha256(), 0
     with open(target, "xb") as dst:  # a local failure (a full disk) stays an OSError naming it
-        for chunk in _chunks(location):
+        for chunk in _chunks(location, entry.size + 1):  # one byte more: the object is larger
+            size += len(chunk)
+            if size > entry.size:
+                raise _mismatch(location, entry, f"more than {entry.size} bytes")
             digest.update(chunk)
             dst.write(chunk)
-            size += len(chunk)
         dst.flush()
         os.fsync(dst.fileno())  # on disk before the rename publishes the copy
     if size != entry.size or digest.hexdigest() != entry.sha256:
-        raise RemoteDataError(
-            f"{location} does not match its manifest entry (sha256 {digest.hexdigest()[:12]}…, "
-            f"{size} bytes; expected {entry.sha256[:12]}…, {entry.size} bytes): it changed since "
-            "`sweeper data put`; put the data set again"
-        )
+        raise _mismatch(location, entry, f"sha256 {digest.hexdigest()[:12]}…, {size} bytes")
     return size
 
 
-def _chunks(location: str) -> Iterator[bytes]:
-    """The object's bytes in chunks; a failure to read it is RemoteDataError naming it."""
+def _mismatch(location: str, entry: Entry, found: str) -> RemoteDataError:
+    return RemoteDataError(
+        f"{location} does not match its manifest entry ({found}; expected "
+        f"{entry.sha256[:12]}…, {entry.size} bytes): it changed since `sweeper data put`; put "
+        "the data set again"
+    )
+
+
+def _chunks(location: str, limit: int) -> Iterator[bytes]:
+    """The object's first `limit` bytes (or all, if fewer) in chunks; a failure to read it
+    is RemoteDataError naming it."""
     fix = "check that the bucket still holds what `sweeper data put` wrote"
     fs, path = fileio.filesystem(location)
-    with _remote(location, fix):
+    with remote_errors(location, fix):
         src = fs.open_input_stream(path)
     with src:
-        while True:
-            with _remote(location, fix):
-                chunk = src.read(CHUNK)
+        while limit > 0:
+            with remote_errors(location, fix):
+                chunk = src.read(min(CHUNK, limit))
             if not chunk:
                 return
+            limit -= len(chunk)
             yield chunk
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def put(root: Path, files: list[str], url: str, dataset: str) -> PutSummary:
-    """Upload `files` (posix paths relative to the local directory `root`) to `url` and write
-    the manifest's entry for `dataset` last (entries of other data sets are kept). A file
-    already on the bucket with the size and sha256 of the old manifest is not sent again."""
-    url = _url(url)
-    if problem := bucket_problem(url):
-        raise RemoteDataError(problem)
-    old = _old_manifest(url)
-    entries = tuple(
-        Entry(p, (root / p).stat().st_size, file_sha256(root / p)) for p in sorted(files)
-    )
-    if problem := next(filter(None, (path_problem(e.path) for e in entries)), None):
-        raise RemoteDataError(f"cannot put {problem}")
-    with _remote(url, "check the bucket's permissions (write access) and re-run"):
-        on_bucket = fileio.list_sizes(url)
-        known = set(old.get(dataset, ()))
-        send = [
-            e
-            for e in entries
-            if e not in known or on_bucket.get(fileio.join(url, e.path)) != e.size
-        ]
-        _in_parallel(lambda e: _upload(root, url, e), send)
-        fileio.write_bytes_atomic(manifest_location(url), manifest_bytes({**old, dataset: entries}))
-    log.info("put %s: %d files, %d sent, to %s", dataset, len(entries), len(send), url)
-    return PutSummary(manifest_location(url), len(entries), len(send), sum(e.size for e in send))
-
-
-def _old_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
-    """The manifest at `url` (its other data sets are kept), empty if there is none; one that
-    cannot be parsed is replaced, with a warning."""
-    try:
-        return read_manifest(url)
-    except RemoteDataError as e:
-        if not fileio.exists(manifest_location(url)):
-            return {}
-        log.warning("replacing it: %s", e)
-        return {}
-
-
-def _upload(root: Path, url: str, entry: Entry) -> int:
-    fs, path = fileio.filesystem(fileio.join(url, entry.path))
-    with open(root / entry.path, "rb") as src, fs.open_output_stream(path) as dst:
-        while chunk := src.read(CHUNK):
-            dst.write(chunk)
-    return entry.size

@@ -9,6 +9,7 @@ import typer
 
 from sweeper.cli.common import app, fail
 from sweeper.cli.display import echo
+from sweeper.results.credentials import data_credentials_problem
 from trainables.kernel.catalog import DATASETS
 
 
@@ -21,6 +22,8 @@ def pseudo_data(
 ) -> None:
     """Check pseudo-labelled data (self-training) and print its pseudo_fingerprint, the value a
     space's `pseudo_fingerprint` must have for `pseudo_data: PATH`."""
+    if secret := data_credentials_problem("PATH", path):
+        fail([secret])
     if dataset not in DATASETS:
         fail([f"unknown --dataset {dataset!r} (valid: {', '.join(DATASETS)})"])
     from trainables.datasets import DataError

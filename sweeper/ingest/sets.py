@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sweeper.results.credentials import data_credentials_problem
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 
@@ -36,7 +37,9 @@ def parse_sets(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
         value = _scalar(text) if sep else None
-        if not sep or not key:
+        if secret := data_credentials_problem(f"--set {key}", text):
+            problems.append(secret)  # first: the other lines below echo the value
+        elif not sep or not key:
             problems.append(f"--set {item!r}: expected key=value")
         elif key not in TRIAL_KEYS and key not in CERT_KEYS:
             problems.append(

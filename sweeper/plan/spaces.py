@@ -30,6 +30,7 @@ from sweeper.plan.spec import (
     SearchSpec,
     SweepSpec,
 )
+from sweeper.results.credentials import space_credentials_problems
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.errors import ProblemsError
 
@@ -164,6 +165,8 @@ def parse_spec(
     """(spec, []) or (None, every problem)."""
     if not isinstance(raw, dict):
         return None, ["a search space must be a mapping with keys: " + ", ".join(TOP_KEYS)]
+    if secrets := space_credentials_problems(raw):  # alone: no other check may echo them
+        return None, secrets
     problems = [
         f"unknown key {k!r} (valid: {', '.join(TOP_KEYS)})" for k in raw if k not in TOP_KEYS
     ]

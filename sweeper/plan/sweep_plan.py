@@ -14,7 +14,12 @@ from pathlib import Path
 from sweeper.plan.grid import MAX_TRIALS, expand, parse_only, select
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import SweepSpec
-from sweeper.results.credentials import credentials_problem, redact, without_credentials
+from sweeper.results.credentials import (
+    credentials_problem,
+    data_credentials_problem,
+    redact,
+    without_credentials,
+)
 from sweeper.results.storage import (
     STAGES,
     Experiment,
@@ -61,8 +66,12 @@ class PlanRequest:
 
 
 def make_plan(req: PlanRequest) -> Plan:
-    """Validate everything that can be checked without Ray; raise PlanError with every problem."""
+    """Validate everything that can be checked without Ray; raise PlanError with every problem.
+    Credentials in --data-dir are refused first, alone with the address's problems: no later
+    check may echo the value."""
     problems = address_problems(req.address)
+    if secret := data_credentials_problem("--data-dir", req.data_dir):
+        raise PlanError([secret, *problems])
     try:
         spec = load_space(req.space, req.max_trials)
     except SpecError as e:

@@ -1,102 +1,44 @@
-"""Credentials inside the values a user passes on the command line: a storage URI, a Ray
-address, an MLflow tracking URI. Found (`has_credentials`), refused (`credentials_problem`)
-and hidden in every message (`redact`, `scrub`).
+"""Credentials inside the values a user passes on the command line or in a space: a storage
+URI, a Ray address, an MLflow tracking URI, a data directory or data URI (`--data-dir`, `data
+put --to/--from`, a space's `data_dir` and `pseudo_data`, `import --set`). Refused
+(`credentials_problem`, `data_credentials_problem`, `space_credentials_problems`) and hidden in
+every message (`redact`, `scrub`); what counts as a credential, and `redact`, are the kernel's
+(`trainables.kernel.credential_parts`, re-exported here).
 
 sweeper stores what it is given: the command line in the experiment's lease, the storage in
 every trial's state and in Ray Tune's (`tune/run-*/tuner.pkl`), the tracking URI in Tune's
-callbacks. So a value that carries a secret is refused, with the environment variables that
-carry it instead, and a message that echoes such a value shows it through `redact`.
-
-A credential is any of:
-
-- userinfo before the host: `s3://AKIA:secret@bucket`, `ray://user:pass@host:10001`,
-  `user:pass@host:10001`. In a remote URI every `@` before the query counts (a secret key
-  holding an unescaped `/`, as AWS's often do, would otherwise pass as a path);
-- a query parameter whose key looks secret (`SECRET_KEYS`, case-insensitively a part of the
-  key): `?secret_key=`, `?aws_secret_access_key=`, `?access_token=`, `?client_secret=`,
-  `?session_token=`, Azure's `?sig=`;
-- userinfo inside a query value that is itself an address:
-  `?endpoint_override=http://user:pass@host:9000`.
-
-A local path (`/data/user@host`) or a local URI's path (`file:///tmp/a@b?c`) is never one.
+callbacks, the data directory in sweep.json, every trial.json and checkpoint, the Parquet
+metadata and Tune's state. So a value that carries a secret is refused before anything is
+written, with the environment variables that carry it instead, and a message that echoes such
+a value shows it through `redact`.
 """
 
 from __future__ import annotations
 
-import re
-from urllib.parse import parse_qsl
-
 from trainables.kernel import fileio
+from trainables.kernel.credential_parts import (
+    HIDDEN,
+    has_credentials,
+    redact,
+    remote_query,
+    secret_params,
+    split_uri,
+    userinfo,
+)
 
-# Parts of a query key that mark its value as a secret (`key` covers access_key, secret_key,
-# account_key, sse_customer_key; a false alarm only refuses an unusual option).
-SECRET_KEYS = ("key", "secret", "token", "passw", "pwd", "credential", "session", "signature")
-SECRET_NAMES = frozenset({"sig"})  # whole keys too short to match as a part (Azure SAS)
-HIDDEN = "***"
-
-
-def _split(value: str) -> tuple[str, str, str]:
-    """(`scheme://` or '', the authority and path, the query and fragment with their '?'/'#')."""
-    scheme, sep, rest = value.partition("://")
-    head, rest = (scheme + sep, rest) if sep else ("", value)
-    cut = re.search(r"[?#]", rest)
-    return (head, rest[: cut.start()], rest[cut.start() :]) if cut else (head, rest, "")
-
-
-def userinfo(value: str) -> str | None:
-    """The `user[:password]` before the host of `value`, or None: a remote URI's text up to
-    its last `@` before the query, a local URI's only within its host part, a scheme-less
-    value's only when it holds no `/` (`user:pass@host:10001`, not a path)."""
-    head, body, _ = _split(str(value))
-    if not head:
-        return body.rpartition("@")[0] if "@" in body and "/" not in body else None
-    if not fileio.is_uri(value):  # file://, local://: only the host part can hold userinfo
-        body = body.partition("/")[0]
-    return body.rpartition("@")[0] if "@" in body else None
-
-
-def secret_key(key: str) -> bool:
-    """Whether a query key names a secret (`SECRET_KEYS`, `SECRET_NAMES`; any case)."""
-    key = key.lower()
-    return key in SECRET_NAMES or any(part in key for part in SECRET_KEYS)
-
-
-def _query(value: str) -> str:
-    """The query of a remote URI (a local URI's is part of its path)."""
-    tail = _split(str(value))[2]
-    return tail[1:].partition("#")[0] if tail.startswith("?") and fileio.is_uri(value) else ""
-
-
-def secret_params(value: str) -> list[tuple[str, str]]:
-    """The query parameters of `value` that carry a credential: a secret-looking key, or a
-    value with userinfo (`endpoint_override=http://user:pass@host`)."""
-    pairs = parse_qsl(_query(value), keep_blank_values=True)
-    return [(k, v) for k, v in pairs if secret_key(k) or userinfo(v) is not None]
-
-
-def has_credentials(value: str | None) -> bool:
-    """Whether `value` carries a credential (see the module docstring)."""
-    if not value:
-        return False
-    return userinfo(str(value)) is not None or bool(secret_params(str(value)))
-
-
-def redact(value: str) -> str:
-    """`value` for a message: userinfo shown as `***@`, and a remote URI's whole query and
-    fragment as `?***` (a query may hold a secret under a key no list foresees), with
-    `***@` before the host then too, so the shape says something was hidden. Anything else
-    (a path, a local URI's path and query, a plain address) is returned as it is."""
-    value = str(value)
-    head, body, tail = _split(value)
-    remote_tail = tail if head and fileio.is_uri(value) else ""
-    if userinfo(value) is None and not remote_tail:
-        return value
-    if not head or not fileio.is_uri(value):  # `user:pass@host`, `file://user@host/path`
-        host = body.partition("/")[0] if head else body
-        rest = body[len(host) :] + tail
-        return f"{head}{HIDDEN}@{host.rpartition('@')[2]}{rest}"
-    mark = "?" if remote_tail.startswith("?") else "#"
-    return f"{head}{HIDDEN}@{body.rpartition('@')[2]}" + (f"{mark}{HIDDEN}" if remote_tail else "")
+__all__ = [  # the kernel's, for the driver's modules: one place to import from
+    "HIDDEN",
+    "credentials_problem",
+    "data_credentials_problem",
+    "has_credentials",
+    "redact",
+    "redact_args",
+    "scrub",
+    "secret_params",
+    "space_credentials_problems",
+    "userinfo",
+    "without_credentials",
+]
 
 
 def scrub(text: str, *values: str | None) -> str:
@@ -108,7 +50,7 @@ def scrub(text: str, *values: str | None) -> str:
         info = userinfo(str(value))
         if info:
             parts |= {info, info.partition(":")[2]}
-        parts |= {_query(str(value))} | {v for _, v in secret_params(str(value))}
+        parts |= {remote_query(str(value))} | {v for _, v in secret_params(str(value))}
     for part in sorted(filter(None, parts), key=len, reverse=True):  # longest first
         text = text.replace(part, HIDDEN)
     return text
@@ -143,12 +85,45 @@ def credentials_problem(
 def without_credentials(value: str) -> str:
     """`value` with its userinfo, secret query parameters and fragment removed, the rest kept
     as given: what to pass instead, once the credentials are in the environment."""
-    head, body, tail = _split(str(value))
+    head, body, tail = split_uri(str(value))
     info = userinfo(value)
     if info is not None:
         body = body[len(info) + 1 :]
-    query = _query(value)
+    query = remote_query(value)
     if not query:  # a local value's '?' is part of its path; a fragment never is needed
         return head + body + (tail.partition("#")[0] if not fileio.is_uri(value) else "")
     kept = [p for p in query.split("&") if p and not secret_params(f"s3://b?{p}")]
     return head + body + ("?" + "&".join(kept) if kept else "")
+
+
+DATA_WHY = "a data location is stored in sweep.json, every trial's state and checkpoint, and Tune's"
+DATA_FIX = (
+    "give {plain}, with the credentials in the environment (AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS) or the nodes' roles"
+)
+DATA_FIELDS = ("data_dir", "pseudo_data")  # a trial's fields that name where its data is
+
+
+def data_credentials_problem(flag: str, value: str | None) -> str | None:
+    """The one `error:` line refusing a data directory or data URI given as `flag` (--data-dir,
+    --to, --from, a space's pseudo_data) if it carries credentials, the value redacted. A
+    local path (no `://`: `data@v2`, `/data/user@host`) is never one."""
+    if "://" not in str(value or "") or not has_credentials(value):
+        return None
+    fix = DATA_FIX.format(plain=without_credentials(str(value)))
+    return credentials_problem(flag, value, DATA_WHY, fix, "data location")
+
+
+def space_credentials_problems(doc: object, where: str = "") -> list[str]:
+    """One line per value of a space's YAML document that carries credentials, named by its
+    place (`grids[0].fixed.pseudo_data`) and redacted: every value of a data field
+    (`DATA_FIELDS`) and every other string holding a URI (`://`), however deep."""
+    if isinstance(doc, dict):
+        items = [(f"{where}.{k}" if where else str(k), v) for k, v in doc.items()]
+    elif isinstance(doc, list):
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(doc)]
+    elif isinstance(doc, str) and ("://" in doc or where.rpartition(".")[2] in DATA_FIELDS):
+        return [p] if (p := data_credentials_problem(where, doc)) else []
+    else:
+        return []
+    return [p for place, value in items for p in space_credentials_problems(value, place)]
