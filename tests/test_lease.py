@@ -189,6 +189,84 @@ def test_two_processes_never_hold_the_lease_through_a_removed_lock_file(tmp_path
     assert lines[1].startswith("refused:") and "(`sweeper run grid c`)" in lines[1], out
 
 
+# A driver in its own process: takes the lease, says so, and holds it until a line arrives.
+HOLDING_DRIVER = """
+import sys
+from sweeper.results import lease
+from sweeper.results.storage import Experiment
+
+try:
+    with lease.Lease(Experiment(sys.argv[1], "e"), "sweeper run grid b"):
+        print("held", flush=True)
+        sys.stdin.readline()
+except lease.LeaseHeld as e:
+    print("refused:", e.problems[0], flush=True)
+"""
+
+
+def _holding_driver(storage) -> subprocess.Popen:
+    args = [sys.executable, "-c", HOLDING_DRIVER, str(storage)]
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_holder_whose_lock_file_was_removed_stops_when_another_driver_took_it(
+    tmp_path, monkeypatch
+):
+    """Issue 38: `rm .lease.lock` let a second driver hold the lease while the first believed
+    it did. The first checks its lock file at each heartbeat: it learns at the next one that
+    another process holds the new file, stops (on_lost) and leaves that driver's files be."""
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 3600)  # beats only when the test says
+    exp, lost = _experiment(str(tmp_path)), []
+    a = Lease(exp, "sweeper run grid a", on_lost=lost.append)
+    a.acquire()
+    assert a.beat() and not lost
+    (tmp_path / "e" / ".lease.lock").unlink()  # the attack
+    b = _holding_driver(tmp_path)
+    try:
+        assert b.stdout.readline() == "held\n"  # b took it through the new lock file
+        assert not a.beat() and not a.held
+        assert [h.command for h in lost] == ["sweeper run grid b"] and a.lost == lost[0]
+        a.release()
+        assert read_holder(exp).command == "sweeper run grid b" and not read_holder(exp).released
+        assert (tmp_path / "e" / ".lease.lock").is_file()  # b's, left alone
+        out, _ = b.communicate("\n", timeout=60)
+    finally:
+        if b.poll() is None:
+            b.kill()
+    assert out == "" and read_holder(exp).released is not None  # b ran to its end
+
+
+def test_a_holder_whose_lock_file_was_removed_locks_the_new_one_if_nobody_took_it(
+    tmp_path, monkeypatch
+):
+    """The lock file removed and no driver came since: the holder's heartbeat locks the file
+    at the path again, so a driver started after that is refused, naming the holder."""
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 3600)
+    exp, lost = _experiment(str(tmp_path)), []
+    with Lease(exp, "sweeper run grid a", on_lost=lost.append) as a:
+        (tmp_path / "e" / ".lease.lock").unlink()
+        assert a.beat() and a.held and not lost
+        assert (tmp_path / "e" / ".lease.lock").is_file()
+        b = _holding_driver(tmp_path)
+        out, _ = b.communicate("\n", timeout=60)
+        assert out.startswith("refused: ") and "(`sweeper run grid a`)" in out, out
+        assert read_holder(exp).token == a.me.token
+
+
+def test_a_holder_whose_lock_file_was_replaced_by_a_driver_that_let_go_stops(tmp_path):
+    """Another driver locked a new lock file and let go before the holder's heartbeat: its
+    flock is free again, but lease.json is that driver's, so the holder has lost the lease."""
+    exp, lost = _experiment(str(tmp_path)), []
+    a = Lease(exp, "sweeper run grid a", on_lost=lost.append)
+    a.acquire()
+    (tmp_path / "e" / ".lease.lock").unlink()
+    b = _holding_driver(tmp_path)
+    assert b.communicate("\n", timeout=60)[0] == "held\n"
+    assert not a.beat() and lost[0].command == "sweeper run grid b" and lost[0].released
+    a.release()
+    assert read_holder(exp).command == "sweeper run grid b"
+
+
 def _refused(lease: Lease, said: list[str]) -> None:
     try:
         lease.acquire()

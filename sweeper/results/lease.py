@@ -10,8 +10,11 @@ rewrites it every `HEARTBEAT_S`. How the lease is taken depends on the storage:
   live drivers never hold it at once (on NFS, as far as its locking is honoured: NFSv4 and EFS
   do; `nolock` mounts do not). A holder that leaves nothing else behind removes the lock file
   as it lets go, so after `flock` a driver checks that its file is still the one at the path
-  (else it locked a removed file) and opens it again if not. A symlink at `.lease.lock` (or
-  below the storage) is refused (`fileio.LinkError`), never followed.
+  (else it locked a removed file) and opens it again if not (`lease_lock`). The holder checks
+  the same at each heartbeat: a lock file removed or replaced under it (`rm .lease.lock`) is
+  locked again if no other driver has locked it or written lease.json since; else the lease
+  was taken over, and the holder stops as on Ctrl-C (as on S3). A symlink at `.lease.lock`
+  (or below the storage) is refused (`fileio.LinkError`), never followed.
 - S3 (a plain s3://bucket/key, with boto3: the `cluster` extra; `lease_s3`): the lease object
   is created only if there is none (`If-None-Match: *`), and renewed, released or taken over
   only if it is still the version read (`If-Match: <ETag>`). Guarantee: two drivers never both
@@ -36,16 +39,15 @@ import logging
 import os
 import signal
 import socket
-import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from sweeper.results.credentials import redact_args
+from sweeper.results.lease_lock import LeaseError, open_lock, relock, still_there
 from sweeper.results.lease_s3 import ConditionalObject, conditional_object
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
@@ -61,10 +63,6 @@ LOCK_ATTEMPTS = 20  # `.lease.lock` removed under us this often in a row: someon
 
 class LeaseHeld(ProblemsError):
     """Another live driver holds the experiment."""
-
-
-class LeaseError(ProblemsError):
-    """A lease.json that is no lease (damaged, or not sweeper's), or a bad `.lease.lock`."""
 
 
 @dataclass(frozen=True)
@@ -192,35 +190,11 @@ def _flock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def _open_lock(path: Path) -> int | None:
-    """An fd of the lock file `path` (made if missing), never through a symlink (LinkError
-    naming it, if one is planted there or below the storage); None if its directory was
-    removed meanwhile (a releasing holder's `_tidy`); LeaseError if it is not a plain file."""
-    try:
-        fd = fileio.open_confined(str(path), os.O_RDWR | os.O_CREAT, fileio.FILE_MODE)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there
-        os.close(fd)
-        raise LeaseError([f"{path} is not a plain file: remove it and re-run"])
-    return fd
-
-
-def _still_there(fd: int, path: Path) -> bool:
-    """Is the file open as `fd` still the one at `path` (not removed, nor replaced)?"""
-    try:
-        now = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino)
-
-
 class Lease:
     """Hold `exp` for one command: `with Lease(exp, command) as lease: ...`. `held` while it
-    is ours; `lost` is the driver that took it from us (on an object store only; None while
-    not lost, or if what replaced ours is no lease), and `on_lost` is then called with it
-    (by default: SIGINT to this process)."""
+    is ours; `lost` is the driver that took it from us (on an object store, or through a new
+    `.lease.lock`; None while not lost, or if that driver is unknown), and `on_lost` is then
+    called with it (by default: SIGINT to this process)."""
 
     def __init__(
         self, exp: Experiment, command: str, on_lost: Callable[[Holder | None], None] | None = None
@@ -231,6 +205,7 @@ class Lease:
         self.lost: Holder | None = None
         self.held = False
         self._lock_fd: int | None = None
+        self._lock_path = fileio.local_path(exp.root) / ".lease.lock"  # a local or shared path
         self._object: ConditionalObject | None = None  # S3, written on conditions
         self._etag = ""  # the version of the lease object that is ours
         self._stop = threading.Event()
@@ -263,9 +238,9 @@ class Lease:
         self._thread.start()
 
     def _acquire_lock(self) -> None:
-        path = fileio.local_path(self.exp.root) / ".lease.lock"
+        path = self._lock_path
         for _ in range(LOCK_ATTEMPTS):
-            fd = _open_lock(path)
+            fd = open_lock(path)
             if fd is None:
                 continue
             try:
@@ -275,7 +250,7 @@ class Lease:
                 holder = read_holder(self.exp)
                 live = holder if holder is not None and holder.released is None else None
                 raise LeaseHeld([held_message(self.exp, live)]) from None
-            if _still_there(fd, path):
+            if still_there(fd, path):
                 self._lock_fd = fd
                 self._write()
                 return
@@ -354,6 +329,11 @@ class Lease:
                 if not self._stop.is_set():  # (a beat that outlived release: not a loss)
                     self._lose(self._there(self._object)[0])
                 return False
+            if self._lock_fd is not None and not self._keep_lock():
+                current = _current(self.exp)
+                mine = current is None or current.token == self.me.token
+                self._lose(None if mine else current, "a driver that locked a new .lease.lock")
+                return False
             current = _current(self.exp)
             if fileio.is_uri(self.exp.root) and current and current.token != self.me.token:
                 self._lose(current)
@@ -363,15 +343,33 @@ class Lease:
             log.warning("lease heartbeat failed: %s", e)
         return True
 
-    def _lose(self, thief: Holder | None) -> None:
+    def _keep_lock(self) -> bool:
+        """Is the lock file at the path still the one we lock? If it was removed or replaced
+        (`rm .lease.lock`), lock the one there now (`relock`), unless another driver has
+        locked it or written lease.json since: then False, the lease is lost."""
+        if still_there(self._lock_fd, self._lock_path):
+            return True
+        fd = relock(self._lock_path, _flock)
+        current = None if fd is None else _current(self.exp)
+        if fd is None or (current is not None and current.token != self.me.token):
+            if fd is not None:
+                os.close(fd)  # another driver took the lease meanwhile (and let go)
+            return False
+        os.close(self._lock_fd)
+        self._lock_fd = fd
+        log.warning("the lease's %s was removed or replaced: locked the new one", self._lock_path)
+        return True
+
+    def _lose(self, thief: Holder | None, unknown: str = "a lease.json that is no lease") -> None:
         self.lost, self.held = thief, False
         # %r: the thief's host is read from storage, and repr escapes its control characters
-        who = "a lease.json that is no lease" if thief is None else thief.describe()
+        who = unknown if thief is None else thief.describe()
         log.error("lost the lease of %r to %r: stopping", self.exp.name, who)
         self.on_lost(thief)
 
     def release(self) -> None:
         """Let go: the lease says so (if it is still ours), and the lock is freed."""
+        ours = self.held  # a lost lease's files are the new holder's: left alone
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -384,7 +382,8 @@ class Lease:
                 self._write(released=True)
         self.held = False
         if self._lock_fd is not None:
-            self._tidy()  # while the flock is still ours
+            if ours:
+                self._tidy()  # while the flock is still ours
             os.close(self._lock_fd)  # closing frees the flock
             self._lock_fd = None
 
