@@ -171,6 +171,7 @@ def test_plot_writes_png_pdf_and_svg_whatever_the_case_and_the_dots(storage, nam
 # ------------------------------------------------------------------------------- reading
 def test_only_selects_by_a_setting_the_envelope_does_not_show(storage):
     longer = G.replace(epochs=3)  # right everywhere, up to its reach
+    make(storage, (G, S, longer))
     write_shard(Experiment(str(storage), "exp"), longer, ([1, 2, 3, 4], [1, 2, 3, 4], [0.3] * 4))
     every = csv(run(storage, "envelope", "--radii", "0,0.25,0.5", "--format", "csv"))
     assert every["trial_id"].tolist() == [longer.trial_id, longer.trial_id, S.trial_id]
@@ -270,21 +271,32 @@ def test_stderr_says_what_was_read_and_which_planned_trials_have_no_results(tmp_
     ]
 
 
-@pytest.mark.parametrize("sweep", [None, b"{not json", b'{"trials": [{"sigma": "x"}]}'])
-def test_without_a_readable_sweep_no_trial_is_counted_missing(storage, sweep):
-    """Imported results have no sweep.json; one that cannot be read plans nothing either."""
+def test_without_a_sweep_no_trial_is_counted_missing(storage):
+    """Results with no sweep.json (hand-made ones) declare nothing to compare with."""
     exp = Experiment(str(storage), "exp")
-    if sweep is None:
-        Path(exp.sweep_json).unlink()
-    else:
-        Path(exp.sweep_json).write_bytes(sweep)
+    Path(exp.sweep_json).unlink()
     result = run(storage, "envelope", "--radii", "0,0.5", "--format", "csv")
     assert result.stderr.splitlines() == [settings_line(), "2 models, 8 certified points"]
+
+
+def test_a_sweep_that_cannot_be_read_counts_nothing(storage):
+    """A sweep.json that is not JSON is one error naming it (nothing is declared, so no row
+    could count); one whose trial is no config declares no trial: every model is left out,
+    named."""
+    exp = Experiment(str(storage), "exp")
+    Path(exp.sweep_json).write_bytes(b"{not json")
+    (line,) = errors(storage, "envelope", "--radii", "0,0.5")
+    assert line.startswith(f"error: cannot read {exp.sweep_json} (not JSON: ")
+    Path(exp.sweep_json).write_bytes(b'{"trials": [{"sigma": "x"}]}')
+    result = run(storage, "envelope", "--radii", "0,0.5", code=2)
+    left = [x for x in result.stderr.splitlines() if x.startswith("warning: left out ")]
+    assert len(left) == 2 and all("not a trial of the sweep" in x for x in left), left
 
 
 def test_models_missing_shards_are_counted_and_the_first_ten_named(tmp_path):
     exp = make(tmp_path)
     partial = [G.replace(sigma=0.3 + i / 100) for i in range(11)]
+    write_sweep(exp, {"space": {"name": "hand"}, "trials": [c.to_dict() for c in (G, S, *partial)]})
     for i, cfg in enumerate(partial):  # shard 0 of 2 (1 missing) or of 3 (2 missing)
         write_shard(exp, cfg, POINTS[G], 0, 2 + i % 2)
     missing = {cfg.trial_id: 1 + i % 2 for i, cfg in enumerate(partial)}

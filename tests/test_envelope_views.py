@@ -16,7 +16,7 @@ from sweeper.api.sweep import Sweep
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment
-from sweeper.results.sweep_file import write_sweep
+from sweeper.results.sweep_file import SETTINGS, write_sweep
 from trainables.kernel.config import TrialConfig
 
 ENV = dataclasses.replace(CERT, strategy="envelope")
@@ -46,7 +46,9 @@ def build(root: Path, spec) -> Path:
     trials = [*POINTS, P]
     keys = ("n0", "n", "alpha", "skip", "max_points", "shard_size")
     space = {"name": "hand", "certify": {"batch_size": 400, **{k: getattr(CERT, k) for k in keys}}}
-    write_sweep(exp, {"space": space, "trials": [c.to_dict() for c in trials]})
+    declared = [spec.cert_id]  # as `sweeper certify` with these settings records them
+    sweep = {"space": space, "trials": [c.to_dict() for c in trials], SETTINGS: declared}
+    write_sweep(exp, sweep)
     for cfg in trials:
         certified_rows.trained(exp, cfg)
     for cfg in POINTS:

@@ -28,7 +28,7 @@ from sweeper.report.render import envelope_figure
 from sweeper.results.certify_rows import load_results, max_radius, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
-from sweeper.results.sweep_file import write_sweep
+from sweeper.results.sweep_file import record_settings, write_sweep
 from trainables.kernel.config import TrialConfig
 
 runner = CliRunner()
@@ -81,6 +81,7 @@ def make(storage: Path) -> Experiment:
         {
             "space": {"name": "hand", "certify": {"batch_size": 400}},
             "trials": [c.to_dict() for c in POINTS],
+            "certify_settings": [CERT.cert_id],  # as `sweeper certify` records it
         },
     )
     for cfg in POINTS:
@@ -461,6 +462,7 @@ def test_a_trial_certified_twice_is_two_models_and_stderr_says_so(storage):
     exp = Experiment(str(storage), "exp")
     other = CertifySpec(n0=10, n=100, alpha=0.01, skip=1, max_points=None)
     write_model(exp, G, other)  # G's radii at α = 0.01: 77, 96, 89 votes
+    record_settings(exp, [other.cert_id])  # as `sweeper certify` with `other` does
     err = invoke(storage, "envelope", "--radii", "0").stderr.splitlines()
     assert (
         "3 models (a model is a trial certified under one setting: 2 trials here), 12 certified points"

@@ -425,12 +425,13 @@ def test_a_model_the_envelope_strategy_pruned_is_done_not_unfinished(tmp_path):
     from sweeper.results.envelope_records import write_record
 
     exp = Experiment(str(tmp_path / "store"), "env")
-    write_sweep(
-        exp, {"space": {"name": "env", "certify": CERTIFY}, "trials": [A.to_dict(), B.to_dict()]}
-    )
+    cert_id = "sigma-train_n0-8_n-32_envelope"
+    space = {"name": "env", "certify": CERTIFY}
+    trials = [A.to_dict(), B.to_dict()]
+    # the setting as `sweeper certify` records it: a record counts only under a declared one
+    write_sweep(exp, {"space": space, "trials": trials, "certify_settings": [cert_id]})
     for cfg in (A, B):
         _state(exp, cfg, "finished", 5, 30.0)
-    cert_id = "sigma-train_n0-8_n-32_envelope"
     _file(exp, exp.compacted_path("certify", A.trial_id, cert_id, 2), NOW - 500)
     write_record(exp, A.trial_id, cert_id, record("certified", [4] * 10))
     write_record(exp, B.trial_id, cert_id, record("pruned", UPPER))

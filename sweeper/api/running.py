@@ -129,6 +129,7 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
     )
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
+    sweep_run.declare_settings(plan, watchers.holder)  # before: rows certified earlier count
     if _nothing_to_certify(plan, ready, watchers):
         return Ran(plan, ready)
     return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))

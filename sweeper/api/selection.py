@@ -5,13 +5,12 @@ read (`coverage`). pandas is imported inside the functions: importing this stays
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sweeper.plan.grid import only_value, parse_only, value_matches
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import read_sweep
-from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
@@ -115,6 +114,7 @@ class Coverage:
     memory_changed: int
     missing_shards: int
     missing_listed: list[tuple[str, int]]
+    unlisted: list[str] = field(default_factory=list)  # declared by the space, not listed
 
 
 def models_of(frame: pd.DataFrame) -> int:
@@ -132,12 +132,8 @@ def search_account(exp: Experiment, frame: pd.DataFrame) -> SearchAccount | None
 
 def coverage(exp: Experiment, results: Results, frame: pd.DataFrame) -> Coverage:
     """What `frame` (the rows selected from `results`) covers of the experiment."""
-    try:
-        planned = {
-            TrialConfig.from_dict(d).trial_id for d in (read_sweep(exp) or {}).get("trials", [])
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        planned = set()  # no or unreadable sweep.json (e.g. imported results): nothing to compare
+    listed, unlisted = planned_trials(exp)
+    planned = listed | unlisted
     dependent = frame[frame["smoothing"] == "data-dependent"]
     missing = sorted(results.missing_shards.items())
     return Coverage(
@@ -153,7 +149,23 @@ def coverage(exp: Experiment, results: Results, frame: pd.DataFrame) -> Coverage
         else 0,
         missing_shards=len(missing),
         missing_listed=[(tid, len(v)) for (tid, _), v in missing[:10]],
+        unlisted=sorted(unlisted),
     )
+
+
+def planned_trials(exp: Experiment) -> tuple[set[str], set[str]]:
+    """(the trials sweep.json lists, those its space's grids declare that the list lacks: a
+    list cut short does not hide a trial without results). Both empty without a readable
+    sweep.json (e.g. imported results): nothing to compare."""
+    from sweeper.plan.grid import space_trials
+    from sweeper.results.sweep_file import declared
+
+    try:
+        listed = set(declared(exp).trials or ())
+        space = space_trials((read_sweep(exp) or {}).get("space"))
+    except (OSError, ProblemsError):
+        return set(), set()
+    return listed, (space or set()) - listed
 
 
 def pruned(
@@ -183,11 +195,11 @@ def with_exact_from(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
     what `full` would report; the column only if some model has one."""
     import pandas as pd
 
-    from sweeper.results.envelope_records import read_records
+    from sweeper.results.envelope_records import vouched
 
     if "cert_id" not in table or not table["cert_id"].str.contains("_envelope").any():
         return table
-    records = read_records(exp)
+    records = vouched(exp).records
     keys = zip(table["trial_id"], table["cert_id"], strict=True)
     exact = [records.get(k, {}).get("exact_from") or None for k in keys]
     if all(e is None for e in exact):

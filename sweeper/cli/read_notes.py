@@ -47,6 +47,13 @@ def print_coverage(exp: Experiment, results, frame) -> None:
     pruned = pruned_without_rows(exp, results.frame)
     searched = selection.search_account(exp, results.frame)
     skipped = searched.skipped if searched is not None and searched.stopped else 0
+    if c.unlisted:
+        listed = ", ".join(c.unlisted[:10]) + (", …" if len(c.unlisted) > 10 else "")
+        display.echo(
+            f"sweep.json's space declares {display.plural(len(c.unlisted), 'trial')} its "
+            f"trials list lacks ({listed}): their results, if any, are left out",
+            err=True,
+        )
     if c.absent > pruned + skipped:
         absent = c.absent - pruned - skipped
         display.echo(f"{absent} of the sweep's {c.planned} trials have no results yet", err=True)

@@ -85,7 +85,7 @@ from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
-from sweeper.results.sweep_file import write_sweep
+from sweeper.results.sweep_file import SETTINGS, record_settings, write_sweep
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
@@ -331,8 +331,8 @@ def plan_import(
 # ---------------------------------------------------------------------------- writing
 def write_import(report: ImportReport) -> ImportReport:
     """Write the planned models' files and refresh the experiment's cache, then a sweep.json if
-    the experiment has none (an empty sweep:
-    the imported models are results, not trials of a sweep of ours). sweep.json comes last:
+    the experiment has none (an empty sweep: the imported models are results, not trials of a
+    sweep of ours), the imported settings declared in it. sweep.json comes last:
     an import that fails on the way leaves no experiment that looks whole (re-run it)."""
     exp = report.experiment
     for m in report.imported:
@@ -344,10 +344,14 @@ def write_import(report: ImportReport) -> ImportReport:
         }
         columns = m.columns()
         write_table(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+    settings = sorted({m.cert_id for m in report.imported})
+    if fileio.exists(exp.sweep_json):  # the readers count only the settings it declares
+        record_settings(exp, settings)
     if report.imported:
         refresh_cache(exp, CERTIFY_ROWS)  # the models are read from one file, not hundreds
     if (report.imported or report.already) and not fileio.exists(exp.sweep_json):
-        write_sweep(exp, {"space": None, "trials": [], "imported": True})
+        sweep = {"space": None, "trials": [], "imported": True, SETTINGS: settings}
+        write_sweep(exp, sweep)
         report.wrote_sweep = True
     return report
 

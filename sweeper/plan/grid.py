@@ -208,3 +208,28 @@ def _unknown_key(key: str) -> str:
         f"--only: unknown hyperparameter {key!r} ({hint}e.g. {', '.join(ONLY_KEYS)}, "
         "or any trial setting)"
     )
+
+
+def space_trials(space: Any) -> set[str] | None:
+    """The trial_ids a sweep.json's `space` (a `SweepSpec.to_json` document) declares, its
+    grids expanded again: what the sweep planned even where its `trials` list was cut. None
+    if it is no space's document (hand-written, imported, or a config no trial has)."""
+    if not isinstance(space, dict) or not isinstance(space.get("grids"), list):
+        return None
+    try:
+        grids = tuple(
+            Grid(
+                str(g["name"]),
+                dict(g.get("fixed") or {}),
+                tuple((str(axis), tuple(values)) for axis, values in g["axes"]),
+                g.get("parent"),
+                tuple(g.get("inherit") or ()),
+            )
+            for g in space["grids"]
+        )
+        spec = SweepSpec(str(space.get("name")), "", dict(space.get("fixed") or {}), grids)
+        if trial_count(spec) > MAX_TRIALS:
+            return None
+        return {t.trial_id for t in expand(spec)}
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError):
+        return None

@@ -191,7 +191,10 @@ def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
 def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     """Every valid certification row of an experiment (only `columns`, if given, plus what
     validation and the DDRS columns need), with the shards still missing and the files left
-    out as invalid (legacy DDRS memory files among them: `legacy_memory`)."""
+    out as invalid (legacy DDRS memory files among them: `legacy_memory`; the envelope
+    strategy's records of models the sweep never declared: `envelope_records.vouched`)."""
+    from sweeper.results.envelope_records import vouched
+
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
     wanted = None if columns is None else [*columns, "smoothing", *RAW]
@@ -201,7 +204,8 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     memory, unreadable = read_memory(rows.memory, MEMORY_SCHEMA)
     memory, wrong = valid_memory(frame, memory)
     frame = apply_memory(frame, memory[list(MEMORY_SCHEMA.names)])
-    return Results(frame, rows.files, rows.missing, rows.invalid + unreadable + wrong)
+    records = vouched(exp).left_out
+    return Results(frame, rows.files, rows.missing, rows.invalid + unreadable + wrong + records)
 
 
 def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:

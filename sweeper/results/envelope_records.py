@@ -3,7 +3,10 @@
 (`certified`, `pruned`, or `piloted`/`waiting` when a run stopped early), the radius grid, the
 upper bound on its certified count per grid radius (with probability ≥ 1 − δ, from its pilot
 draws), the pilot's plug-in estimate, the certified count per radius (certified models), and
-the pilot draws spent. Views show pruned models with their upper bounds, never as zeros.
+the pilot draws spent. Views show pruned models with their upper bounds, never as zeros, and
+only the records of models the sweep declared (`vouched`: a trial sweep.json lists, its
+trial.json's config hashing to its id, under a setting sweep.json declares); the others are
+named and left out (`Vouched.left_out`, among the files `load_results` leaves out).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import itertools
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sweeper.results.storage import Experiment
@@ -48,9 +52,43 @@ def read_records(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class Vouched:
+    """The records of models the sweep declared, their trials' configs (checked against their
+    ids), and "path: why" of each record left out."""
+
+    records: dict[tuple[str, str], dict[str, Any]]
+    configs: dict[str, Any]  # trial_id -> TrialConfig
+    left_out: list[str]
+
+
+def vouched(exp: Experiment) -> Vouched:
+    """The records `read_records` finds of models the sweep declared: a trial sweep.json lists
+    whose trials/<id>/trial.json holds a config hashing to its id, under a setting sweep.json
+    declares (`sweep_file.declared`); the rest named with why (an `envelope.json` naming a
+    model that never existed changes no view)."""
+    from sweeper.results.sweep_file import declared
+    from sweeper.results.trial_records import stored_trial
+
+    sweep = declared(exp)
+    kept, configs, left = {}, {}, []
+    for (tid, cert_id), record in read_records(exp).items():
+        if tid not in configs:
+            configs[tid] = stored_trial(exp, tid)
+        why = configs[tid] if isinstance(configs[tid], str) else sweep.trial_problem(tid)
+        why = why or sweep.setting_problem(cert_id)
+        if why is None:
+            kept[(tid, cert_id)] = record
+        else:
+            left.append(f"{exp.envelope_record(tid, cert_id)}: {why}")
+    good = {t: c for t, c in configs.items() if not isinstance(c, str)}
+    return Vouched(kept, good, left)
+
+
 def pruned(exp: Experiment) -> dict[tuple[str, str], dict[str, Any]]:
-    """The records of the models the strategy pruned (never certified: no rows)."""
-    return {k: r for k, r in read_records(exp).items() if r["status"] == "pruned"}
+    """The records of the models the strategy pruned (never certified: no rows), of models
+    the sweep declared (`vouched`)."""
+    return {k: r for k, r in vouched(exp).records.items() if r["status"] == "pruned"}
 
 
 def settled(exp: Experiment, trial_ids: list[str], cert_id: str) -> bool:
@@ -81,27 +119,22 @@ def upper_accuracy(record: dict[str, Any], radii: list[float]) -> list[float | N
 
 
 def pruned_models(exp: Experiment) -> list[dict[str, Any]]:
-    """Each pruned model: trial_id, cert_id, its trial's config (trials/<id>/trial.json, empty
-    if unreadable) and its record, sorted by trial_id and cert_id."""
-    from trainables.kernel.trial_status import read_status
-
-    out = []
-    for (tid, cert_id), record in sorted(pruned(exp).items()):
-        try:
-            doc = read_status(exp.trial_dir(tid)) or {}
-        except (OSError, ValueError) as e:
-            log.warning("trial %s of a pruned model: %s", tid, e)
-            doc = {}
-        config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-        out.append({"trial_id": tid, "cert_id": cert_id, "config": config, "record": record})
-    return out
+    """Each pruned model of a trial the sweep declared (`vouched`): trial_id, cert_id, its
+    trial's config (checked against its id: never a column the config does not have) and its
+    record, sorted by trial_id and cert_id."""
+    found = vouched(exp)
+    return [
+        {"trial_id": t, "cert_id": c, "config": found.configs[t].to_dict(), "record": r}
+        for (t, c), r in sorted(found.records.items())
+        if r["status"] == "pruned"
+    ]
 
 
 def verdicts(exp: Experiment) -> list[dict[str, Any]]:
     """Per envelope cert_id: how many models are certified, pruned and unfinished, δ, and the
     pruned models with their upper bounds on certified accuracy at the grid's radii."""
     settings: dict[str, dict[str, Any]] = {}
-    for (tid, cert_id), record in sorted(read_records(exp).items()):
+    for (tid, cert_id), record in sorted(vouched(exp).records.items()):
         s = settings.setdefault(
             cert_id,
             {"cert_id": cert_id, "delta": record.get("delta"), "radii": record.get("radii")},
@@ -135,7 +168,7 @@ def soundness_lines(exp: Experiment, cert_ids: list[str], radii: list[float]) ->
     have won at a radius of the decision grid; how many models were pruned."""
     from sweeper.results.provenance import setting_of
 
-    records = read_records(exp)
+    records = vouched(exp).records
     out = []
     for cert_id in sorted(c for c in set(cert_ids) if delta_of(c) is not None):
         s = setting_of(cert_id)

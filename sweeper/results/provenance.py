@@ -2,14 +2,16 @@
 
 A row's own n, α or σ cannot vouch for itself, so each check takes its truth from elsewhere:
 
-- the setting: the cert_id in the file's path (checked equal to the rows' by the reader) names
-  it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`, run
-  tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only the
-  canonical spelling names one (`setting_of` parses it and writes it back);
+- the setting: the cert_id in the file's path (checked equal to the rows' by the reader)
+  names it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`,
+  run tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only
+  the canonical spelling names one (`setting_of` parses it and writes it back), and only a
+  setting the sweep declared counts (sweep.json: `sweep_file.declared`);
 - the test points: the data set's test-split size (`trainables.kernel.catalog.STANDARD_TEST_SIZE`)
   and the grid the cert_id names (every skip-th point, at most max of them);
-- the trial: `trials/<trial_id>/trial.json`, whose config must hash to the trial_id; an
-  imported model (cert_id `imported-…`) instead by its file's import record (the metadata
+- the trial: one sweep.json lists, with its `trials/<trial_id>/trial.json`, whose config
+  must hash to the trial_id; an imported model (cert_id `imported-…`) instead by its file's
+  import record (the metadata
   `sweeper import` writes: `certify_backend` "imported from <log>" and the config, hashing to
   the trial_id). Its σ is the training σ of a `sigma-train` setting, and the rows' identity
   columns must be its hyperparameters;
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sweeper.results.storage import Experiment, StageFile
+from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
 
@@ -132,13 +135,17 @@ def certified_checks(
     trial and their own counts (the module docstring); `frag` is each row's file in `files`,
     whose path names its trial and setting, `metadata` each file's (for import records)."""
     configs, no_trial = trial_configs(exp, files, metadata or [None] * len(files))
-    checks = [
-        (np.isin(frag, [i for i, p in no_trial.items() if p == what]), what)
-        for what in sorted(set(no_trial.values()))
-    ]
     settings = [setting_of(f.setting_id) for f in files]
-    unknown = np.array([s is None for s in settings] + [False])[frag]
-    checks.append((unknown, "its cert_id names no certification setting"))
+    unknown = {i: "its cert_id names no certification setting" for i, s in enumerate(settings)}
+    sweep = declared(exp)
+    undeclared = {
+        i: why for i, f in enumerate(files) if (why := sweep.setting_problem(f.setting_id))
+    }
+    checks = [
+        *_file_checks(frag, no_trial),
+        *_file_checks(frag, {i: why for i, why in unknown.items() if settings[i] is None}),
+        *_file_checks(frag, undeclared),
+    ]
     trial_sigma = [getattr(configs.get(f.trial_id), "sigma", np.nan) for f in files]
     per = _per_row([s or Setting(1, 0.5, 1.0) for s in settings], trial_sigma, frag)
     return [
@@ -149,6 +156,14 @@ def certified_checks(
         *_setting_checks(table, per),
         *_certificate_checks(table, per["imported"]),
         *_memory_checks(table),
+    ]
+
+
+def _file_checks(frag: np.ndarray, problems: dict[int, str]) -> list[Check]:
+    """{file index: what is wrong with it} as checks of every row of those files."""
+    return [
+        (np.isin(frag, [i for i, p in problems.items() if p == what]), what)
+        for what in sorted(set(problems.values()))
     ]
 
 

@@ -1,12 +1,19 @@
 """sweep.json: written whole (`write_sweep`), read (`read_sweep`, `StatusReader`) as its bytes,
 bounded, from a regular file only, and its shape checked where it is read, so that bad input is
 one line naming the file and the fix (`SweepError`), never a traceback nor a hang.
+
+It is also what the sweep declared (`declared`): the trials (their configs, each one's trial_id
+its hash) and the certification settings (the cert_ids of its space's certify block and those
+recorded under `certify_settings` by `run grid`, `sweeper certify` and `sweeper import`:
+`record_settings`). The readers count only rows of declared trials under declared settings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainables.kernel import fileio
@@ -104,3 +111,112 @@ def read_sweep(exp: Experiment) -> dict[str, Any] | None:
     if not fileio.exists(exp.sweep_json):
         return None
     return parse_sweep(exp, sweep_bytes(exp))
+
+
+# ------------------------------------------------------------------------ what it declares
+SETTINGS = "certify_settings"  # cert_ids the sweep's runs certified with (its space's too)
+IMPORTED = "imported-"  # how `sweeper import` spells its settings
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What sweep.json declares. `trials`: the trial_ids its trials' configs hash to (None: no
+    sweep.json, nothing to check against); `settings`: the cert_ids of its space's certify
+    block and of `certify_settings` (None: it declares none, a hand-written or pre-recording
+    sweep.json: not checked); `imported`: an import's sweep.json, whose imported settings
+    count unrecorded (imports made before they were recorded)."""
+
+    trials: frozenset[str] | None
+    settings: frozenset[str] | None
+    imported: bool = False
+
+    def trial_problem(self, trial_id: str) -> str | None:
+        """Why the rows of `trial_id` do not count (None: they may)."""
+        if self.trials is None or trial_id in self.trials:
+            return None
+        return f"not a trial of the sweep (sweep.json lists no trial {trial_id})"
+
+    def setting_problem(self, cert_id: str) -> str | None:
+        """Why rows certified under `cert_id` do not count (None: they may)."""
+        if self.imported and cert_id.startswith(IMPORTED):
+            return None
+        if self.settings is None or cert_id in self.settings:
+            return None
+        return (
+            "a certification setting the sweep never declared (not in sweep.json: "
+            "`sweeper certify` with these settings declares it)"
+        )
+
+
+_DECLARED: dict[tuple[str, str], Declared] = {}  # (sweep.json, digest of its bytes) -> parsed
+
+
+def declared(exp: Experiment) -> Declared:
+    """What `exp`'s sweep.json declares (`Declared`), parsed once per content; SweepError
+    naming it if it cannot be read (a reader then counts nothing rather than everything)."""
+    if not fileio.exists(exp.sweep_json):
+        return Declared(None, None)
+    raw = sweep_bytes(exp)
+    key = (exp.sweep_json, hashlib.sha256(raw).hexdigest())
+    if key not in _DECLARED:
+        _DECLARED.clear()  # one experiment at a time, in practice
+        _DECLARED[key] = _parse_declared(parse_sweep(exp, raw))
+    return _DECLARED[key]
+
+
+def _parse_declared(doc: dict[str, Any]) -> Declared:
+    from trainables.kernel.config import TrialConfig
+    from trainables.kernel.errors import ProblemsError
+
+    trials = set()
+    for d in doc["trials"]:
+        try:
+            trials.add(TrialConfig.from_dict(d).trial_id)
+        except (ProblemsError, TypeError, ValueError, AttributeError):
+            continue  # a config no trial has: it declares none
+    settings = space_settings(doc.get("space"))
+    recorded = doc.get(SETTINGS)
+    if isinstance(recorded, list):
+        settings = (settings or set()) | {s for s in recorded if isinstance(s, str)}
+    frozen = None if settings is None else frozenset(settings)
+    return Declared(frozenset(trials), frozen, doc.get("imported") is True)
+
+
+def space_settings(space: Any) -> set[str] | None:
+    """The cert_ids a sweep.json's space certifies with (`CertifySpec.variants`); None if it
+    has no certify block, or one that is no `CertifySpec`."""
+    import dataclasses
+
+    from trainables.kernel.ddrs_settings import DDRSSettings
+    from trainables.kernel.stage_settings import CertifySpec
+
+    block = space.get("certify") if isinstance(space, dict) else None
+    if not isinstance(block, dict):
+        return None
+    names = {f.name for f in dataclasses.fields(CertifySpec)}
+    try:
+        kwargs = {k: v for k, v in block.items() if k in names}
+        if isinstance(kwargs.get("ddrs"), dict):
+            kwargs["ddrs"] = DDRSSettings(**kwargs["ddrs"])
+        return {spec.cert_id for spec in CertifySpec(**kwargs).variants()}
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def declared_settings(doc: dict[str, Any] | None) -> list[str]:
+    """Every cert_id `doc` (a sweep.json's document) declares, sorted."""
+    if doc is None:
+        return []
+    recorded = [s for s in doc.get(SETTINGS) or [] if isinstance(s, str)]
+    return sorted({*recorded, *(space_settings(doc.get("space")) or set())})
+
+
+def record_settings(exp: Experiment, cert_ids: list[str]) -> None:
+    """Add `cert_ids` to the settings sweep.json declares (the caller holds the lease); one
+    that declares none (no certify block, nothing recorded: hand-made) checks none, and stays."""
+    doc = read_sweep(exp)
+    if doc is None or (space_settings(doc.get("space")) is None and SETTINGS not in doc):
+        return
+    settings = declared_settings(doc)
+    if not set(cert_ids) <= set(settings):
+        write_sweep(exp, {**doc, SETTINGS: sorted({*settings, *cert_ids})})

@@ -1,7 +1,9 @@
-"""The trial behind a certification file: `trials/<trial_id>/trial.json`, whose config must
-hash to the trial_id, or (an imported setting, cert_id `imported-…`) the file's import record:
-the metadata `sweeper import` writes, `certify_backend` "imported from <log>" and the config,
-hashing to the trial_id. `provenance` checks the rows against what this finds."""
+"""The trial behind a certification file: a trial the sweep declared (sweep.json lists its
+config: `sweep_file.declared`) with its `trials/<trial_id>/trial.json`, whose config must hash
+to the trial_id, or (an imported setting, cert_id `imported-…`) the file's import record: the
+metadata `sweeper import` writes, `certify_backend` "imported from <log>" and the config,
+hashing to the trial_id. `provenance` checks the rows against what this finds, and
+`envelope_records` a pruned model's trial (`stored_trial`)."""
 
 from __future__ import annotations
 
@@ -9,24 +11,29 @@ import json
 from typing import Any
 
 from sweeper.results.storage import Experiment, StageFile
+from sweeper.results.sweep_file import IMPORTED, declared
 
 IMPORT_BACKEND = "imported from "  # how `sweeper import` marks the files it writes
 
 
 def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict | None]):
     """(trial_id -> its config, file index -> why no trial is behind it). A trial is behind a
-    file when trials/<trial_id>/trial.json's config hashes to the trial_id, or (an imported
-    setting) when the file's import record's config does."""
+    file when the sweep declared it and trials/<trial_id>/trial.json's config hashes to the
+    trial_id, or (an imported setting) when the file's import record's config does."""
     configs: dict[str, Any] = {}
     problems: dict[int, str] = {}
     stored: dict[str, Any] = {}
+    sweep = declared(exp)
     for i, f in enumerate(files):
+        imported = f.setting_id.startswith(IMPORTED)
         if f.trial_id not in stored:
-            stored[f.trial_id] = _stored_trial(exp, f.trial_id)
+            stored[f.trial_id] = stored_trial(exp, f.trial_id)
         found = stored[f.trial_id]
+        if not imported and not isinstance(found, str):
+            found = sweep.trial_problem(f.trial_id) or found
         if not isinstance(found, str):
             configs[f.trial_id] = found
-        elif f.setting_id.startswith("imported-"):
+        elif imported:
             record = _import_record(f.trial_id, metadata[i])
             if isinstance(record, str):
                 problems[i] = record
@@ -37,7 +44,7 @@ def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict |
     return configs, problems
 
 
-def _stored_trial(exp: Experiment, trial_id: str):
+def stored_trial(exp: Experiment, trial_id: str):
     """The config of trials/<trial_id>/trial.json if it hashes to `trial_id`, else why not."""
     from trainables.kernel.errors import ProblemsError
     from trainables.kernel.trial_status import read_status

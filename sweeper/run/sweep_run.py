@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials, trial_states
-from sweeper.results.sweep_file import write_sweep
+from sweeper.results.sweep_file import (
+    SETTINGS,
+    declared_settings,
+    read_sweep,
+    record_settings,
+    write_sweep,
+)
 from sweeper.run.driving import Watchers, driving
 from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.config import TrialConfig
@@ -27,6 +33,25 @@ if TYPE_CHECKING:
 def certify_settings(plan: Plan) -> list[str]:
     """The setting_ids a plan certifies with (fixed σ, and DDRS if asked)."""
     return [spec.setting_id for spec in plan.spec.certify.variants()]
+
+
+def settings_with(plan: Plan) -> list[str]:
+    """The settings sweep.json declares (`sweep_file.declared`: its space's and those recorded
+    by earlier runs) and the plan's: a run grid with other certify settings keeps the rows of
+    the earlier ones counted."""
+    return sorted({*declared_settings(read_sweep(plan.exp)), *certify_settings(plan)})
+
+
+def declare_settings(plan: Plan, holder: str) -> None:
+    """Record the plan's certification settings in sweep.json (`sweeper certify`), holding
+    the experiment (only to write: settings declared already take no lease): the readers count
+    only rows under settings it declares."""
+    from sweeper.results.lease import Lease
+
+    if set(certify_settings(plan)) <= set(declared_settings(read_sweep(plan.exp))):
+        return
+    with Lease(plan.exp, holder):
+        record_settings(plan.exp, certify_settings(plan))
 
 
 def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:
@@ -97,6 +122,7 @@ def train_and_certify(
             {
                 "space": json.loads(plan.spec.to_json()),
                 "trials": [t.to_dict() for t in plan.all_trials],
+                SETTINGS: settings_with(plan),
             },
         )
         search = None
