@@ -320,7 +320,7 @@ class Sweep:
 
         reader = StatusReader(self.exp())
         st = running.experiment_status(reader)
-        st.left_out = left_out(reader.exp)
+        st.left_out = list(dict.fromkeys([*(st.left_out or []), *left_out(reader.exp)]))
         st.envelope = envelope_verdicts(reader.exp)
         return StatusReport(st, summarize(st))
 

@@ -14,7 +14,8 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
 
     Reads then open few files. `run grid`, `certify` and `empirical` do this as they go;
     this is for experiments written before (or interrupted before they could). Holds the
-    experiment like a run does."""
+    experiment like a run does; refuses to start while a symlink is inside it (it would read
+    and write through it)."""
     from sweeper.results.lease import Lease
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.compaction import compact_all
@@ -23,6 +24,8 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
     exp = resolve_experiment(storage, experiment)
     try:
         with Lease(exp, "sweeper compact"):
+            if links := exp.link_problems():  # never read nor written through: nothing done
+                raise ProblemsError(links)
             lines = compact_all(exp, [CERTIFY, EMPIRICAL])
     except ProblemsError as e:
         fail(e.problems)

@@ -100,6 +100,8 @@ def make_plan(req: PlanRequest) -> Plan:
         exp = experiment_of(req, spec)
     except StorageError as e:  # nothing past this point may touch a path outside the storage
         raise PlanError(problems + e.problems) from None
+    if links := exp.link_problems():  # no read below follows one (trial.json): all named at once
+        raise PlanError(problems + links)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials, spec.name)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
     if problems:

@@ -54,10 +54,12 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     Each model's rows come from one source: the cache, its compacted file, or its shards
     (a model with two compacted files from none: `one_compacted`), so no test point of a
     model can be both in the cache and in a file."""
-    models = by_model(exp.stage_files(stage.name))
+    links: list[str] = []  # never read through: each named and left out
+    models = by_model(exp.stage_files(stage.name, links=links))
     listed = [f for fs in models.values() for f in fs if f.kind == "compacted"]
     done = {f.model for f in listed}
     compacted, invalid = one_compacted(listed)
+    invalid += [f"{link}: {fileio.LINKED}" for link in links]
     shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
     memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
     cols = read_columns(stage, columns)

@@ -97,6 +97,7 @@ class Status:
     failures_log: str | None = None
     space: str | None = None  # the space the sweep was run with (sweep.json)
     left_out: list[str] | None = None  # "path: why" of result files left out (None: not read)
+    links: list[str] = field(default_factory=list)  # links inside the storage, never read through
     envelope: list[dict] | None = None  # the envelope strategy's verdicts per cert_id (read)
     configs: list[TrialConfig] = field(default_factory=list)  # the sweep's, as sweep.json says
     sweep_trials: int | None = None  # the sweep's trials when `trials` is a slice of them
@@ -192,6 +193,8 @@ class StatusReader:
             stage: file_points(files, chunks, datasets) for stage, files in listed.items()
         }
         st.seconds_per_point = self._seconds_per_point(st)
+        linked = [f"{link}: {fileio.LINKED}" for link in dict.fromkeys(st.links)]
+        st.left_out = linked or None  # the result files' own, read apart (`left_out`)
         return st
 
     def _configs(self) -> tuple[list[TrialConfig], dict, tuple[str, float]]:
@@ -218,7 +221,8 @@ class StatusReader:
 
     def _listing(self, stage: str, st: Status) -> list[tuple[StageFile, float]]:
         out = []
-        for path, (size, mtime) in fileio.list_stats(self.exp.stage_dir(stage), ".parquet").items():
+        listed = fileio.list_stats(self.exp.stage_dir(stage), ".parquet", st.links)
+        for path, (size, mtime) in listed.items():
             st.size_bytes += size
             parsed = self.exp.parse_stage_file(stage, path, size)
             if parsed is not None:
@@ -227,7 +231,7 @@ class StatusReader:
 
     def _trial_docs(self, st: Status) -> dict[str, dict]:
         """trial_id -> its trial.json, re-read only when its size or time changed."""
-        stats = fileio.list_stats(fileio.join(self.exp.root, "trials"))
+        stats = fileio.list_stats(fileio.join(self.exp.root, "trials"), links=st.links)
         docs = {}
         for path, stat in stats.items():
             st.size_bytes += stat[0]
@@ -275,7 +279,7 @@ class StatusReader:
         """Mean certification seconds per point, from the cache's `time_s` (read again only
         when the cache changes)."""
         path = self.exp.cache_path("certify")
-        stats = fileio.list_stats(fileio.join(self.exp.root, "cache"), ".parquet")
+        stats = fileio.list_stats(fileio.join(self.exp.root, "cache"), ".parquet", st.links)
         stat = stats.get(path)
         st.size_bytes += sum(s for s, _ in stats.values())
         if stat is None:
@@ -289,8 +293,9 @@ def _mean_time(path: str) -> float | None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    fs, local = fileio.filesystem(path)  # confined: no link followed
     try:
-        column = pq.read_table(path, columns=["time_s"]).column("time_s")
+        column = pq.read_table(local, columns=["time_s"], filesystem=fs).column("time_s")
     except (OSError, KeyError, ValueError):
         return None
     mean = pc.mean(column).as_py() if len(column) else None

@@ -245,13 +245,15 @@ class Experiment:
     def cache_path(self, stage: str) -> str:
         return fileio.join(self.root, "cache", f"{stage}.parquet")
 
-    def stage_files(self, stage: str, within: str | None = None) -> list[StageFile]:
+    def stage_files(
+        self, stage: str, within: str | None = None, links: list[str] | None = None
+    ) -> list[StageFile]:
         """Every shard, compacted and memory file of `stage` (of one model and setting if
-        `within` is its setting directory), from one listing; anything else is ignored."""
+        `within` is its setting directory), from one listing; anything else is ignored, and
+        so is a link inside the (local) storage, never followed (each added to `links`)."""
         out, head = [], len(self.stage_dir(stage))
-        for f, size in sorted(
-            fileio.list_sizes(within or self.stage_dir(stage), ".parquet").items()
-        ):
+        listed = fileio.list_sizes(within or self.stage_dir(stage), ".parquet", links)
+        for f, size in sorted(listed.items()):
             parsed = self._parse(stage, f, size, f[head:])
             if parsed is not None:
                 out.append(parsed)

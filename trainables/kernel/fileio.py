@@ -5,15 +5,18 @@ Local paths (plain, or `file:///abs` and `local:///abs` in any case) use the OS 
 Writers never leave a half-written file at the final name. pyarrow is imported on first use of
 a filesystem, so that commands which only plan (`--help`, `spaces`, `--dry-run`) start fast.
 
-Confinement: below a local root given to `confine` (the storage; `Experiment` confines its
-own), every write, delete, move and lock reaches its directory one component at a time from
-the root with `O_NOFOLLOW`, so a symlink planted anywhere below the root (`reports ->
-/elsewhere`) is refused (`LinkError`), never followed; a symlink at the final name is replaced,
-never written through. The root itself, and the path above it, are the user's choice and may
-be links.
+Confinement (`trainables.kernel.confinement`): below a local root given to `confine` (the
+storage; `Experiment` confines its own), every write, delete, move and lock reaches its
+directory one component at a time from the root with `O_NOFOLLOW`, so a symlink planted
+anywhere below the root (`reports -> /elsewhere`) is refused (`LinkError`), never followed; a
+symlink at the final name is replaced, never written through. The root itself, and the path
+above it, are the user's choice and may be links.
 
 Reads: a local file must be a regular file, checked on an fd opened without blocking
-(`trainables.kernel.local_reads`); a reader may bound its size.
+(`trainables.kernel.local_reads`); a reader may bound its size. Below a confined root no read
+follows a link either: `read_bytes` and pyarrow's reads by path (`filesystem`,
+`trainables.kernel.confined_fs`) refuse a link at the name or above it, naming it, and a
+listing (`list_files`, ...) leaves out every link below it, each added to its `links`.
 """
 
 from __future__ import annotations
@@ -23,15 +26,23 @@ import errno
 import functools
 import os
 import re
-import stat
 import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from trainables.kernel.errors import ProblemsError
-from trainables.kernel.local_reads import UnreadableFileError, open_regular, too_large
+from trainables.kernel import confinement
+from trainables.kernel.confinement import LinkError as LinkError  # re-exported
+from trainables.kernel.confinement import confining_root, directory_fd, is_confined
+from trainables.kernel.local_reads import LINKED as LINKED  # re-exported
+from trainables.kernel.local_reads import (
+    UnreadableFileError,
+    exists_below,
+    open_regular,
+    too_large,
+    walk,
+)
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -51,10 +62,6 @@ OBJECT_STORES = frozenset({"s3", "gcs"})
 
 # URI schemes that name a local path (pyarrow's own spelling of its local file system too)
 LOCAL_SCHEMES = ("file://", "local://")
-
-
-class LinkError(ProblemsError):
-    """A symlink below a confined root on the way to a write (`confine`)."""
 
 
 def _local_scheme(location: str) -> str | None:
@@ -85,79 +92,10 @@ def local_uri_problem(location: str) -> str | None:
     )
 
 
-_CONFINED: set[Path] = set()
-
-
 def confine(root: str | Path) -> None:
     """From now on, refuse to follow a symlink below the local directory `root` on the way to
-    any write, delete, move or lock of this process (see the module docstring)."""
-    _CONFINED.add(Path(os.path.abspath(local_path(str(root)))))
-
-
-def _confining_root(path: Path) -> Path | None:
-    """The confined root that `path` (absolute) lies strictly below, the innermost one."""
-    roots = [r for r in _CONFINED if r in path.parents]
-    return max(roots, key=lambda r: len(r.parts)) if roots else None
-
-
-@contextlib.contextmanager
-def directory_fd(directory: Path, create: bool = False) -> Iterator[int]:
-    """An open fd of the local `directory` (made, with its parents, if `create`), reached from
-    its confining root one component at a time without following a symlink; LinkError if a
-    component below the root is a link or not a directory."""
-    directory = Path(os.path.abspath(directory))
-    root = _confining_root(directory) or (directory if directory in _CONFINED else None)
-    if root is None:
-        if create:
-            directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    else:
-        if create:
-            root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            here = root
-            for part in directory.relative_to(root).parts:
-                here = here / part
-                child = _step_down(fd, here, root, create)
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _step_down(fd: int, here: Path, root: Path, create: bool) -> int:
-    """A new fd of the directory `here`, the entry `here.name` of directory `fd`, never
-    through a link."""
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(here.name, dir_fd=fd)
-    try:
-        return os.open(here.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-    except OSError as e:
-        # a link gives ELOOP, or ENOTDIR with O_DIRECTORY on Linux; a file there stays an
-        # OSError naming the path
-        link = e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, here.name)
-        if not link:
-            raise OSError(e.errno, e.strerror, str(here)) from None
-    raise LinkError(
-        [
-            f"{here} is a symlink inside the storage {root}: sweeper never writes through a "
-            "link inside the storage; remove it (or move the real directory there) and re-run"
-        ]
-    )
-
-
-def _is_link(fd: int, name: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode)
-    except OSError:
-        return False
+    any write, delete, move, lock or read of this process (see the module docstring)."""
+    confinement.confine(Path(os.path.abspath(local_path(str(root)))))
 
 
 def links_below(root: str, limit: int = 5) -> list[str]:
@@ -205,7 +143,9 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     not once per file: S3 took two HEAD requests per call); any other URI gets its own."""
     location = str(location)
     if not is_uri(location):
-        return _pafs().LocalFileSystem(), str(local_path(location).absolute())
+        from trainables.kernel.confined_fs import local_filesystem
+
+        return local_filesystem(), str(local_path(location).absolute())
     plain = _BUCKET_URI.fullmatch(location)
     if plain is None:
         return _pafs().FileSystem.from_uri(location)
@@ -235,8 +175,11 @@ def _child_head(location: str) -> str:
 
 
 def exists(location: str) -> bool:
+    """Whether a file or folder is at `location`; below a confined root looked up without
+    following a link, and a link there (or above it) exists: its read names it."""
     if not is_uri(location):
-        return local_path(location).exists()
+        local = Path(os.path.abspath(local_path(location)))
+        return exists_below(local) if confining_root(local) else local.exists()
     fs, path = filesystem(location)
     return fs.get_file_info(path).type != _pafs().FileType.NotFound
 
@@ -270,8 +213,7 @@ def read_bytes(location: str, limit: int | None = None) -> bytes:
 
 
 def _open_regular(location: str, limit: int | None) -> int:
-    local = Path(os.path.abspath(local_path(location)))
-    return open_regular(location, local, _confining_root(local) is not None, limit)
+    return open_regular(location, Path(os.path.abspath(local_path(location))), limit)
 
 
 def _read_object(location: str, limit: int | None) -> bytes:
@@ -343,10 +285,19 @@ def move_confined(source: str, target: str) -> None:
         os.rename(src.name, dst.name, src_dir_fd=a, dst_dir_fd=b)
 
 
-def _listing(location: str, suffix: str) -> Iterator[tuple[str, Any]]:
-    """(location of the file, its pyarrow FileInfo) for every file under `location`
-    (recursively) whose name ends with `suffix`, from one listing; nothing if the location
-    does not exist. Hidden temp files (".name.tmp") are skipped."""
+def _listing(
+    location: str, suffix: str, links: list[str] | None
+) -> Iterator[tuple[str, int, float]]:
+    """(location of the file, its size, its modification time) for every file under
+    `location` (recursively) whose name ends with `suffix`, from one listing; nothing if the
+    location does not exist. Hidden temp files (".name.tmp") are skipped. Below a confined
+    root no link is followed: each one is left out and added to `links` (`local_reads.walk`)."""
+    local = Path(os.path.abspath(local_path(location)))
+    if not is_uri(location) and is_confined(local):
+        head, base = _child_head(location), len(str(local)) + 1
+        for path, info in walk(local, suffix, [] if links is None else links):
+            yield head + path[base:], info.st_size, info.st_mtime_ns / 1e9
+        return
     fs, path = filesystem(location)
     arrow = _pafs()
     if fs.get_file_info(path).type == arrow.FileType.NotFound:
@@ -356,27 +307,28 @@ def _listing(location: str, suffix: str) -> Iterator[tuple[str, Any]]:
     for info in fs.get_file_info(arrow.FileSelector(path, recursive=True)):
         hidden = info.base_name.startswith(".")
         if info.type == arrow.FileType.File and not hidden and info.base_name.endswith(suffix):
-            yield head + info.path[base:].replace("/", sep), info
+            name = head + info.path[base:].replace("/", sep)
+            yield name, int(info.size or 0), (info.mtime_ns or 0) / 1e9
 
 
-def list_files(location: str, suffix: str = "") -> list[str]:
+def list_files(location: str, suffix: str = "", links: list[str] | None = None) -> list[str]:
     """Every file under `location` (recursively) whose name ends with `suffix`, sorted;
-    empty if the location does not exist. Hidden temp files (".name.tmp") are skipped."""
-    return sorted(name for name, _ in _listing(location, suffix))
+    empty if the location does not exist. Hidden temp files (".name.tmp") are skipped, and
+    so is every link below a confined root (each added to `links`, if given)."""
+    return sorted(name for name, _, _ in _listing(location, suffix, links))
 
 
-def list_sizes(location: str, suffix: str = "") -> dict[str, int]:
+def list_sizes(location: str, suffix: str = "", links: list[str] | None = None) -> dict[str, int]:
     """`list_files` with each file's size in bytes."""
-    return {name: int(info.size or 0) for name, info in _listing(location, suffix)}
+    return {name: size for name, size, _ in _listing(location, suffix, links)}
 
 
-def list_stats(location: str, suffix: str = "") -> dict[str, tuple[int, float]]:
+def list_stats(
+    location: str, suffix: str = "", links: list[str] | None = None
+) -> dict[str, tuple[int, float]]:
     """`list_sizes` with each file's modification time too (seconds since the epoch), from the
     same one listing: `sweeper status` counts what was written lately."""
-    return {
-        name: (int(info.size or 0), (info.mtime_ns or 0) / 1e9)
-        for name, info in _listing(location, suffix)
-    }
+    return {name: (size, mtime) for name, size, mtime in _listing(location, suffix, links)}
 
 
 def total_size(location: str) -> int:
