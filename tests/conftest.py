@@ -39,10 +39,11 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def signing_key():
-    """The session's signing key, in $SWEEPER_SIGNING_KEY of this process and so of every Ray
-    worker it starts (as a user's shell would hold it): the e2e sweeps are attested."""
+    """The session's signing key, in $SWEEPER_SIGNING_KEY of this process from the first test
+    on, and so of every Ray worker it starts (as a user's shell would hold it): sweeps are
+    attested, and a checkpoint a test makes by hand is certified only once attested."""
     import os
 
     from trainables.kernel.attestation import KEY_ENV, SigningKey

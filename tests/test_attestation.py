@@ -208,3 +208,71 @@ def test_a_launch_hands_the_key_to_workers_through_ray_and_refuses_an_unreadable
     os.chmod(pair.secret, 0o644)
     with pytest.raises(ProblemsError, match=r"signing key: .*readable by others"):
         workers_signing_env()
+
+
+SPACE = """
+fixed: {dataset: digits, method: gaussian, m_train: 1, epochs: 1, batch_size: 64, lr: 0.02, eval_subset: 64}
+grids:
+  - name: g
+    axes: {sigma: [0.25], seed: [0, 1]}
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 16, n: 64, alpha: 0.001, skip: 45, max_points: null, batch_size: 400, shard_size: 10}
+"""
+
+
+def test_a_replaced_or_unattested_checkpoint_is_never_certified(tmp_path):
+    """Issue 38's attack: a trial's checkpoint.pt replaced by another model (here: the other
+    seed's, itself genuine), then certified: refused, as is one whose attestation is gone or
+    is another trial's; the honest checkpoint certifies."""
+    import shutil
+
+    import torch
+
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.results.storage import Experiment
+    from sweeper.run import shards
+    from sweeper.run.certify_stage import CERTIFY, certify_shard
+    from trainables.attestations import attest_training, attestation_path
+    from trainables.checkpoint import CheckpointError
+    from trainables.train import fit
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    spec = load_space(str(tmp_path / "space.yaml"))
+    exp = Experiment(str(tmp_path / "store"), "tiny")
+    ours, other = expand(spec)
+    for cfg in (ours, other):
+        fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+        attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
+    shard = shards.plan(ours, "certify", spec.certify, 450)[0]
+    assert certify_shard(exp, shard, spec.certify, 1).num_rows == 10
+    assert CERTIFY.compute is certify_shard  # what the engine runs is what is checked here
+    honest = Path(exp.checkpoint(ours.trial_id)).read_bytes()
+    shutil.copy(exp.checkpoint(other.trial_id), exp.checkpoint(ours.trial_id))
+    with pytest.raises(CheckpointError, match="not the ones its training attested"):
+        certify_shard(exp, shard, spec.certify, 1)
+    statement = attestation_path(exp.trial_dir(ours.trial_id), "train")
+    shutil.copy(attestation_path(exp.trial_dir(other.trial_id), "train"), statement)
+    with pytest.raises(CheckpointError, match=f"not trial {ours.trial_id}'s"):
+        certify_shard(exp, shard, spec.certify, 1)
+    Path(statement).unlink()
+    Path(exp.checkpoint(ours.trial_id)).write_bytes(honest)
+    with pytest.raises(CheckpointError, match="no training attestation beside it"):
+        certify_shard(exp, shard, spec.certify, 1)
+
+
+def test_a_checkpoint_signed_by_another_key_is_refused_and_none_is_checked_without_a_key(
+    tmp_path, monkeypatch
+):
+    from trainables.attestations import attest, verify_checkpoint
+
+    trial = tmp_path / "trials" / "abc"
+    trial.mkdir(parents=True)
+    data = b"weights"
+    outputs = {"checkpoint.pt": att.sha256_bytes(data)}
+    attest(str(trial), "train", {}, outputs, {"trial_id": "abc"}, SigningKey.generate())
+    with pytest.raises(AttestationError, match="does not verify: not signed by this key"):
+        verify_checkpoint(str(trial / "checkpoint.pt"), data)
+    monkeypatch.delenv(att.KEY_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    verify_checkpoint(str(trial / "checkpoint.pt"), b"anything")  # unattested: not checked

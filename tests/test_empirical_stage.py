@@ -28,6 +28,7 @@ from sweeper.results.sweep_file import write_sweep
 from sweeper.run import empirical_stage as emp
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
+from trainables.attestations import attest_training
 from trainables.kernel.trial_status import write_status
 from trainables.train import fit
 
@@ -57,6 +58,7 @@ def setup(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     cfg = trials[0]
     state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+    attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
     write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     for shard in shards.plan(cfg, "certify", spec.certify, 450):
         shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)

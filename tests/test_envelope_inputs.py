@@ -30,6 +30,7 @@ from sweeper.results.sweep_file import write_sweep
 from sweeper.run.envelope_run import certify_envelope
 from sweeper.run.envelope_stage import PILOT_SCHEMA, labels_task
 from sweeper.run.envelope_storage import full_refusal, pilot_refusal
+from trainables.attestations import attest_training
 from trainables.kernel.trial_status import write_status
 from trainables.train import fit
 
@@ -124,6 +125,7 @@ def trained(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     for cfg in trials:
         state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+        attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
         write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.05)
     honest = _copy(exp, tmp / "honest")

@@ -27,6 +27,7 @@ from sweeper.run import envelope_bounds as eb
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.envelope_run import RADII, certify_envelope
+from trainables.attestations import attest_training
 from trainables.kernel.trial_status import write_status
 from trainables.train import fit
 
@@ -118,6 +119,7 @@ def trained(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     for cfg in trials:
         state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+        attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
         write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     return space, spec, exp, trials
 

@@ -23,6 +23,7 @@ from sweeper.results.storage import Experiment
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from trainables import attacks, runtime
+from trainables.attestations import attest_training
 from trainables.certify_points import certify_points, run_mode
 from trainables.datasets import INFO, load_dataset
 from trainables.kernel.config import TrialConfig
@@ -57,6 +58,7 @@ def trained(tmp_path_factory):
         eval_subset=64,
     )
     fit(cfg, exp.checkpoint(cfg.trial_id), device=CPU)
+    attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
     return exp, cfg
 
 

@@ -9,9 +9,11 @@ unattested: they still read, marked as such."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 
 from trainables.kernel import fileio
 from trainables.kernel.attestation import (
+    AttestationError,
     SigningKey,
     Statement,
     canonical,
@@ -21,6 +23,7 @@ from trainables.kernel.attestation import (
 from trainables.kernel.config import TrialConfig
 
 SUFFIX = ".attestation.json"
+MAX_STATEMENT = 1 << 16  # bytes: a statement names a few digests
 
 
 def config_digest(cfg: TrialConfig) -> str:
@@ -59,6 +62,35 @@ def attest(
     path = attestation_path(directory, step)
     fileio.write_bytes_atomic(path, canonical(key.sign(statement)))
     return path
+
+
+def verify_checkpoint(path: str, data: bytes) -> None:
+    """With a key in this process, `data` (the bytes of checkpoint `path`, about to be loaded)
+    must be the checkpoint its trial's training statement names: signed by this key, of the
+    trial whose folder holds it; AttestationError otherwise, a missing statement included (a
+    planted or replaced checkpoint is never certified). Without a key nothing is checked: the
+    results are unattested, and read as such."""
+    key = load_signing_key()
+    if key is None:
+        return
+    directory = path.rstrip("/").rsplit("/", 1)[0]  # a local path or a URI: "/" either way
+    where = attestation_path(directory, "train")
+    try:
+        raw = fileio.read_bytes(where, MAX_STATEMENT)
+    except FileNotFoundError:
+        raise AttestationError(
+            "no training attestation beside it: only a checkpoint its sweep trained and signed "
+            f"is certified while a signing key is set (key {key.key_id})"
+        ) from None
+    try:
+        statement = key.public.verify(json.loads(raw))
+    except ValueError as e:
+        raise AttestationError(f"its training attestation does not verify: {e}") from None
+    trial_id = directory.rsplit("/", 1)[-1]
+    if statement.step != "train" or statement.settings.get("trial_id") != trial_id:
+        raise AttestationError(f"its training attestation is not trial {trial_id}'s")
+    if statement.outputs.get("checkpoint.pt") != sha256_bytes(data):
+        raise AttestationError("its bytes are not the ones its training attested")
 
 
 def attest_training(directory: str, cfg: TrialConfig, checkpoint: str, parent: str | None) -> None:

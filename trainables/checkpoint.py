@@ -10,6 +10,7 @@ With DDRS training on (`ddrs_start_epoch` set) it also holds "ddrs_sigma": the f
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 
 from trainables.datasets import INFO
 from trainables.kernel import fileio
+from trainables.kernel.attestation import AttestationError
 from trainables.kernel.config import TrialConfig, required
 from trainables.models import build_model
 
@@ -35,12 +37,23 @@ def save(payload: dict[str, Any], path: str | Path) -> None:
     fileio.write_bytes_atomic(str(path), buffer.getvalue())
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with `torch.load(weights_only=True)`."""
+def load(
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    verify: Callable[[str, bytes], None] | None = None,
+) -> dict[str, Any]:
+    """Read a checkpoint with `torch.load(weights_only=True)`; `verify(path, data)` first
+    checks the very bytes loaded (`trainables.attestations.verify_checkpoint`), its
+    AttestationError a CheckpointError."""
     try:
         data = fileio.read_bytes(str(path))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
+    if verify is not None:
+        try:
+            verify(str(path), data)
+        except AttestationError as e:
+            raise CheckpointError(f"checkpoint {path}: {e}") from None
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises many types for a truncated or foreign file
@@ -48,10 +61,13 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 
 def load_model(
-    path: str | Path, device: str | torch.device = "cpu"
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    verify: Callable[[str, bytes], None] | None = None,
 ) -> tuple[torch.nn.Sequential, TrialConfig]:
-    """The trained model (eval mode, on `device`) and the config that produced it."""
-    payload = load(path, map_location=device)
+    """The trained model (eval mode, on `device`) and the config that produced it (`verify`:
+    as `load`'s)."""
+    payload = load(path, map_location=device, verify=verify)
     cfg = TrialConfig.from_dict(payload["config"])
     info = INFO[cfg.dataset]
     model = build_model(required(cfg.arch, "arch"), info.num_classes, info.mean, info.std)

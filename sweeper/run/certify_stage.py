@@ -28,12 +28,13 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
     import torch
 
     from trainables import checkpoint
+    from trainables.attestations import verify_checkpoint
     from trainables.certify_points import certify_points, run_mode, seed_for
     from trainables.datasets import load_dataset
 
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
+    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device, verify_checkpoint)
     settings = spec.resolved(cfg.sigma)
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     seed = seed_for(shard.trial_id, spec.draws_id)  # per model: each point draws its own

@@ -66,6 +66,7 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
     import torch
 
     from trainables import checkpoint
+    from trainables.attestations import verify_checkpoint
     from trainables.certify_points import seed_for
     from trainables.datasets import load_dataset
     from trainables.empirical_points import empirical_points
@@ -73,7 +74,7 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
 
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device)
+    model, cfg = checkpoint.load_model(exp.checkpoint(shard.trial_id), device, verify_checkpoint)
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     generator = torch.Generator(device=device).manual_seed(
         seed_for(shard.trial_id, shard.setting_id, shard.index)

@@ -77,12 +77,13 @@ def _smooth(exp: Experiment, trial_id: str, spec: CertifySpec, cpus: float):
     import torch
 
     from trainables import checkpoint, runtime
+    from trainables.attestations import verify_checkpoint
     from trainables.datasets import load_dataset
     from trainables.smoothing import Smooth
 
     torch.set_num_threads(max(1, int(cpus)))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, cfg = checkpoint.load_model(exp.checkpoint(trial_id), device)
+    model, cfg = checkpoint.load_model(exp.checkpoint(trial_id), device, verify_checkpoint)
     settings = spec.resolved(cfg.sigma)
     runtime.check_precision(settings.precision, device)
     runtime.prepare(model.eval(), device, settings.channels_last, settings.compile)
