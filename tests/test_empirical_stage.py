@@ -335,9 +335,9 @@ def test_cli_bad_input_exits_2_with_one_line_each(setup, tmp_path):
 def test_envelope_empirical_bad_input(tmp_path, setup):
     _, _, exp, _ = setup
     copy = Experiment(str(tmp_path), exp.name)  # certified, not attacked
-    write_sweep(copy, {"trials": []})
     for part in ("trials", "certify"):  # the trial (its trial.json) behind the certified rows
         shutil.copytree(Path(exp.root) / part, Path(copy.root) / part)
+    shutil.copy(Path(exp.root) / "sweep.json", Path(copy.root) / "sweep.json")  # it declares
     args = ["envelope", "--storage", str(tmp_path), "--experiment", exp.name, "--empirical"]
     assert len(bad_input(args, "no empirical robustness results", "sweeper empirical")) == 1
     bad = Path(copy.shard_path("0123456789ab", "clean_x", 0, 1, "empirical"))
