@@ -39,18 +39,23 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def signing_key():
-    """The session's signing key, in $SWEEPER_SIGNING_KEY of this process from the first test
-    on, and so of every Ray worker it starts (as a user's shell would hold it): sweeps are
-    attested, and a checkpoint a test makes by hand is certified only once attested."""
-    import os
+    """The session's signing key: the Ray workers of `ray_session` hold it (as a driver hands
+    its key to its workers), so the sweeps on it are attested; a test that signs or checks in
+    its own process sets it there (`signing_env`)."""
+    from trainables.kernel.attestation import SigningKey
 
-    from trainables.kernel.attestation import KEY_ENV, SigningKey
+    return SigningKey.generate()
 
-    key = SigningKey.generate()
-    os.environ[KEY_ENV] = key.pem().decode()
-    return key
+
+@pytest.fixture
+def signing_env(signing_key, monkeypatch):
+    """$SWEEPER_SIGNING_KEY of this process set to the session's key, for this test."""
+    from trainables.kernel.attestation import KEY_ENV
+
+    monkeypatch.setenv(KEY_ENV, signing_key.pem().decode())
+    return signing_key
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +64,16 @@ def ray_session(signing_key):
     its workers hold the session's signing key."""
     ray = pytest.importorskip("ray")
     # address="local": a new Ray even if another process's `ray start` left its address behind
-    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    from trainables.kernel.attestation import KEY_ENV
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {KEY_ENV: signing_key.pem().decode()}},
+    )
     yield ray
     ray.shutdown()
 

@@ -220,7 +220,7 @@ certify: {n0: 16, n: 64, alpha: 0.001, skip: 45, max_points: null, batch_size: 4
 """
 
 
-def test_a_replaced_or_unattested_checkpoint_is_never_certified(tmp_path):
+def test_a_replaced_or_unattested_checkpoint_is_never_certified(tmp_path, signing_env):
     """Issue 38's attack: a trial's checkpoint.pt replaced by another model (here: the other
     seed's, itself genuine), then certified: refused, as is one whose attestation is gone or
     is another trial's; the honest checkpoint certifies."""
@@ -262,7 +262,7 @@ def test_a_replaced_or_unattested_checkpoint_is_never_certified(tmp_path):
 
 
 def test_a_checkpoint_signed_by_another_key_is_refused_and_none_is_checked_without_a_key(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, signing_env
 ):
     from trainables.attestations import attest, verify_checkpoint
 
@@ -276,3 +276,82 @@ def test_a_checkpoint_signed_by_another_key_is_refused_and_none_is_checked_witho
     monkeypatch.delenv(att.KEY_ENV)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
     verify_checkpoint(str(trial / "checkpoint.pt"), b"anything")  # unattested: not checked
+
+
+def _trained(tmp_path, space: str = SPACE):
+    import torch
+
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.results.storage import Experiment
+    from trainables.attestations import attest_training
+    from trainables.train import fit
+
+    (tmp_path / "space.yaml").write_text(space)
+    spec = load_space(str(tmp_path / "space.yaml"))
+    exp = Experiment(str(tmp_path / "store"), "tiny")
+    cfg = expand(spec)[0]
+    fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+    attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
+    return spec, exp, cfg
+
+
+def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_shards(
+    tmp_path, signing_env
+):
+    """Each shard's rows carry the worker's statement (the attested checkpoint, the model,
+    setting and shard); compaction refuses a shard whose rows changed, one unattested, one
+    moved to another shard's place, and signs what it folds."""
+    import pyarrow.parquet as pq
+
+    from sweeper.results.attested_rows import ATTESTATION, rows_digest, statement_of
+    from sweeper.run import shards
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.compaction import compact
+
+    spec, exp, cfg = _trained(tmp_path, SPACE.replace("skip: 45", "skip: 15"))
+    planned = shards.plan(cfg, "certify", spec.certify, 450)
+    for shard in planned:
+        shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
+    paths = [exp.shard_path(cfg.trial_id, s.setting_id, s.index, s.count) for s in planned]
+    checkpoint = att.sha256_file(exp.checkpoint(cfg.trial_id))
+    for s, path in zip(planned, paths, strict=True):
+        statement = statement_of(pq.read_table(path), signing_env.public)
+        assert statement is not None and statement.step == "certify"
+        assert statement.inputs == {"checkpoint.pt": checkpoint}
+        assert statement.settings["shard"] == f"{s.index}/{s.count}"
+    honest = Path(paths[0]).read_bytes()
+    table = pq.read_table(paths[0])
+    count = table.column("count").to_pylist()
+    count[0] = (count[0] or 0) + 1
+    changed = table.set_column(
+        table.schema.get_field_index("count"), "count", pa_array(count, table)
+    )
+    setting = type("S", (), {"setting_id": planned[0].setting_id})()
+    cases = {
+        "rows are not the ones its attestation signed": changed,
+        "it is not attested": table.replace_schema_metadata(
+            {k: v for k, v in table.schema.metadata.items() if k != ATTESTATION}
+        ),
+        "of another shard": pq.read_table(paths[1]),
+    }
+    for why, bad in cases.items():
+        pq.write_table(bad, paths[0])
+        with pytest.raises(RuntimeError, match=why):
+            compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    Path(paths[0]).write_bytes(honest)
+    compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    target = exp.compacted_path("certify", cfg.trial_id, planned[0].setting_id, len(planned))
+    folded = statement_of(pq.read_table(target), signing_env.public)
+    assert folded is not None and folded.step == "compact"
+    assert folded.inputs["checkpoint.pt"] == checkpoint
+    assert sorted(folded.inputs) == sorted(
+        ["checkpoint.pt", *(f"shard {s.index}/{s.count}" for s in planned)]
+    )
+    assert folded.outputs == {"rows": rows_digest(pq.read_table(target))}
+
+
+def pa_array(values, table):
+    import pyarrow as pa
+
+    return pa.array(values, table.schema.field("count").type)

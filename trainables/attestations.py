@@ -64,19 +64,12 @@ def attest(
     return path
 
 
-def verify_checkpoint(path: str, data: bytes) -> None:
-    """With a key in this process, `data` (the bytes of checkpoint `path`, about to be loaded)
-    must be the checkpoint its trial's training statement names: signed by this key, of the
-    trial whose folder holds it; AttestationError otherwise, a missing statement included (a
-    planted or replaced checkpoint is never certified). Without a key nothing is checked: the
-    results are unattested, and read as such."""
-    key = load_signing_key()
-    if key is None:
-        return
-    directory = path.rstrip("/").rsplit("/", 1)[0]  # a local path or a URI: "/" either way
-    where = attestation_path(directory, "train")
+def trained_checkpoint(directory: str, key: SigningKey) -> str:
+    """The checkpoint digest the training statement in trial folder `directory` names, that
+    statement verified with `key` and of that trial; AttestationError otherwise (a missing
+    statement included)."""
     try:
-        raw = fileio.read_bytes(where, MAX_STATEMENT)
+        raw = fileio.read_bytes(attestation_path(directory, "train"), MAX_STATEMENT)
     except FileNotFoundError:
         raise AttestationError(
             "no training attestation beside it: only a checkpoint its sweep trained and signed "
@@ -86,10 +79,22 @@ def verify_checkpoint(path: str, data: bytes) -> None:
         statement = key.public.verify(json.loads(raw))
     except ValueError as e:
         raise AttestationError(f"its training attestation does not verify: {e}") from None
-    trial_id = directory.rsplit("/", 1)[-1]
+    trial_id = directory.rstrip("/").rsplit("/", 1)[-1]
     if statement.step != "train" or statement.settings.get("trial_id") != trial_id:
         raise AttestationError(f"its training attestation is not trial {trial_id}'s")
-    if statement.outputs.get("checkpoint.pt") != sha256_bytes(data):
+    return str(statement.outputs.get("checkpoint.pt"))
+
+
+def verify_checkpoint(path: str, data: bytes) -> None:
+    """With a key in this process, `data` (the bytes of checkpoint `path`, about to be loaded)
+    must be the checkpoint its trial's training statement names (`trained_checkpoint`);
+    AttestationError otherwise: a planted or replaced checkpoint is never certified. Without
+    a key nothing is checked: the results are unattested, and read as such."""
+    key = load_signing_key()
+    if key is None:
+        return
+    directory = path.rstrip("/").rsplit("/", 1)[0]  # a local path or a URI: "/" either way
+    if trained_checkpoint(directory, key) != sha256_bytes(data):
         raise AttestationError("its bytes are not the ones its training attested")
 
 

@@ -13,12 +13,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.results.attested_rows import check_place, signed, statement_of, unsigned_metadata
 from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, StageFile, by_model
 from sweeper.run.stage import Identified, Stage
 from trainables.kernel import fileio
+from trainables.kernel.attestation import (
+    AttestationError,
+    SigningKey,
+    Statement,
+    load_signing_key,
+)
 
 
 def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:
@@ -35,15 +42,23 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
                 f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing"
             )
         _check_footers(shards, stage)
+        key = load_signing_key()
+        inputs = _attested_shards(shards, stage.name, key) if key else {}
         table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
         if stage.finish is not None:
             table = stage.finish(exp, trial_id, setting, table)
         _check_unique(table, target)
-        write_table(table.replace_schema_metadata(_metadata(shards[0].path)), target)
+        table = table.replace_schema_metadata(_metadata(shards[0].path))
+        if key is not None:
+            made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
+            table = signed(table, key, "compact", inputs, made)
+        write_table(table, target)
         rows = table.num_rows
     else:
         _check_footers([f for f in files if f.path == target], stage)
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
+        if key := load_signing_key():
+            _check_attested(target, "compact", (trial_id, sid), None, key)
     _verify(target, rows, stage.schema)
     for f in files:
         if f.kind in ("shard", "memory"):
@@ -60,10 +75,46 @@ def _fs_path(location: str):
 
 
 def _metadata(shard_path: str) -> dict:
-    """The first shard's file metadata (backend, normalization, config) for the compacted file."""
+    """The first shard's file metadata (backend, normalization, config) for the compacted
+    file, without what is the shard's own (its number, its attestation)."""
     fs, path = _fs_path(shard_path)
-    meta = pq.read_schema(path, filesystem=fs).metadata or {}
+    meta = unsigned_metadata(pq.read_schema(path, filesystem=fs).metadata)
     return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
+
+
+def _check_attested(
+    path: str, step: str, model: tuple[str, str], shard: str | None, key: SigningKey
+) -> Statement:
+    """The file's statement, verified with `key`, of `step`, of its model (trial, setting) and
+    `shard` ("i/k"; None: a compacted file); RuntimeError naming the file otherwise, an
+    unattested file included."""
+    fs, local = _fs_path(path)
+    try:
+        statement = statement_of(pq.read_table(local, filesystem=fs), key.public)
+        if statement is None:
+            raise AttestationError("it is not attested, and a signing key is set")
+        check_place(statement, step, *model)
+        if shard is not None and statement.settings.get("shard") != shard:
+            raise AttestationError("its attestation is of another shard")
+    except AttestationError as e:
+        raise RuntimeError(f"cannot compact {path}: {e}") from None
+    return statement
+
+
+def _attested_shards(shards: list[StageFile], step: str, key: SigningKey) -> dict[str, str]:
+    """The compaction's inputs: each shard's rows, every shard verified (`_check_attested`)
+    and all of one checkpoint."""
+    inputs, checkpoints = {}, set()
+    for f in shards:
+        shard = f"{f.index}/{f.count}"
+        statement = _check_attested(f.path, step, f.model, shard, key)
+        inputs[f"shard {shard}"] = statement.outputs["rows"]
+        checkpoints.add(statement.inputs.get("checkpoint.pt"))
+    if len(checkpoints) != 1:
+        raise RuntimeError(
+            f"cannot compact {shards[0].path}: its model's shards are of several checkpoints"
+        )
+    return {**inputs, "checkpoint.pt": str(checkpoints.pop())}
 
 
 def _check_footers(files: list[StageFile], stage: Stage) -> None:

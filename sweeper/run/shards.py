@@ -28,9 +28,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sweeper.plan.spec import Resources
+from sweeper.results.attested_rows import points_digest, signed
 from sweeper.results.failures import FailureLog
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
@@ -38,8 +39,13 @@ from sweeper.results.storage import Experiment, StageFile, index_chunks
 from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
+from trainables.attestations import trained_checkpoint
 from trainables.kernel import fileio
+from trainables.kernel.attestation import load_signing_key
 from trainables.kernel.config import TrialConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +119,24 @@ def run_shard(exp: Experiment, stage: Stage, shard: Shard, setting: Setting, cpu
     table = stage.compute(exp, shard, setting, cpus)
     if not table.schema.equals(stage.schema):
         raise TypeError(f"stage {stage.name} computed rows of another schema: {table.schema}")
-    write_table(table, out)
+    write_table(attest_shard(exp, stage.name, shard, table), out)
     return table.num_rows
+
+
+def attest_shard(exp: Experiment, step: str, shard: Shard, table: pa.Table) -> pa.Table:
+    """The shard's rows signed with this worker's key (as they are without one): made by
+    `step` from the checkpoint its training attested, for this model, setting and points."""
+    key = load_signing_key()
+    if key is None:
+        return table
+    checkpoint = trained_checkpoint(exp.trial_dir(shard.trial_id), key)
+    settings = {
+        "trial_id": shard.trial_id,
+        "setting_id": shard.setting_id,
+        "shard": f"{shard.index}/{shard.count}",
+        "points": points_digest(shard.indices),
+    }
+    return signed(table, key, step, {"checkpoint.pt": checkpoint}, settings)
 
 
 # ------------------------------------------------------------------------------ on Ray

@@ -1,0 +1,83 @@
+"""A results file's attestation: the signed statement in its Parquet footer (issue 38).
+
+A shard's rows are signed on the worker that computed them (step = the stage's name: inputs the
+checkpoint its training attested, settings the trial, setting, shard and its points), a
+compacted file's by the compaction that folded verified shards (step "compact": inputs each
+shard's rows). What is signed is the rows' digest (`rows_digest`: the SHA-256 of the canonical
+JSON of every column's digest, `digests.column_digests`), so the statement travels in the
+file's own metadata under `ATTESTATION` and still binds every value: a row changed, added or
+removed, or the statement moved to another file, fails (`statement_of`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+
+from sweeper.results.digests import column_digests
+from trainables.attestations import code_version
+from trainables.kernel.attestation import (
+    AttestationError,
+    PublicKey,
+    SigningKey,
+    Statement,
+    canonical,
+    sha256_bytes,
+)
+
+ATTESTATION = b"sweeper.attestation"
+
+
+def rows_digest(table: pa.Table) -> str:
+    """The SHA-256 of `table`'s rows: its columns' digests, in canonical JSON."""
+    return sha256_bytes(canonical(column_digests(table)))
+
+
+def points_digest(indices: list[int] | tuple[int, ...]) -> str:
+    return hashlib.sha256(canonical(list(indices))).hexdigest()
+
+
+def signed(
+    table: pa.Table, key: SigningKey, step: str, inputs: dict[str, str], settings: dict
+) -> pa.Table:
+    """`table` with its statement (`step` made these rows from `inputs`) in its metadata."""
+    statement = Statement(step, inputs, {"rows": rows_digest(table)}, settings, code_version())
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != ATTESTATION}
+    return table.replace_schema_metadata({**meta, ATTESTATION: canonical(key.sign(statement))})
+
+
+def unsigned_metadata(metadata: dict | None) -> dict:
+    """A file's metadata without its statement (what a file made from it starts from)."""
+    return {k: v for k, v in (metadata or {}).items() if k != ATTESTATION}
+
+
+def statement_of(table: pa.Table, public: PublicKey) -> Statement | None:
+    """The statement `table` (read with its metadata) carries, verified with `public` and
+    matching its rows; None when it carries none (unattested); AttestationError when it
+    fails."""
+    raw = (table.schema.metadata or {}).get(ATTESTATION)
+    if raw is None:
+        return None
+    try:
+        envelope = json.loads(raw)
+    except ValueError:
+        raise AttestationError("its attestation is not JSON") from None
+    statement = public.verify(envelope)
+    if statement.outputs.get("rows") != rows_digest(table):
+        raise AttestationError("its rows are not the ones its attestation signed")
+    return statement
+
+
+def check_place(statement: Statement, step: str, trial_id: str, setting_id: str) -> None:
+    """The statement is of `step`, of this model and setting (not one moved from another
+    file); AttestationError otherwise."""
+    s = statement.settings
+    if statement.step != step or (s.get("trial_id"), s.get("setting_id")) != (
+        trial_id,
+        setting_id,
+    ):
+        raise AttestationError(
+            f"its attestation is {statement.step} of {s.get('trial_id')}/{s.get('setting_id')}, "
+            f"not {step} of {trial_id}/{setting_id}"
+        )
