@@ -347,7 +347,9 @@ class Lease:
         """Is the lock file at the path still the one we lock? If it was removed or replaced
         (`rm .lease.lock`), lock the one there now (`relock`), unless another driver has
         locked it or written lease.json since: then False, the lease is lost."""
-        if still_there(self._lock_fd, self._lock_path):
+        held = self._lock_fd
+        assert held is not None  # only called while the lock is held
+        if still_there(held, self._lock_path):
             return True
         fd = relock(self._lock_path, _flock)
         current = None if fd is None else _current(self.exp)
@@ -355,7 +357,7 @@ class Lease:
             if fd is not None:
                 os.close(fd)  # another driver took the lease meanwhile (and let go)
             return False
-        os.close(self._lock_fd)
+        os.close(held)
         self._lock_fd = fd
         log.warning("the lease's %s was removed or replaced: locked the new one", self._lock_path)
         return True

@@ -154,12 +154,12 @@ class EnvelopeCertifier:
         self.arrivals = Arrivals(exp, spec.cert_id)
         self.configs: dict[str, TrialConfig] = {}
         self.busy: dict[str, str] = {}  # model -> the kind of its step running (or FAILED)
-        self.pilots: dict[Any, tuple[Step, tuple]] = {}  # SELECT/PILOT handles: step, points
+        self.pilots: dict[Any, tuple[Step, tuple | None]] = {}  # SELECT/PILOT handles: step, points
         # the data set's labels (dataset, data_dir, points) -> {idx: label}, as a task read
         # them (`labels_task`) or a selection task's rows carry them; never from storage
         self.labels: dict[tuple, dict[int, int]] = {}
         self.reading: dict[Any, tuple] = {}  # a labels task's handle -> its key
-        self.waiting: dict[tuple, list[tuple[Step, tuple]]] = {}  # key -> selections waiting
+        self.waiting: dict[tuple, list[tuple[Step, tuple | None]]] = {}  # key -> selections waiting
         self.fulls: dict[str, tuple[Step, shards.StageRunner]] = {}
         self.slots, self.max_steps, self.started = max(1, slots), max_steps, 0
 
@@ -255,7 +255,7 @@ class EnvelopeCertifier:
         args = (d.exp, step.model, d.spec, step.stage, points, draws, d.resources.cpu, stored)
         self.pilots[d.submit(pilot_task, *args)] = (step, points)
 
-    def _stored(self, step: Step, draws: int, labels: dict, chat: dict | None) -> Any:
+    def _stored(self, step: Step, draws: int, labels: dict | None, chat: dict | None) -> Any:
         """The step's pilot rows on storage if they pass `pilot_refusal` (with the data set's
         `labels`), else None (refused, named in a warning)."""
         path = self.d.exp.pilot_path(step.model, self.d.spec.cert_id, step.stage)
