@@ -355,3 +355,67 @@ def pa_array(values, table):
     import pyarrow as pa
 
     return pa.array(values, table.schema.field("count").type)
+
+
+def _verify(exp, *args: str, env: dict | None = None):
+    cmd = ["verify", "--storage", exp.storage, "--experiment", exp.name, *args]
+    return runner.invoke(app, cmd, env=env)
+
+
+def test_sweeper_verify_lists_attested_unattested_and_failed_files_and_exits_1_on_a_failure(
+    tmp_path, signing_env
+):
+    """A signed experiment verifies with its public key alone; a changed compacted file, a
+    replaced checkpoint or another key are failures named (exit 1); a file with no statement
+    is listed unattested; without any key it is one error line (exit 2)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from sweeper.results.attested_rows import ATTESTATION
+    from sweeper.results.sweep_file import write_sweep
+    from sweeper.run import shards
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.compaction import compact
+
+    spec, exp, cfg = _trained(tmp_path)
+    write_sweep(exp, {"space": {}, "trials": [cfg.to_dict()]})
+    planned = shards.plan(cfg, "certify", spec.certify, 450)
+    for shard in planned:
+        shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
+    setting = type("S", (), {"setting_id": planned[0].setting_id})()
+    compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    public = tmp_path / "public.pem"
+    public.write_bytes(signing_env.public.pem())
+    no_key = {att.KEY_ENV: "", "XDG_CONFIG_HOME": str(tmp_path / "none")}
+    done = _verify(exp, "--public-key", str(public), env=no_key)
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-1] == (
+        f"key {signing_env.key_id}: 2 files attested, 0 unattested, 0 failed"
+    )
+    refused = _verify(exp, env=no_key)
+    assert refused.exit_code == 2 and "no key to verify with" in refused.stderr
+    other = tmp_path / "other.pem"
+    other.write_bytes(SigningKey.generate().public.pem())
+    assert _verify(exp, "--public-key", str(other)).exit_code == 1
+    target = exp.compacted_path("certify", cfg.trial_id, planned[0].setting_id, len(planned))
+    table = pq.read_table(target)
+    count = [(c or 0) + 1 for c in table.column("count").to_pylist()]
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("count"), "count", pa_array(count, table)),
+        target,
+    )
+    changed = _verify(exp)
+    assert changed.exit_code == 1
+    assert f"FAILED {target}: its rows are not the ones its attestation signed" in changed.stdout
+    plain = table.replace_schema_metadata(
+        {k: v for k, v in table.schema.metadata.items() if k != ATTESTATION}
+    )
+    pq.write_table(plain, target)
+    unattested = _verify(exp)
+    assert unattested.exit_code == 0
+    assert f"unattested {target}: its rows carry no attestation" in unattested.stdout
+    shutil.copy(target, exp.checkpoint(cfg.trial_id))  # any other bytes
+    replaced = _verify(exp)
+    assert replaced.exit_code == 1
+    assert "the checkpoint's bytes are not the ones attested" in replaced.stdout

@@ -24,6 +24,7 @@ ORDER = [
     "envelope",
     "table",
     "report",
+    "verify",
     "empirical",
     "import",
     "spaces",

@@ -81,6 +81,13 @@ def test_every_trained_model_is_attested_and_the_key_is_nowhere_in_the_experimen
         assert statement.step == "train" and statement.settings["trial_id"] == cfg.trial_id
         assert statement.inputs == {"config": config_digest(cfg)}
         assert statement.outputs == {"checkpoint.pt": sha256_file(exp.checkpoint(cfg.trial_id))}
+    public_pem = Path(exp.storage).parent / "public.pem"
+    public_pem.write_bytes(signing_key.public.pem())
+    verified = run_cli(
+        "verify", "--storage", exp.storage, "--experiment", exp.name, "--public-key", public_pem
+    )
+    assert verified.exit_code == 0, verified.output
+    assert verified.stdout.splitlines()[-1].endswith(" files attested, 0 unattested, 0 failed")
     secret = "".join(signing_key.pem().decode().splitlines()[1:-1]).encode()
     files = [p for p in Path(exp.storage).rglob("*") if p.is_file()]
     assert files and not [p for p in files if secret[:40] in p.read_bytes()]

@@ -14,6 +14,7 @@ import json
 from trainables.kernel import fileio
 from trainables.kernel.attestation import (
     AttestationError,
+    PublicKey,
     SigningKey,
     Statement,
     canonical,
@@ -64,25 +65,30 @@ def attest(
     return path
 
 
-def trained_checkpoint(directory: str, key: SigningKey) -> str:
-    """The checkpoint digest the training statement in trial folder `directory` names, that
-    statement verified with `key` and of that trial; AttestationError otherwise (a missing
-    statement included)."""
+def train_statement(directory: str, public: PublicKey) -> Statement:
+    """The training statement in trial folder `directory`, verified with `public` and of that
+    trial; AttestationError otherwise (a missing statement included)."""
     try:
         raw = fileio.read_bytes(attestation_path(directory, "train"), MAX_STATEMENT)
     except FileNotFoundError:
         raise AttestationError(
             "no training attestation beside it: only a checkpoint its sweep trained and signed "
-            f"is certified while a signing key is set (key {key.key_id})"
+            f"is certified while a signing key is set (key {public.key_id})"
         ) from None
     try:
-        statement = key.public.verify(json.loads(raw))
+        statement = public.verify(json.loads(raw))
     except ValueError as e:
         raise AttestationError(f"its training attestation does not verify: {e}") from None
     trial_id = directory.rstrip("/").rsplit("/", 1)[-1]
     if statement.step != "train" or statement.settings.get("trial_id") != trial_id:
         raise AttestationError(f"its training attestation is not trial {trial_id}'s")
-    return str(statement.outputs.get("checkpoint.pt"))
+    return statement
+
+
+def trained_checkpoint(directory: str, key: SigningKey) -> str:
+    """The checkpoint digest the training statement in trial folder `directory` names
+    (`train_statement`, verified with `key`)."""
+    return str(train_statement(directory, key.public).outputs.get("checkpoint.pt"))
 
 
 def verify_checkpoint(path: str, data: bytes) -> None:

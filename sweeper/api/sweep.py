@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from sweeper.results.certify_rows import Results
     from sweeper.results.status import Status
     from sweeper.results.summary import Summary
+    from sweeper.results.verification import Verification
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +349,14 @@ class Sweep:
         chosen = selection.only_selection(self.only)
         selected = self.read(pruned_ok=True)
         return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
+
+    def verify(self, public_key: str | None = None) -> Verification:
+        """What in the experiment is attested, unattested and failed (`sweeper verify`),
+        checked with the public key in file `public_key` (as published with results), else
+        this machine's signing key's; ProblemsError when there is neither or it cannot be read."""
+        from sweeper.results.verification import public_key_from, verify_experiment
+
+        return verify_experiment(self.exp(), public_key_from(public_key))
 
 
 def left_out(exp: Experiment) -> list[str]:

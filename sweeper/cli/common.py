@@ -31,6 +31,7 @@ ORDER = (
     "envelope",
     "table",
     "report",
+    "verify",
     "empirical",
     "import",
     "spaces",

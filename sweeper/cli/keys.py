@@ -1,14 +1,17 @@
 """`sweeper key init` / `sweeper key show`: the Ed25519 key pair that signs what a sweep makes
 (`trainables.kernel.attestation`; docs/security.md). The secret stays outside the storage: in
 the user's config directory (mode 0600) or `SWEEPER_SIGNING_KEY`; the public key is what a
-reader needs to verify an experiment."""
+reader needs to verify an experiment, with `sweeper verify`."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from sweeper.cli.common import app, fail
+from sweeper.cli.common import LatestExperiment, Storage, app, fail, resolve_experiment
 from sweeper.cli.display import echo
+from sweeper.results.storage import DEFAULT_STORAGE
 
 key_app = typer.Typer(
     help="The key that signs a sweep's results (attestations).", no_args_is_help=True
@@ -46,3 +49,35 @@ def show() -> None:
         fail([f"no signing key: run `sweeper key init`, or set ${KEY_ENV}"])
     echo(f"signing key {key.key_id}")
     echo(key.public.pem().decode().rstrip())
+
+
+@app.command()
+def verify(
+    storage: Storage = DEFAULT_STORAGE,
+    experiment: LatestExperiment = None,
+    public_key: Annotated[
+        str | None,
+        typer.Option(
+            "--public-key",
+            help="The public key to verify with (a PEM file, as published with the results; "
+            "default: this machine's signing key's).",
+        ),
+    ] = None,
+) -> None:
+    """What in an experiment is attested (signed by the key), what is not, and what fails:
+    each trial's training and each results file. Exits 1 on any failure; unattested files
+    (made without a key) are listed, not failures."""
+    from sweeper import Sweep
+
+    exp = resolve_experiment(storage, experiment)
+    checked = Sweep(storage=exp.storage, experiment=exp.name).verify(public_key)
+    for path, why in checked.failed:
+        echo(f"FAILED {path}: {why}")
+    for path, why in checked.unattested:
+        echo(f"unattested {path}: {why}")
+    echo(
+        f"key {checked.key_id}: {len(checked.attested)} files attested, "
+        f"{len(checked.unattested)} unattested, {len(checked.failed)} failed"
+    )
+    if not checked.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,133 @@
+"""`sweeper verify`: what in an experiment is attested, what is not, and what fails (issue 38).
+
+Checked with a public key only (a reader of published results has no secret):
+- each trial `sweep.json` lists: its training statement (`trials/<id>/train.attestation.json`)
+  verifies, is that trial's, and names the checkpoint's bytes on storage (when it is there);
+- each results file (`certify/`, `empirical/`: shards and compacted files): the statement in
+  its footer verifies, signs its rows, is of its own model and setting (a shard: of its own
+  shard), and the checkpoint it was made from is the one that trial's training attested.
+A file with no statement is unattested (made without a key, or before keys: it still reads);
+one whose statement fails is a failure. Pilot files and the cache are not signed (the pilots'
+counts are recomputed from, the cache is derived from the files and checked against them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from sweeper.results.attested_rows import check_place, statement_of
+from sweeper.results.storage import STAGES, Experiment, StageFile
+from sweeper.results.sweep_file import read_sweep
+from trainables.attestations import attestation_path, train_statement
+from trainables.kernel import fileio
+from trainables.kernel.attestation import (
+    AttestationError,
+    PublicKey,
+    load_signing_key,
+    sha256_bytes,
+)
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ProblemsError
+
+
+@dataclass
+class Verification:
+    """Per file (a path): attested, unattested (with why) or failed (with why)."""
+
+    key_id: str
+    attested: list[str] = field(default_factory=list)
+    unattested: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def public_key_from(path: str | None) -> PublicKey:
+    """The public key in file `path` (as published with results), else this machine's signing
+    key's; ProblemsError (one line, exit 2) when there is neither or it cannot be read."""
+    try:
+        if path is not None:
+            return PublicKey.from_pem(fileio.read_bytes(str(Path(path).expanduser()), 1 << 16))
+        key = load_signing_key()
+    except (AttestationError, OSError) as e:
+        raise ProblemsError([f"{f'--public-key {path}' if path else 'signing key'}: {e}"]) from None
+    if key is None:
+        raise ProblemsError(
+            [
+                "no key to verify with: give --public-key FILE (the public key published with "
+                "the results), or make this machine's with `sweeper key init`"
+            ]
+        )
+    return key.public
+
+
+def verify_experiment(exp: Experiment, public: PublicKey) -> Verification:
+    """Every declared trial's training and every results file, checked with `public`."""
+    out = Verification(public.key_id)
+    checkpoints: dict[str, str] = {}  # trial_id -> the checkpoint its training attested
+    for trial_id in _declared_trials(exp):
+        digest = _check_training(exp, trial_id, public, out)
+        if digest is not None:
+            checkpoints[trial_id] = digest
+    for stage in STAGES:
+        for f in exp.stage_files(stage):
+            if f.kind != "memory":
+                _check_rows(f, public, checkpoints, out)
+    return out
+
+
+def _declared_trials(exp: Experiment) -> list[str]:
+    doc = read_sweep(exp) or {}
+    trials = doc.get("trials") if isinstance(doc.get("trials"), list) else []
+    return sorted({TrialConfig.from_dict(t).trial_id for t in trials if isinstance(t, dict)})
+
+
+def _check_training(
+    exp: Experiment, trial_id: str, public: PublicKey, out: Verification
+) -> str | None:
+    """The checkpoint digest trial `trial_id`'s training attested (None: not attested or
+    failed, recorded in `out`)."""
+    where = attestation_path(exp.trial_dir(trial_id), "train")
+    if not fileio.exists(where):
+        if fileio.exists(exp.checkpoint(trial_id)):
+            out.unattested.append((exp.checkpoint(trial_id), "no training attestation"))
+        return None
+    try:
+        digest = str(train_statement(exp.trial_dir(trial_id), public).outputs["checkpoint.pt"])
+        ckpt = exp.checkpoint(trial_id)
+        if fileio.exists(ckpt) and sha256_bytes(fileio.read_bytes(ckpt)) != digest:
+            raise AttestationError("the checkpoint's bytes are not the ones attested")
+    except (AttestationError, KeyError) as e:
+        out.failed.append((where, str(e)))
+        return None
+    out.attested.append(where)
+    return digest
+
+
+def _check_rows(
+    f: StageFile, public: PublicKey, checkpoints: dict[str, str], out: Verification
+) -> None:
+    fs, local = fileio.filesystem(f.path)
+    try:
+        statement = statement_of(pq.read_table(local, filesystem=fs), public)
+        if statement is None:
+            out.unattested.append((f.path, "its rows carry no attestation"))
+            return
+        check_place(statement, f.stage if f.kind == "shard" else "compact", *f.model)
+        if f.kind == "shard" and statement.settings.get("shard") != f"{f.index}/{f.count}":
+            raise AttestationError("its attestation is of another shard")
+        made_from = statement.inputs.get("checkpoint.pt")
+        if made_from != checkpoints.get(f.trial_id):
+            raise AttestationError(
+                "made from a checkpoint its trial's training did not attest"
+                if f.trial_id in checkpoints
+                else "its trial's training is not attested"
+            )
+    except (AttestationError, OSError, ValueError) as e:
+        out.failed.append((f.path, str(e)))
+        return
+    out.attested.append(f.path)
