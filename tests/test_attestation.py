@@ -419,3 +419,90 @@ def test_sweeper_verify_lists_attested_unattested_and_failed_files_and_exits_1_o
     replaced = _verify(exp)
     assert replaced.exit_code == 1
     assert "the checkpoint's bytes are not the ones attested" in replaced.stdout
+
+
+def _certified(exp, spec, cfg) -> list:
+    from sweeper.run import shards
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.compaction import compact
+
+    planned = shards.plan(cfg, "certify", spec.certify, 450)
+    for shard in planned:
+        shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
+    setting = type("S", (), {"setting_id": planned[0].setting_id})()
+    compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    return planned
+
+
+def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can_keep_only_attested(
+    tmp_path, signing_env, monkeypatch
+):
+    """Two models, one certified with the key and one without: `envelope` counts both and
+    says which rests on unattested files (csv: `attested`); --attested-only counts the signed
+    one only; a signed file whose rows were changed is named and left out."""
+    import io
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.results.storage import Experiment
+    from sweeper.results.sweep_file import write_sweep
+    from trainables.attestations import attest_training
+    from trainables.kernel.trial_status import write_status
+    from trainables.train import fit
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    spec = load_space(str(tmp_path / "space.yaml"))
+    exp = Experiment(str(tmp_path / "store"), "tiny")
+    signed, plain = expand(spec)
+    write_sweep(exp, {"space": {}, "trials": [signed.to_dict(), plain.to_dict()]})
+    for cfg in (signed, plain):
+        state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+        write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
+    attest_training(exp.trial_dir(signed.trial_id), signed, exp.checkpoint(signed.trial_id), None)
+    planned = _certified(exp, spec, signed)
+    monkeypatch.delenv(att.KEY_ENV)
+    _certified(exp, spec, plain)
+    monkeypatch.setenv(att.KEY_ENV, signing_env.pem().decode())
+    args = ["envelope", "--storage", exp.storage, "--experiment", exp.name, "--format", "csv"]
+    args += ["--radii", "0"]
+    both = runner.invoke(app, args)
+    assert both.exit_code == 0, both.output
+    frame = pd.read_csv(io.StringIO(both.stdout))
+    winner = frame.loc[0, "trial_id"]
+    assert bool(frame.loc[0, "attested"]) == (winner == signed.trial_id)
+    assert (
+        f"attestations (key {signing_env.key_id}): 1 files verified; 1 model rest on unattested "
+        "files (made without a key, or planted): counted"
+    ) in both.stderr
+    only = runner.invoke(app, [*args, "--attested-only"])
+    assert only.exit_code == 0, only.output
+    kept = pd.read_csv(io.StringIO(only.stdout))
+    assert kept.loc[0, "trial_id"] == signed.trial_id and bool(kept.loc[0, "attested"])
+    assert "1 model resting on unattested files left out (--attested-only)" in only.stderr
+    per_model = runner.invoke(
+        app,
+        ["table", "--storage", exp.storage, "--experiment", exp.name, "--radii", "0"],
+        env={"COLUMNS": "200"},
+    )
+    assert per_model.exit_code == 0, per_model.output
+    assert f"{plain.trial_id} †" in per_model.stdout
+    assert f"{signed.trial_id} †" not in per_model.stdout
+    target = exp.compacted_path("certify", signed.trial_id, planned[0].setting_id, len(planned))
+    table = pq.read_table(target)
+    field = table.schema.field("time_s")  # a column no other check can tell is changed
+    times = [t * 2 + 1 for t in table.column("time_s").to_pylist()]
+    changed = table.set_column(
+        table.schema.get_field_index("time_s"), field, pa.array(times, field.type)
+    )
+    pq.write_table(changed, target)
+    tampered = runner.invoke(app, [*args, "--attested-only"])
+    assert f"left out {target}: its rows are not the ones its attestation signed" in tampered.stderr
+    monkeypatch.delenv(att.KEY_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    no_key = runner.invoke(app, [*args, "--attested-only"])
+    assert no_key.exit_code == 2 and "--attested-only: no key to check" in no_key.stderr

@@ -225,3 +225,37 @@ def model_table(
             ["no certification results to tabulate (check --only, or run `sweeper certify`)"]
         )
     return rows
+
+
+def attested_rows(results: Results, frame: pd.DataFrame, attested_only: bool) -> pd.DataFrame:
+    """`--attested-only`: `frame` without the models resting on unattested files (a file that
+    failed its attestation is never in it: `load_results`); ProblemsError when there is no
+    key to check attestations with."""
+    if not attested_only:
+        return frame
+    if results.attestations is None:
+        raise ProblemsError(
+            [
+                "--attested-only: no key to check attestations with: set SWEEPER_PUBLIC_KEY to "
+                "the public key file, or make this machine's with `sweeper key init`"
+            ]
+        )
+    unattested = results.attestations.unattested
+    keys = zip(frame["trial_id"], frame["cert_id"], strict=True)
+    return frame[[k not in unattested for k in keys]].reset_index(drop=True)
+
+
+def mark_attested(table: pd.DataFrame, results: Results) -> pd.DataFrame:
+    """`table` (the envelope's winners or per-model rows, with trial_id and cert_id) with an
+    `attested` column: whether the row's model rests on attested files only (None where no
+    model won; no column when there was no key to check with)."""
+    import pandas as pd
+
+    if results.attestations is None or "trial_id" not in table:
+        return table
+    unattested = results.attestations.unattested
+    marks = [
+        None if pd.isna(t) else (t, c) not in unattested
+        for t, c in zip(table["trial_id"], table["cert_id"], strict=True)
+    ]
+    return table.assign(attested=pd.Series(marks, index=table.index, dtype=object))

@@ -303,13 +303,17 @@ class Sweep:
         log.info("experiment: %s", exp.name)
         return exp
 
-    def read(self, columns: list[str] | None = None, pruned_ok: bool = False) -> Selected:
+    def read(
+        self, columns: list[str] | None = None, pruned_ok: bool = False, attested_only: bool = False
+    ) -> Selected:
         """The experiment's certification rows, the `--only` slice of the sound models
-        (`pruned_ok`: a slice of pruned models only is no row, not an error)."""
+        (`pruned_ok`: a slice of pruned models only is no row, not an error; `attested_only`:
+        of the models resting on attested files only, `selection.attested_rows`)."""
         chosen = selection.only_selection(self.only)
         exp = self.exp()
         results = selection.load(exp, chosen, columns)
-        rows = selection.only_rows(exp, results.frame, chosen, pruned_ok)
+        attested = selection.attested_rows(results, results.frame, attested_only)
+        rows = selection.only_rows(exp, attested, chosen, pruned_ok)
         frame, unsound = selection.sound_rows(rows)
         return Selected(exp, results, frame, unsound)
 
@@ -325,22 +329,26 @@ class Sweep:
         st.envelope = envelope_verdicts(reader.exp)
         return StatusReport(st, summarize(st))
 
-    def envelope(self, radii: Sequence[float], by: str | None = None) -> pd.DataFrame:
+    def envelope(
+        self, radii: Sequence[float], by: str | None = None, attested_only: bool = False
+    ) -> pd.DataFrame:
         """The upper envelope of certified accuracy over the models, and who got it, at each
         radius (per `by` group): `sweeper envelope`'s numbers; under the envelope strategy its
         soundness logged (`envelope_records.soundness_lines`), after an envelope search what it
-        trained, skipped and audited, and that it has no guarantee."""
+        trained, skipped and audited, and that it has no guarantee. With a key to check
+        attestations, an `attested` column says whether each winner rests on attested files
+        (`attested_only`: only such models compete)."""
         from sweeper.results import envelope as env
         from sweeper.results.envelope_records import soundness_lines
 
-        selected = self.read(env.read_columns(by, "smoothing"))
+        selected = self.read(env.read_columns(by, "smoothing"), attested_only=attested_only)
         cert_ids = selected.frame["cert_id"].unique().tolist() if len(selected.frame) else []
         for line in soundness_lines(selected.exp, cert_ids, list(radii)):
             log.info("envelope strategy: %s", line)
         searched = selection.search_account(selected.exp, selected.results.frame)
         for line in searched.lines() if searched is not None else []:
             log.info("envelope search: %s", line)
-        return envelope_of(selected.frame, radii, by)
+        return selection.mark_attested(envelope_of(selected.frame, radii, by), selected.results)
 
     def table(self, radii: Sequence[float]) -> pd.DataFrame:
         """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);

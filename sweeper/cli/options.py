@@ -184,6 +184,15 @@ Strict = Annotated[
     ),
 ]
 
+AttestedOnly = Annotated[
+    bool,
+    typer.Option(
+        "--attested-only",
+        help="Count only models whose results files are attested by the key ($SWEEPER_PUBLIC_KEY "
+        "names a public key file, else this machine's signing key); see `sweeper verify`.",
+    ),
+]
+
 
 # Declared once, for every command that plans a space (`run grid`, `certify`, `empirical`).
 SpaceSmoke = Annotated[

@@ -1,7 +1,8 @@
 """What the read commands (`envelope`, `table`, `report`) say on stderr about what they
 read: the certification settings and each σ's reach, the models and points read, the planned
 trials without results and those the envelope strategy pruned, the data-dependent models, the
-missing shards; and `--strict`'s exit when files or models were left out."""
+missing shards, what rests on unattested files (and the † marking it); and `--strict`'s exit
+when files or models were left out."""
 
 from __future__ import annotations
 
@@ -98,4 +99,42 @@ def partial_note(rows) -> None:
         "its exact_from radius (csv/json: exact_from); below it, and its ACR, are lower "
         "bounds of what full certification would report",
         err=True,
+    )
+
+
+UNATTESTED = "†"
+
+
+def attested_texts(table, text, column: str = "certified_accuracy"):
+    """`text` with † after `column` where the row's model rests on unattested files
+    (`selection.mark_attested`; csv/json: the `attested` column)."""
+    if "attested" not in table:
+        return text
+    marked = (table["attested"] == False).to_numpy()  # noqa: E712 (None: no winner)
+    text = text.copy()
+    text.loc[marked, column] = [f"{v} {UNATTESTED}" for v in text.loc[marked, column]]
+    return text
+
+
+def attestation_note(results, table, attested_only: bool) -> None:
+    """On stderr, when a key checked the files: how many are attested, how many models rest
+    on unattested ones (counted and marked †, or left out with --attested-only)."""
+    a = results.attestations
+    if a is None:
+        return
+    models = display.plural(len(a.unattested), "model")
+    if attested_only:
+        rest = f"{models} resting on unattested files left out (--attested-only)"
+    elif a.unattested:
+        shown = "attested" in table and (table["attested"] == False).any()  # noqa: E712
+        mark = f"; {UNATTESTED} marks the numbers that rest on them" if shown else ""
+        rest = (
+            f"{models} rest on unattested files (made without a key, or planted): counted{mark}; "
+            "--attested-only leaves them out"
+        )
+    else:
+        rest = "every model's files are attested"
+    failed = f", {len(a.failed)} failed (named above, left out)" if a.failed else ""
+    display.echo(
+        f"attestations (key {a.key_id}): {a.attested} files verified{failed}; {rest}", err=True
     )

@@ -26,8 +26,15 @@ from sweeper.cli.common import (
     resolve_experiment,
     warn_left_out,
 )
-from sweeper.cli.options import Strict
-from sweeper.cli.read_notes import exit_if_left_out, partial_note, print_coverage, print_settings
+from sweeper.cli.options import AttestedOnly, Strict
+from sweeper.cli.read_notes import (
+    attestation_note,
+    attested_texts,
+    exit_if_left_out,
+    partial_note,
+    print_coverage,
+    print_settings,
+)
 from sweeper.cli.uncertainty_view import (
     CI_HEADER,
     model_interval_note,
@@ -67,6 +74,7 @@ def envelope(
         ),
     ] = False,
     strict: Strict = False,
+    attested_only: AttestedOnly = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
 ) -> None:
@@ -75,9 +83,11 @@ def envelope(
 
     grid, problems = _envelope_options(fmt, radius, radii, plot)
     columns = env.read_columns(by, "smoothing")
-    exp, results, frame = load_selected(storage, experiment, only, problems, columns)
+    exp, results, frame = load_selected(
+        storage, experiment, only, problems, columns, attested_only=attested_only
+    )
     try:
-        table = envelope_of(frame, grid, by)
+        table = selection.mark_attested(envelope_of(frame, grid, by), results)
     except env.EnvelopeError as e:
         fail([str(e)])
     by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -85,6 +95,7 @@ def envelope(
     table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
     _print_notes(exp, results, frame, grid)
+    attestation_note(results, table, attested_only)
     if plot:
         _plot(exp, frame, plot, by, curve, grid)
     exit_if_left_out(results, strict)
@@ -126,6 +137,7 @@ def table(
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
     strict: Strict = False,
+    attested_only: AttestedOnly = False,
     wide: Wide = False,
     digits: Digits = DIGITS,
 ) -> None:
@@ -135,16 +147,20 @@ def table(
 
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems, pruned_ok=True)
+    exp, results, frame = load_selected(
+        storage, experiment, only, problems, pruned_ok=True, attested_only=attested_only
+    )
     try:
         rows = selection.model_table(exp, frame, parse_only(only)[0], grid)
     except ProblemsError as e:
         fail(e.problems)
+    rows = selection.mark_attested(rows, results)
     _print_model_table(rows, fmt, exp.name, wide, digits)
     model_interval_note(rows)
     partial_note(rows)
     print_settings(frame)
     print_coverage(exp, results, frame)
+    attestation_note(results, rows, attested_only)
     exit_if_left_out(results, strict)
 
 
@@ -155,6 +171,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
 
     best = best_rows(rows)
     text = partial_texts(rows, pruned_texts(rows, texts(rows, digits), digits))
+    text = attested_texts(rows, text, "trial_id")
     for col, index in best.items():
         text.loc[list(index), col] = text.loc[list(index), col].map(
             (lambda v: f"**{v}**") if fmt == "markdown" else (lambda v: f"{v}*")
@@ -260,6 +277,7 @@ def load_selected(
     problems: list[str],
     columns: list[str] | None = None,
     pruned_ok: bool = False,
+    attested_only: bool = False,
 ):
     """(experiment, results, rows selected by --only, sound models only); exits 2 on any
     problem so far (`pruned_ok`: an --only that keeps only pruned models is none, and selects
@@ -267,6 +285,7 @@ def load_selected(
     data-dependent models awaiting their memory pass. `columns`: read only these (and the
     --only columns), not every results column."""
     from sweeper.results.certify_rows import ResultsError
+    from trainables.kernel.errors import ProblemsError
 
     chosen, only_problems = parse_only(only)
     if problems or only_problems:
@@ -277,7 +296,11 @@ def load_selected(
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(results.invalid, exp)
-    rows = selection.only_rows(exp, results.frame, chosen, pruned_ok)
+    try:
+        attested = selection.attested_rows(results, results.frame, attested_only)
+    except ProblemsError as e:
+        fail(e.problems)
+    rows = selection.only_rows(exp, attested, chosen, pruned_ok)
     frame, unsound = selection.sound_rows(rows)
     if unsound:
         display.echo(
@@ -321,7 +344,7 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
-    text = uncertainty_texts(table, texts(table, digits))
+    text = attested_texts(table, uncertainty_texts(table, texts(table, digits)))
     if fmt == "markdown":
         display.echo(to_markdown(text))
     else:

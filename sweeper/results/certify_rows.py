@@ -29,6 +29,9 @@ from trainables.kernel import fileio
 from trainables.kernel.certificates import max_radius as max_radius  # its home; read from here too
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
+if typing.TYPE_CHECKING:
+    from sweeper.results.attestation_reads import Attestations
+
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 CERT_COLUMNS = [
     ("sigma_cert", pa.float64()),  # per point: it varies under data-dependent smoothing
@@ -162,6 +165,8 @@ class Results:
     # (trial_id, cert_id) -> shard numbers missing from a model that has some shards
     missing_shards: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
+    # what the files' attestations say (None: no key to check with; `attestation_reads`)
+    attestations: Attestations | None = None
 
     @property
     def models(self) -> int:
@@ -193,6 +198,7 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     validation and the DDRS columns need), with the shards still missing and the files left
     out as invalid (legacy DDRS memory files among them: `legacy_memory`; the envelope
     strategy's records of models the sweep never declared: `envelope_records.vouched`)."""
+    from sweeper.results.attestation_reads import check_files, reading_key
     from sweeper.results.envelope_records import vouched
 
     if not fileio.exists(exp.root):
@@ -205,7 +211,15 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     memory, wrong = valid_memory(frame, memory)
     frame = apply_memory(frame, memory[list(MEMORY_SCHEMA.names)])
     records = vouched(exp).left_out
-    return Results(frame, rows.files, rows.missing, rows.invalid + unreadable + wrong + records)
+    invalid = rows.invalid + unreadable + wrong + records
+    attestations = None
+    if (key := reading_key()) is not None:  # failed files' models never count
+        attestations = check_files(exp, rows.used, key)
+        failed = {f.model for f in rows.used if f.path in attestations.failed_models}
+        keys = list(zip(frame["trial_id"], frame["cert_id"], strict=True))
+        frame = frame[[k not in failed for k in keys]].reset_index(drop=True)
+        invalid += list(attestations.failed)
+    return Results(frame, rows.files, rows.missing, invalid, attestations)
 
 
 def apply_memory(frame: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:

@@ -47,6 +47,7 @@ class StageRows:
     missing: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # unfinished models
     invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
     memory: list[StageFile] = field(default_factory=list)  # legacy DDRS memory files to apply
+    used: list[StageFile] = field(default_factory=list)  # `files`, as listed
 
 
 def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = None) -> StageRows:
@@ -69,11 +70,10 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     invalid += cache_invalid + rest_invalid
     bad = {p.partition(": ")[0] for p in invalid}
     table = pa.concat_tables([cached, table]) if cached.num_rows else table
-    used = [f.path for f in compacted if f.path in covered] + [
-        f.path for f in rest if f.path not in bad
-    ]
+    used = [f for f in compacted if f.path in covered] + [f for f in rest if f.path not in bad]
     valid_shards = [f for f in shards if f.path not in bad]
-    return StageRows(table, used, _missing(valid_shards), invalid, memory)
+    paths = [f.path for f in used]
+    return StageRows(table, paths, _missing(valid_shards), invalid, memory, used)
 
 
 def read_columns(stage: StageTable, columns: list[str] | None) -> list[str]:

@@ -1,0 +1,164 @@
+"""What the reads make of attestations (issue 38 item 3; docs/security.md).
+
+With a key to check with (`reading_key`: the public key in the file $SWEEPER_PUBLIC_KEY names,
+as published with results, else this machine's signing key's), every results file whose rows
+a read uses is classified (`check_files`): attested (its statement verifies, is of its own
+model, setting and shard, signs its rows, and was made from the checkpoint its trial's
+training attested), unattested (no statement: made without a key, or before keys, or planted)
+or failed. A failed file's rows never count: it is named and left out, like a damaged file.
+An unattested file's models still count, and the views say which numbers rest on them
+(`--attested-only` leaves them out). Without a key nothing is checked and nothing is said.
+
+Verification reads a file's rows once: what a file's statement says is remembered by the
+SHA-256 of the file's bytes, per key, in `$XDG_CACHE_HOME/sweeper/attested/<key id>.json`
+(outside the storage, which is not trusted), so later reads only hash the bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sweeper.results.attested_rows import statement_of
+from sweeper.results.storage import Experiment, StageFile
+from trainables.attestations import train_statement
+from trainables.kernel import fileio
+from trainables.kernel.attestation import (
+    AttestationError,
+    PublicKey,
+    load_signing_key,
+    sha256_bytes,
+)
+from trainables.kernel.errors import ProblemsError
+
+PUBLIC_ENV = "SWEEPER_PUBLIC_KEY"
+
+
+def reading_key() -> PublicKey | None:
+    """The key reads check attestations with (module docstring); None: not checked.
+    ProblemsError (exit 2) for a key that cannot be read."""
+    try:
+        if path := os.environ.get(PUBLIC_ENV, "").strip():
+            return PublicKey.from_pem(Path(path).expanduser().read_bytes())
+        key = load_signing_key()
+    except (AttestationError, OSError) as e:
+        where = f"${PUBLIC_ENV}" if os.environ.get(PUBLIC_ENV, "").strip() else "signing key"
+        raise ProblemsError([f"{where}: {e}"]) from None
+    return None if key is None else key.public
+
+
+@dataclass(frozen=True)
+class Attestations:
+    """Of the files a read used: `unattested` the models (trial_id, setting) resting on a file
+    with no statement, `failed` "path: why" (left out), `attested` how many files verified."""
+
+    key_id: str
+    attested: int
+    unattested: frozenset[tuple[str, str]]
+    failed: tuple[str, ...]
+
+    @property
+    def failed_models(self) -> set[str]:
+        return {line.partition(": ")[0] for line in self.failed}
+
+
+def check_files(exp: Experiment, files: list[StageFile], key: PublicKey) -> Attestations:
+    """Each of `files` (shards and compacted files of one stage) classified (module
+    docstring)."""
+    memo = _Memo(key.key_id)
+    trained: dict[str, str | None] = {}
+    attested, unattested, failed = 0, set(), []
+    for f in files:
+        try:
+            said = _statement(f, key, memo)
+            if said is None:
+                unattested.add(f.model)
+                continue
+            _check(f, said, _trained(exp, f.trial_id, key, trained))
+            attested += 1
+        except (AttestationError, OSError, ValueError, pa.ArrowInvalid) as e:
+            failed.append(f"{f.path}: {e}")
+    memo.save()
+    return Attestations(key.key_id, attested, frozenset(unattested), tuple(failed))
+
+
+def _statement(f: StageFile, key: PublicKey, memo: _Memo) -> dict | None:
+    """What the file's statement says (step, trial_id, setting_id, shard, checkpoint), from
+    the memo when its bytes were verified before; None when it carries none."""
+    data = fileio.read_bytes(f.path)
+    digest = sha256_bytes(data)
+    if (said := memo.get(digest)) is not None:
+        return said
+    statement = statement_of(pq.read_table(pa.BufferReader(data)), key)
+    if statement is None:
+        return None
+    said = {
+        "step": statement.step,
+        "trial_id": statement.settings.get("trial_id"),
+        "setting_id": statement.settings.get("setting_id"),
+        "shard": statement.settings.get("shard"),
+        "checkpoint": statement.inputs.get("checkpoint.pt"),
+    }
+    memo.put(digest, said)
+    return said
+
+
+def _check(f: StageFile, said: dict, checkpoint: str | None) -> None:
+    step = "compact" if f.kind == "compacted" else f.stage
+    if (said["step"], said["trial_id"], said["setting_id"]) != (step, *f.model):
+        raise AttestationError(
+            f"its attestation is {said['step']} of {said['trial_id']}/{said['setting_id']}"
+        )
+    if f.kind == "shard" and said["shard"] != f"{f.index}/{f.count}":
+        raise AttestationError("its attestation is of another shard")
+    if checkpoint is None or said["checkpoint"] != checkpoint:
+        raise AttestationError("made from a checkpoint its trial's training did not attest")
+
+
+def _trained(exp: Experiment, trial_id: str, key: PublicKey, seen: dict) -> str | None:
+    """The checkpoint digest trial `trial_id`'s training attested (None: none that verifies)."""
+    if trial_id not in seen:
+        try:
+            statement = train_statement(exp.trial_dir(trial_id), key)
+            seen[trial_id] = str(statement.outputs.get("checkpoint.pt"))
+        except (AttestationError, OSError):
+            seen[trial_id] = None
+    return seen[trial_id]
+
+
+class _Memo:
+    """Verified statements by file digest, per key, outside the storage (module docstring).
+    Losing it costs a re-verification, nothing more: any read or write problem is ignored."""
+
+    def __init__(self, key_id: str):
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.path = Path(base) / "sweeper" / "attested" / f"{key_id}.json"
+        self.changed = False
+        try:
+            loaded = json.loads(self.path.read_text())
+            self.known: dict[str, dict] = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            self.known = {}
+
+    def get(self, digest: str) -> dict | None:
+        said = self.known.get(digest)
+        return said if isinstance(said, dict) else None
+
+    def put(self, digest: str, said: dict) -> None:
+        self.known[digest] = said
+        self.changed = True
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.known))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
