@@ -9,8 +9,8 @@ import typer
 from sweeper.api import selection
 from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
 from sweeper.cli.display import echo
-from sweeper.cli.options import Strict
-from sweeper.cli.read_notes import exit_if_left_out, print_coverage
+from sweeper.cli.options import AttestedOnly, Strict
+from sweeper.cli.read_notes import attestation_note, exit_if_left_out, print_coverage
 from sweeper.cli.reads import load_selected, radii_option
 from sweeper.plan.grid import parse_only
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
@@ -78,6 +78,7 @@ def report(
         str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")
     ] = ",".join(f"{k:g}" for k in LINF_RADII_255),
     strict: Strict = False,
+    attested_only: AttestedOnly = False,
 ) -> None:
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
@@ -88,7 +89,9 @@ def report(
     figure_formats = _formats(formats, problems)
     grid = list(dict.fromkeys(radii_option(radii, problems)))
     linf_255 = _linf(linf, problems)
-    exp, results, frame = load_selected(storage, experiment, only, problems)
+    exp, results, frame = load_selected(
+        storage, experiment, only, problems, attested_only=attested_only
+    )
     if frame.empty:
         fail(
             [
@@ -107,4 +110,5 @@ def report(
     for note in built.notes:
         echo(f"note: {note}", err=True)
     print_coverage(exp, results, frame)
+    attestation_note(results, frame, attested_only)
     exit_if_left_out(results, strict)
