@@ -18,6 +18,15 @@ from trainables.kernel import attestation as att
 from trainables.kernel.attestation import AttestationError, SigningKey, Statement
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """What reads and the inventory remember (verified statements, signed versions) stays in
+    this test's own cache directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 D1, D2 = "a" * 64, "b" * 64
 # RFC 8032 §7.1, TEST 1: the seed and the public key it makes
 RFC_SEED = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
@@ -373,6 +382,7 @@ def test_sweeper_verify_lists_attested_unattested_and_failed_files_and_exits_1_o
     import pyarrow.parquet as pq
 
     from sweeper.results.attested_rows import ATTESTATION
+    from sweeper.results.inventory import sign_inventory
     from sweeper.results.sweep_file import write_sweep
     from sweeper.run import shards
     from sweeper.run.certify_stage import CERTIFY
@@ -385,13 +395,15 @@ def test_sweeper_verify_lists_attested_unattested_and_failed_files_and_exits_1_o
         shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
     setting = type("S", (), {"setting_id": planned[0].setting_id})()
     compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    assert sign_inventory(exp, signing_env) == 1  # as the driver does, letting go
     public = tmp_path / "public.pem"
     public.write_bytes(signing_env.public.pem())
     no_key = {att.KEY_ENV: "", "XDG_CONFIG_HOME": str(tmp_path / "none")}
     done = _verify(exp, "--public-key", str(public), env=no_key)
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines()[-1] == (
-        f"key {signing_env.key_id}: 2 files attested, 0 unattested, 0 failed"
+        f"key {signing_env.key_id}: 3 files attested, 0 unattested, 0 failed; "
+        "signed inventory version 1"
     )
     refused = _verify(exp, env=no_key)
     assert refused.exit_code == 2 and "no key to verify with" in refused.stderr
@@ -413,8 +425,11 @@ def test_sweeper_verify_lists_attested_unattested_and_failed_files_and_exits_1_o
     )
     pq.write_table(plain, target)
     unattested = _verify(exp)
-    assert unattested.exit_code == 0
+    assert unattested.exit_code == 1  # its statement gone: unattested, and not the bytes listed
     assert f"unattested {target}: its rows carry no attestation" in unattested.stdout
+    assert f"FAILED {exp.relative(target)}: not the bytes the signed inventory lists" in (
+        unattested.stdout
+    )
     shutil.copy(target, exp.checkpoint(cfg.trial_id))  # any other bytes
     replaced = _verify(exp)
     assert replaced.exit_code == 1
@@ -506,3 +521,44 @@ def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
     no_key = runner.invoke(app, [*args, "--attested-only"])
     assert no_key.exit_code == 2 and "--attested-only: no key to check" in no_key.stderr
+
+
+def test_the_signed_inventory_shows_a_deleted_a_planted_and_a_changed_file_and_a_rollback(
+    tmp_path, signing_env, monkeypatch
+):
+    import shutil
+
+    from sweeper.results.inventory import inventory_path, inventory_problems, sign_inventory
+    from sweeper.results.sweep_file import write_sweep
+
+    spec, exp, cfg = _trained(tmp_path)
+    write_sweep(exp, {"space": {}, "trials": [cfg.to_dict()]})
+    planned = _certified(exp, spec, cfg)
+    assert sign_inventory(exp, signing_env) == 1
+    assert inventory_problems(exp, signing_env.public) == (1, [])
+    first = tmp_path / "inventory-v1.json"
+    shutil.copy(inventory_path(exp), first)
+    assert sign_inventory(exp, signing_env) == 2
+    target = exp.compacted_path("certify", cfg.trial_id, planned[0].setting_id, len(planned))
+    rel = exp.relative(target)
+    moved = tmp_path / "winner.parquet"
+    shutil.move(target, moved)
+    assert inventory_problems(exp, signing_env.public)[1] == [
+        f"{rel}: listed in the signed inventory, now absent (deleted)"
+    ]
+    shutil.copy(moved, target)
+    Path(exp.root, "sweep.json").write_text('{"space": {}, "trials": []}')
+    planted = exp.compacted_path("certify", cfg.trial_id, "sigma-100", 1)
+    Path(planted).parent.mkdir(parents=True)
+    shutil.copy(target, planted)
+    assert inventory_problems(exp, signing_env.public)[1] == [
+        f"{exp.relative(planted)}: not in the signed inventory (written since, by whom?)",
+        "sweep.json: not the bytes the signed inventory lists (changed)",
+    ]
+    shutil.copy(first, inventory_path(exp))  # an older signed inventory put back
+    version, problems = inventory_problems(exp, signing_env.public)
+    assert version == 1
+    assert (
+        f"{inventory_path(exp)}: version 1, older than the 2 this machine signed: rolled back"
+        in (problems)
+    )

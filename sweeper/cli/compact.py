@@ -16,6 +16,7 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
     this is for experiments written before (or interrupted before they could). Holds the
     experiment like a run does; refuses to start while a symlink is inside it (it would read
     and write through it)."""
+    from sweeper.results.inventory import sign_if_keyed
     from sweeper.results.lease import Lease
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.compaction import compact_all
@@ -27,6 +28,7 @@ def compact(storage: Storage = DEFAULT_STORAGE, experiment: LatestExperiment = N
             if links := exp.link_problems():  # never read nor written through: nothing done
                 raise ProblemsError(links)
             lines = compact_all(exp, [CERTIFY, EMPIRICAL])
+            sign_if_keyed(exp)
     except ProblemsError as e:
         fail(e.problems)
     except RuntimeError as e:  # a model that cannot be compacted: its shards are kept

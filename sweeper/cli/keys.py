@@ -75,9 +75,10 @@ def verify(
         echo(f"FAILED {path}: {why}")
     for path, why in checked.unattested:
         echo(f"unattested {path}: {why}")
+    held = "" if checked.inventory is None else f"; signed inventory version {checked.inventory}"
     echo(
         f"key {checked.key_id}: {len(checked.attested)} files attested, "
-        f"{len(checked.unattested)} unattested, {len(checked.failed)} failed"
+        f"{len(checked.unattested)} unattested, {len(checked.failed)} failed{held}"
     )
     if not checked.ok:
         raise typer.Exit(1)

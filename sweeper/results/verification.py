@@ -7,7 +7,9 @@ Checked with a public key only (a reader of published results has no secret):
   its footer verifies, signs its rows, is of its own model and setting (a shard: of its own
   shard), and the checkpoint it was made from is the one that trial's training attested.
 A file with no statement is unattested (made without a key, or before keys: it still reads);
-one whose statement fails is a failure. Pilot files and the cache are not signed (the pilots'
+one whose statement fails is a failure, and so is any difference from the signed inventory
+(`inventory`: a file deleted, changed or planted since the last keyed driver let go, or an
+inventory rolled back). Pilot files and the cache are not signed (the pilots'
 counts are recomputed from, the cache is derived from the files and checked against them)."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from sweeper.results.attested_rows import check_place, statement_of
+from sweeper.results.inventory import inventory_path, inventory_problems
 from sweeper.results.storage import STAGES, Experiment, StageFile
 from sweeper.results.sweep_file import read_sweep
 from trainables.attestations import attestation_path, train_statement
@@ -37,6 +40,7 @@ class Verification:
     """Per file (a path): attested, unattested (with why) or failed (with why)."""
 
     key_id: str
+    inventory: int | None = None  # the signed inventory's version, when it holds
     attested: list[str] = field(default_factory=list)
     unattested: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -77,12 +81,29 @@ def verify_experiment(exp: Experiment, public: PublicKey) -> Verification:
         for f in exp.stage_files(stage):
             if f.kind != "memory":
                 _check_rows(f, public, checkpoints, out)
+    _check_inventory(exp, public, out)
     return out
 
 
+def _check_inventory(exp: Experiment, public: PublicKey, out: Verification) -> None:
+    """The signed inventory against what is there: a file deleted, changed or planted since,
+    a rollback. With nothing attested and no inventory, the experiment is unattested; an
+    attested file without an inventory is a failure (a keyed driver always signs one)."""
+    version, problems = inventory_problems(exp, public)
+    if version is None and not fileio.exists(inventory_path(exp)) and not out.attested:
+        out.unattested.append((inventory_path(exp), "no signed inventory"))
+        return
+    if not problems:
+        out.inventory = version
+        out.attested.append(inventory_path(exp))
+    for line in problems:
+        path, _, why = line.partition(": ")
+        out.failed.append((path, why))
+
+
 def _declared_trials(exp: Experiment) -> list[str]:
-    doc = read_sweep(exp) or {}
-    trials = doc.get("trials") if isinstance(doc.get("trials"), list) else []
+    listed = (read_sweep(exp) or {}).get("trials")
+    trials = listed if isinstance(listed, list) else []
     return sorted({TrialConfig.from_dict(t).trial_id for t in trials if isinstance(t, dict)})
 
 

@@ -220,6 +220,7 @@ def driving(
     yields the `Capacity` request, released on exit. Any problem: `ProblemsError`; Ray gone
     under the run: `RayLost` (or, its GCS unreachable for `RAY_LOST_S`, exit 1 by `RayWatch`
     after telling `watchers.ray_lost`)."""
+    from sweeper.results.inventory import sign_if_keyed
     from sweeper.results.lease import Lease
     from sweeper.run.capacity import capacity_for
     from sweeper.run.launch import ray_cluster
@@ -231,10 +232,13 @@ def driving(
         with Lease(exp, watchers.holder) as lease, ray_cluster(address):
             if lease.took_over is not None:
                 watchers.warn(f"took over the lease of {lease.took_over.describe()}, which is gone")
-            with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
-                display.close()
-                check_node_versions(watchers.warn)
-                with watching_ray(watchers.ray_lost, lease.release):
-                    yield capacity
+            try:
+                with capacity_for(resources, count, wait_minutes * 60, display) as capacity:
+                    display.close()
+                    check_node_versions(watchers.warn)
+                    with watching_ray(watchers.ray_lost, lease.release):
+                        yield capacity
+            finally:  # still holding the lease: what the run left, signed
+                sign_if_keyed(exp)
     finally:
         display.close()
