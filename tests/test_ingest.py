@@ -664,3 +664,28 @@ def test_cli_two_logs_for_one_model_or_changed_rows_are_errors(tmp_path, logs):
     assert result.exit_code == 2 and result.stdout == ""
     assert "already holds different rows" in result.stderr
     assert {f: f.read_bytes() for f in Path(storage).rglob("*") if f.is_file()} == before
+
+
+def test_an_import_with_a_key_signs_each_model_from_its_logs_digest_and_verifies(
+    tmp_path, logs, signing_env, monkeypatch
+):
+    """Issue 38: an imported model is attested (step import, the log's sha256); the inventory
+    is signed; `sweeper verify` holds; a reader with the key counts them as attested."""
+    import pyarrow.parquet as pq
+
+    from sweeper.results.attested_rows import statement_of
+    from sweeper.results.verification import verify_experiment
+    from trainables.kernel.attestation import sha256_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    exp = exp_at(tmp_path)
+    report = ingest.import_logs(logs, exp)
+    for m in report.imported:
+        statement = statement_of(pq.read_table(m.out), signing_env.public)
+        assert statement is not None and statement.step == "import"
+        assert statement.inputs == {"log": sha256_file(m.source)}
+        assert statement.settings["trial_id"] == m.cfg.trial_id
+    checked = verify_experiment(exp, signing_env.public)
+    assert checked.failed == [] and checked.unattested == [] and checked.inventory == 1
+    results = load_results(exp)
+    assert results.attestations is not None and results.attestations.unattested == frozenset()

@@ -81,12 +81,15 @@ from sweeper.ingest.log_reader import (
 )
 from sweeper.ingest.path_names import NEEDS, path_values
 from sweeper.ingest.sets import PAPER_CERTIFY, TRIAL_KEYS, IngestError, parse_sets
+from sweeper.results.attested_rows import signed
 from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
+from sweeper.results.inventory import sign_if_keyed
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import SETTINGS, record_settings, write_sweep
 from trainables.kernel import fileio
+from trainables.kernel.attestation import load_signing_key, sha256_file
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
 
@@ -342,8 +345,8 @@ def write_import(report: ImportReport) -> ImportReport:
             "config": m.cfg.to_dict(),
             "import_digest": m.digest,
         }
-        columns = m.columns()
-        write_table(shard_table(m.cfg, exp.name, m.cert_id, m.constants, columns, metadata), m.out)
+        table = shard_table(m.cfg, exp.name, m.cert_id, m.constants, m.columns(), metadata)
+        write_table(_attested(table, m), m.out)
     settings = sorted({m.cert_id for m in report.imported})
     if fileio.exists(exp.sweep_json):  # the readers count only the settings it declares
         record_settings(exp, settings)
@@ -353,7 +356,18 @@ def write_import(report: ImportReport) -> ImportReport:
         sweep = {"space": None, "trials": [], "imported": True, SETTINGS: settings}
         write_sweep(exp, sweep)
         report.wrote_sweep = True
+    sign_if_keyed(exp)  # the inventory, with what was imported
     return report
+
+
+def _attested(table, m: Model):
+    """The imported rows signed with this machine's key (as they are without one): made by
+    `import` from the log of this digest, as this model and setting."""
+    key = load_signing_key()
+    if key is None:
+        return table
+    settings = {"trial_id": m.cfg.trial_id, "setting_id": m.cert_id, "source": m.source.name}
+    return signed(table, key, "import", {"log": sha256_file(m.source)}, settings)
 
 
 def import_logs(

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.results.attested_rows import statement_of
+from sweeper.results.attested_rows import imported, statement_of
 from sweeper.results.storage import Experiment, StageFile
 from trainables.attestations import train_statement
 from trainables.kernel import fileio
@@ -108,6 +108,10 @@ def _statement(f: StageFile, key: PublicKey, memo: _Memo) -> dict | None:
 
 
 def _check(f: StageFile, said: dict, checkpoint: str | None) -> None:
+    if imported(f, said["step"]):  # from a published log: no checkpoint behind it
+        if (said["trial_id"], said["setting_id"]) != f.model:
+            raise AttestationError(f"its attestation is of {said['trial_id']}/{said['setting_id']}")
+        return
     step = "compact" if f.kind == "compacted" else f.stage
     if (said["step"], said["trial_id"], said["setting_id"]) != (step, *f.model):
         raise AttestationError(

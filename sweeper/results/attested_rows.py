@@ -3,10 +3,11 @@
 A shard's rows are signed on the worker that computed them (step = the stage's name: inputs the
 checkpoint its training attested, settings the trial, setting, shard and its points), a
 compacted file's by the compaction that folded verified shards (step "compact": inputs each
-shard's rows). What is signed is the rows' digest (`rows_digest`: the SHA-256 of the canonical
-JSON of every column's digest, `digests.column_digests`), so the statement travels in the
-file's own metadata under `ATTESTATION` and still binds every value: a row changed, added or
-removed, or the statement moved to another file, fails (`statement_of`)."""
+shard's rows), an imported model's by `sweeper import` (step "import": the log's digest).
+What is signed is the rows' digest (`rows_digest`: the SHA-256 of the canonical JSON of every
+column's digest, `digests.column_digests`), so the statement travels in the file's own
+metadata under `ATTESTATION` and still binds every value: a row changed, added or removed, or
+the statement moved to another file, fails (`statement_of`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import pyarrow as pa
 
 from sweeper.results.digests import column_digests
+from sweeper.results.storage import StageFile
 from trainables.attestations import code_version
 from trainables.kernel.attestation import (
     AttestationError,
@@ -81,3 +83,9 @@ def check_place(statement: Statement, step: str, trial_id: str, setting_id: str)
             f"its attestation is {statement.step} of {s.get('trial_id')}/{s.get('setting_id')}, "
             f"not {step} of {trial_id}/{setting_id}"
         )
+
+
+def imported(f: StageFile, step: str) -> bool:
+    """Whether a file signed as `step` is `sweeper import`'s: a compacted file of an imported
+    setting (its rows from a published log, whose digest the statement names)."""
+    return step == "import" and f.kind == "compacted" and f.setting_id.startswith("imported-")
