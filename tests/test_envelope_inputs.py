@@ -245,3 +245,39 @@ def test_sweeper_certify_envelope_ignores_planted_pilots_and_verdicts(
     assert result.exit_code == 0 and "nothing to do" not in result.output, result.output
     rows, truth = _frame(forged, env.cert_id), _frame(honest, env.cert_id)
     assert rows[["label", "count", "correct"]].equals(truth[["label", "count", "correct"]])
+
+
+def test_with_a_key_forged_pilot_counts_are_refused_and_drawn_again(
+    trained, tmp_path, caplog, signing_env
+):
+    """The gap labels alone leave (issue 38): pilot rows with the data set's labels but
+    counts made up (every drawn point given no votes: a real winner would look prunable).
+    Signed by the worker that drew them, they fail their attestation and are drawn again;
+    the envelope, every verdict and every row are the honest signed run's."""
+    _, trials, env, exp, _, _ = trained
+    signed = _copy(exp, tmp_path / "signed")
+    for cfg in trials:  # the checkpoints, attested as a keyed sweep trains them
+        where = signed.trial_dir(cfg.trial_id)
+        attest_training(where, cfg, signed.checkpoint(cfg.trial_id), None)
+    _, honest, _ = _run(signed, trials, env)
+    forged = _copy(signed, tmp_path / "forged")
+    planted = []
+    for cfg in trials:
+        path = forged.pilot_path(cfg.trial_id, env.cert_id, 1)
+        t = pq.read_table(path)
+        votes = [0] * t.num_rows
+        i = t.schema.get_field_index("votes")
+        pq.write_table(t.set_column(i, t.schema.field(i), pa.array(votes, pa.int64())), path)
+        planted.append(path)
+    with caplog.at_level("WARNING", logger="sweeper"):
+        outcome, got, _ = _run(forged, trials, env)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for path in planted:
+        assert f"left out {path} (its rows are not the ones its attestation signed)" in warned
+    assert outcome.failures == []
+    assert np.array_equal(got.envelope(), honest.envelope())
+    assert {m: got.status(m) for m in got.models} == {m: honest.status(m) for m in honest.models}
+    got_rows, honest_rows = _frame(forged, env.cert_id), _frame(signed, env.cert_id)
+    assert got_rows[["count", "correct", "radius"]].equals(
+        honest_rows[["count", "correct", "radius"]]
+    )

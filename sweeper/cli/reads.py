@@ -46,6 +46,15 @@ from sweeper.plan.grid import NONE, parse_only
 from sweeper.report.formats import DIGITS, FORMATS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
+WithEmpirical = Annotated[
+    bool,
+    typer.Option(
+        "--empirical",
+        help="Add the best empirical accuracy under SmoothAdv-PGD (each model's strongest "
+        "attack over m_test) at the attacked radii; dashed on --plot (`sweeper empirical`).",
+    ),
+]
+
 
 @app.command()
 def envelope(
@@ -65,14 +74,7 @@ def envelope(
         str | None, typer.Option("--plot", help="Write a figure (.png/.pdf/.svg) of the envelope.")
     ] = None,
     only: Only = None,
-    empirical: Annotated[
-        bool,
-        typer.Option(
-            "--empirical",
-            help="Add the best empirical accuracy under SmoothAdv-PGD (each model's strongest "
-            "attack over m_test) at the attacked radii; dashed on --plot (`sweeper empirical`).",
-        ),
-    ] = False,
+    empirical: WithEmpirical = False,
     strict: Strict = False,
     attested_only: AttestedOnly = False,
     wide: Wide = False,

@@ -60,6 +60,13 @@ def dataset_dims(datasets) -> dict[str, int]:
     return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 
 
+Formats = Annotated[
+    str, typer.Option("--formats", help="Figure formats: png, pdf, svg (comma separated).")
+]
+LINF_DEFAULT = ",".join(f"{k:g}" for k in LINF_RADII_255)
+Linf = Annotated[str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")]
+
+
 @app.command()
 def report(
     storage: Storage = DEFAULT_STORAGE,
@@ -71,12 +78,8 @@ def report(
         ),
     ] = None,
     only: Only = None,
-    formats: Annotated[
-        str, typer.Option("--formats", help="Figure formats: png, pdf, svg (comma separated).")
-    ] = "png,pdf",
-    linf: Annotated[
-        str, typer.Option("--linf", help="ℓ∞ radii of the ℓ∞ table, in units of 1/255.")
-    ] = ",".join(f"{k:g}" for k in LINF_RADII_255),
+    formats: Formats = "png,pdf",
+    linf: Linf = LINF_DEFAULT,
     strict: Strict = False,
     attested_only: AttestedOnly = False,
 ) -> None:

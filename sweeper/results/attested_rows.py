@@ -25,6 +25,7 @@ from trainables.kernel.attestation import (
     SigningKey,
     Statement,
     canonical,
+    load_signing_key,
     sha256_bytes,
 )
 
@@ -89,3 +90,23 @@ def imported(f: StageFile, step: str) -> bool:
     """Whether a file signed as `step` is `sweeper import`'s: a compacted file of an imported
     setting (its rows from a published log, whose digest the statement names)."""
     return step == "import" and f.kind == "compacted" and f.setting_id.startswith("imported-")
+
+
+def attestation_problem(
+    table: pa.Table, step: str, trial_id: str, setting_id: str, **expected: object
+) -> str | None:
+    """Why rows read back cannot count, as far as their attestation goes, when this process
+    holds a key (None: they can, or there is no key): not attested, not verifying, or not of
+    `step` for this model and setting (and `expected` settings, e.g. a pilot's stage)."""
+    key = load_signing_key()
+    if key is None:
+        return None
+    try:
+        statement = statement_of(table, key.public)
+        if statement is None:
+            return "not attested, and a signing key is set"
+        check_place(statement, step, trial_id, setting_id)
+    except AttestationError as e:
+        return str(e)
+    wrong = [k for k, v in expected.items() if statement.settings.get(k) != v]
+    return f"its attestation is of another {wrong[0]}" if wrong else None

@@ -348,8 +348,7 @@ class Lease:
         (`rm .lease.lock`), lock the one there now (`relock`), unless another driver has
         locked it or written lease.json since: then False, the lease is lost."""
         held = self._lock_fd
-        assert held is not None  # only called while the lock is held
-        if still_there(held, self._lock_path):
+        if held is None or still_there(held, self._lock_path):  # (None: not holding one)
             return True
         fd = relock(self._lock_path, _flock)
         current = None if fd is None else _current(self.exp)

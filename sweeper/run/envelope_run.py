@@ -119,7 +119,8 @@ class Driver:
         path = self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
         if not fileio.exists(path):
             return None, ""
-        return checked(path, lambda t: full_refusal(t, labels, self.spec.n), "not counted")
+        why = partial(full_refusal, labels=labels, n=self.spec.n)
+        return checked(path, why, "not counted", ("compact", cfg.trial_id, self.spec.cert_id, {}))
 
 
 class EnvelopeCertifier:
@@ -261,7 +262,9 @@ class EnvelopeCertifier:
         path = self.d.exp.pilot_path(step.model, self.d.spec.cert_id, step.stage)
         classes = NUM_CLASSES[self.configs[step.model].dataset]
         why = partial(pilot_refusal, stage=step.stage, points=step.idx, draws=draws)
-        return checked(path, partial(why, labels=labels, chat=chat, classes=classes), "again")[0]
+        why = partial(why, labels=labels, chat=chat, classes=classes)
+        signed = ("pilot", step.model, self.d.spec.cert_id, {"stage": step.stage})
+        return checked(path, why, "again", signed)[0]
 
     def _key(self, step: Step) -> tuple:
         cfg = self.configs[step.model]

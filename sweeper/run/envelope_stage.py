@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
+from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.catalog import NUM_CLASSES
@@ -163,11 +164,24 @@ def pilot_task(
     cols["draws"] = [draws if d else 0 for d in drawn]
     cols["votes"] = [next(votes) if d else 0 for d in drawn]
     table = pa.table(cols, schema=PILOT_SCHEMA)
-    from sweeper.results.stage_table import write_table
-
     if replace or not fileio.exists(out):
-        write_table(table, out)
+        write_table(_signed_pilot(exp, trial_id, spec.cert_id, stage, idx, table), out)
     return table
+
+
+def _signed_pilot(exp: Experiment, trial_id: str, cert_id: str, stage: int, idx, table):
+    """The pilot rows signed with this worker's key (as they are without one): drawn at
+    `stage` from the checkpoint its training attested, for this model, setting and points."""
+    from sweeper.results.attested_rows import points_digest, signed
+    from trainables.attestations import trained_checkpoint
+    from trainables.kernel.attestation import load_signing_key
+
+    key = load_signing_key()
+    if key is None:
+        return table
+    made = {"trial_id": trial_id, "setting_id": cert_id, "stage": stage}
+    inputs = {"checkpoint.pt": trained_checkpoint(exp.trial_dir(trial_id), key)}
+    return signed(table, key, "pilot", inputs, {**made, "points": points_digest(idx)})
 
 
 def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float) -> pa.Table:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweeper.results.attested_rows import attestation_problem
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_planner import SKIPPED, FullRow, Ledger, PilotRow
@@ -59,18 +60,27 @@ def read_table(path: str) -> pa.Table:
     return pq.read_table(p, filesystem=fs)
 
 
-def checked(path: str, refusal: Callable[[pa.Table], str | None], then: str) -> tuple:
+def checked(
+    path: str, refusal: Callable[[pa.Table], str | None], then: str, signed: tuple = ()
+) -> tuple:
     """(the rows at `path` if `refusal` finds nothing wrong with them, else None; why not),
-    a refusal named in a warning ("left out PATH (why): `then`")."""
+    a refusal named in a warning ("left out PATH (why): `then`"). `signed` (step, trial_id,
+    setting_id, {expected settings}): with a key, the rows must carry that attestation
+    (`attested_rows.attestation_problem`) first."""
     try:
         table = read_table(path)
-        why = refusal(table)
+        why = _unsigned(table, *signed) if signed else None
+        why = why or refusal(table)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
         why = f"unreadable: {e}"
     if why is None:
         return table, ""
     log.warning("envelope: left out %s (%s): %s", path, why, then)
     return None, f"{path} left out: {why}"
+
+
+def _unsigned(table: pa.Table, step: str, trial_id: str, setting_id: str, expected: dict):
+    return attestation_problem(table, step, trial_id, setting_id, **expected)
 
 
 def _ints(values: list) -> bool:
