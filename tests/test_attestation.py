@@ -562,3 +562,42 @@ def test_the_signed_inventory_shows_a_deleted_a_planted_and_a_changed_file_and_a
         f"{inventory_path(exp)}: version 1, older than the 2 this machine signed: rolled back"
         in (problems)
     )
+
+
+def test_with_a_key_a_cache_edited_with_its_digests_recomputed_is_not_read(tmp_path, signing_env):
+    """Issue 38's cache forgery: rows edited, the column digests recomputed. Signed by the
+    driver that refreshed it, the cache no longer matches its statement: named, and the rows
+    are read from the files (the honest ones)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sweeper.results.certify_rows import CERTIFY_ROWS, load_results
+    from sweeper.results.digests import column_digests
+    from sweeper.results.reader import COVERS, ROWS, refresh_cache
+    from sweeper.results.sweep_file import write_sweep
+    from trainables.kernel.trial_status import write_status
+
+    spec, exp, cfg = _trained(tmp_path)
+    write_sweep(exp, {"space": {}, "trials": [cfg.to_dict()]})
+    write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", 1, {})
+    _certified(exp, spec, cfg)
+    assert refresh_cache(exp, CERTIFY_ROWS) == 1
+    honest = load_results(exp)
+    assert honest.invalid == [] and honest.attestations.unattested == frozenset()
+    cache = exp.cache_path("certify")
+    table = pq.read_table(cache)
+    meta = table.schema.metadata
+    i = table.schema.get_field_index("time_s")
+    edited = table.set_column(i, table.schema.field(i), pa.array([9.0] * table.num_rows))
+    forged = {**meta, ROWS: json.dumps(column_digests(edited)).encode()}
+    pq.write_table(edited.replace_schema_metadata(forged), cache)
+    read = load_results(exp)
+    assert read.invalid == [
+        f"{cache}: its attestation is not of these records; reading the files instead"
+    ]
+    assert read.frame["time_s"].tolist() == honest.frame["time_s"].tolist()
+    unsigned = {k: v for k, v in forged.items() if k in (COVERS, ROWS)}
+    pq.write_table(edited.replace_schema_metadata(unsigned), cache)
+    assert load_results(exp).invalid == [f"{cache}: not attested; reading the files instead"]

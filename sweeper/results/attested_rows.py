@@ -110,3 +110,36 @@ def attestation_problem(
         return str(e)
     wrong = [k for k, v in expected.items() if statement.settings.get(k) != v]
     return f"its attestation is of another {wrong[0]}" if wrong else None
+
+
+def cache_statement(covers: dict, rows: dict) -> Statement:
+    """The cache's statement: the files it covers (their sizes and digests) and its columns'
+    digests, each as the SHA-256 of its canonical JSON (`reader.refresh_cache`)."""
+    return Statement(
+        "cache",
+        {"covers": sha256_bytes(canonical(covers))},
+        {"columns": sha256_bytes(canonical(rows))},
+        {},
+        code_version(),
+    )
+
+
+def cache_problem_for(meta: dict, covers: dict, rows: dict, key: PublicKey) -> str | None:
+    """Why a cache cannot be taken as it says with a key to check (None: it can): its
+    statement missing, not verifying, or not of these records. The records themselves bind
+    the rows: a reader compares the columns it reads with their digests."""
+    raw = meta.get(ATTESTATION)
+    if raw is None:
+        return "not attested"
+    try:
+        statement = key.verify(json.loads(raw))
+    except (AttestationError, ValueError) as e:
+        return f"its attestation fails: {e}"
+    expected = cache_statement(covers, rows)
+    if (statement.step, dict(statement.inputs), dict(statement.outputs)) != (
+        expected.step,
+        dict(expected.inputs),
+        dict(expected.outputs),
+    ):
+        return "its attestation is not of these records"
+    return None

@@ -27,12 +27,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sweeper.results.attestation_reads import reading_key
+from sweeper.results.attested_rows import ATTESTATION, cache_problem_for, cache_statement
 from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.file_checks import cache_problem, file_footer, one_compacted
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from sweeper.results.validation import read_valid, row_problems, scan, unreadable_reason
 from trainables.kernel import fileio
+from trainables.kernel.attestation import canonical, load_signing_key
 
 # Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
 # compacted files it holds, and {column: digest of its rows} (`digests`).
@@ -108,6 +111,8 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
         return empty, set(), []
     except (KeyError, ValueError, pa.ArrowInvalid, OSError) as e:
         return empty, set(), [f"{path}: not a cache of this experiment ({e}); reading the files"]
+    if (key := reading_key()) and (why := cache_problem_for(_meta(path), covers, rows, key)):
+        return empty, set(), [f"{path}: {why}; reading the files instead"]
     covered, metadata = _unchanged(exp, compacted, covers)
     if not covered:
         return empty, set(), []
@@ -135,6 +140,11 @@ def _cache_records(path: str) -> tuple[dict, dict]:
     if not all(isinstance(v, list) and len(v) == 2 for v in covers.values()):
         raise ValueError("a record of the files that is not [size, digest] each")
     return covers, rows
+
+
+def _meta(path: str) -> dict:
+    fs, local = fileio.filesystem(path)
+    return pq.read_schema(local, filesystem=fs).metadata or {}
 
 
 def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
@@ -229,7 +239,10 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
         {exp.relative(f.path): [f.size, digests[f.path]] for f in new if f.path not in bad}
     )
     rows = pa.concat_tables([cached, table]) if cached.num_rows else table
-    meta = {COVERS: json.dumps(covers), ROWS: json.dumps(column_digests(rows))}
+    digested = column_digests(rows)
+    meta = {COVERS: json.dumps(covers), ROWS: json.dumps(digested)}
+    if key := load_signing_key():  # what it covers and its columns, signed
+        meta[ATTESTATION] = canonical(key.sign(cache_statement(covers, digested))).decode()
     write_table(rows.replace_schema_metadata(meta), exp.cache_path(stage.name))
     return len(covers)
 
