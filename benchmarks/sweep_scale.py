@@ -28,7 +28,12 @@ so 8 trials (cpu 2, gpu 0.25 each) and 8 certification tasks run at once on this
    sweep's own, in another experiment): the trials it trained and its wall time per trained
    trial against bare Tune's. The stand-in's curves have no structure to learn (random counts),
    so this times the control plane, not the search's economy.
-5. (not with --smoke) 10x: the results replicated under 10 certification settings (6,440
+5. (with --attested) Everything signed as a keyed sweep signs it (a key made for the run, in
+   the environment of the harness and its drivers): the stand-in trainable writes a stand-in
+   checkpoint and its training statement, shards, compacted files, the cache and the
+   inventory are signed, the reads check every file they use (`attestation_reads`), and
+   `sweeper verify`'s work is timed.
+6. (not with --smoke) 10x: the results replicated under 10 certification settings (6,440
    models, 3.2M rows, the cache refreshed), and the three reads timed again.
 
 The last line is the summary: `scale: ... trials, ... shards, ... rows; overhead ... s/trial
@@ -69,12 +74,17 @@ def standin_trial(config: dict, experiment_root: str) -> None:
     """The Tune trainable's bookkeeping without training: a start marker, trial.json, one report."""
     from ray import tune
 
+    from trainables.attestations import attest_training
     from trainables.kernel.trial_status import trial_dir, write_status
 
     cfg = TrialConfig.from_dict(config["trial"])
     marker = fileio.join(experiment_root, "standin-starts", f"{cfg.trial_id}.{time.time_ns()}")
     fileio.write_bytes_atomic(marker, b"")
-    write_status(trial_dir(experiment_root, cfg.trial_id), cfg, "finished", cfg.epochs, {})
+    directory = trial_dir(experiment_root, cfg.trial_id)
+    checkpoint = fileio.join(directory, "checkpoint.pt")  # a stand-in's bytes, attested as one
+    fileio.write_bytes_atomic(checkpoint, cfg.trial_id.encode())
+    attest_training(directory, cfg, checkpoint, None)  # with the run's key, as training does
+    write_status(directory, cfg, "finished", cfg.epochs, {})
     tune.report({"epoch": cfg.epochs, "trial_id": cfg.trial_id})
 
 
@@ -299,17 +309,28 @@ def replicate(exp: Experiment, copies: int) -> int:
     is the one their cert_id names). Returns the models the reader now reads."""
     import pyarrow.parquet as pq
 
+    from sweeper.results.attested_rows import signed
     from sweeper.results.certify_rows import load_results
     from sweeper.results.reader import refresh_cache
     from sweeper.results.stage_table import write_table
+    from sweeper.results.sweep_file import record_settings
+    from trainables.attestations import trained_checkpoint
+    from trainables.kernel.attestation import load_signing_key
 
+    key, settings = load_signing_key(), set()
     for f in [f for f in exp.stage_files("certify") if f.kind == "compacted"]:
         table = pq.read_table(f.path)
         n0 = int(table.column("n0")[0].as_py())
         for k in range(1, copies):
             sid = f.setting_id.replace(f"_n0-{n0}_", f"_n0-{n0 + k}_", 1)
             copy = _with(_with(table, "cert_id", sid), "n0", n0 + k)
+            if key is not None:  # signed as the compaction of that setting would sign it
+                made = {"trial_id": f.trial_id, "setting_id": sid, "stage": "certify"}
+                inputs = {"checkpoint.pt": trained_checkpoint(exp.trial_dir(f.trial_id), key)}
+                copy = signed(copy, key, "compact", inputs, {**made, "shards": f.count})
             write_table(copy, exp.compacted_path("certify", f.trial_id, sid, f.count or 0))
+            settings.add(sid)
+    record_settings(exp, sorted(settings))  # declared, as `sweeper certify` declares its own
     refresh_cache(exp, STANDIN)
     results = load_results(exp, ["trial_id", "cert_id"])
     if results.invalid:  # the reads timed below would not be of 10x the models
@@ -335,12 +356,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--search", action="store_true", help="also a sweep under --search envelope, timed"
     )
+    parser.add_argument(
+        "--attested",
+        action="store_true",
+        help="sign as a keyed sweep does (a key made for the run), reads check attestations, "
+        "and `sweeper verify` is timed",
+    )
     args = parser.parse_args(argv)
     if args.drive:
         drive(args.storage, args.drive, args.trials, args.bare, args.out, args.search)
         return 0
     trials = 32 if args.smoke else args.trials
+    if args.attested:
+        _with_a_key()
     return run(trials, not args.smoke, args.search)
+
+
+def _with_a_key() -> None:
+    """A key for this run, in the environment of the harness (its reads, `verify`) and of
+    the drivers it starts (which hand it to their workers); what reads remember, in a
+    temporary cache."""
+    from trainables.kernel.attestation import KEY_ENV, SigningKey
+
+    os.environ[KEY_ENV] = SigningKey.generate().pem().decode()
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="sweep-scale-cache-")
+
+
+def time_verify(exp: Experiment) -> str:
+    """`sweeper verify`'s work on the experiment, with the run's key (--attested)."""
+    from sweeper.results.verification import public_key_from, verify_experiment
+
+    start = time.perf_counter()
+    checked = verify_experiment(exp, public_key_from(None))
+    seconds = time.perf_counter() - start
+    return (
+        f"verify {seconds:.2f} s ({len(checked.attested)} files attested, "
+        f"{len(checked.unattested)} unattested, {len(checked.failed)} failed)"
+    )
 
 
 def searched_line(storage: str, trials: int, bare: float) -> None:
@@ -374,6 +426,8 @@ def run(trials: int, tenfold: bool, search: bool = False) -> int:
             f"failures {driven['failures']}; reads "
             + ", ".join(f"{k} {v:.3f} s" for k, v in reads.items())
         )
+        if os.environ.get("SWEEPER_SIGNING_KEY"):
+            print(f"attested: {time_verify(exp)}", flush=True)
         if tenfold:
             models = replicate(exp, 10)
             assert models == trials * 10, (
