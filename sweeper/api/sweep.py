@@ -350,13 +350,15 @@ class Sweep:
             log.info("envelope search: %s", line)
         return selection.mark_attested(envelope_of(selected.frame, radii, by), selected.results)
 
-    def table(self, radii: Sequence[float]) -> pd.DataFrame:
+    def table(self, radii: Sequence[float], attested_only: bool = False) -> pd.DataFrame:
         """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);
         under the envelope strategy also its pruned models (`status` `pruned`, their upper
-        bounds in the `r=..._upper` columns, their accuracies null)."""
+        bounds in the `r=..._upper` columns, their accuracies null); with a key, `attested`
+        (`attested_only`: attested models only, as `envelope`)."""
         chosen = selection.only_selection(self.only)
-        selected = self.read(pruned_ok=True)
-        return selection.model_table(selected.exp, selected.frame, chosen, list(radii))
+        selected = self.read(pruned_ok=True, attested_only=attested_only)
+        rows = selection.model_table(selected.exp, selected.frame, chosen, list(radii))
+        return selection.mark_attested(rows, selected.results)
 
     def verify(self, public_key: str | None = None) -> Verification:
         """What in the experiment is attested, unattested and failed (`sweeper verify`),
