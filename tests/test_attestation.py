@@ -309,11 +309,15 @@ def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_
     tmp_path, signing_env
 ):
     """Each shard's rows carry the worker's statement (the attested checkpoint, the model,
-    setting and shard); compaction refuses a shard whose rows changed, one unattested, one
-    moved to another shard's place, and signs what it folds."""
+    setting and shard); compaction refuses a shard whose rows changed or one moved to another
+    shard's place, folds unattested shards into an unattested file, and signs what it folds
+    from attested ones."""
+    import shutil
+
     import pyarrow.parquet as pq
 
     from sweeper.results.attested_rows import ATTESTATION, rows_digest, statement_of
+    from sweeper.results.storage import Experiment
     from sweeper.run import shards
     from sweeper.run.certify_stage import CERTIFY
     from sweeper.run.compaction import compact
@@ -339,9 +343,6 @@ def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_
     setting = type("S", (), {"setting_id": planned[0].setting_id})()
     cases = {
         "rows are not the ones its attestation signed": changed,
-        "it is not attested": table.replace_schema_metadata(
-            {k: v for k, v in table.schema.metadata.items() if k != ATTESTATION}
-        ),
         "of another shard": pq.read_table(paths[1]),
     }
     for why, bad in cases.items():
@@ -349,8 +350,16 @@ def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_
         with pytest.raises(RuntimeError, match=why):
             compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
     Path(paths[0]).write_bytes(honest)
-    compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
     target = exp.compacted_path("certify", cfg.trial_id, planned[0].setting_id, len(planned))
+    # A shard written without a key: folded, but the compacted file is unattested like it.
+    plain = Experiment(str(tmp_path / "plain"), exp.name)
+    shutil.copytree(exp.root, plain.root)
+    stripped = {k: v for k, v in table.schema.metadata.items() if k != ATTESTATION}
+    pq.write_table(table.replace_schema_metadata(stripped), paths[0].replace(exp.root, plain.root))
+    compact(plain, CERTIFY, cfg.trial_id, setting, len(planned))
+    unsigned = pq.read_table(target.replace(exp.root, plain.root))
+    assert statement_of(unsigned, signing_env.public) is None
+    compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
     folded = statement_of(pq.read_table(target), signing_env.public)
     assert folded is not None and folded.step == "compact"
     assert folded.inputs["checkpoint.pt"] == checkpoint

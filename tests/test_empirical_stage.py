@@ -46,7 +46,7 @@ POINTS, SHARDS = 30, 3  # every 15th of the 450 digits test images, 10 per shard
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, signing_key):
     """An experiment laid out as a sweep leaves it: sweep.json, and the σ = 0.25 trial trained
     (trials/<id>/checkpoint.pt, trial.json "finished") and certified; σ = 0.5 never ran."""
     tmp = tmp_path_factory.mktemp("empirical")
@@ -58,7 +58,9 @@ def setup(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     cfg = trials[0]
     state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
-    attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
+    attest_training(
+        exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None, signing_key
+    )
     write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     for shard in shards.plan(cfg, "certify", spec.certify, 450):
         shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)

@@ -115,7 +115,7 @@ def test_full_rows_count_only_with_the_data_sets_labels_and_at_most_n_votes():
 
 # ------------------------------------------------------------------ on trained digits models
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, signing_key):
     tmp = tmp_path_factory.mktemp("inputs")
     space = tmp / "tiny.yaml"
     space.write_text(textwrap.dedent(SPACE))
@@ -125,7 +125,9 @@ def trained(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     for cfg in trials:
         state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
-        attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
+        attest_training(
+            exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None, signing_key
+        )
         write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.05)
     honest = _copy(exp, tmp / "honest")

@@ -109,7 +109,7 @@ def test_envelope_settings_where_strategy_full_certifies_are_refused(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, signing_key):
     tmp = tmp_path_factory.mktemp("envelope")
     space = tmp / "tiny.yaml"
     space.write_text(textwrap.dedent(SPACE))
@@ -119,7 +119,9 @@ def trained(tmp_path_factory):
     write_sweep(exp, {"space": {}, "trials": [t.to_dict() for t in trials]})
     for cfg in trials:
         state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
-        attest_training(exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None)
+        attest_training(
+            exp.trial_dir(cfg.trial_id), cfg, exp.checkpoint(cfg.trial_id), None, signing_key
+        )
         write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     return space, spec, exp, trials
 

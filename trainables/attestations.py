@@ -104,10 +104,17 @@ def verify_checkpoint(path: str, data: bytes) -> None:
         raise AttestationError("its bytes are not the ones its training attested")
 
 
-def attest_training(directory: str, cfg: TrialConfig, checkpoint: str, parent: str | None) -> None:
+def attest_training(
+    directory: str,
+    cfg: TrialConfig,
+    checkpoint: str,
+    parent: str | None,
+    key: SigningKey | None = None,
+) -> None:
     """The training step's statement: the checkpoint (by its bytes on storage) made from the
-    trial's config, and from its parent's checkpoint for a fine-tune trial."""
-    key = load_signing_key()
+    trial's config, and from its parent's checkpoint for a fine-tune trial; signed with `key`,
+    else this process's (none: nothing written)."""
+    key = key or load_signing_key()
     if key is None:
         return
     inputs = {"config": config_digest(cfg)}

@@ -7,6 +7,7 @@ compaction deletes the leftover shards).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ from trainables.kernel.attestation import (
     load_signing_key,
 )
 
+log = logging.getLogger(__name__)
+
 
 def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:
     """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
@@ -43,13 +46,13 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
             )
         _check_footers(shards, stage)
         key = load_signing_key()
-        inputs = _attested_shards(shards, stage.name, key) if key else {}
+        inputs = _attested_shards(shards, stage.name, key) if key else None
         table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
         if stage.finish is not None:
             table = stage.finish(exp, trial_id, setting, table)
         _check_unique(table, target)
         table = table.replace_schema_metadata(_metadata(shards[0].path))
-        if key is not None:
+        if key is not None and inputs is not None:
             made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
             table = signed(table, key, "compact", inputs, made)
         write_table(table, target)
@@ -84,15 +87,15 @@ def _metadata(shard_path: str) -> dict:
 
 def _check_attested(
     path: str, step: str, model: tuple[str, str], shard: str | None, key: SigningKey
-) -> Statement:
+) -> Statement | None:
     """The file's statement, verified with `key`, of `step`, of its model (trial, setting) and
-    `shard` ("i/k"; None: a compacted file); RuntimeError naming the file otherwise, an
-    unattested file included."""
+    `shard` ("i/k"; None: a compacted file); None when it carries none (unattested);
+    RuntimeError naming the file when it fails."""
     fs, local = _fs_path(path)
     try:
         statement = statement_of(pq.read_table(local, filesystem=fs), key.public)
         if statement is None:
-            raise AttestationError("it is not attested, and a signing key is set")
+            return None
         check_place(statement, step, *model)
         if shard is not None and statement.settings.get("shard") != shard:
             raise AttestationError("its attestation is of another shard")
@@ -101,15 +104,24 @@ def _check_attested(
     return statement
 
 
-def _attested_shards(shards: list[StageFile], step: str, key: SigningKey) -> dict[str, str]:
+def _attested_shards(shards: list[StageFile], step: str, key: SigningKey) -> dict[str, str] | None:
     """The compaction's inputs: each shard's rows, every shard verified (`_check_attested`)
-    and all of one checkpoint."""
-    inputs, checkpoints = {}, set()
+    and all of one checkpoint; None when a shard is unattested (written without a key: the
+    compacted file is then unattested too, and the reads mark it)."""
+    inputs, checkpoints, unattested = {}, set(), []
     for f in shards:
         shard = f"{f.index}/{f.count}"
         statement = _check_attested(f.path, step, f.model, shard, key)
+        if statement is None:
+            unattested.append(f.path)
+            continue
         inputs[f"shard {shard}"] = statement.outputs["rows"]
         checkpoints.add(statement.inputs.get("checkpoint.pt"))
+    if unattested:
+        log.warning(
+            "compacting %s unsigned: %d of its shards are not attested", step, len(unattested)
+        )
+        return None
     if len(checkpoints) != 1:
         raise RuntimeError(
             f"cannot compact {shards[0].path}: its model's shards are of several checkpoints"
