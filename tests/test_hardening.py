@@ -83,6 +83,7 @@ COMMANDS = {
     "status": ["status"],
     "import": ["import", "{logs}"],
     "compact": ["compact"],
+    "verify": ["verify"],
 }
 
 
