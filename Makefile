@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not e2e" -n 2
+	$(BIN)/python -m pytest -q -m e2e
 
 # Unit, CLI and config tests only (no Ray): about a minute.
 test-fast: $(STAMP)

@@ -161,6 +161,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
     from sweeper.plan.grid import expand
     from sweeper.plan.spaces import load_space
     from sweeper.plan.sweep_plan import is_finished, trial_states
+    from sweeper.results.inventory import sign_if_keyed
     from sweeper.results.lease import Lease
     from sweeper.results.sweep_file import write_sweep
     from sweeper.run.launch import DataPlane, run_sweep
@@ -208,6 +209,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
         )
         report["sweep_s"] = time.perf_counter() - start
         report["trained"] = len(outcome.completed)
+        sign_if_keyed(exp)  # as a driver does, letting go (with --attested)
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
     report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     Path(out).write_text(json.dumps(report))
