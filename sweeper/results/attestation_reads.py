@@ -69,16 +69,16 @@ class Attestations:
 def check_files(exp: Experiment, files: list[StageFile], key: PublicKey) -> Attestations:
     """Each of `files` (shards and compacted files of one stage) classified (module
     docstring)."""
-    memo = _Memo(key.key_id)
+    memo = Memo(key.key_id)
     trained: dict[str, str | None] = {}
     attested, unattested, failed = 0, set(), []
     for f in files:
         try:
-            said = _statement(f, key, memo)
+            said = file_statement(f, key, memo)
             if said is None:
                 unattested.add(f.model)
                 continue
-            _check(f, said, _trained(exp, f.trial_id, key, trained))
+            check_statement(f, said, _trained(exp, f.trial_id, key, trained))
             attested += 1
         except (AttestationError, OSError, ValueError, pa.ArrowInvalid) as e:
             failed.append(f"{f.path}: {e}")
@@ -86,7 +86,7 @@ def check_files(exp: Experiment, files: list[StageFile], key: PublicKey) -> Atte
     return Attestations(key.key_id, attested, frozenset(unattested), tuple(failed))
 
 
-def _statement(f: StageFile, key: PublicKey, memo: _Memo) -> dict | None:
+def file_statement(f: StageFile, key: PublicKey, memo: Memo) -> dict | None:
     """What the file's statement says (step, trial_id, setting_id, shard, checkpoint), from
     the memo when its bytes were verified before; None when it carries none."""
     data = fileio.read_bytes(f.path)
@@ -107,7 +107,7 @@ def _statement(f: StageFile, key: PublicKey, memo: _Memo) -> dict | None:
     return said
 
 
-def _check(f: StageFile, said: dict, checkpoint: str | None) -> None:
+def check_statement(f: StageFile, said: dict, checkpoint: str | None) -> None:
     if imported(f, said["step"]):  # from a published log: no checkpoint behind it
         if (said["trial_id"], said["setting_id"]) != f.model:
             raise AttestationError(f"its attestation is of {said['trial_id']}/{said['setting_id']}")
@@ -134,7 +134,7 @@ def _trained(exp: Experiment, trial_id: str, key: PublicKey, seen: dict) -> str 
     return seen[trial_id]
 
 
-class _Memo:
+class Memo:
     """Verified statements by file digest, per key, outside the storage (module docstring).
     Losing it costs a re-verification, nothing more: any read or write problem is ignored."""
 

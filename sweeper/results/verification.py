@@ -17,9 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from sweeper.results.attested_rows import check_place, imported, statement_of
+from sweeper.results.attestation_reads import Memo, check_statement, file_statement
 from sweeper.results.inventory import inventory_path, inventory_problems
 from sweeper.results.storage import STAGES, Experiment, StageFile
 from sweeper.results.sweep_file import read_sweep
@@ -77,10 +75,12 @@ def verify_experiment(exp: Experiment, public: PublicKey) -> Verification:
         digest = _check_training(exp, trial_id, public, out)
         if digest is not None:
             checkpoints[trial_id] = digest
+    memo = Memo(public.key_id)
     for stage in STAGES:
         for f in exp.stage_files(stage):
             if f.kind != "memory":
-                _check_rows(f, public, checkpoints, out)
+                _check_rows(f, public, checkpoints, out, memo)
+    memo.save()
     _check_inventory(exp, public, out)
     return out
 
@@ -130,28 +130,16 @@ def _check_training(
 
 
 def _check_rows(
-    f: StageFile, public: PublicKey, checkpoints: dict[str, str], out: Verification
+    f: StageFile, public: PublicKey, checkpoints: dict[str, str], out: Verification, memo: Memo
 ) -> None:
-    fs, local = fileio.filesystem(f.path)
+    """A results file: its statement (remembered by the file's sha256, as the reads do),
+    of its own model, setting and shard, made from the checkpoint its training attested."""
     try:
-        statement = statement_of(pq.read_table(local, filesystem=fs), public)
-        if statement is None:
+        said = file_statement(f, public, memo)
+        if said is None:
             out.unattested.append((f.path, "its rows carry no attestation"))
             return
-        if imported(f, statement.step):  # from a published log: no checkpoint behind it
-            check_place(statement, "import", *f.model)
-            out.attested.append(f.path)
-            return
-        check_place(statement, f.stage if f.kind == "shard" else "compact", *f.model)
-        if f.kind == "shard" and statement.settings.get("shard") != f"{f.index}/{f.count}":
-            raise AttestationError("its attestation is of another shard")
-        made_from = statement.inputs.get("checkpoint.pt")
-        if made_from != checkpoints.get(f.trial_id):
-            raise AttestationError(
-                "made from a checkpoint its trial's training did not attest"
-                if f.trial_id in checkpoints
-                else "its trial's training is not attested"
-            )
+        check_statement(f, said, checkpoints.get(f.trial_id))
     except (AttestationError, OSError, ValueError) as e:
         out.failed.append((f.path, str(e)))
         return
