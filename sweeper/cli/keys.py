@@ -60,7 +60,7 @@ def verify(
         typer.Option(
             "--public-key",
             help="The public key to verify with (a PEM file, as published with the results; "
-            "default: this machine's signing key's).",
+            "default: the file $SWEEPER_PUBLIC_KEY names, else this machine's signing key's).",
         ),
     ] = None,
 ) -> None:

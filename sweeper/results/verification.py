@@ -17,19 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeper.results.attestation_reads import Memo, check_statement, file_statement
+from sweeper.results.attestation_reads import Memo, check_statement, file_statement, reading_key
 from sweeper.results.inventory import inventory_path, inventory_problems
 from sweeper.results.storage import STAGES, Experiment, StageFile
-from sweeper.results.sweep_file import read_sweep
+from sweeper.results.sweep_file import declared
 from trainables.attestations import attestation_path, train_statement
 from trainables.kernel import fileio
 from trainables.kernel.attestation import (
     AttestationError,
     PublicKey,
-    load_signing_key,
     sha256_bytes,
 )
-from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 
 
@@ -49,22 +47,24 @@ class Verification:
 
 
 def public_key_from(path: str | None) -> PublicKey:
-    """The public key in file `path` (as published with results), else this machine's signing
-    key's; ProblemsError (one line, exit 2) when there is neither or it cannot be read."""
+    """The public key in file `path` (as published with results), else the one the reads
+    check with (`attestation_reads.reading_key`: $SWEEPER_PUBLIC_KEY's file, else this
+    machine's signing key's); ProblemsError (one line, exit 2) when there is none or it
+    cannot be read."""
+    if path is None:
+        key = reading_key()
+        if key is None:
+            raise ProblemsError(
+                [
+                    "no key to verify with: give --public-key FILE (the public key published "
+                    "with the results), or make this machine's with `sweeper key init`"
+                ]
+            )
+        return key
     try:
-        if path is not None:
-            return PublicKey.from_pem(fileio.read_bytes(str(Path(path).expanduser()), 1 << 16))
-        key = load_signing_key()
+        return PublicKey.from_pem(fileio.read_bytes(str(Path(path).expanduser()), 1 << 16))
     except (AttestationError, OSError) as e:
-        raise ProblemsError([f"{f'--public-key {path}' if path else 'signing key'}: {e}"]) from None
-    if key is None:
-        raise ProblemsError(
-            [
-                "no key to verify with: give --public-key FILE (the public key published with "
-                "the results), or make this machine's with `sweeper key init`"
-            ]
-        )
-    return key.public
+        raise ProblemsError([f"--public-key {path}: {e}"]) from None
 
 
 def verify_experiment(exp: Experiment, public: PublicKey) -> Verification:
@@ -102,9 +102,7 @@ def _check_inventory(exp: Experiment, public: PublicKey, out: Verification) -> N
 
 
 def _declared_trials(exp: Experiment) -> list[str]:
-    listed = (read_sweep(exp) or {}).get("trials")
-    trials = listed if isinstance(listed, list) else []
-    return sorted({TrialConfig.from_dict(t).trial_id for t in trials if isinstance(t, dict)})
+    return sorted(declared(exp).trials or ())
 
 
 def _check_training(
