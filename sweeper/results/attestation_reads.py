@@ -134,13 +134,19 @@ def _trained(exp: Experiment, trial_id: str, key: PublicKey, seen: dict) -> str 
     return seen[trial_id]
 
 
+def user_cache(*parts: str) -> Path:
+    """A path under this user's cache ($XDG_CACHE_HOME/sweeper, else ~/.cache/sweeper): what
+    a key holder remembers outside the storage."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "sweeper", *parts)
+
+
 class Memo:
     """Verified statements by file digest, per key, outside the storage (module docstring).
     Losing it costs a re-verification, nothing more: any read or write problem is ignored."""
 
     def __init__(self, key_id: str):
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        self.path = Path(base) / "sweeper" / "attested" / f"{key_id}.json"
+        self.path = user_cache("attested", f"{key_id}.json")
         self.changed = False
         try:
             loaded = json.loads(self.path.read_text())

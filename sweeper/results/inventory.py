@@ -16,6 +16,7 @@ import logging
 import os
 from pathlib import Path
 
+from sweeper.results.attestation_reads import user_cache
 from sweeper.results.storage import STAGES, Experiment
 from trainables.attestations import SUFFIX, code_version
 from trainables.kernel import fileio
@@ -126,8 +127,7 @@ def _stored_version(exp: Experiment, public: PublicKey) -> int | None:
 
 
 def _memory(key_id: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sweeper" / "inventory" / f"{key_id}.json"
+    return user_cache("inventory", f"{key_id}.json")
 
 
 def _where(exp: Experiment) -> str:
