@@ -270,6 +270,10 @@ def test_report_on_a_full_disk_is_one_line_and_resumes(tmp_path):
     store = tmp_path / "store"
     common = ["--storage", str(store), "--experiment", "pub"]
     assert _run_limited(["import", str(tmp_path / "logs"), *common], None).returncode == 0
+    # matplotlib's font cache built here, not under the limit (an empty home has none yet,
+    # and the unit layer's order on two workers may not have built it first)
+    import matplotlib.font_manager  # noqa: F401
+
     _one_write_error(
         _run_limited(["report", *common, "--formats", "png"], 8192), store / "pub" / "reports"
     )
