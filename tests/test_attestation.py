@@ -359,9 +359,22 @@ def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_
     compact(plain, CERTIFY, cfg.trial_id, setting, len(planned))
     unsigned = pq.read_table(target.replace(exp.root, plain.root))
     assert statement_of(unsigned, signing_env.public) is None
+    # A legacy DDRS memory file beside attested shards is unattested: so is what it makes.
+    legacy = Experiment(str(tmp_path / "legacy"), exp.name)
+    shutil.copytree(exp.root, legacy.root)
+    shutil.copy(
+        paths[0],
+        Path(legacy.setting_dir("certify", cfg.trial_id, setting.setting_id)) / "memory.parquet",
+    )
+    compact(legacy, CERTIFY, cfg.trial_id, setting, len(planned))
+    assert (
+        statement_of(pq.read_table(target.replace(exp.root, legacy.root)), signing_env.public)
+        is None
+    )
     compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
     folded = statement_of(pq.read_table(target), signing_env.public)
     assert folded is not None and folded.step == "compact"
+    assert folded.settings["finish"] == "sweeper.run.certify_stage.finish"  # DDRS: memory pass
     assert folded.inputs["checkpoint.pt"] == checkpoint
     assert sorted(folded.inputs) == sorted(
         ["checkpoint.pt", *(f"shard {s.index}/{s.count}" for s in planned)]

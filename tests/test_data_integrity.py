@@ -125,6 +125,72 @@ def test_an_object_of_the_right_size_whose_sha256_differs_is_refused(mnist, url,
     assert (data_cache.fetch(url, "mnist") / TEST_IMAGES).read_bytes() == original
 
 
+# ------------------------------------------------------------------------------ the signed manifest
+def _forge_the_test_split(mnist: Path, url: str) -> None:
+    """The attack run's data forgery: a test file and the manifest rewritten together, so the
+    manifest vouches for the forged file."""
+    forged = bytes(reversed((mnist / TEST_IMAGES).read_bytes()))
+    fileio.write_bytes_atomic(f"{url}/{TEST_IMAGES}", forged)
+    entries = tuple(
+        data_cache.Entry(e.path, len(forged), hashlib.sha256(forged).hexdigest())
+        if e.path == TEST_IMAGES
+        else e
+        for e in data_cache.entries_of(url, "mnist")
+    )
+    fileio.write_bytes_atomic(
+        data_cache.manifest_location(url), data_cache.manifest_bytes({"mnist": entries})
+    )
+
+
+def test_a_test_split_rewritten_with_its_manifest_is_refused_under_the_key(
+    mnist, url, cache, signing_env, monkeypatch
+):
+    """Issue 38: a fresh node accepted a test batch and manifest rewritten together. `data put`
+    with a key signs the manifest; a process holding the key fetches only what it signed."""
+    assert put("mnist", mnist, url).exit_code == 0
+    assert fileio.exists(f"{url}/data.attestation.json")
+    digest = data_cache.data_inputs("mnist", url)["data"]
+    _forge_the_test_split(mnist, url)
+    with pytest.raises(data_cache.RemoteDataError) as e:
+        data_cache.fetch(url, "mnist")
+    [line] = e.value.problems
+    assert line.startswith(f"the data manifest at {url} was changed after it was signed: "), line
+    assert f"sweeper data put DATASET --from DIR --to {url}" in line
+    assert not cache.exists() or not list(cache.glob("*/mnist-*")), "nothing fetched"
+    # the driver says so before Ray starts: the data check reads the manifest the same way
+    assert data_cache.remote_problem(url, "mnist") == line
+    # without a key nothing is checked (the results are unattested anyway)
+    monkeypatch.delenv("SWEEPER_SIGNING_KEY")
+    assert data_cache.data_inputs("mnist", url)["data"] != digest
+    # a put with the key signs again what it sends: the real file back, fetched
+    monkeypatch.setenv("SWEEPER_SIGNING_KEY", signing_env.pem().decode())
+    assert put("mnist", mnist, url).exit_code == 0
+    assert data_cache.data_inputs("mnist", url)["data"] == digest
+    fetched = data_cache.fetch(url, "mnist") / TEST_IMAGES
+    assert fetched.read_bytes() == (mnist / TEST_IMAGES).read_bytes()
+
+
+def test_an_unsigned_or_foreign_manifest_is_refused_under_the_key(mnist, url, cache, signing_env):
+    """A manifest put without the key, or signed for another data URI, is not the key
+    holder's: refused, naming why and the fix."""
+    from trainables.data_attestation import manifest_problem
+    from trainables.kernel.attestation import SigningKey
+
+    raw = lambda: fileio.read_bytes(data_cache.manifest_location(url))  # noqa: E731
+    assert put("mnist", mnist, url).exit_code == 0
+    assert manifest_problem(url, raw()) is None
+    other = f"{url}-copy"
+    fileio.write_bytes_atomic(data_cache.manifest_location(other), raw())
+    statement = fileio.read_bytes(f"{url}/data.attestation.json")
+    fileio.write_bytes_atomic(f"{other}/data.attestation.json", statement)
+    assert manifest_problem(other, raw()).startswith(
+        f"{other}/data.attestation.json is not the statement of the data at {other}: put it"
+    )
+    assert "does not verify" in manifest_problem(url, raw(), SigningKey.generate())
+    fileio.delete(f"{url}/data.attestation.json")
+    assert manifest_problem(url, raw()).startswith(f"the data manifest at {url} is not signed")
+
+
 # ------------------------------------------------------------------------------ putting
 def test_data_put_pseudo_refuses_a_symlink_below_from_and_uploads_nothing(tmp_path, url):
     """Issue 38: `data put pseudo` followed a symlink out of --from and uploaded its target."""

@@ -110,14 +110,16 @@ def attest_training(
     checkpoint: str,
     parent: str | None,
     key: SigningKey | None = None,
+    data: dict[str, str] | None = None,
 ) -> None:
     """The training step's statement: the checkpoint (by its bytes on storage) made from the
-    trial's config, and from its parent's checkpoint for a fine-tune trial; signed with `key`,
-    else this process's (none: nothing written)."""
+    trial's config and `data` (`trainables.data_cache.data_inputs`), and from its parent's
+    checkpoint for a fine-tune trial; signed with `key`, else this process's (none: nothing
+    written)."""
     key = key or load_signing_key()
     if key is None:
         return
-    inputs = {"config": config_digest(cfg)}
+    inputs = {"config": config_digest(cfg), **(data or {})}
     if parent is not None:
         inputs["parent checkpoint"] = sha256_bytes(fileio.read_bytes(parent))
     outputs = {"checkpoint.pt": sha256_bytes(fileio.read_bytes(checkpoint))}

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
+from trainables.data_attestation import manifest_problem
 from trainables.kernel import fileio
 from trainables.kernel.credential_parts import redact
 from trainables.kernel.errors import ProblemsError
@@ -181,9 +182,11 @@ def bucket_problem(url: str) -> str | None:
     return None
 
 
-def read_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
+def read_manifest(url: str, signed: bool = True) -> dict[str, tuple[Entry, ...]]:
     """The manifest of the data URI `url`; RemoteDataError if it cannot be read (naming the
-    bucket when that is missing, else the manifest, and the fix) or it is malformed."""
+    bucket when that is missing, else the manifest, and the fix) or it is malformed, or
+    (`signed`, in a process holding a signing key) it is not the manifest the key holder put
+    (`trainables.data_attestation`)."""
     where = manifest_location(url)
     fix = (
         f"put the data set there first: sweeper data put DATASET --from DIR --to {checked_url(url)}"
@@ -196,6 +199,8 @@ def read_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
             if missing and missing.startswith("no bucket"):
                 raise RemoteDataError(missing) from None
             raise RemoteDataError(f"no data manifest {where}: {fix}") from None
+    if signed and (problem := manifest_problem(checked_url(url), raw)):
+        raise RemoteDataError(problem)
     return parse_manifest(raw, where)
 
 
@@ -208,6 +213,15 @@ def entries_of(url: str, dataset: str) -> tuple[Entry, ...]:
             f"sweeper data put {dataset} --from DIR --to {checked_url(url)}"
         )
     return entries
+
+
+def data_inputs(dataset: str, data_dir: str | None) -> dict[str, str]:
+    """A statement's data input: for a data set on a bucket, {"data": `dataset_digest`} of the
+    (signed) manifest's entry; none for a local directory (each node's own disk, outside the
+    storage: docs/security.md) or an embedded data set."""
+    if not (data_dir and is_remote(data_dir)):
+        return {}
+    return {"data": dataset_digest(entries_of(data_dir, dataset))}
 
 
 def remote_problem(url: str, dataset: str) -> str | None:
@@ -226,7 +240,13 @@ def cache_root() -> Path:
 
 
 def entries_digest(entries: tuple[Entry, ...]) -> str:
-    return hashlib.sha256(manifest_bytes({"": entries})).hexdigest()[:16]
+    return dataset_digest(entries)[:16]
+
+
+def dataset_digest(entries: tuple[Entry, ...]) -> str:
+    """The sha256 naming one data set's files as a manifest lists them (paths, sizes, sha256s):
+    what a statement names as its data."""
+    return hashlib.sha256(manifest_bytes({"": entries})).hexdigest()
 
 
 def fetch(url: str, dataset: str, cache: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ import os
 import stat
 from pathlib import Path
 
+from trainables.data_attestation import sign_manifest
 from trainables.data_cache import (
     CHUNK,
     Entry,
@@ -114,14 +115,17 @@ def put(root: Path, files: list[str], url: str, dataset: str) -> PutSummary:
             if e not in known or on_bucket.get(fileio.join(url, e.path)) != e.size
         ]
         in_parallel(lambda e: _upload(root, url, e), send)
-        fileio.write_bytes_atomic(manifest_location(url), manifest_bytes({**old, dataset: entries}))
+        manifest = manifest_bytes({**old, dataset: entries})
+        fileio.write_bytes_atomic(manifest_location(url), manifest)
+        sign_manifest(url, manifest)
     log.info("put %s: %d files, %d sent, to %s", dataset, len(entries), len(send), url)
     return PutSummary(manifest_location(url), len(entries), len(send), sum(e.size for e in send))
 
 
 def _old_manifest(url: str) -> dict[str, tuple[Entry, ...]]:
     """The manifest at `url` (its other data sets are kept), empty if there is none; one that
-    cannot be parsed is replaced, with a warning."""
+    cannot be parsed, or (with a signing key) is not the one the key holder signed, is
+    replaced, with a warning: the key never signs entries someone else wrote."""
     try:
         return read_manifest(url)
     except RemoteDataError as e:

@@ -16,6 +16,7 @@ import torch
 
 from trainables import checkpoint
 from trainables.attestations import attest_training
+from trainables.data_cache import data_inputs
 from trainables.distributed_fit import fit_data_parallel
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
@@ -69,7 +70,8 @@ def run_trial(config: dict[str, Any], experiment_root: str) -> None:
     last = state.history[-1] if state.history else {}
     # relative to the experiment: a copied or synced experiment's trial.json stays true
     where = experiment_relative(ckpt, experiment_root)
-    attest_training(directory, cfg, ckpt, parent)  # before "finished": never one without it
+    data = data_inputs(cfg.dataset, cfg.data_dir)
+    attest_training(directory, cfg, ckpt, parent, data=data)  # before "finished", always
     write_status(directory, cfg, "finished", state.epoch, last, checkpoint=where, node=node)
     if resume is not None and int(resume["epoch"]) >= cfg.epochs:
         tune.report({**last, SWEEPER_TRIAL_ID: cfg.trial_id})  # Tune wants at least one result

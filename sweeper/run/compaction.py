@@ -47,6 +47,11 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
         _check_footers(shards, stage)
         key = load_signing_key()
         inputs = _attested_shards(shards, stage.name, key) if key else None
+        if inputs is not None and any(f.kind == "memory" for f in files):
+            log.warning(
+                "compacting %s/%s unsigned: a legacy memory file is unattested", trial_id, sid
+            )
+            inputs = None
         table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
         if stage.finish is not None:
             table = stage.finish(exp, trial_id, setting, table)
@@ -54,6 +59,8 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
         table = table.replace_schema_metadata(_metadata(shards[0].path))
         if key is not None and inputs is not None:
             made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
+            if stage.finish is not None:  # e.g. the DDRS memory pass, attested with the rows
+                made["finish"] = f"{stage.finish.__module__}.{stage.finish.__qualname__}"
             table = signed(table, key, "compact", inputs, made)
         write_table(table, target)
         rows = table.num_rows

@@ -24,6 +24,7 @@ tasks, so reading stays light.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
 from trainables.attestations import trained_checkpoint
+from trainables.data_cache import data_inputs
 from trainables.kernel import fileio
 from trainables.kernel.attestation import load_signing_key
 from trainables.kernel.config import TrialConfig
@@ -130,13 +132,15 @@ def attest_shard(exp: Experiment, step: str, shard: Shard, table: pa.Table) -> p
     if key is None:
         return table
     checkpoint = trained_checkpoint(exp.trial_dir(shard.trial_id), key)
+    config = json.loads((table.schema.metadata or {}).get(b"sweeper.config", b"{}"))
+    data = data_inputs(config.get("dataset", ""), config.get("data_dir"))
     settings = {
         "trial_id": shard.trial_id,
         "setting_id": shard.setting_id,
         "shard": f"{shard.index}/{shard.count}",
         "points": points_digest(shard.indices),
     }
-    return signed(table, key, step, {"checkpoint.pt": checkpoint}, settings)
+    return signed(table, key, step, {"checkpoint.pt": checkpoint, **data}, settings)
 
 
 # ------------------------------------------------------------------------------ on Ray
