@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 from hypothesis import settings
@@ -76,6 +79,45 @@ def ray_session(signing_key):
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def smoke_run(ray_session, signing_key, tmp_path_factory):
+    """The smoke sweep of `test_e2e` (`SPACE` there), run once per session, its driver holding
+    the session's key (as a user's shell would: it signs the inventory as it lets go; the
+    workers have it from `ray_session`). test_e2e's tests extend it (other settings); a test
+    that changes it in place or needs it as run copies `pristine_sweep` instead. Returns
+    (space, the experiment, a copy of it as the run left it)."""
+    from test_e2e import SPACE, run_cli, write_space
+
+    from sweeper.results.storage import Experiment
+    from trainables.kernel.attestation import KEY_ENV
+
+    tmp = tmp_path_factory.mktemp("sweep")
+    space = write_space(tmp, SPACE)
+    os.environ[KEY_ENV] = signing_key.pem().decode()
+    try:
+        result = run_cli("run", "grid", space, "--storage", tmp / "store", "--experiment", "e2e")
+    finally:
+        del os.environ[KEY_ENV]
+    assert result.exit_code == 0, result.output
+    pristine = tmp_path_factory.mktemp("pristine")
+    shutil.copytree(tmp / "store", pristine, dirs_exist_ok=True)
+    return space, Experiment(str(tmp / "store"), "e2e"), Experiment(str(pristine), "e2e")
+
+
+@pytest.fixture
+def finished_sweep(smoke_run):
+    """(space, experiment) of the session's smoke sweep, as test_e2e's tests have left it."""
+    space, exp, _ = smoke_run
+    return space, exp
+
+
+@pytest.fixture
+def pristine_sweep(smoke_run):
+    """(space, experiment) of the smoke sweep as its run left it: copy it before changing it."""
+    space, _, pristine = smoke_run
+    return space, pristine
 
 
 @pytest.fixture(scope="session")

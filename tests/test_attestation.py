@@ -529,6 +529,16 @@ def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can
     assert per_model.exit_code == 0, per_model.output
     assert f"{plain.trial_id} †" in per_model.stdout
     assert f"{signed.trial_id} †" not in per_model.stdout
+    report = [*args[:5], "--radii", "0", "--formats", "svg"]
+    report[0] = "report"
+    written = runner.invoke(app, report)
+    assert written.exit_code == 0, written.output
+    index = Path(exp.report_dir(None), "index.md").read_text()
+    assert f"- Checked with key {signing_env.key_id}: 1 results files verified;" in index
+    assert "- 1 models rest on unattested files (made without a key, or planted) and are " in index
+    assert f"counted: {plain.trial_id} ({planned[0].setting_id})." in index
+    winners = Path(exp.report_dir(None), "envelope.md").read_text()
+    assert (f"{plain.trial_id} †" in winners) == (winner == plain.trial_id)
     target = exp.compacted_path("certify", signed.trial_id, planned[0].setting_id, len(planned))
     table = pq.read_table(target)
     field = table.schema.field("time_s")  # a column no other check can tell is changed

@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.special import ndtri
 from scipy.stats import beta
-from test_e2e import finished_sweep  # noqa: F401  (the module's own run of the smoke sweep)
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -71,9 +70,9 @@ def _perfect(t: pa.Table, n: int, alpha: float, sigma: float, cert_id: str) -> p
 
 
 @pytest.fixture
-def copy(finished_sweep, tmp_path):  # noqa: F811
+def copy(pristine_sweep, tmp_path):
     """A copy of the smoke experiment, its compacted files and its one setting."""
-    _, exp = finished_sweep
+    _, exp = pristine_sweep
     shutil.copytree(exp.root, tmp_path / "e2e")
     copied = Experiment(str(tmp_path), "e2e")
     files = sorted(f.path for f in copied.stage_files("certify") if f.kind == "compacted")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import textwrap
@@ -53,23 +52,6 @@ def write_space(tmp_path, text=SPACE, name="tiny.yaml"):
 def run_cli(*args):
     result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
     return result
-
-
-@pytest.fixture(scope="module")
-def finished_sweep(ray_session, signing_key, tmp_path_factory):
-    """The smoke sweep, its driver holding the session's key (as a user's shell would: it
-    signs the inventory as it lets go; the workers have it from `ray_session`)."""
-    from trainables.kernel.attestation import KEY_ENV
-
-    tmp = tmp_path_factory.mktemp("sweep")
-    space = write_space(tmp)
-    os.environ[KEY_ENV] = signing_key.pem().decode()
-    try:
-        result = run_cli("run", "grid", space, "--storage", tmp / "store", "--experiment", "e2e")
-    finally:
-        del os.environ[KEY_ENV]
-    assert result.exit_code == 0, result.output
-    return space, Experiment(str(tmp / "store"), "e2e")
 
 
 def test_every_trained_model_is_attested_and_the_key_is_nowhere_in_the_experiment(

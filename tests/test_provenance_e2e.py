@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy.stats import norm
-from test_e2e import finished_sweep  # noqa: F401  (the module's own run of the smoke sweep)
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -88,9 +87,9 @@ TAMPERED_MODEL = {  # a model's compacted file changed: (change, why it is left 
 
 
 @pytest.fixture
-def copy(finished_sweep, tmp_path):  # noqa: F811
+def copy(pristine_sweep, tmp_path):
     """A copy of the smoke experiment (the sweep's own stays untouched), its compacted files."""
-    _, exp = finished_sweep
+    _, exp = pristine_sweep
     shutil.copytree(exp.root, tmp_path / "e2e")
     copied = Experiment(str(tmp_path), "e2e")
     files = sorted(f.path for f in copied.stage_files("certify") if f.kind == "compacted")

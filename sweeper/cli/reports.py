@@ -86,6 +86,7 @@ def report(
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
+    from sweeper.report.attestation_section import attestation_section
     from sweeper.report.build import build_report, write_report
 
     problems: list[str] = []
@@ -105,8 +106,19 @@ def report(
     dims = dataset_dims(frame["dataset"].unique())
     batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
     section = _index_sections(exp, frame, only, grid)
+    models = set(frame.groupby(["trial_id", "cert_id"]).groups)
+    section += attestation_section(results.attestations, models, attested_only)
+    unattested = results.attestations.unattested if results.attestations else frozenset()
     built = build_report(
-        frame, grid, dims, figure_formats, linf_255, name=exp.name, batch=batch, pruned=section
+        frame,
+        grid,
+        dims,
+        figure_formats,
+        linf_255,
+        name=exp.name,
+        batch=batch,
+        pruned=section,
+        unattested=unattested,
     )
     for location in write_report(built, exp.report_dir(only)):
         echo(location)

@@ -185,12 +185,15 @@ def build_report(
     name: str = "",
     batch: int | None = None,
     pruned: list[str] | None = None,
+    unattested: frozenset = frozenset(),
 ) -> Report:
     """Every file of the report of `frame` (sound result rows; not empty), `index.md` last.
     `dims`: input dimension d per dataset (for the ℓ∞ table); `pruned`: the index's section on
-    the models the envelope strategy pruned (`report.pruned.pruned_section`)."""
+    the models the envelope strategy pruned (`report.pruned.pruned_section`) and other index
+    sections; `unattested`: the models resting on unattested files, a winner among them
+    marked (`report.attestation_section`)."""
     report = Report()
-    report.files += _envelope_files(frame, radii)
+    report.files += _envelope_files(frame, radii, unattested)
     linf, notes = _linf_tables(frame, dims, linf_255)
     if linf:
         intro = "An ℓ2 certificate of radius r certifies ℓ∞ radius r/√d (d = input dimension)."
@@ -202,7 +205,7 @@ def build_report(
     return report
 
 
-def _envelope_files(frame: pd.DataFrame, radii: list[float]) -> list[ReportFile]:
+def _envelope_files(frame: pd.DataFrame, radii: list[float], unattested) -> list[ReportFile]:
     """Per model, envelope, abstention and ACR tables at the ℓ2 radii."""
     summary = envelope_summary(frame, radii)
     files = table_files(
@@ -219,7 +222,7 @@ def _envelope_files(frame: pd.DataFrame, radii: list[float]) -> list[ReportFile]
         bold=True,
     )
     files += table_files(
-        "envelope", "Upper envelope", ENVELOPE_RULE, [envelope, winners_table(summary)]
+        "envelope", "Upper envelope", ENVELOPE_RULE, [envelope, winners_table(summary, unattested)]
     )
     abstain = [("abstain_rate", "winner abstention rate")]
     title = "Certification abstention rate of the envelope's winners per ℓ2 radius"

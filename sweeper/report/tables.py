@@ -229,9 +229,10 @@ def wide_table(
     return PaperTable(title, data, marks, sections="models", beyond=beyond)
 
 
-def winners_table(summary: pd.DataFrame) -> PaperTable:
+def winners_table(summary: pd.DataFrame, unattested: frozenset = frozenset()) -> PaperTable:
     """The overall envelope's winner per radius: accuracy, clean accuracy, ACR, abstention
-    rate and configuration (blank where nobody certifies anything)."""
+    rate and configuration (blank where nobody certifies anything); a winner resting on an
+    unattested file (`unattested`: (trial_id, cert_id)) has † after its trial_id."""
     part = summary[summary["group"] == ALL].reset_index(drop=True)
     part = part.assign(
         method=pd.Series(
@@ -251,6 +252,8 @@ def winners_table(summary: pd.DataFrame) -> PaperTable:
     data = part[["radius", *scores, *ids, "trial_id", "models"]].copy()
     nobody = (part["certified_accuracy"] <= 0).to_numpy()
     data[[*ids, "trial_id"]] = data[[*ids, "trial_id"]].astype(object)
+    marked = [(t, c) in unattested for t, c in zip(part["trial_id"], part["cert_id"], strict=True)]
+    data.loc[marked, "trial_id"] = data.loc[marked, "trial_id"] + " †"
     data.loc[nobody, [*ids, "trial_id"]] = "-"  # no winner where nothing is certified
     far = np.flatnonzero(part["radius"].to_numpy() > part["max_radius"].to_numpy() + 1e-9)
     title = "Upper envelope per ℓ2 radius and its winner"
