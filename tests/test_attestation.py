@@ -578,7 +578,18 @@ def test_the_signed_inventory_shows_a_deleted_a_planted_and_a_changed_file_and_a
     assert inventory_problems(exp, signing_env.public)[1] == [
         f"{rel}: listed in the signed inventory, now absent (deleted)"
     ]
+    # the reads tell it too, without hashing a file: the model's folder is listed, now empty
+    from sweeper.results.certify_rows import load_results
+
+    assert load_results(exp).attestations.inventory == (
+        f"{rel.rsplit('/', 1)[0]}: in the signed inventory, now absent (deleted)",
+    )
+    read = runner.invoke(app, ["envelope", "--storage", exp.storage, "--experiment", exp.name])
+    assert read.exit_code == 2 and read.stderr.startswith(
+        f"error: {rel.rsplit('/', 1)[0]}: in the signed inventory, now absent (deleted)"
+    ), read.stderr
     shutil.copy(moved, target)
+    assert load_results(exp).attestations.inventory == ()
     Path(exp.root, "sweep.json").write_text('{"space": {}, "trials": []}')
     planted = exp.compacted_path("certify", cfg.trial_id, "sigma-100", 1)
     Path(planted).parent.mkdir(parents=True)

@@ -160,6 +160,25 @@ def test_deleted_winners_and_their_sweep_entries_are_said_missing(copy):
     assert "1 of the sweep's 3 trials have no results yet" in stderr
 
 
+def test_with_the_key_the_reads_say_the_signed_inventory_lists_the_deleted_winner(
+    copy, signing_env
+):
+    """The same deletion read by the key holder: the driver's signed inventory lists the
+    winner's results, so the envelope says they are gone (without hashing a file)."""
+    exp, _, setting = copy
+    frame, stderr = _read(exp, "envelope")
+    assert not [line for line in stderr if "signed inventory" in line]
+    winner = frame["trial_id"].dropna().iloc[0]
+    shutil.rmtree(exp.trial_dir(winner))
+    shutil.rmtree(Path(exp.root, "certify", winner))
+    _, stderr = _read(exp, "envelope")
+    assert (
+        f"warning: certify/{winner}/{setting}: in the signed inventory, now absent (deleted)"
+        in (stderr)
+    )
+    assert any("results the signed inventory lists are missing: the envelope" in s for s in stderr)
+
+
 def _record(points: int) -> dict:
     grid = [0.0, 0.25, 0.5]
     return {"status": "pruned", "radii": grid, "upper": [points] * 3, "points": points}

@@ -138,3 +138,12 @@ def attestation_note(results, table, attested_only: bool) -> None:
     display.echo(
         f"attestations (key {a.key_id}): {a.attested} files verified{failed}; {rest}", err=True
     )
+    for line in a.inventory[:5]:
+        display.echo(f"warning: {line}", err=True)
+    if a.inventory:
+        more = f" ({len(a.inventory) - 5} more)" if len(a.inventory) > 5 else ""
+        display.echo(
+            f"warning: results the signed inventory lists are missing{more}: the envelope is "
+            "of what is left; `sweeper verify` checks every file",
+            err=True,
+        )

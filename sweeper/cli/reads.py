@@ -298,6 +298,9 @@ def load_selected(
     except ResultsError as e:
         fail([str(e)])
     warn_left_out(results.invalid, exp)
+    gone = results.attestations.inventory if results.attestations else ()
+    if results.frame.empty and gone:  # not "no results yet": the signed ones are gone
+        fail([*gone, "run `sweeper verify` for every file, and restore them from a copy"])
     try:
         attested = selection.attested_rows(results, results.frame, attested_only)
     except ProblemsError as e:

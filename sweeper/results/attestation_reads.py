@@ -60,6 +60,7 @@ class Attestations:
     attested: int
     unattested: frozenset[tuple[str, str]]
     failed: tuple[str, ...]
+    inventory: tuple[str, ...] = ()  # what the signed inventory says is gone (`deleted_since`)
 
     @property
     def failed_models(self) -> set[str]:

@@ -8,6 +8,7 @@ another α without a GPU. File metadata records the certify backend and the norm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field, fields
@@ -200,6 +201,7 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     strategy's records of models the sweep never declared: `envelope_records.vouched`)."""
     from sweeper.results.attestation_reads import check_files, reading_key
     from sweeper.results.envelope_records import vouched
+    from sweeper.results.inventory import deleted_since
 
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
@@ -214,10 +216,12 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     invalid = rows.invalid + unreadable + wrong + records
     attestations = None
     if (key := reading_key()) is not None:  # failed files' models never count
-        attestations = check_files(exp, rows.used, key)
+        gone = tuple(deleted_since(exp, key, CERTIFY_ROWS.name))
+        attestations = dataclasses.replace(check_files(exp, rows.used, key), inventory=gone)
         failed = {f.model for f in rows.used if f.path in attestations.failed_models}
         keys = list(zip(frame["trial_id"], frame["cert_id"], strict=True))
-        frame = frame[[k not in failed for k in keys]].reset_index(drop=True)
+        kept = np.array([k not in failed for k in keys], dtype=bool)  # no rows: no columns lost
+        frame = frame[kept].reset_index(drop=True)
         invalid += list(attestations.failed)
     return Results(frame, rows.files, rows.missing, invalid, attestations)
 

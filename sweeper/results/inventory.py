@@ -105,6 +105,26 @@ def inventory_problems(exp: Experiment, public: PublicKey) -> tuple[int | None, 
     return version, problems
 
 
+def deleted_since(exp: Experiment, public: PublicKey, stage: str) -> list[str]:
+    """What a read can tell from the signed inventory without hashing a file (a line each):
+    a model setting of `stage` it lists of which no file is left (a model compacted since
+    keeps its folder), a rollback, or an inventory that does not verify. Nothing when there
+    is none (a run not yet let go): `sweeper verify` says so, and checks every file's bytes."""
+    try:
+        statement = _statement(exp, public)
+    except (AttestationError, OSError) as e:
+        return [f"{inventory_path(exp)}: {e}"]
+    if statement is None:
+        return []
+    lines = []
+    if (version := int(statement.settings.get("version") or 0)) < _remembered(public.key_id, exp):
+        lines.append(f"{inventory_path(exp)}: version {version}, older than this machine signed")
+    now = {exp.relative(f.path).rsplit("/", 1)[0] for f in exp.stage_files(stage)}
+    listed = {rel.rsplit("/", 1)[0] for rel in statement.outputs if rel.startswith(f"{stage}/")}
+    lines += [f"{d}: in the signed inventory, now absent (deleted)" for d in sorted(listed - now)]
+    return lines
+
+
 def _statement(exp: Experiment, public: PublicKey) -> Statement | None:
     path = inventory_path(exp)
     if not fileio.exists(path):
