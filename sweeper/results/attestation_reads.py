@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.results.attested_rows import imported, statement_of
+from sweeper.results.attested_rows import imported, place_problem, said_by, statement_of
 from sweeper.results.storage import Experiment, StageFile
 from trainables.attestations import train_statement
 from trainables.kernel import fileio
@@ -97,30 +97,23 @@ def file_statement(f: StageFile, key: PublicKey, memo: Memo) -> dict | None:
     statement = statement_of(pq.read_table(pa.BufferReader(data)), key)
     if statement is None:
         return None
-    said = {
-        "step": statement.step,
-        "trial_id": statement.settings.get("trial_id"),
-        "setting_id": statement.settings.get("setting_id"),
-        "shard": statement.settings.get("shard"),
-        "checkpoint": statement.inputs.get("checkpoint.pt"),
-    }
+    said = said_by(statement)
     memo.put(digest, said)
     return said
 
 
 def check_statement(f: StageFile, said: dict, checkpoint: str | None) -> None:
-    if imported(f, said["step"]):  # from a published log: no checkpoint behind it
-        if (said["trial_id"], said["setting_id"]) != f.model:
-            raise AttestationError(f"its attestation is of {said['trial_id']}/{said['setting_id']}")
-        return
-    step = "compact" if f.kind == "compacted" else f.stage
-    if (said["step"], said["trial_id"], said["setting_id"]) != (step, *f.model):
-        raise AttestationError(
-            f"its attestation is {said['step']} of {said['trial_id']}/{said['setting_id']}"
-        )
-    if f.kind == "shard" and said["shard"] != f"{f.index}/{f.count}":
-        raise AttestationError("its attestation is of another shard")
-    if checkpoint is None or said["checkpoint"] != checkpoint:
+    """AttestationError unless what file `f`'s statement says (`said_by`) is of its own place
+    and made from `checkpoint` (the one its trial's training attested); an imported model's
+    rows come from a published log, with no checkpoint behind them."""
+    if imported(f, said["step"]):
+        step, shard = "import", None
+    else:
+        step = "compact" if f.kind == "compacted" else f.stage
+        shard = f"{f.index}/{f.count}" if f.kind == "shard" else None
+    if problem := place_problem(said, step, f.model, shard):
+        raise AttestationError(problem)
+    if step != "import" and (checkpoint is None or said["checkpoint"] != checkpoint):
         raise AttestationError("made from a checkpoint its trial's training did not attest")
 
 

@@ -72,18 +72,31 @@ def statement_of(table: pa.Table, public: PublicKey) -> Statement | None:
     return statement
 
 
-def check_place(statement: Statement, step: str, trial_id: str, setting_id: str) -> None:
-    """The statement is of `step`, of this model and setting (not one moved from another
-    file); AttestationError otherwise."""
-    s = statement.settings
-    if statement.step != step or (s.get("trial_id"), s.get("setting_id")) != (
-        trial_id,
-        setting_id,
-    ):
-        raise AttestationError(
-            f"its attestation is {statement.step} of {s.get('trial_id')}/{s.get('setting_id')}, "
-            f"not {step} of {trial_id}/{setting_id}"
+def said_by(statement: Statement) -> dict:
+    """What a statement says of its place, as a JSON dict (what the reads' memo keeps): its
+    step, its settings (trial_id, setting_id, shard, ...) and the checkpoint it was made from."""
+    return {
+        **statement.settings,
+        "step": statement.step,
+        "checkpoint": statement.inputs.get("checkpoint.pt"),
+    }
+
+
+def place_problem(
+    said: dict, step: str, model: tuple[str, str], shard: str | None = None, **expected: object
+) -> str | None:
+    """Why a statement (`said_by`) is not `step` of this `model` (trial_id, setting_id), of
+    this `shard` ("i/k", for a shard) and with the `expected` settings (e.g. a pilot's stage),
+    i.e. one moved from another file; None when it is."""
+    if (said.get("step"), said.get("trial_id"), said.get("setting_id")) != (step, *model):
+        return (
+            f"its attestation is {said.get('step')} of {said.get('trial_id')}/"
+            f"{said.get('setting_id')}, not {step} of {model[0]}/{model[1]}"
         )
+    if shard is not None and said.get("shard") != shard:
+        return "its attestation is of another shard"
+    wrong = [k for k, v in expected.items() if said.get(k) != v]
+    return f"its attestation is of another {wrong[0]}" if wrong else None
 
 
 def imported(f: StageFile, step: str) -> bool:
@@ -103,13 +116,11 @@ def attestation_problem(
         return None
     try:
         statement = statement_of(table, key.public)
-        if statement is None:
-            return "not attested, and a signing key is set"
-        check_place(statement, step, trial_id, setting_id)
     except AttestationError as e:
         return str(e)
-    wrong = [k for k, v in expected.items() if statement.settings.get(k) != v]
-    return f"its attestation is of another {wrong[0]}" if wrong else None
+    if statement is None:
+        return "not attested, and a signing key is set"
+    return place_problem(said_by(statement), step, (trial_id, setting_id), **expected)
 
 
 def cache_statement(covers: dict, rows: dict) -> Statement:

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeper.results.attested_rows import check_place, signed, statement_of, unsigned_metadata
+from sweeper.results.attested_rows import (
+    place_problem,
+    said_by,
+    signed,
+    statement_of,
+    unsigned_metadata,
+)
 from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
@@ -101,13 +107,10 @@ def _check_attested(
     fs, local = _fs_path(path)
     try:
         statement = statement_of(pq.read_table(local, filesystem=fs), key.public)
-        if statement is None:
-            return None
-        check_place(statement, step, *model)
-        if shard is not None and statement.settings.get("shard") != shard:
-            raise AttestationError("its attestation is of another shard")
     except AttestationError as e:
         raise RuntimeError(f"cannot compact {path}: {e}") from None
+    if statement is not None and (problem := place_problem(said_by(statement), step, model, shard)):
+        raise RuntimeError(f"cannot compact {path}: {problem}")
     return statement
 
 
