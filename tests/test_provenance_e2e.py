@@ -159,3 +159,97 @@ def test_new_files_no_certification_wrote_change_nothing(copy):
     _rewrite(cache, lambda t: pa.concat_tables([t, t.slice(0, 5)]))  # appended rows
     accuracy, stderr = _envelope(exp)
     assert accuracy == before and f"{cache}: " in stderr, stderr
+
+
+# ------------------------------------------------------------------ under the key (issue 38)
+def _labels_are_predictions(t: pa.Table) -> pa.Table:
+    predict = t.column("predict").to_pylist()
+    return _set(t, label=[max(p, 0) for p in predict], correct=[p != -1 for p in predict])
+
+
+def _resigned(t: pa.Table) -> pa.Table:  # rows made perfect, vouched for by the forger's key
+    from sweeper.results.attested_rows import signed
+    from trainables.kernel.attestation import SigningKey
+
+    perfect = _set(t, predict=t.column("label").to_pylist(), correct=[True] * t.num_rows)
+    return signed(perfect, SigningKey.generate(), "compact", {}, {})
+
+
+ATTESTED_FORGERIES = {  # self-consistent: only the key tells them (each: why it is left out)
+    "cut to 3 points": (lambda t: t.slice(0, 3), "its rows are not the ones its attestation"),
+    "labels set to the predictions": (_labels_are_predictions, "its rows are not the ones"),
+    "rows signed by another key": (_resigned, "not signed by this key"),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTESTED_FORGERIES))
+def test_with_the_key_a_self_consistent_forgery_is_left_out_named(
+    copy, tmp_path, case, signing_env
+):
+    """Issue 38: a compacted file cut short, its labels set to its predictions, or rows made
+    perfect and signed with a forger's own key: consistent with themselves, each read
+    with the sweep's key is named and left out, and the envelope is the one without it."""
+    exp, files = copy
+    change, why = ATTESTED_FORGERIES[case]
+    target = files[0]
+    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
+    without = Experiment(str(tmp_path / "without"), "e2e")
+    Path(without.root, target[len(exp.root) + 1 :]).unlink()
+    expected, _ = _envelope(without)
+    table = pq.read_table(target)
+    pq.write_table(change(table.replace_schema_metadata(table.schema.metadata)), target)
+    Path(exp.cache_path("certify")).unlink()  # the rows are read from the files
+    accuracy, stderr = _envelope(exp)
+    assert accuracy == expected
+    [line] = [s for s in stderr.splitlines() if s.startswith(f"warning: left out {target}: ")]
+    assert why in line, line
+
+
+def test_with_the_key_an_unattested_model_is_marked_and_attested_only_leaves_it_out(
+    copy, tmp_path, signing_env
+):
+    """The statement stripped from a model's file (as one made without a key, or planted):
+    counted, its winning numbers marked †; --attested-only gives the envelope without it."""
+    from sweeper.results.attested_rows import unsigned_metadata
+
+    exp, files = copy
+    before, _ = _envelope(exp)
+    target = files[0]
+    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
+    without = Experiment(str(tmp_path / "without"), "e2e")
+    Path(without.root, target[len(exp.root) + 1 :]).unlink()
+    expected, _ = _envelope(without)
+    table = pq.read_table(target)
+    pq.write_table(table.replace_schema_metadata(unsigned_metadata(table.schema.metadata)), target)
+    Path(exp.cache_path("certify")).unlink()
+    accuracy, stderr = _envelope(exp)
+    assert accuracy == before
+    assert "1 model rest on unattested files (made without a key, or planted): counted" in stderr
+    assert _envelope(exp, "--attested-only")[0] == expected
+
+
+def test_with_the_key_a_replaced_checkpoint_is_never_certified(
+    pristine_sweep, tmp_path, signing_env
+):
+    """Issue 38's attack on a real experiment: a trial's checkpoint.pt replaced by another
+    model (here: another trial's, itself genuine), its certify folder removed, then `sweeper
+    certify` by the key holder: the task refuses the checkpoint (no row of it is written),
+    the run exits 1 naming why, and the envelope is the one without that model."""
+    space, pristine = pristine_sweep
+    shutil.copytree(pristine.root, tmp_path / "e2e")
+    exp = Experiment(str(tmp_path), "e2e")
+    victim, donor = sorted(p.name for p in Path(exp.root, "trials").iterdir())[:2]
+    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
+    without = Experiment(str(tmp_path / "without"), "e2e")
+    shutil.rmtree(Path(without.root, "certify", victim))
+    Path(without.cache_path("certify")).unlink()
+    expected, _ = _envelope(without)
+    shutil.copy(exp.checkpoint(donor), exp.checkpoint(victim))
+    shutil.rmtree(Path(exp.root, "certify", victim))
+    Path(exp.cache_path("certify")).unlink()
+    args = ["certify", str(space), "--storage", exp.storage, "--experiment", exp.name]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "not the ones its training attested" in result.output.replace("\n", " ")
+    assert not list(Path(exp.root, "certify", victim).rglob("*.parquet"))
+    assert _envelope(exp)[0] == expected
