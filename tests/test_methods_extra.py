@@ -184,17 +184,24 @@ def test_one_epoch_on_digits_takes_the_reference_optimizer_steps(method, monkeyp
 # ---------------------------------------------------------------------------- SmoothMix
 
 
-def ascent_by_hand(x: np.ndarray, y: np.ndarray, alpha: float, steps: int) -> list[np.ndarray]:
-    """x_0 = x, ..., x_T of SmoothMix's adversary on the linear model.
+def ascent_by_hand(
+    x: np.ndarray, y: np.ndarray, alpha: float, steps: int, noise: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """x_0 = x, ..., x_T of SmoothMix's adversary on the linear model (noise: (b, m, 2)).
 
     For 2 classes the gradient of the smoothed NLL −log mean_i p_i(y) in x is
-    −(mean_i p_i(1−p_i) / mean_i p_i)·(W_y − W_other) whatever the noise, so every normalized
-    ascent step moves by α along u = (W_other − W_y)/‖W_other − W_y‖, then clips to [0, 1]."""
-    u = W[1 - y] - W[y]
-    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    −(mean_i p_i(1−p_i) / mean_i p_i)·(W_y − W_other) whatever the noise, so every ascent step
+    moves along u = (W_other − W_y)/‖W_other − W_y‖, by α·‖g‖/(‖g‖ + 1e-8) as the reference
+    divides by the norm plus 1e-8, then clips to [0, 1]."""
+    noise = np.zeros((len(x), 1, 2)) if noise is None else np.asarray(noise, dtype=float)
+    d = W[1 - y] - W[y]
+    u = d / np.linalg.norm(d, axis=1, keepdims=True)
     iterates = [x]
     for _ in range(steps):
-        iterates.append(np.clip(iterates[-1] + alpha * u, 0, 1))
+        p = np_softmax(logits_of(iterates[-1][:, None] + noise))[np.arange(len(x)), :, y]
+        g = (p * (1 - p)).mean(axis=1) / p.mean(axis=1) * np.linalg.norm(d, axis=1)
+        step = (alpha * g / (g + 1e-8))[:, None]
+        iterates.append(np.clip(iterates[-1] + step * u, 0, 1))
     return iterates
 
 
@@ -205,7 +212,7 @@ def smoothmix_by_hand(cases, noise, lam, *, alpha, steps, eta, w, one_step):
     y = np.array([label for _, label in cases])
     noise = np.array(noise, dtype=float)
     b = noise.shape[0]
-    iterates = ascent_by_hand(x, y, alpha, steps)
+    iterates = ascent_by_hand(x, y, alpha, steps, noise)
     x_adv = iterates[-1]
     if one_step:  # the first iterate, scaled into the ball of radius α·w around x
         first = iterates[1] - x
@@ -286,7 +293,7 @@ def test_smoothmix_draws_lambda_in_zero_to_one_half(monkeypatch):
     smoothmix.loss(model, x, y, context("smoothmix", 5, seed=4, **cfg))
     clean, mixed = training_inputs(seen)
     assert np.array_equal(clean, x.flatten(1).numpy())
-    direction = ascent_by_hand(clean, y.numpy(), 0.3, 3)[-1] - clean
+    direction = ascent_by_hand(clean, y.numpy(), 0.3, 3, np.zeros((400, 1, 2)))[-1] - clean
     lam = ((mixed - clean) * direction).sum(1) / (direction**2).sum(1)
     assert np.allclose(mixed - clean, lam[:, None] * direction, atol=1e-12)
     assert lam.min() >= 0 and lam.max() <= 0.5
@@ -363,6 +370,29 @@ def test_smoothmix_anchor_is_taken_at_the_start_of_step_mix_step_as_the_official
     assert torch.equal(anchor0, x) and torch.equal(last, last1)
     assert torch.equal(anchor1, x if steps == 1 else first)
     assert not torch.equal(first, x)
+
+
+def test_smoothmix_attack_step_divides_by_the_norm_plus_1e_8_as_the_official_code():
+    """Issue 40 item 3: on a confident input (a logit gap of 29) the smoothed NLL's gradient is
+    ~7e-12, far below 1e-8: the reference's step moves α·‖g‖/(‖g‖ + 1e-8), almost nothing
+    (a thousandth of α); at a gap of 14.5 (‖g‖ ≈ 1.5e-5) nearly a full α. Checked against
+    that formula in float64."""
+    gap, alpha = 29.0, 0.01
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2, 2)).double()
+    with torch.no_grad():
+        model[1].weight.copy_(torch.tensor([[gap, 0.0], [0.0, 0.0]], dtype=torch.float64))
+        model[1].bias.zero_()
+    x = torch.tensor([[[[1.0, 0.5]]], [[[0.5, 0.5]]]], dtype=torch.float64)
+    y = torch.tensor([0, 0])
+    noise = torch.zeros(2, 1, 1, 1, 2, dtype=torch.float64)
+    _, moved = smoothmix.adversary(model, x, y, noise, alpha, 1, 0, None)
+    step = (moved - x).flatten(1).norm(dim=1) / alpha
+    g = [gap / (1 + math.exp(gap * x[row, 0, 0, 0].item())) for row in range(2)]  # ‖∇ −log p0‖
+    # 1 − p0 ≈ 2.5e-13 is held to ~4e-4 in float64 by autograd's softmax
+    assert g[0] < 1e-10 and step[0].item() == pytest.approx(g[0] / (g[0] + 1e-8), rel=2e-3)
+    assert step[0].item() < 1e-3
+    assert step[1].item() == pytest.approx(g[1] / (g[1] + 1e-8), rel=1e-9)
+    assert 0.999 < step[1].item() < 1 and smoothmix.REFERENCE_EPS == 1e-8
 
 
 def test_smoothmix_warmup_is_the_official_schedule():

@@ -31,6 +31,7 @@ from trainables.kernel.config import required
 from trainables.methods.base import StepContext, StepOutput, draw_noise, noisy_copies
 
 UNIFORM_WEIGHT_MAX = 0.5  # λ ~ U[0, ½]
+REFERENCE_EPS = 1e-8  # added to the gradient's norm in the attack step, as the authors' code
 
 
 def adversary(
@@ -54,11 +55,20 @@ def adversary(
             if t == mix_step:
                 anchor = delta
             grad, _ = attacks.input_grad(model, x, delta, noise, y, attacks.smoothed_nll_sum)
-            delta = delta + alpha * attacks.l2_normalize(grad)
+            delta = delta + alpha * reference_step(grad)
             if maxnorm is not None:
                 delta = attacks.project_l2(delta, maxnorm)
             delta = (x + delta).clamp(0, 1) - x
     return (x + anchor).detach(), (x + delta).detach()
+
+
+def reference_step(grad: torch.Tensor) -> torch.Tensor:
+    """Each row of grad over its ℓ2 norm + 1e-8, as SmoothMix_PGD.attack (code/train.py:
+    `grad / (grad_norm + 1e-8)`): a row whose gradient is small against 1e-8 (a confident
+    input: the smoothed NLL saturates) moves less than a full step, as the published models'
+    adversary did."""
+    norms = grad.flatten(1).norm(dim=1).view(-1, *([1] * (grad.dim() - 1)))
+    return grad / (norms + REFERENCE_EPS)
 
 
 def warmup(epoch: int, warmup_epochs: int) -> float:
