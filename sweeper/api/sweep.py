@@ -126,11 +126,13 @@ def attack_plan(
 
 def envelope_of(frame: pd.DataFrame, radii: Sequence[float], by: str | None) -> pd.DataFrame:
     """`sweeper envelope`'s table: fixed-σ and data-dependent certification side by side
-    unless grouped otherwise (`by`); EnvelopeError for a `by` that is no column."""
+    unless grouped otherwise (`by`), no winner named where nothing is certified (`Sweep` and
+    every format alike); EnvelopeError for a `by` that is no column."""
+    from sweeper.report.render import no_winner
     from sweeper.results import envelope as env
 
     by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
-    return env.envelope(frame, list(radii), by)
+    return no_winner(env.envelope(frame, list(radii), by))  # nobody wins where none certifies
 
 
 class Sweep:

@@ -50,9 +50,13 @@ def _integral(values: pd.Series) -> bool:
 def no_winner(table: pd.DataFrame) -> pd.DataFrame:
     """The envelope with its winner's columns null where the certified accuracy is 0: where
     no model certifies anything, nobody wins (every format says so, the terminal with -)."""
+    nobody = (table["certified_accuracy"] <= 0).to_numpy()
+    if not nobody.any():
+        return table
     winner = [c for c in table.columns if c not in no_winner_columns(table)]
-    out = table.astype({c: object for c in winner})
-    out.loc[out["certified_accuracy"] <= 0, winner] = None
+    out = table.astype({c: object for c in winner if table[c].dtype.kind != "f"})
+    for c in winner:  # a float column keeps its dtype (NaN), any other holds None
+        out.loc[nobody, c] = np.nan if out[c].dtype.kind == "f" else None
     return out
 
 
