@@ -644,3 +644,76 @@ def test_with_a_key_a_cache_edited_with_its_digests_recomputed_is_not_read(tmp_p
     unsigned = {k: v for k, v in forged.items() if k in (COVERS, ROWS)}
     pq.write_table(edited.replace_schema_metadata(unsigned), cache)
     assert load_results(exp).invalid == [f"{cache}: not attested; reading the files instead"]
+
+
+def test_a_keyed_read_of_the_signed_cache_checks_no_covered_file_again(
+    tmp_path, signing_env, monkeypatch
+):
+    """The driver that refreshes the cache with the key checks each file's attestation and
+    signs which covered files are unattested; a keyed read that verifies the cache takes its
+    rows and that record, with no covered file read or checked again (what keeps a read of
+    644 models fast), and checks a file whose size changed since."""
+    import torch
+
+    from sweeper.plan.grid import expand
+    from sweeper.plan.spaces import load_space
+    from sweeper.results import attestation_reads, reader
+    from sweeper.results.certify_rows import CERTIFY_ROWS, load_results
+    from sweeper.results.storage import Experiment
+    from sweeper.results.sweep_file import write_sweep
+    from trainables.attestations import attest_training
+    from trainables.kernel.trial_status import write_status
+    from trainables.train import fit
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    spec = load_space(str(tmp_path / "space.yaml"))
+    exp = Experiment(str(tmp_path / "store"), "tiny")
+    signed, plain = expand(spec)
+    write_sweep(exp, {"space": {}, "trials": [signed.to_dict(), plain.to_dict()]})
+    for cfg in (signed, plain):
+        state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
+        write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
+    attest_training(exp.trial_dir(signed.trial_id), signed, exp.checkpoint(signed.trial_id), None)
+    planned = _certified(exp, spec, signed)
+    monkeypatch.delenv(att.KEY_ENV)
+    _certified(exp, spec, plain)
+    monkeypatch.setenv(att.KEY_ENV, signing_env.pem().decode())
+    slow = load_results(exp)  # no cache yet: every file checked
+    assert reader.refresh_cache(exp, CERTIFY_ROWS) == 2
+    checked: list[list] = []
+    real = attestation_reads.check_files
+    monkeypatch.setattr(
+        attestation_reads,
+        "check_files",
+        lambda e, files, k: checked.append(files) or real(e, files, k),
+    )
+    fast = load_results(exp)
+    assert checked == [[]], "no covered file checked again"
+    assert fast.attestations.attested == 1 == slow.attestations.attested
+    assert (
+        fast.attestations.unattested
+        == slow.attestations.unattested
+        == {(plain.trial_id, planned[0].setting_id)}
+    )
+    columns = ["trial_id", "idx", "radius", "correct"]
+    order = ["trial_id", "idx"]
+    assert (
+        fast.frame[columns]
+        .sort_values(order)
+        .reset_index(drop=True)
+        .equals(slow.frame[columns].sort_values(order).reset_index(drop=True))
+    )
+    # a covered file whose size changed (the same rows, written uncompressed) is read and
+    # checked as a file: its statement still holds
+    import pyarrow.parquet as pq
+
+    target = exp.compacted_path("certify", signed.trial_id, planned[0].setting_id, len(planned))
+    size = Path(target).stat().st_size
+    pq.write_table(pq.read_table(target), target, compression="none")
+    assert Path(target).stat().st_size != size
+    checked.clear()
+    again = load_results(exp)
+    assert [f.path for f in checked[0]] == [target] and again.attestations.attested == 1
+    # without the key nothing is skipped: the checked path reads every file
+    monkeypatch.delenv(att.KEY_ENV)
+    assert load_results(exp).attestations is None

@@ -121,36 +121,3 @@ def attestation_problem(
     if statement is None:
         return "not attested, and a signing key is set"
     return place_problem(said_by(statement), step, (trial_id, setting_id), **expected)
-
-
-def cache_statement(covers: dict, rows: dict) -> Statement:
-    """The cache's statement: the files it covers (their sizes and digests) and its columns'
-    digests, each as the SHA-256 of its canonical JSON (`reader.refresh_cache`)."""
-    return Statement(
-        "cache",
-        {"covers": sha256_bytes(canonical(covers))},
-        {"columns": sha256_bytes(canonical(rows))},
-        {},
-        code_version(),
-    )
-
-
-def cache_problem_for(meta: dict, covers: dict, rows: dict, key: PublicKey) -> str | None:
-    """Why a cache cannot be taken as it says with a key to check (None: it can): its
-    statement missing, not verifying, or not of these records. The records themselves bind
-    the rows: a reader compares the columns it reads with their digests."""
-    raw = meta.get(ATTESTATION)
-    if raw is None:
-        return "not attested"
-    try:
-        statement = key.verify(json.loads(raw))
-    except (AttestationError, ValueError) as e:
-        return f"its attestation fails: {e}"
-    expected = cache_statement(covers, rows)
-    if (statement.step, dict(statement.inputs), dict(statement.outputs)) != (
-        expected.step,
-        dict(expected.inputs),
-        dict(expected.outputs),
-    ):
-        return "its attestation is not of these records"
-    return None

@@ -27,12 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sweeper.results.attestation_reads import reading_key
-from sweeper.results.attested_rows import ATTESTATION, cache_problem_for, cache_statement
+from sweeper.results.attestation_reads import check_files, reading_key
+from sweeper.results.attested_rows import ATTESTATION
 from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.file_checks import cache_problem, file_footer, one_compacted
+from sweeper.results.signed_cache import cache_problem_for, cache_statement, trusted_unattested
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
+from sweeper.results.sweep_file import IMPORTED, declared
 from sweeper.results.validation import read_valid, row_problems, scan, unreadable_reason
 from trainables.kernel import fileio
 from trainables.kernel.attestation import canonical, load_signing_key
@@ -51,6 +53,8 @@ class StageRows:
     invalid: list[str] = field(default_factory=list)  # "path: what is wrong", left out
     memory: list[StageFile] = field(default_factory=list)  # legacy DDRS memory files to apply
     used: list[StageFile] = field(default_factory=list)  # `files`, as listed
+    # files whose rows came from a cache the reader's key verified: path -> attested
+    vouched: dict[str, bool] = field(default_factory=dict)
 
 
 def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = None) -> StageRows:
@@ -67,7 +71,7 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
     memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
     cols = read_columns(stage, columns)
-    cached, covered, cache_invalid = _from_cache(exp, stage, compacted, cols)
+    cached, covered, cache_invalid, vouched = _from_cache(exp, stage, compacted, cols)
     rest = [f for f in compacted if f.path not in covered] + shards
     table, rest_invalid = read_valid(exp, stage, rest, cols)
     invalid += cache_invalid + rest_invalid
@@ -76,7 +80,7 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     used = [f for f in compacted if f.path in covered] + [f for f in rest if f.path not in bad]
     valid_shards = [f for f in shards if f.path not in bad]
     paths = [f.path for f in used]
-    return StageRows(table, paths, _missing(valid_shards), invalid, memory, used)
+    return StageRows(table, paths, _missing(valid_shards), invalid, memory, used, vouched)
 
 
 def read_columns(stage: StageTable, columns: list[str] | None) -> list[str]:
@@ -99,27 +103,75 @@ def _missing(shards: list[StageFile]) -> dict[tuple[str, str], list[int]]:
 # ------------------------------------------------------------------------------ the cache
 def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], cols: list[str]):
     """(the cached rows of compacted files still present with the bytes they were cached
-    with, their paths, problems). A cache that cannot be trusted is named and ignored: the
-    files are read."""
+    with, their paths, problems, {path: attested} when a key verified the cache and what it
+    records of the files' attestations: `signed_cache`). A cache that cannot be trusted is
+    named and ignored: the files are read."""
     path = exp.cache_path(stage.name)
     empty = stage.schema.empty_table().select(cols)
     if not compacted or not fileio.exists(path):
-        return empty, set(), []
+        return empty, set(), [], {}
     try:
         covers, rows = _cache_records(path)
     except OldCache:  # replaced by the next refresh (`sweeper compact`, or a run's)
-        return empty, set(), []
+        return empty, set(), [], {}
     except (KeyError, ValueError, pa.ArrowInvalid, OSError) as e:
-        return empty, set(), [f"{path}: not a cache of this experiment ({e}); reading the files"]
-    if (key := reading_key()) and (why := cache_problem_for(_meta(path), covers, rows, key)):
-        return empty, set(), [f"{path}: {why}; reading the files instead"]
+        return (
+            empty,
+            set(),
+            [f"{path}: not a cache of this experiment ({e}); reading the files"],
+            {},
+        )
+    if key := reading_key():
+        if why := cache_problem_for(_meta(path), covers, rows, key):
+            return empty, set(), [f"{path}: {why}; reading the files instead"], {}
+        unattested = trusted_unattested(_meta(path), covers, rows, key)
+        signed = _signed_rows(exp, stage, path, compacted, cols, (rows, covers), unattested)
+        if signed is not None:
+            return signed
     covered, metadata = _unchanged(exp, compacted, covers)
     if not covered:
-        return empty, set(), []
+        return empty, set(), [], {}
     table, problems = _cached_rows(exp, stage, path, covered, cols, (rows, metadata, covers))
     if problems:
-        return empty, set(), [f"{path}: {problems[0]}; reading the files instead"]
-    return table, {f.path for f in covered}, []
+        return empty, set(), [f"{path}: {problems[0]}; reading the files instead"], {}
+    return table, {f.path for f in covered}, [], {}
+
+
+def _signed_rows(exp, stage, path: str, compacted, cols, records, unattested: set[str] | None):
+    """The `_from_cache` answer for a cache the reader's key verified, recording the files'
+    attestations (`unattested` not None): covered files by their size, read, hashed and
+    re-checked none (the key holder checked them as it folded them); None to take the checked
+    path instead: no such record, or a covered model the sweep no longer declares (the checked
+    path names it) or rows that are not as signed."""
+    digests, covers = records
+    if unattested is None:
+        return None
+    covered = []
+    for f in compacted:
+        record = covers.get(exp.relative(f.path))
+        if record is not None and record[0] == f.size:
+            covered.append(f)
+    sweep = declared(exp)
+    for f in covered:
+        imported = f.setting_id.startswith(IMPORTED)
+        if sweep.setting_problem(f.setting_id) or (
+            not imported and sweep.trial_problem(f.trial_id)
+        ):
+            return None
+    footer = file_footer(path)
+    if not covered or cache_problem(footer, stage.schema, stage.name, covers):
+        return None
+    try:
+        table = scan([path], stage.schema, cols)
+    except (OSError, pa.ArrowInvalid):
+        return None
+    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
+        return None
+    frag = _model_index(table, stage.setting_column, covered)
+    if (frag < 0).any():
+        table = table.filter(pa.array(frag >= 0))
+    vouched = {f.path: exp.relative(f.path) not in unattested for f in covered}
+    return table, set(vouched), [], vouched
 
 
 class OldCache(ValueError):
@@ -216,14 +268,14 @@ def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) 
 
 def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     """Fold every valid compacted file into the stage's cache (atomically), each recorded with
-    its size and the digest of its bytes as validated, the cache's columns with theirs;
-    returns how many models the cache holds. Only the driver holding the experiment's lease
-    calls this."""
+    its size and the digest of its bytes as validated, the cache's columns with theirs; with
+    a key, files whose attestation fails left out, and the statement signed (`signed_cache`).
+    Returns how many models the cache holds. Only the driver holding the lease calls this."""
     compacted = one_compacted([f for f in exp.stage_files(stage.name) if f.kind == "compacted"])[0]
     if not compacted:
         return 0
     cols = [f.name for f in stage.schema]
-    cached, covered, _ = _from_cache(exp, stage, compacted, cols)
+    cached, covered, _, vouched = _from_cache(exp, stage, compacted, cols)
     new = [f for f in compacted if f.path not in covered]
     if not new:
         return len(covered)
@@ -232,19 +284,44 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     digests = {f.path: file_digest(fileio.read_bytes(f.path)) for f in new}
     table, invalid = read_valid(exp, stage, new, cols)
     bad = {p.partition(": ")[0] for p in invalid}
-    covers = {
-        exp.relative(f.path): old[exp.relative(f.path)] for f in compacted if f.path in covered
-    }
+    key, unattested = load_signing_key(), None
+    if key is not None:  # what the signed cache records of each file's attestation
+        unattested, failed = _attestations(exp, compacted, vouched, key)
+        bad |= failed
+    kept = [f for f in compacted if f.path in covered and f.path not in bad]
+    covers = {exp.relative(f.path): old[exp.relative(f.path)] for f in kept}
     covers.update(
         {exp.relative(f.path): [f.size, digests[f.path]] for f in new if f.path not in bad}
     )
+    cached, table = _without(cached, stage, kept), _without(table, stage, new, bad)
     rows = pa.concat_tables([cached, table]) if cached.num_rows else table
     digested = column_digests(rows)
     meta = {COVERS: json.dumps(covers), ROWS: json.dumps(digested)}
-    if key := load_signing_key():  # what it covers and its columns, signed
-        meta[ATTESTATION] = canonical(key.sign(cache_statement(covers, digested))).decode()
+    if key is not None:  # what it covers, its columns and the files' attestations, signed
+        listed = None if unattested is None else sorted(unattested & set(covers))
+        meta[ATTESTATION] = canonical(key.sign(cache_statement(covers, digested, listed))).decode()
     write_table(rows.replace_schema_metadata(meta), exp.cache_path(stage.name))
     return len(covers)
+
+
+def _without(table: pa.Table, stage: StageTable, files: list[StageFile], bad=frozenset()):
+    """`table`'s rows of `files` whose paths are not in `bad`."""
+    keep = np.flatnonzero([f.path not in bad for f in files])
+    if len(keep) == len(files) and not (_model_index(table, stage.setting_column, files) < 0).any():
+        return table
+    return table.filter(pa.array(np.isin(_model_index(table, stage.setting_column, files), keep)))
+
+
+def _attestations(exp: Experiment, compacted: list[StageFile], vouched: dict, key):
+    """(the covered-to-be files resting on no attestation, relative paths; the paths whose
+    attestation fails, left out of the cache): a file the old signed cache vouched for as it
+    recorded, every other one checked (`attestation_reads.check_files`)."""
+    todo = [f for f in compacted if f.path not in vouched]
+    checked = check_files(exp, todo, key.public)
+    failed = {line.partition(": ")[0] for line in checked.failed}
+    unattested = {exp.relative(p) for p, attested in vouched.items() if not attested}
+    unattested |= {exp.relative(f.path) for f in todo if f.model in checked.unattested}
+    return unattested, failed
 
 
 def uncovered(exp: Experiment, stage: StageTable, files: Iterable[StageFile]) -> int:
