@@ -83,7 +83,11 @@ def said_by(statement: Statement) -> dict:
 
 
 def place_problem(
-    said: dict, step: str, model: tuple[str, str], shard: str | None = None, **expected: object
+    said: dict,
+    step: str,
+    model: tuple[str, str],
+    shard: str | None = None,
+    expected: dict[str, object] | None = None,
 ) -> str | None:
     """Why a statement (`said_by`) is not `step` of this `model` (trial_id, setting_id), of
     this `shard` ("i/k", for a shard) and with the `expected` settings (e.g. a pilot's stage),
@@ -95,7 +99,7 @@ def place_problem(
         )
     if shard is not None and said.get("shard") != shard:
         return "its attestation is of another shard"
-    wrong = [k for k, v in expected.items() if said.get(k) != v]
+    wrong = [k for k, v in (expected or {}).items() if said.get(k) != v]
     return f"its attestation is of another {wrong[0]}" if wrong else None
 
 
@@ -120,4 +124,4 @@ def attestation_problem(
         return str(e)
     if statement is None:
         return "not attested, and a signing key is set"
-    return place_problem(said_by(statement), step, (trial_id, setting_id), **expected)
+    return place_problem(said_by(statement), step, (trial_id, setting_id), None, expected)
