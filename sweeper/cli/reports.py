@@ -31,6 +31,25 @@ def _index_sections(exp, frame, only: str | None, grid: list[float]) -> list[str
     return section
 
 
+def _built(exp, results, frame, asked: tuple, attested_only: bool):
+    """The report of `frame` as asked (--only, radii, figure formats, ℓ∞ radii), its index
+    saying what the envelope strategy pruned, what a search trained and what rests on
+    unattested files (marked † among the winners)."""
+    from sweeper.report.attestation_section import attestation_section
+    from sweeper.report.build import build_report
+
+    only, grid, figure_formats, linf_255 = asked
+    batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
+    section = _index_sections(exp, frame, only, grid)
+    models = set(frame.groupby(["trial_id", "cert_id"]).groups)
+    section += attestation_section(results.attestations, models, attested_only)
+    unattested = results.attestations.unattested if results.attestations else frozenset()
+    dims = dataset_dims(frame["dataset"].unique())
+    return build_report(
+        frame, grid, dims, figure_formats, linf_255, exp.name, batch, section, unattested
+    )
+
+
 def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
     formats = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
     unknown = [f for f in formats if f not in FIGURE_FORMATS]
@@ -86,8 +105,7 @@ def report(
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
-    from sweeper.report.attestation_section import attestation_section
-    from sweeper.report.build import build_report, write_report
+    from sweeper.report.build import write_report
 
     problems: list[str] = []
     figure_formats = _formats(formats, problems)
@@ -103,23 +121,7 @@ def report(
                 "`sweeper certify <space>`)"
             ]
         )
-    dims = dataset_dims(frame["dataset"].unique())
-    batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
-    section = _index_sections(exp, frame, only, grid)
-    models = set(frame.groupby(["trial_id", "cert_id"]).groups)
-    section += attestation_section(results.attestations, models, attested_only)
-    unattested = results.attestations.unattested if results.attestations else frozenset()
-    built = build_report(
-        frame,
-        grid,
-        dims,
-        figure_formats,
-        linf_255,
-        name=exp.name,
-        batch=batch,
-        pruned=section,
-        unattested=unattested,
-    )
+    built = _built(exp, results, frame, (only, grid, figure_formats, linf_255), attested_only)
     for location in write_report(built, exp.report_dir(only)):
         echo(location)
     for note in built.notes:

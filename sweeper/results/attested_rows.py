@@ -41,6 +41,15 @@ def points_digest(indices: list[int] | tuple[int, ...]) -> str:
     return hashlib.sha256(canonical(list(indices))).hexdigest()
 
 
+def data_of(table: pa.Table) -> dict[str, str]:
+    """The data input of a statement about rows whose metadata records their trial's config
+    (`trainables.data_cache.data_inputs`: a bucket's data set by its manifest entry)."""
+    from trainables.data_cache import data_inputs
+
+    config = json.loads((table.schema.metadata or {}).get(b"sweeper.config", b"{}"))
+    return data_inputs(config.get("dataset", ""), config.get("data_dir"))
+
+
 def signed(
     table: pa.Table, key: SigningKey, step: str, inputs: dict[str, str], settings: dict
 ) -> pa.Table:

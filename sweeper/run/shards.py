@@ -24,7 +24,6 @@ tasks, so reading stays light.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sweeper.plan.spec import Resources
-from sweeper.results.attested_rows import points_digest, signed
+from sweeper.results.attested_rows import data_of, points_digest, signed
 from sweeper.results.failures import FailureLog
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
@@ -41,7 +40,6 @@ from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
 from trainables.attestations import trained_checkpoint
-from trainables.data_cache import data_inputs
 from trainables.kernel import fileio
 from trainables.kernel.attestation import load_signing_key
 from trainables.kernel.config import TrialConfig
@@ -132,15 +130,14 @@ def attest_shard(exp: Experiment, step: str, shard: Shard, table: pa.Table) -> p
     if key is None:
         return table
     checkpoint = trained_checkpoint(exp.trial_dir(shard.trial_id), key)
-    config = json.loads((table.schema.metadata or {}).get(b"sweeper.config", b"{}"))
-    data = data_inputs(config.get("dataset", ""), config.get("data_dir"))
     settings = {
         "trial_id": shard.trial_id,
         "setting_id": shard.setting_id,
         "shard": f"{shard.index}/{shard.count}",
         "points": points_digest(shard.indices),
     }
-    return signed(table, key, step, {"checkpoint.pt": checkpoint, **data}, settings)
+    inputs = {"checkpoint.pt": checkpoint, **data_of(table)}
+    return signed(table, key, step, inputs, settings)
 
 
 # ------------------------------------------------------------------------------ on Ray
