@@ -167,12 +167,11 @@ def _labels_are_predictions(t: pa.Table) -> pa.Table:
     return _set(t, label=[max(p, 0) for p in predict], correct=[p != -1 for p in predict])
 
 
-def _resigned(t: pa.Table) -> pa.Table:  # rows made perfect, vouched for by the forger's key
+def _resigned(t: pa.Table) -> pa.Table:  # rows vouched for by the forger's own key
     from sweeper.results.attested_rows import signed
     from trainables.kernel.attestation import SigningKey
 
-    perfect = _set(t, predict=t.column("label").to_pylist(), correct=[True] * t.num_rows)
-    return signed(perfect, SigningKey.generate(), "compact", {}, {})
+    return signed(t, SigningKey.generate(), "compact", {}, {})
 
 
 ATTESTED_FORGERIES = {  # self-consistent: only the key tells them (each: why it is left out)
@@ -186,9 +185,9 @@ ATTESTED_FORGERIES = {  # self-consistent: only the key tells them (each: why it
 def test_with_the_key_a_self_consistent_forgery_is_left_out_named(
     copy, tmp_path, case, signing_env
 ):
-    """Issue 38: a compacted file cut short, its labels set to its predictions, or rows made
-    perfect and signed with a forger's own key: consistent with themselves, each read
-    with the sweep's key is named and left out, and the envelope is the one without it."""
+    """Issue 38: a compacted file cut short, its labels set to its predictions, or its rows
+    signed with a forger's own key: consistent with themselves, each read with the sweep's
+    key is named and left out, and the envelope is the one without it."""
     exp, files = copy
     change, why = ATTESTED_FORGERIES[case]
     target = files[0]
