@@ -216,3 +216,23 @@ def test_an_envelope_record_of_a_model_that_never_existed_changes_no_view(copy):
     write_sweep(exp, {**doc, SETTINGS: [setting, other]})
     after, _ = _read(exp, "table")
     assert len(after) == len(before) + 1 and real in set(after["trial_id"])
+
+
+def test_a_model_vouched_for_by_its_own_import_record_is_left_out(copy):
+    """Issue 38's attack: a real trial's rows planted under an `imported-…` setting with an
+    import record of their own (the file vouching for itself, each row certifying a radius
+    ten times its own). A swept experiment declares no import: named and left out."""
+    exp, files, _ = copy
+    before, _ = _accuracy(exp)
+    table = pq.read_table(files[0])
+    real = files[0].split("/")[-3]
+    cert_id = "imported-sigma-0.25-n-64-alpha-0.01"
+    meta = {**table.schema.metadata, b"sweeper.certify_backend": b"imported from planted.log"}
+    radius = [10 * r for r in table.column("radius").to_pylist()]
+    forged = _set(table, cert_id=[cert_id] * table.num_rows, radius=radius)
+    path = Path(exp.root, "certify", real, cert_id, "compacted-of-00001.parquet")
+    path.parent.mkdir(parents=True)
+    pq.write_table(forged.replace_schema_metadata(meta), path)
+    after, stderr = _accuracy(exp)
+    assert after == before
+    assert [s for s in stderr if s.startswith(f"warning: left out {path}: ")], stderr
