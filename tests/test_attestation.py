@@ -471,17 +471,9 @@ def _certified(exp, spec, cfg) -> list:
     return planned
 
 
-def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can_keep_only_attested(
-    tmp_path, signing_env, monkeypatch
-):
-    """Two models, one certified with the key and one without: `envelope` counts both and
-    says which rests on unattested files (csv: `attested`); --attested-only counts the signed
-    one only; a signed file whose rows were changed is named and left out."""
-    import io
-
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _one_signed_one_plain(tmp_path, signing_env, monkeypatch):
+    """Two trained models of SPACE, one trained and certified with the key, the other
+    without: (experiment, signed config, plain config, the signed model's shards)."""
     import torch
 
     from sweeper.plan.grid import expand
@@ -505,6 +497,22 @@ def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can
     monkeypatch.delenv(att.KEY_ENV)
     _certified(exp, spec, plain)
     monkeypatch.setenv(att.KEY_ENV, signing_env.pem().decode())
+    return exp, signed, plain, planned
+
+
+def test_reads_mark_what_rests_on_unattested_files_leave_out_failed_ones_and_can_keep_only_attested(
+    tmp_path, signing_env, monkeypatch
+):
+    """Two models, one certified with the key and one without: `envelope` counts both and
+    says which rests on unattested files (csv: `attested`); --attested-only counts the signed
+    one only; a signed file whose rows were changed is named and left out."""
+    import io
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    exp, signed, plain, planned = _one_signed_one_plain(tmp_path, signing_env, monkeypatch)
     args = ["envelope", "--storage", exp.storage, "--experiment", exp.name, "--format", "csv"]
     args += ["--radii", "0"]
     both = runner.invoke(app, args)
@@ -653,31 +661,11 @@ def test_a_keyed_read_of_the_signed_cache_checks_no_covered_file_again(
     signs which covered files are unattested; a keyed read that verifies the cache takes its
     rows and that record, with no covered file read or checked again (what keeps a read of
     644 models fast), and checks a file whose size changed since."""
-    import torch
 
-    from sweeper.plan.grid import expand
-    from sweeper.plan.spaces import load_space
     from sweeper.results import attestation_reads, reader
     from sweeper.results.certify_rows import CERTIFY_ROWS, load_results
-    from sweeper.results.storage import Experiment
-    from sweeper.results.sweep_file import write_sweep
-    from trainables.attestations import attest_training
-    from trainables.kernel.trial_status import write_status
-    from trainables.train import fit
 
-    (tmp_path / "space.yaml").write_text(SPACE)
-    spec = load_space(str(tmp_path / "space.yaml"))
-    exp = Experiment(str(tmp_path / "store"), "tiny")
-    signed, plain = expand(spec)
-    write_sweep(exp, {"space": {}, "trials": [signed.to_dict(), plain.to_dict()]})
-    for cfg in (signed, plain):
-        state = fit(cfg, exp.checkpoint(cfg.trial_id), device=torch.device("cpu"))
-        write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
-    attest_training(exp.trial_dir(signed.trial_id), signed, exp.checkpoint(signed.trial_id), None)
-    planned = _certified(exp, spec, signed)
-    monkeypatch.delenv(att.KEY_ENV)
-    _certified(exp, spec, plain)
-    monkeypatch.setenv(att.KEY_ENV, signing_env.pem().decode())
+    exp, signed, plain, planned = _one_signed_one_plain(tmp_path, signing_env, monkeypatch)
     slow = load_results(exp)  # no cache yet: every file checked
     assert reader.refresh_cache(exp, CERTIFY_ROWS) == 2
     checked: list[list] = []

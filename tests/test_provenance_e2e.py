@@ -86,6 +86,15 @@ TAMPERED_MODEL = {  # a model's compacted file changed: (change, why it is left 
 }
 
 
+def _envelope_without(exp: Experiment, target: str, tmp_path: Path) -> list[float]:
+    """The envelope of a copy of `exp` without the results file `target` (read from the files)."""
+    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
+    without = Experiment(str(tmp_path / "without"), "e2e")
+    Path(without.cache_path("certify")).unlink()
+    Path(without.root, target[len(exp.root) + 1 :]).unlink()
+    return _envelope(without)[0]
+
+
 @pytest.fixture
 def copy(pristine_sweep, tmp_path):
     """A copy of the smoke experiment (the sweep's own stays untouched), its compacted files."""
@@ -101,11 +110,7 @@ def test_a_tampered_model_is_left_out_named_and_strict_fails(copy, tmp_path, cas
     exp, files = copy
     change, why = TAMPERED_MODEL[case]
     target = files[0]
-    shutil.copytree(exp.root, tmp_path / "without" / "e2e")  # the same experiment without it
-    without = Experiment(str(tmp_path / "without"), "e2e")
-    (tmp_path / "without" / "e2e" / "cache").joinpath("certify.parquet").unlink()
-    Path(without.root, target[len(exp.root) + 1 :]).unlink()
-    expected, _ = _envelope(without)
+    expected = _envelope_without(exp, target, tmp_path)
     _rewrite(target, change)
     accuracy, stderr = _envelope(exp)
     assert accuracy == expected
@@ -191,12 +196,9 @@ def test_with_the_key_a_self_consistent_forgery_is_left_out_named(
     exp, files = copy
     change, why = ATTESTED_FORGERIES[case]
     target = files[0]
-    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
-    without = Experiment(str(tmp_path / "without"), "e2e")
-    Path(without.root, target[len(exp.root) + 1 :]).unlink()
-    expected, _ = _envelope(without)
+    expected = _envelope_without(exp, target, tmp_path)
     table = pq.read_table(target)
-    pq.write_table(change(table.replace_schema_metadata(table.schema.metadata)), target)
+    pq.write_table(change(table), target)
     Path(exp.cache_path("certify")).unlink()  # the rows are read from the files
     accuracy, stderr = _envelope(exp)
     assert accuracy == expected
@@ -214,10 +216,7 @@ def test_with_the_key_an_unattested_model_is_marked_and_attested_only_leaves_it_
     exp, files = copy
     before, _ = _envelope(exp)
     target = files[0]
-    shutil.copytree(exp.root, tmp_path / "without" / "e2e")
-    without = Experiment(str(tmp_path / "without"), "e2e")
-    Path(without.root, target[len(exp.root) + 1 :]).unlink()
-    expected, _ = _envelope(without)
+    expected = _envelope_without(exp, target, tmp_path)
     table = pq.read_table(target)
     pq.write_table(table.replace_schema_metadata(unsigned_metadata(table.schema.metadata)), target)
     Path(exp.cache_path("certify")).unlink()
