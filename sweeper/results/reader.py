@@ -31,7 +31,7 @@ from sweeper.results.attestation_reads import check_files, reading_key
 from sweeper.results.attested_rows import ATTESTATION
 from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.file_checks import cache_problem, file_footer, one_compacted
-from sweeper.results.signed_cache import cache_problem_for, cache_statement, trusted_unattested
+from sweeper.results.signed_cache import cache_statement, unattested_in, verified_cache
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
 from sweeper.results.sweep_file import IMPORTED, declared
@@ -122,9 +122,10 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
             {},
         )
     if key := reading_key():
-        if why := cache_problem_for(_meta(path), covers, rows, key):
-            return empty, set(), [f"{path}: {why}; reading the files instead"], {}
-        unattested = trusted_unattested(_meta(path), covers, rows, key)
+        verified = verified_cache(_meta(path), covers, rows, key)
+        if isinstance(verified, str):
+            return empty, set(), [f"{path}: {verified}; reading the files instead"], {}
+        unattested = unattested_in(verified)
         signed = _signed_rows(exp, stage, path, compacted, cols, (rows, covers), unattested)
         if signed is not None:
             return signed
@@ -143,7 +144,7 @@ def _signed_rows(exp, stage, path: str, compacted, cols, records, unattested: se
     re-checked none (the key holder checked them as it folded them); None to take the checked
     path instead: no such record, or a covered model the sweep no longer declares (the checked
     path names it) or rows that are not as signed."""
-    digests, covers = records
+    covers = records[1]
     if unattested is None:
         return None
     covered = []
@@ -158,18 +159,11 @@ def _signed_rows(exp, stage, path: str, compacted, cols, records, unattested: se
             not imported and sweep.trial_problem(f.trial_id)
         ):
             return None
-    footer = file_footer(path)
-    if not covered or cache_problem(footer, stage.schema, stage.name, covers):
+    if not covered:
         return None
-    try:
-        table = scan([path], stage.schema, cols)
-    except (OSError, pa.ArrowInvalid):
+    table = _cache_table(stage, path, covered, cols, records)[0]
+    if table is None:
         return None
-    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
-        return None
-    frag = _model_index(table, stage.setting_column, covered)
-    if (frag < 0).any():
-        table = table.filter(pa.array(frag >= 0))
     vouched = {f.path: exp.relative(f.path) not in unattested for f in covered}
     return table, set(vouched), [], vouched
 
@@ -223,23 +217,33 @@ def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str
     """The cache's rows of the `covered` models: its columns' digests those it was written
     with, then validated like files (one per model)."""
     digests, metadata, covers = records
-    footer = file_footer(path)
-    if problem := cache_problem(footer, stage.schema, stage.name, covers):
+    table, problem, frag = _cache_table(stage, path, covered, cols, (digests, covers))
+    if table is None:
         return None, [problem]
-    try:
-        table = scan([path], stage.schema, cols)
-    except (OSError, pa.ArrowInvalid) as e:  # a damaged page
-        return None, [unreadable_reason(e)]
-    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
-        return None, ["its rows are not those it was written with"]
-    frag = _model_index(table, stage.setting_column, covered)
     table = table.append_column("__fragment_index", pa.array(frag))
-    if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
-        table = table.filter(pa.array(frag >= 0))
     problems = row_problems(exp, stage, table, covered, identified=True, metadata=metadata)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
+
+
+def _cache_table(stage: StageTable, path: str, covered: list[StageFile], cols, records):
+    """(the cache's rows of the `covered` models, its columns' digests those it was written
+    with; None if not, then why; each row's index in `covered`)."""
+    digests, covers = records
+    footer = file_footer(path)
+    if problem := cache_problem(footer, stage.schema, stage.name, covers):
+        return None, problem, None
+    try:
+        table = scan([path], stage.schema, cols)
+    except (OSError, pa.ArrowInvalid) as e:  # a damaged page
+        return None, unreadable_reason(e), None
+    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
+        return None, "its rows are not those it was written with", None
+    frag = _model_index(table, stage.setting_column, covered)
+    if (frag < 0).any():  # rows of models no longer present (filtering copies every column)
+        table, frag = table.filter(pa.array(frag >= 0)), frag[frag >= 0]
+    return table, None, frag
 
 
 def _as_written(table: pa.Table, written: list[str], digests: dict) -> bool:

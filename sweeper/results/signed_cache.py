@@ -7,7 +7,7 @@ file's attestation (`attestation_reads.check_files`): files that fail are left o
 cache, unattested ones are named. It then signs a statement (step "cache") of the files it
 covers (their sizes and SHA-256s), its columns' digests, and `unattested` (the covered files
 resting on no attestation). A reader holding the key that verifies that statement and finds
-the rows' digests as signed takes the cached rows as they are (`trusted_unattested`): no
+the rows' digests as signed takes the cached rows as they are (`unattested_in`): no
 covered file is read or hashed, no row re-checked, no statement of a covered file verified,
 and a covered file's attestation is the one the statement records. A covered file whose size
 changed is read instead; one replaced at the same size does not matter (its cached rows, the
@@ -45,8 +45,10 @@ def cache_statement(covers: dict, rows: dict, unattested: list[str] | None = Non
     )
 
 
-def _verified(meta: dict, covers: dict, rows: dict, key: PublicKey) -> Statement | str:
-    """The cache's statement, verified with `key` and of these records, else why not."""
+def verified_cache(meta: dict, covers: dict, rows: dict, key: PublicKey) -> Statement | str:
+    """The cache's statement, verified with `key` and of these records (its files and its
+    columns' digests), else why the cache cannot be taken as it says. The records themselves
+    bind the rows: a reader compares the columns it reads with their digests."""
     raw = meta.get(ATTESTATION)
     if raw is None:
         return "not attested"
@@ -64,22 +66,11 @@ def _verified(meta: dict, covers: dict, rows: dict, key: PublicKey) -> Statement
     return statement
 
 
-def cache_problem_for(meta: dict, covers: dict, rows: dict, key: PublicKey) -> str | None:
-    """Why a cache cannot be taken as it says with a key to check (None: it can): its
-    statement missing, not verifying, or not of these records. The records themselves bind
-    the rows: a reader compares the columns it reads with their digests."""
-    verified = _verified(meta, covers, rows, key)
-    return verified if isinstance(verified, str) else None
-
-
-def trusted_unattested(meta: dict, covers: dict, rows: dict, key: PublicKey) -> set[str] | None:
-    """The covered files resting on no attestation, as the verified statement records them;
-    None when the cache cannot be taken as checked (no verified statement, or one signed
-    before caches recorded attestations): then every file is checked."""
-    verified = _verified(meta, covers, rows, key)
-    if isinstance(verified, str):
-        return None
-    listed = verified.settings.get(UNATTESTED)
+def unattested_in(statement: Statement) -> set[str] | None:
+    """The covered files resting on no attestation, as a verified statement records them;
+    None when it records none (signed before caches recorded attestations): then every file
+    is checked."""
+    listed = statement.settings.get(UNATTESTED)
     if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
         return None
     return set(listed)
