@@ -89,11 +89,7 @@ def inventory_problems(exp: Experiment, public: PublicKey) -> tuple[int | None, 
     problems = []
     if statement.settings.get("experiment") != exp.name:
         problems.append(f"{inventory_path(exp)}: the inventory of another experiment")
-    if version < _remembered(public.key_id, exp):
-        problems.append(
-            f"{inventory_path(exp)}: version {version}, older than the "
-            f"{_remembered(public.key_id, exp)} this machine signed: rolled back"
-        )
+    problems += _rolled_back(exp, public, version)
     now, signed = listed_files(exp), dict(statement.outputs)
     for rel in sorted(set(signed) | set(now)):
         if rel not in now:
@@ -116,13 +112,20 @@ def deleted_since(exp: Experiment, public: PublicKey, stage: str) -> list[str]:
         return [f"{inventory_path(exp)}: {e}"]
     if statement is None:
         return []
-    lines = []
-    if (version := int(statement.settings.get("version") or 0)) < _remembered(public.key_id, exp):
-        lines.append(f"{inventory_path(exp)}: version {version}, older than this machine signed")
+    lines = _rolled_back(exp, public, int(statement.settings.get("version") or 0))
     now = {exp.relative(f.path).rsplit("/", 1)[0] for f in exp.stage_files(stage)}
     listed = {rel.rsplit("/", 1)[0] for rel in statement.outputs if rel.startswith(f"{stage}/")}
     lines += [f"{d}: in the signed inventory, now absent (deleted)" for d in sorted(listed - now)]
     return lines
+
+
+def _rolled_back(exp: Experiment, public: PublicKey, version: int) -> list[str]:
+    """A line if the inventory's `version` is below the one this machine last signed."""
+    known = _remembered(public.key_id, exp)
+    if version >= known:
+        return []
+    where = inventory_path(exp)
+    return [f"{where}: version {version}, older than the {known} this machine signed: rolled back"]
 
 
 def _statement(exp: Experiment, public: PublicKey) -> Statement | None:
