@@ -35,14 +35,16 @@ SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
 # One trial of 8 epochs, each long enough (about a second: batches of 8, two noise draws per
 # input) that the kill, seen at the end of the first, lands before the last even on a loaded
 # machine (epochs of 0.1 s once finished before the node was gone); certification in 6 shards
-# of 5 points (every 15th of 450), each long enough (n) to be caught running.
+# of 5 points (every 15th of 450), each long enough (n: about a second) to be caught running
+# and still running when the kill lands (at n = 20,000 a shard once ended in between, and no
+# certification was lost).
 SPACE = """
 fixed: {dataset: digits, epochs: 8, batch_size: 8, m_train: 2, eval_subset: 30, method: gaussian}
 grids:
   - name: g
     axes: {sigma: [0.25]}
 resources: {cpu: 1, gpu: 0}
-certify: {n0: 16, n: 20000, alpha: 0.01, skip: 15, max_points: null, batch_size: 1000, shard_size: 5}
+certify: {n0: 16, n: 100000, alpha: 0.01, skip: 15, max_points: null, batch_size: 1000, shard_size: 5}
 """
 POINTS, SHARDS, EPOCHS = 30, 6, 8
 
