@@ -140,6 +140,52 @@ def test_decisions_are_a_function_of_the_observations_not_their_order():
     assert first.decide(set()) == second.decide(set())
 
 
+def test_hyperparameters_tuned_on_a_sample_keep_decisions_a_function_of_the_observations(
+    monkeypatch,
+):
+    """Past TUNED_MODELS fitted models a radius's kernel is tuned on a fixed pseudo-random
+    sample of them and reused while the sample is unchanged: a driver that decided after
+    every model and a resumed one that observes them all at once predict the same."""
+    from sweeper.run import search_surrogate
+
+    monkeypatch.setattr(search_surrogate, "TUNED_MODELS", 8)
+    tunings = []
+    real = search_surrogate.Process.__init__
+
+    def counted(self, x, y, points, kernel=None):
+        tunings.append(kernel is None)
+        real(self, x, y, points, kernel)
+
+    monkeypatch.setattr(search_surrogate.Process, "__init__", counted)
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    costs = {t.trial_id: cost(t) for t in trials}
+    driver, order = EnvelopeSearch(trials, costs, RADII, 0.0), []
+    while len(order) < 20 and (decision := driver.decide(set())).kind == "train":
+        order.append(decision.trial_id)
+        driver.observe(decision.trial_id, truth[decision.trial_id])
+    left = driver.untrained(set())
+    before = driver.predict(left)
+    tunings.clear()
+    resumed = EnvelopeSearch(trials, costs, RADII, 0.0)
+    for tid in order:
+        resumed.observe(tid, truth[tid])
+    for a, b in zip(before.values(), resumed.predict(left).values(), strict=True):
+        np.testing.assert_allclose(a[0], b[0], atol=1e-9)
+        np.testing.assert_allclose(a[1], b[1], atol=1e-9)
+    # the resumed driver tuned each fitted radius once, on 8 models, and conditioned on 20
+    assert sum(tunings) == len(RADII) and tunings.count(False) == len(RADII)
+    assert driver.decide(set()) == resumed.decide(set())
+    # a model outside the sample is conditioned on without tuning again
+    rank = search_surrogate.tuning_rank
+    sample = sorted(order, key=rank)[:8]
+    outside = next(t for t in left if rank(t) > rank(sample[-1]))
+    tunings.clear()
+    resumed.observe(outside, truth[outside])
+    resumed.predict(left[:1])
+    assert tunings == [False] * len(RADII)
+
+
 def test_the_first_point_of_a_sigma_is_its_cheapest():
     trials = grid()
     costs = {t.trial_id: cost(t) for t in trials}

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sweeper.run.search_surrogate import Features, Surrogate, expected_improvement, group_of
+from sweeper.run.search_surrogate import (
+    Features,
+    Surrogate,
+    Tuned,
+    expected_improvement,
+    group_of,
+)
 from trainables.kernel.config import TrialConfig
 
 MIN_FIT = 2  # models per σ before the surrogate decides (the initial design; σ shares a process)
@@ -68,6 +74,7 @@ class EnvelopeSearch:
         self.curves: dict[str, np.ndarray] = {}  # observed certified accuracy per radius
         self.failed: set[str] = set()
         self._fit: tuple[tuple[str, ...], Surrogate | None] | None = None
+        self._tuned = Tuned()
 
     # ------------------------------------------------------------------ what is known
     def observe(self, trial_id: str, curve: np.ndarray | list[float]) -> None:
@@ -165,7 +172,7 @@ class EnvelopeSearch:
             x = np.stack([self.x[t] for t in fitted])
             groups = [group_of(self.universe[t]) for t in fitted]
             curves = np.stack([self.curves[t] for t in fitted])
-            surrogate = Surrogate(x, curves, groups, self.points)
+            surrogate = Surrogate(x, curves, groups, self.points, list(fitted), self._tuned)
         self._fit = (fitted, surrogate)
         return surrogate
 

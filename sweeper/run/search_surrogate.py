@@ -29,9 +29,11 @@ Gaussian baseline has no ε: its ε is a separate indicator)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +43,7 @@ LENGTH_SCALES = (0.1, 1.0)
 SIGNAL_VARIANCES = (1e-2, 1.0)
 NOISE_LEVELS = (1e-6, 1e-2)
 RESTARTS = 1  # the optimiser's seeded restarts per fit
+TUNED_MODELS = 64  # observations a radius's hyperparameters are tuned on (`Tuned`)
 GROUP_FIELD = "sigma"  # the initial design covers each training σ
 NOT_FEATURES = frozenset({"seed", "init_from", *ENVIRONMENT_FIELDS})
 
@@ -137,38 +140,79 @@ class Process:
     accuracy = constant + Matérn-5/2 (one length scale per axis) + white noise, fitted to the
     accuracies centred on their mean but not rescaled, so the bounds below are in accuracy
     units. Each observation carries its known test-set noise p(1−p)/points (`alpha`); the
-    white kernel takes what more there is (the training seed). Deterministic: the optimiser's
-    restarts are seeded, so the same observations give the same predictions."""
+    white kernel takes what more there is (the training seed).
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, points: int):
+    The hyperparameters are those of `kernel` when given (conditioning only: a Cholesky
+    factorisation), else chosen by maximising the marginal likelihood of these observations
+    (`tune`). Deterministic: the optimiser's restarts are seeded."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None):
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-        x = x if x.shape[1] else np.zeros((len(x), 1))
-        width = x.shape[1]
-        kernel = ConstantKernel(1e-2, SIGNAL_VARIANCES) * Matern(
-            length_scale=np.full(width, 0.5), length_scale_bounds=LENGTH_SCALES, nu=2.5
-        ) + WhiteKernel(1e-4, NOISE_LEVELS)
+        x = _columns(x)
+        if kernel is None:
+            kernel = ConstantKernel(1e-2, SIGNAL_VARIANCES) * Matern(
+                length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=LENGTH_SCALES, nu=2.5
+            ) + WhiteKernel(1e-4, NOISE_LEVELS)
+            tuned = {"n_restarts_optimizer": RESTARTS, "random_state": 0}
+        else:
+            tuned = {"optimizer": None}
         self.offset = float(y.mean())
-        self.gp = GaussianProcessRegressor(
-            kernel,
-            alpha=y * (1 - y) / points + 1e-6,
-            n_restarts_optimizer=RESTARTS,
-            random_state=0,
-        )
+        self.gp = GaussianProcessRegressor(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
         with warnings.catch_warnings():
             # a length scale at its bound (an axis that does not matter) is an answer here
             warnings.simplefilter("ignore", ConvergenceWarning)
             self.gp.fit(x, y - self.offset)
 
+    @property
+    def kernel(self) -> Any:
+        """The fitted kernel (its hyperparameters), to condition other observations on."""
+        return self.gp.kernel_
+
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, standard deviation) of the model's accuracy itself at each of `x`: the
         white noise is left out, so a point next to an observed one has little to offer."""
-        x = x if x.shape[1] else np.zeros((len(x), 1))
-        mean, std = self.gp.predict(x, return_std=True)
+        mean, std = self.gp.predict(_columns(x), return_std=True)
         noise = self.gp.kernel_.k2.noise_level
         return mean + self.offset, np.sqrt(np.maximum(std**2 - noise, 1e-12))
+
+
+def _columns(x: np.ndarray) -> np.ndarray:
+    return x if x.shape[1] else np.zeros((len(x), 1))
+
+
+def tuning_rank(trial_id: str) -> bytes:
+    """A fixed pseudo-random order of the grid's points (the tuning subset's)."""
+    return hashlib.sha256(trial_id.encode()).digest()
+
+
+class Tuned:
+    """The hyperparameters of each radius's process, tuned on at most `TUNED_MODELS` of its
+    observations: the first in `tuning_rank` order, a pseudo-random sample that a new model
+    changes only when it ranks among them (about TUNED_MODELS/n of arrivals once n models
+    are fitted). Every observation is then conditioned on with them.
+
+    Why: re-tuning on every model at every decision grows as n³ per optimiser step (2.4 s per
+    decision near 500 models, `benchmarks/sweep_scale.py --search`); a sample of 64 estimates
+    a handful of length scales as well. Why a fixed order rather than "the models fitted when
+    last tuned": the kernel stays a function of the observations alone, so a resumed driver
+    that observes the same curves makes the same proposals."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[int, tuple[tuple[str, ...], Any]] = {}  # radius -> (subset, kernel)
+
+    def process(self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int):
+        if len(ids) <= TUNED_MODELS:
+            return Process(x, y, points)  # tuned on all of them: nothing to gain by reuse
+        order = sorted(range(len(ids)), key=lambda i: tuning_rank(ids[i]))[:TUNED_MODELS]
+        subset = tuple(ids[i] for i in order)
+        known = self._kernels.get(r)
+        if known is None or known[0] != subset:
+            known = (subset, Process(x[order], y[order], points).kernel)
+            self._kernels[r] = known
+        return Process(x, y, points, kernel=known[1])
 
 
 class Surrogate:
@@ -176,9 +220,18 @@ class Surrogate:
     diverged) whose σ reaches that radius. A σ reaches a radius when one of its models has
     certified anything there; beyond, its accuracy is a structural zero (a model cannot
     certify beyond σ·Φ⁻¹(α^(1/n))), predicted exactly, not fitted. A σ not yet observed is
-    taken to reach every radius. `points`: the test points each accuracy is a mean over."""
+    taken to reach every radius. `points`: the test points each accuracy is a mean over;
+    `ids`: the models' trial ids and `tuned` the hyperparameters kept between fits (`Tuned`)."""
 
-    def __init__(self, x: np.ndarray, curves: np.ndarray, groups: list[object], points: int):
+    def __init__(
+        self,
+        x: np.ndarray,
+        curves: np.ndarray,
+        groups: list[object],
+        points: int,
+        ids: list[str],
+        tuned: Tuned,
+    ):
         self.reach: dict[object, np.ndarray] = {}
         for g, curve in zip(groups, curves, strict=True):
             self.reach[g] = self.reach.get(g, np.zeros(curves.shape[1], bool)) | (curve > 0)
@@ -188,7 +241,11 @@ class Surrogate:
             values = curves[rows, r]
             fit = len(rows) >= 2 and len(set(values)) > 1
             same = float(values.mean()) if len(rows) else 0.0
-            self.processes.append(Process(x[rows], values, points) if fit else same)
+            if fit:
+                kept = [ids[i] for i in rows]
+                self.processes.append(tuned.process(r, kept, x[rows], values, points))
+            else:
+                self.processes.append(same)
 
     def predict(self, x: np.ndarray, groups: list[object]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, std), each (points × radii); zero where a point's σ cannot reach."""
