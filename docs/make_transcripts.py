@@ -111,7 +111,7 @@ TRANSCRIPTS: dict[str, Transcript] = {
     ),
     "dry-run": Transcript(
         "docs/guide/cost.md",
-        (Command("sweeper run grid cifar10 --dry-run --gpus 8", head=18, tail=5),),
+        (Command("sweeper run grid cifar10 --dry-run --gpus 8", head=22, tail=5),),
     ),
     "status": Transcript(
         "docs/guide/watching.md", (Command("sweeper status --storage hand"),), setup="hand"

@@ -148,7 +148,7 @@ def test_spaces_lists_the_shipped_spaces(tmp_path, monkeypatch):
         ("cifar10-methods", 21),
         ("digits", 34),
         ("digits-methods", 14),
-        ("imagenet", 33),
+        ("imagenet", 30),
         ("mnist", 21),
     )
     for name, count in shipped:

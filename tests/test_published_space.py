@@ -3,10 +3,13 @@ trials are exactly the models of their published CIFAR-10 certification logs, de
 logs' directory names (Hadisalman/smoothing-adversarial at cff781d, `data/certify/cifar10`
 without the fine-tuned, self-trained and base-attack experiments) with the parser `sweeper
 import` uses, so an imported log and the space's trial of the same model share a trial_id.
-`cifar10` stays the stated grid in full and says so, and each dry run prices its space."""
+`cifar10` stays the stated grid in full and says what it adds and lacks (issue 40 §6), and
+each dry run prices its space. `imagenet` is the authors' ImageNet grid: the 30 certified
+models of `data/certify/imagenet`, ε in the paper's units."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +23,10 @@ from sweeper.plan.grid import expand
 from sweeper.plan.spaces import load_space
 
 LOGS = Path(__file__).parent / "data" / "smoothadv-cifar10-logs.txt"
+# The 30 logs of data/certify/imagenet with rows (427 each, images 0-42,600 by 100); its 10
+# noise_0.12 logs are a header alone (no model certified at σ = 0.12).
+IMAGENET_LOGS = Path(__file__).parent / "data" / "smoothadv-imagenet-logs.txt"
+PAPER_UNITS = {127 / 256: 0.5, 255 / 256: 1.0}  # deviation 3: the k/256 the logs name
 runner = CliRunner()
 
 
@@ -97,3 +104,62 @@ def test_each_dry_run_prices_its_space(tmp_path):
         trials = {"cifar10": 644, "cifar10-published": 468}[space]
         assert f"for {trials} trials" in " ".join(result.stdout.split())
     assert 0.8 * totals["cifar10"] < totals["cifar10-published"] < totals["cifar10"]
+
+
+def _keys(space: str) -> set[tuple]:
+    """A space's SmoothAdv trials as (attack, T, m, ε in the paper's units, σ)."""
+    return {
+        (t.attack, t.steps, t.m_train, PAPER_UNITS.get(t.epsilon, t.epsilon), t.sigma)
+        for t in expand(load_space(space))
+        if t.method == "smoothadv"
+    }
+
+
+def test_cifar10_states_what_it_adds_to_and_lacks_of_the_published_grid():
+    full, published = _keys("cifar10"), _keys("cifar10-published")
+    added, lacking = full - published, published - full
+    assert (len(full & published), len(added), len(lacking)) == (400, 240, 64)
+    assert all(m > 1 for _, _, m, _, _ in added)
+    assert Counter(attack for attack, *_ in added) == {"pgd": 96, "ddn": 144}
+    assert {(a, t) for a, t, *_ in added} == {
+        *(("pgd", t) for t in (6, 8)),
+        *(("ddn", t) for t in (2, 6, 8)),
+    }
+    assert all(attack == "ddn" for attack, *_ in lacking)
+    assert sum(m == 16 for _, _, m, _, _ in lacking) == 40
+    assert {(m, eps) for _, _, m, eps, _ in lacking if m != 16} == {(2, 4.0), (4, 4.0), (8, 4.0)}
+    text = " ".join(load_space("cifar10").description.split())
+    for claim in (
+        "240 of these trials have no published model",
+        "96 PGD at T = 6, 8 and 144 DDN at T = 2, 6, 8",
+        "64 published models are not here",
+        "40 DDN at m = 16; 24 DDN at epsilon 4 with m = 2, 4 or 8",
+    ):
+        assert claim in text
+
+
+def _imagenet_log(line: str) -> tuple:
+    """(method, attack, T, ε in the paper's units, σ) of a data/certify/imagenet directory."""
+    m = re.fullmatch(
+        r"(?:(PGD_1step/imagenet|DDN_2steps)/eps_(\d+)/|replication/)resnet50/"
+        r"noise_([\d.]+)/test/sigma_\3",
+        line,
+    )
+    assert m, line
+    attack, k, sigma = m.groups()
+    if attack is None:
+        return ("gaussian", None, None, None, float(sigma))
+    eps = PAPER_UNITS.get(int(k) / 256, int(k) / 256)
+    pgd = attack.startswith("PGD")
+    return ("smoothadv", "pgd" if pgd else "ddn", 1 if pgd else 2, eps, float(sigma))
+
+
+def test_imagenet_trains_exactly_the_published_imagenet_models():
+    lines = IMAGENET_LOGS.read_text().split()
+    assert len(lines) == len(set(lines)) == 30
+    published = {_imagenet_log(line) for line in lines}
+    trials = expand(load_space("imagenet"))
+    assert {(t.method, t.attack, t.steps, t.epsilon, t.sigma) for t in trials} == published
+    assert len(trials) == 30 and all(t.m_train == 1 for t in trials)
+    assert {t.epsilon for t in trials if t.attack == "pgd"} == {0.5, 1.0, 2.0, 4.0, 8.0}
+    assert 0.25 not in {t.epsilon for t in trials}
