@@ -14,6 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from sweeper import Sweep
 from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import SpecError, load_space
@@ -194,6 +195,28 @@ def test_envelope_run_files_resume_and_equal_envelope(trained):
                 if r["exact_from"] is not None and radius >= r["exact_from"]:
                     assert ours[tid] == best[tid], (tid, radius)
     assert eb.model_delta(1, 0.01) < 0.01
+    _views_of_one_setting(exp, spec.certify.cert_id, env.cert_id)
+
+
+def _views_of_one_setting(exp: Experiment, full_id: str, envelope_id: str) -> None:
+    """Both strategies certified the same trials: `--only strategy=` and `--only cert_id=`
+    read one of them (issue 39 §4), in `Sweep` and on the command line alike."""
+    for only, cert_id in [
+        ("strategy=full", full_id),
+        ("strategy=envelope", envelope_id),
+        (f"cert_id={envelope_id}", envelope_id),
+    ]:
+        sweep = Sweep(storage=exp.storage, experiment=exp.name, only=only)
+        assert set(sweep.read().frame["cert_id"]) == {cert_id}, only
+        table = sweep.table(list(RADII))
+        assert set(table["cert_id"]) == {cert_id} and "strategy" not in table, only
+    base = ["envelope", "--storage", exp.storage, "--experiment", exp.name, "--format", "csv"]
+    result = CliRunner().invoke(app, [*base, "--only", "strategy=full"])
+    assert result.exit_code == 0 and envelope_id not in result.output, result.output
+    result = CliRunner().invoke(app, [*base, "--only", "strategy=all,cert_id=x"])
+    assert result.exit_code == 2 and "--only strategy=all: expected envelope or full" in (
+        result.output
+    )
 
 
 def _counts(rows, radius: float):

@@ -182,3 +182,20 @@ def test_a_value_out_of_bounds_is_refused_alike_in_yaml_and_on_the_command_line(
     )
     assert result.exit_code == 2
     assert yaml_problem.removeprefix(f"{block}.") in result.stderr
+
+
+def test_every_list_of_numbers_takes_the_radii_syntax():
+    """`--radii 0:1:0.25` on `certify`/`run grid` means what it means on `envelope` and
+    `table` (`parse_list`, one syntax); a list of integers takes commas only."""
+    from sweeper.results.envelope import parse_radii
+
+    values, problems = given(CertifySpec, {"radii": "0:1:0.25", "pilots": "10,30"})
+    assert problems == [] and values == {"radii": (0.0, 0.25, 0.5, 0.75, 1.0), "pilots": (10, 30)}
+    assert list(values["radii"]) == parse_radii("0:1:0.25")
+    assert given(CertifySpec, {"radii": "0.1:0.3:0.1"})[0]["radii"] == (0.1, 0.2, 0.3)
+    _, problems = given(CertifySpec, {"radii": "0:x", "pilots": "10:30:10"})
+    assert problems == [
+        "--pilots '10:30:10': expected integers separated by commas",
+        "--radii '0:x': expected numbers separated by commas (0,0.5,1) or start:stop:step "
+        "(0:2.25:0.25)",
+    ]

@@ -551,3 +551,15 @@ def test_max_trials_raises_the_limit(tmp_path):
     for extra, code in (["--max-trials", "17"], 2), (["--max-trials", "18"], 0):
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == code, result.output
+
+
+def test_only_names_a_certification_setting_for_the_reads_and_no_trial(trials):
+    """`cert_id=` (kept as written) and `strategy=` (envelope or full) slice the results;
+    selecting trials with them is a problem, not a silent no-op (issue 39 §4)."""
+    sel, problems = parse_only("cert_id=sigma-train_n0-100_n-1e5,strategy=envelope,sigma=0.25")
+    assert problems == []
+    assert sel == {"cert_id": "sigma-train_n0-100_n-1e5", "strategy": "envelope", "sigma": 0.25}
+    assert parse_only("strategy=both")[1] == ["--only strategy=both: expected envelope or full"]
+    chosen, problems = select(trials["cifar10"], sel)
+    assert [p.split(" selects")[0] for p in problems] == ["--only cert_id=", "--only strategy="]
+    assert len(chosen) == 161  # the trials' own keys still select

@@ -12,6 +12,7 @@ from sweeper.plan.grid import only_value, parse_only, value_matches
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import read_sweep
 from trainables.kernel.errors import ProblemsError
+from trainables.kernel.stage_settings import ENVELOPE_MARK, strategy_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +44,9 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
     """The rows matching every key=value of `--only` (`plan.grid.value_matches`); a key that
     is no column, or a value no row has (naming the values there are), is a `ProblemsError`."""
     for key, wanted in selection.items():
+        if key == "strategy":  # not a column: the cert_id says it
+            frame = _of_strategy(frame, wanted)
+            continue
         if key not in frame:
             raise ProblemsError([f"--only: {key!r} is not a results column"])
         # Matched once per distinct value, not per row (millions at thousands of models).
@@ -58,6 +62,18 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
             )
         frame = chosen
     return frame
+
+
+def _of_strategy(frame: pd.DataFrame, strategy: str) -> pd.DataFrame:
+    """The rows certified under a setting of `strategy` (`--only strategy=envelope`)."""
+    settings = frame["cert_id"].unique()
+    keep = [c for c in settings if strategy_of(c) == strategy]
+    if not keep and not frame.empty:
+        there = sorted({strategy_of(c) for c in settings})
+        raise ProblemsError(
+            [f"--only strategy={strategy} matches no model (strategies: {', '.join(there)})"]
+        )
+    return frame[frame["cert_id"].isin(keep)]
 
 
 def only_rows(
@@ -197,7 +213,7 @@ def with_exact_from(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
 
     from sweeper.results.envelope_records import vouched
 
-    if "cert_id" not in table or not table["cert_id"].str.contains("_envelope").any():
+    if "cert_id" not in table or not table["cert_id"].str.contains(ENVELOPE_MARK).any():
         return table
     records = vouched(exp).records
     keys = zip(table["trial_id"], table["cert_id"], strict=True)

@@ -22,7 +22,15 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from trainables.kernel.settings import AtLeast, ListOf, NotBelow, Settings, declared, flag_of
+from trainables.kernel.settings import (
+    AtLeast,
+    ListOf,
+    NotBelow,
+    Settings,
+    declared,
+    flag_of,
+    parse_list,
+)
 
 SCALARS = (int, float, str, bool)
 
@@ -157,15 +165,16 @@ def _parse(f: dataclasses.Field, hint: Any, value: Any, problems: list[str]) -> 
     bound = f.metadata["bound"]
     if isinstance(bound, ListOf):
         try:
-            parsed = tuple(bound.kind(p) for p in value.split(",") if p.strip())
+            return parse_list(value, bound.kind)
         except ValueError:
-            parsed = ()
-        if not parsed:
-            what = "integers" if bound.kind is int else "numbers"
-            problems.append(
-                f"{flag_of(f)} {value!r}: expected {what} separated by commas, e.g. 1,128"
-            )
-        return parsed or None
+            if bound.kind is int:
+                problems.append(f"{flag_of(f)} {value!r}: expected integers separated by commas")
+            else:
+                problems.append(
+                    f"{flag_of(f)} {value!r}: expected numbers separated by commas (0,0.5,1) "
+                    "or start:stop:step (0:2.25:0.25)"
+                )
+            return None
     if _scalar_type(hint) is None and isinstance(value, str):
         try:
             return yaml.safe_load(value)

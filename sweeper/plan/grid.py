@@ -21,6 +21,7 @@ import yaml
 from sweeper.plan.spec import TRIAL_KEYS, Grid, SweepSpec
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
+from trainables.kernel.stage_settings import STRATEGIES
 
 
 def _grid_dicts(spec: SweepSpec, grid: Grid, parents: list[TrialConfig | None]) -> Iterator[dict]:
@@ -127,10 +128,15 @@ ONLY_ALIASES = {"T": "steps", "m": "m_train", "σ": "sigma", "ε": "epsilon", "�
 ONLY_KEYS = ("method", "sigma", "epsilon", "steps (T)", "m_train (m)", "attack", "lam", "eta")
 
 
+# Keys of a certification, not of a trial: the reads take them (`envelope`, `table`, `report`).
+RESULT_KEYS = ("cert_id", "strategy")
+
+
 def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
     """`--only sigma=0.25,attack=pgd` -> ({"sigma": 0.25, "attack": "pgd"}, problems); the
-    key `trial_id` selects one trial by its id; the tables' headings (T, m, σ, ...) name the
-    hyperparameters they head (`ONLY_ALIASES`)."""
+    key `trial_id` selects one trial by its id, `cert_id` one certification setting and
+    `strategy` (envelope or full) the settings of one strategy; the tables' headings (T, m,
+    σ, ...) name the hyperparameters they head (`ONLY_ALIASES`)."""
     if not text:
         return {}, []
     selection: dict[str, Any] = {}
@@ -140,7 +146,11 @@ def parse_only(text: str | None) -> tuple[dict[str, Any], list[str]]:
         key = ONLY_ALIASES.get(key.strip(), key.strip())
         if not sep or not key:
             problems.append(f"--only: expected key=value, got {part!r}")
-        elif key == "trial_id":  # a hash, never a number: kept as written
+        elif key in ("trial_id", "cert_id"):  # names, never numbers: kept as written
+            selection[key] = value.strip()
+        elif key == "strategy":
+            if value.strip() not in STRATEGIES:
+                problems.append(f"--only strategy={value.strip()}: expected envelope or full")
             selection[key] = value.strip()
         elif key not in TRIAL_KEYS:
             problems.append(_unknown_key(key))
@@ -189,8 +199,15 @@ def _matches(cfg: TrialConfig, key: str, wanted: Any) -> bool:
 def select(
     trials: list[TrialConfig], only: Mapping[str, Any]
 ) -> tuple[list[TrialConfig], list[str]]:
-    """The trials matching every key=value of `only`; a value no trial has is a problem."""
-    problems = []
+    """The trials matching every key=value of `only`; a value no trial has is a problem, and
+    so is a key of the results (`RESULT_KEYS`): trials have none."""
+    problems = [
+        f"--only {key}= selects certified results (envelope, table, report), not the trials "
+        "to run: leave it out here"
+        for key in only
+        if key in RESULT_KEYS
+    ]
+    only = {k: v for k, v in only.items() if k not in RESULT_KEYS}
     for key, wanted in only.items():
         if not any(_matches(t, key, wanted) for t in trials):
             values = sorted({only_value(getattr(t, key)) for t in trials})

@@ -14,6 +14,7 @@ from sweeper.report.tables import distinguishing_columns
 from sweeper.results.certify_rows import SCHEMA
 from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
 from trainables.kernel import fileio
+from trainables.kernel.stage_settings import strategy_of
 
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
 NOT_WINNER = {"radius", "certified_accuracy", "models", "empirical_accuracy", "max_radius"}
@@ -222,9 +223,7 @@ def per_model_table(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     acc.columns = [f"r={r:g}" for r in radii]
     keys = distinguishing_columns(models)
     if "cert_id" in models:  # the same trial certified under both strategies: say which
-        models["strategy"] = np.where(
-            models["cert_id"].str.contains("_envelope"), "envelope", "full"
-        )
+        models["strategy"] = models["cert_id"].map(strategy_of)
         keys += ["strategy"] if models["strategy"].nunique() > 1 else []
     reach = pd.DataFrame({"max_radius": max_radii(frame)})
     setting = models[["cert_id"]] if "cert_id" in models else None  # names it in csv/json

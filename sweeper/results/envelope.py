@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from sweeper.results.certify_rows import MODEL_KEY, SCHEMA
 from sweeper.results.envelope_uncertainty import LEVEL, PointReach, clopper_pearson
 from trainables.kernel.certificates import max_radius
+from trainables.kernel.settings import parse_list
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
 SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
@@ -57,18 +58,12 @@ def read_columns(*extra: str | None) -> list[str]:
 
 
 def parse_radii(text: str) -> list[float]:
-    """`0:2.25:0.25` (start:stop:step, stop included) or `0,0.5,1`."""
+    """`0:2.25:0.25` (start:stop:step, stop included) or `0,0.5,1`: the syntax of every
+    `--radii` (`trainables.kernel.settings.parse_list`), each radius >= 0."""
     try:
-        if ":" in text:
-            start, stop, step = (float(p) for p in text.split(":"))
-            if not (np.isfinite([start, stop, step]).all() and step > 0 and start <= stop):
-                raise ValueError
-            count = int(np.floor((stop - start) / step + 1e-9)) + 1
-            radii = [round(start + k * step, 10) for k in range(count)]
-        else:
-            radii = [float(p) for p in text.split(",") if p.strip()]
-        if not radii or not all(np.isfinite(r) and r >= 0 for r in radii):
-            raise ValueError
+        radii = list(parse_list(text))
+        if any(r < 0 for r in radii):
+            raise ValueError(text)
         return radii
     except ValueError:
         raise EnvelopeError(

@@ -20,6 +20,7 @@ from typing import Any
 
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
+from trainables.kernel.stage_settings import strategy_of
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def delta_of(cert_id: str) -> float | None:
     is no envelope cert_id."""
     from trainables.kernel.stage_settings import CertifySpec
 
-    if "_envelope" not in cert_id:
+    if strategy_of(cert_id) != "envelope":
         return None
     m = re.search(r"_envelope(?:-delta-(.+?))?(?:-pilots-[\d-]+)?(?:-radii-.+)?$", cert_id)
     return float(m[1]) if m and m[1] else CertifySpec().delta

@@ -35,6 +35,7 @@ from sweeper.results.storage import Experiment, StageFile
 from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.stage_settings import ENVELOPE_MARK
 
 OWN = re.compile(
     r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
@@ -296,7 +297,7 @@ def not_estimated(table: pa.Table) -> np.ndarray:
     could not count at a radius the model could win at): only under an `_envelope` cert_id,
     with no count, p_lower or radius, an abstention and not correct. They count as not
     certified at every radius."""
-    envelope = pc.match_substring(table.column("cert_id"), "_envelope").to_numpy(
+    envelope = pc.match_substring(table.column("cert_id"), ENVELOPE_MARK).to_numpy(
         zero_copy_only=False
     )
     empty = [table.column(c).is_null().to_numpy(zero_copy_only=False) for c in NOT_ESTIMATED]

@@ -13,6 +13,7 @@ one such line. Pure Python (no torch).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,23 @@ def _int_at_least(value: Any, low: float) -> bool:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_list(text: str, kind: type = float) -> tuple:
+    """A list as a command line writes it: `0,0.5,1`, or for numbers `start:stop:step` (stop
+    included, each value rounded to 10 decimals so 0:2.25:0.25 gives 0.25 exactly). ValueError
+    when it is neither (or empty, or not finite, or a range that does not rise)."""
+    if ":" in text and kind is float:
+        start, stop, step = (float(p) for p in text.split(":"))
+        if not (all(map(math.isfinite, (start, stop, step))) and step > 0 and start <= stop):
+            raise ValueError(text)
+        count = math.floor((stop - start) / step + 1e-9) + 1
+        values = tuple(round(start + k * step, 10) for k in range(count))
+    else:
+        values = tuple(kind(p) for p in text.split(",") if p.strip())
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(text)
+    return values
 
 
 class Bound:

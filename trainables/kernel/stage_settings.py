@@ -28,6 +28,14 @@ from trainables.kernel.settings import (
 )
 
 STRATEGIES = ("full", "envelope")  # certification strategies (CertifySpec.strategy)
+ENVELOPE_MARK = "_envelope"  # begins the cert_id segment of strategy envelope (`strategy_tag`)
+
+
+def strategy_of(cert_id: str) -> str:
+    """The strategy a cert_id names: `envelope` when it carries `strategy_tag`, else `full`."""
+    return "envelope" if ENVELOPE_MARK in cert_id else "full"
+
+
 DECISION_RADII = tuple(round(0.25 * t, 10) for t in range(10))  # envelope's default: 0:2.25:0.25
 ENVELOPE_ONLY = ("delta", "pilots", "radii")  # the settings only strategy envelope reads
 
@@ -161,7 +169,7 @@ class CertifySpec:
         pilots = "" if self.pilots is None else "-pilots-" + "-".join(map(str, self.pilots))
         default = self.radii is None or tuple(self.radii) == DECISION_RADII
         radii = "" if default else "-radii-" + "-".join(f"{r:g}" for r in self.decision_radii)
-        return f"_envelope{delta}{pilots}{radii}"
+        return f"{ENVELOPE_MARK}{delta}{pilots}{radii}"
 
     @property
     def draws_id(self) -> str:
