@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sweeper.plan.param_space import ParamSpace
 from sweeper.plan.run_settings import precision_problem
 from sweeper.plan.spec import EmpiricalSpec, Resources
 from sweeper.plan.sweep_plan import (
@@ -136,7 +137,11 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
 
 
 def attack_finished(
-    space: str, plan: Plan, spec: EmpiricalSpec, options: LaunchOptions, watchers: Watchers
+    space: str | ParamSpace,
+    plan: Plan,
+    spec: EmpiricalSpec,
+    options: LaunchOptions,
+    watchers: Watchers,
 ) -> Ran:
     """`sweeper empirical`: the finished trials of `plan` attacked under every setting of
     `spec` (its `empirical` block, overrides applied)."""

@@ -6,6 +6,7 @@
     sweep.plan().cost.hours          # what `sweeper run grid digits --smoke --dry-run` prices
     sweep.run()                      # train and certify every trial (a local Ray)
     sweep.envelope([0, 0.25, 0.5])   # the certified-accuracy envelope, a DataFrame
+    Sweep(param_space={"fixed": {...}, "grids": [...]})  # a space file's keys, as a dict
 
 Each method is one command's work (`plan`: `run grid --dry-run`, `run`: `run grid`,
 `certify`, `attack`: `empirical`, `status`, `envelope`, `table`) and returns its data; bad
@@ -17,15 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeper.api import running, selection
 from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, price_plan
 from sweeper.api.running import Ran
+from sweeper.api.space_arg import space_of, space_spec
 from sweeper.plan.grid import MAX_TRIALS
-from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.param_space import ParamSpace
 from sweeper.plan.spec import EmpiricalSpec, SearchSpec
 from sweeper.plan.sweep_plan import Plan, PlanError, PlanRequest, make_plan
 from sweeper.results.storage import (
@@ -137,13 +140,17 @@ def envelope_of(frame: pd.DataFrame, radii: Sequence[float], by: str | None) -> 
 
 class Sweep:
     """A space planned on a storage: `Sweep(space, storage=..., experiment=..., only=...,
-    smoke=..., data_dir=...)`. `space` is a shipped space's name or a YAML file; it may be
-    None to read an experiment only (then `experiment`, by default the latest one)."""
+    smoke=..., data_dir=...)`. `space`: a shipped space's name, a YAML file's path, or the
+    space as a dict (or `param_space={...}`, as Ray Tune's: a space file's keys, optionally
+    `name`; `plan.param_space`), read and checked as a file is; None to read an experiment
+    only (then `experiment`, by default the latest one). Another type, or both a space and a
+    param_space, is a `SpaceTypeError` (a `PlanError` and a `TypeError`)."""
 
     def __init__(
         self,
-        space: str | None = None,
+        space: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         *,
+        param_space: Mapping[str, Any] | None = None,
         storage: str = DEFAULT_STORAGE,
         experiment: str | None = None,
         only: str | None = None,
@@ -151,7 +158,7 @@ class Sweep:
         data_dir: str | None = None,
         download: bool = False,
     ) -> None:
-        self.space = space
+        self.space: str | ParamSpace | None = space_of(space, param_space)
         self.storage = storage
         self.experiment = experiment
         self.only = only
@@ -162,7 +169,7 @@ class Sweep:
     def request(self, **changes: Any) -> PlanRequest:
         """The `PlanRequest` of this sweep (`changes`: address, dry_run, certify_overrides, ...)."""
         if self.space is None:
-            raise PlanError(["this Sweep names no space: Sweep(space, ...) to plan or run it"])
+            raise PlanError(["this Sweep names no space: Sweep(space) or Sweep(param_space={...})"])
         base = {"max_trials": MAX_TRIALS, **changes}
         return PlanRequest(
             space=self.space,
@@ -296,10 +303,7 @@ class Sweep:
         if self.experiment is not None:
             return existing_experiment(self.storage, self.experiment)
         if self.space is not None:
-            try:
-                spec = load_space(self.space)
-            except SpecError as e:
-                raise PlanError(e.problems) from None
+            spec = space_spec(self.space)
             return Experiment(self.storage, (spec.smoked() if self.smoke else spec).name)
         exp = latest_experiment(self.storage)
         log.info("experiment: %s", exp.name)

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from sweeper.plan.grid import MAX_TRIALS, expand, parse_only, select
-from sweeper.plan.spaces import SpecError, load_space
+from sweeper.plan.param_space import ParamSpace, load
+from sweeper.plan.spaces import SpecError
 from sweeper.plan.spec import SweepSpec
 from sweeper.results.credentials import (
     credentials_problem,
@@ -48,9 +49,10 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class PlanRequest:
-    """What the user asked for on the command line."""
+    """What the user asked for on the command line (or of `sweeper.Sweep`). `space`: a
+    shipped space's name or a YAML file's path, or a mapping (`Sweep(param_space=...)`)."""
 
-    space: str
+    space: str | ParamSpace
     storage: str
     experiment: str | None = None
     smoke: bool = False
@@ -73,7 +75,7 @@ def make_plan(req: PlanRequest) -> Plan:
     if secret := data_credentials_problem("--data-dir", req.data_dir):
         raise PlanError([secret, *problems])
     try:
-        spec = load_space(req.space, req.max_trials)
+        spec = load(req.space, req.max_trials)
     except SpecError as e:
         raise PlanError(e.problems + problems) from None
     spec = spec.smoked() if req.smoke else spec
@@ -109,7 +111,9 @@ def make_plan(req: PlanRequest) -> Plan:
     return Plan(spec, exp, trials, all_trials)
 
 
-def _searched(spec: SweepSpec, overrides: dict, space: str) -> tuple[SweepSpec, list[str]]:
+def _searched(
+    spec: SweepSpec, overrides: dict, space: str | ParamSpace
+) -> tuple[SweepSpec, list[str]]:
     """The spec with the command line's search settings, and their problems (an envelope
     search's setting given where the search is full; fine-tune stages under the search)."""
     from sweeper.plan.spaces import SEARCH_STAGES
@@ -132,7 +136,7 @@ def _searched(spec: SweepSpec, overrides: dict, space: str) -> tuple[SweepSpec, 
     return dataclasses.replace(spec, search=search), problems
 
 
-def _idle_flag(name: str, space: str) -> str:
+def _idle_flag(name: str, space: str | ParamSpace) -> str:
     """--pilots (or --radii, --delta) given where strategy full certifies: it would do nothing."""
     return (
         f"--{name} is a setting of --strategy envelope, and {space} certifies with strategy "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from sweeper.plan.param_space import ParamSpace, run_command
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials, trial_states
 from sweeper.results.sweep_file import (
@@ -67,13 +68,13 @@ def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:
     return all_compacted(plan.exp, [t.trial_id for t in trials], settings)
 
 
-def finished_trials(plan: Plan, space: str) -> list[TrialConfig]:
+def finished_trials(plan: Plan, space: str | ParamSpace) -> list[TrialConfig]:
     """The selected trials that finished training; `PlanError` if the experiment or they are
     missing (`space`: the one to run first, as the message says)."""
     if not plan.exp.exists():
         raise PlanError(
             [
-                f"no experiment at {plan.exp.root}: run `sweeper run grid {space}` first "
+                f"no experiment at {plan.exp.root}: run {run_command(space)} first "
                 "(or check --storage/--experiment)"
             ]
         )
@@ -83,7 +84,7 @@ def finished_trials(plan: Plan, space: str) -> list[TrialConfig]:
         raise PlanError(
             [
                 f"none of the {len(plan.trials)} selected trials has finished training: "
-                f"run `sweeper run grid {space}`"
+                f"run {run_command(space)}"
             ]
         )
     return ready
