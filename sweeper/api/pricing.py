@@ -19,6 +19,7 @@ from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
 from sweeper.results.storage import StageFile, by_model
 from sweeper.run.capacity import effective_resources
+from sweeper.run.envelope_outlook import Outlook, outlook
 from trainables.kernel.config import TrialConfig, required
 
 
@@ -42,9 +43,10 @@ class PricedPlan:
     figures_file: Path
     figures_problem: str | None
     measured_kinds: frozenset[str]
-    # certification device-hours per strategy (full, envelope: an estimate, plan.cost's
-    # ENVELOPE_FULL_SHARE of the models certified fully)
+    # certification device-hours per strategy (full, envelope: an estimate, the share of
+    # models certified fully per σ from the pilots' resolution, `outlook`)
     strategies: dict[str, float] = field(default_factory=dict)
+    outlook: Outlook | None = None
     # under the envelope search: its expected device-hours beside the grid's (plan.cost)
     search: SearchCost | None = None
 
@@ -76,13 +78,15 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
     figures: dict = {}
     cost = None
     strategies: dict[str, float] = {}
+    seen = outlook(plan.trials, plan.spec.certify) if plan.trials else None
     if plan.trials:
         figures = throughput.figures_for(
             kind, sorted({required(t.arch, "arch") for t in plan.trials}), measured
         )
         by_arch = {a: f for a, (f, _) in figures.items()}
-        cost = price_sweep(plan.trials, plan.spec.certify, by_arch)
-        strategies = strategy_certify_hours(plan.trials, plan.spec.certify, by_arch)
+        shares = seen.shares if seen else None
+        cost = price_sweep(plan.trials, plan.spec.certify, by_arch, shares)
+        strategies = strategy_certify_hours(plan.trials, plan.spec.certify, by_arch, shares)
     return PricedPlan(
         plan=plan,
         resources=resources,
@@ -96,6 +100,7 @@ def price_plan(plan: Plan, cpu_only: bool = False) -> PricedPlan:
         figures_problem=problem,
         measured_kinds=frozenset(measured),
         strategies=strategies,
+        outlook=seen,
         search=_searched(plan, cost),
     )
 

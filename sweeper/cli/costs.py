@@ -31,7 +31,7 @@ def dry_run_report(
     _print_figures(priced)
     _print_groups(priced.cost, device)
     _print_totals(priced.cost, device)
-    _print_strategies(priced.strategies, device)
+    _print_strategies(priced, device)
     if priced.search is not None:
         _print_search(priced.search, device)
     capacity = _devices(priced.kind, address, gpus)
@@ -95,7 +95,7 @@ def certify_dry_run_report(preview: CertifyPreview, data_dir: str | None) -> Non
         "its missing shards)",
         highlight=False,
     )
-    _print_strategies(priced.strategies, device, "the same models from scratch, by strategy")
+    _print_strategies(priced, device, "the same models from scratch, by strategy")
 
 
 def _print_figures(priced: PricedPlan) -> None:
@@ -201,19 +201,28 @@ def _print_totals(sweep: SweepCost, device: str) -> None:
 
 
 def _print_strategies(
-    hours: dict[str, float], device: str, what: str = "certification by strategy"
+    priced: PricedPlan, device: str, what: str = "certification by strategy"
 ) -> None:
-    if not hours:
+    """Both strategies' cost, and where the envelope strategy's pilots cannot prune."""
+    hours, seen = priced.strategies, priced.outlook
+    if not hours or seen is None:
         return
-    from sweeper.plan.cost import ENVELOPE_FULL_SHARE
-
+    shares = ", ".join(f"{seen.shares[s]:.0%} at σ = {s:g}" for s in sorted(seen.shares))
     console.print(
         f"{what}: full ≈ {_amount(hours['full'], device)}, envelope ≈ "
         f"{_amount(hours['envelope'], device)} (an estimate: the selection and first pilot on "
-        f"every model, the rest on the {ENVELOPE_FULL_SHARE:.0%} of models assumed certified "
-        "fully)",
+        f"every model, the rest on the models expected to be certified fully: {shares})",
         highlight=False,
     )
+    if cannot := seen.cannot_prune:
+        sigmas = ", ".join(f"{s:g}" for s in cannot)
+        console.print(
+            f"warning: at n = {seen.n:,} the envelope strategy's pilots cannot prune at "
+            f"σ = {sigmas} (a pilot's bound overstates a point's radius by a grid step or "
+            "more): no saving there, its pilots cost extra; a larger n (the papers' 100,000) "
+            "lets them prune",
+            highlight=False,
+        )
 
 
 def _print_search(cost: SearchCost, device: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sweeper.plan.spec import CertifySpec, Resources
@@ -95,40 +96,52 @@ def certified_points(dataset: str, spec: CertifySpec) -> int:
 
 # The dry run's assumption for the `envelope` strategy (issue 28): the share of models
 # certified fully (n draws after every pilot stage) is not known before the pilots; a tenth is
-# what the SmoothAdv benchmark's 11.9x fewer forward passes implies, roughly. The pilot is priced
-# on every point (a ceiling: only points whose selected class is their label are drawn).
+# what the SmoothAdv benchmark's 11.9x fewer forward passes implies, roughly, where pilots
+# resolve a point's radius level (n = 100,000). Where they cannot, the share is larger: the
+# dry run's `shares` per σ (`sweeper.run.envelope_outlook`). The pilot is priced on every point
+# (a ceiling: only points whose selected class is their label are drawn).
 ENVELOPE_FULL_SHARE = 0.1
+Shares = Mapping[float, float]  # certification σ -> share of its models certified fully
 
 
-def envelope_point_forwards(spec: CertifySpec) -> float:
+def envelope_point_forwards(spec: CertifySpec, full_share: float = ENVELOPE_FULL_SHARE) -> float:
     """Forwards per point under `envelope`, estimated: the n0 selection and the first pilot
-    on every model, the later pilot stages and the n draws on `ENVELOPE_FULL_SHARE` of them."""
+    on every model, the later pilot stages and the n draws on `full_share` of them."""
     stages = spec.pilot_stages
-    return spec.n0 + stages[0] + ENVELOPE_FULL_SHARE * (stages[-1] - stages[0] + spec.n)
+    return spec.n0 + stages[0] + full_share * (stages[-1] - stages[0] + spec.n)
 
 
 def strategy_certify_hours(
-    trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
+    trials: list[TrialConfig],
+    spec: CertifySpec,
+    figures: dict[str, Figure],
+    shares: Shares | None = None,
 ) -> dict[str, float]:
     """The certification device-hours of `trials` under each strategy (envelope: estimated,
-    `ENVELOPE_FULL_SHARE`), whatever the space's own strategy."""
+    `shares` or `ENVELOPE_FULL_SHARE`), whatever the space's own strategy."""
     return {
         strategy: price_sweep(
-            trials, replace(spec, strategy=strategy, ddrs=None), figures
+            trials, replace(spec, strategy=strategy, ddrs=None), figures, shares
         ).certify_hours
         for strategy in ("full", "envelope")
     }
 
 
-def certify_work(cfg: TrialConfig, spec: CertifySpec) -> tuple[float, float]:
+def certify_work(
+    cfg: TrialConfig, spec: CertifySpec, shares: Shares | None = None
+) -> tuple[float, float]:
     """(forward+backward passes, forwards) of certifying one model with every variant of
-    `spec` (fixed σ, and data-dependent σ when spec.ddrs is set)."""
+    `spec` (fixed σ, and data-dependent σ when spec.ddrs is set); `shares`: the envelope
+    strategy's share of models certified fully per certification σ (default
+    `ENVELOPE_FULL_SHARE`)."""
     passes = forwards = 0.0
     for variant in spec.variants():
         points = certified_points(cfg.dataset, variant)
         per_point: float = variant.n0 + variant.n
         if variant.strategy == "envelope":
-            per_point = envelope_point_forwards(variant)
+            sigma = variant.sigma if variant.sigma is not None else cfg.sigma
+            share = (shares or {}).get(sigma, ENVELOPE_FULL_SHARE)
+            per_point = envelope_point_forwards(variant, share)
         forwards += points * per_point
         if variant.ddrs is not None:
             passes += points * variant.ddrs.iterations * variant.ddrs.samples
@@ -153,9 +166,11 @@ def hours(passes: float, forwards: float, figure: Figure) -> float:
     return (passes / figure.train + forwards / figure.forward) / 3600
 
 
-def price(cfg: TrialConfig, spec: CertifySpec, figure: Figure) -> TrialCost:
+def price(
+    cfg: TrialConfig, spec: CertifySpec, figure: Figure, shares: Shares | None = None
+) -> TrialCost:
     train = training_work(cfg)
-    cert = certify_work(cfg, spec)
+    cert = certify_work(cfg, spec, shares)
     return TrialCost(cfg, hours(*train, figure), hours(*cert, figure), cert[1])
 
 
@@ -226,10 +241,13 @@ class SweepCost:
 
 
 def price_sweep(
-    trials: list[TrialConfig], spec: CertifySpec, figures: dict[str, Figure]
+    trials: list[TrialConfig],
+    spec: CertifySpec,
+    figures: dict[str, Figure],
+    shares: Shares | None = None,
 ) -> SweepCost:
-    """Every trial priced with its architecture's figure."""
-    return SweepCost([price(t, spec, figures[required(t.arch, "arch")]) for t in trials])
+    """Every trial priced with its architecture's figure (`shares`: as `certify_work`)."""
+    return SweepCost([price(t, spec, figures[required(t.arch, "arch")], shares) for t in trials])
 
 
 @dataclass(frozen=True)
