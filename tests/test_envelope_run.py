@@ -196,6 +196,27 @@ def test_envelope_run_files_resume_and_equal_envelope(trained):
                     assert ours[tid] == best[tid], (tid, radius)
     assert eb.model_delta(1, 0.01) < 0.01
     _views_of_one_setting(exp, spec.certify.cert_id, env.cert_id)
+    _covered_numbers_are_fulls(exp, statuses)
+
+
+def _covered_numbers_are_fulls(exp: Experiment, statuses: dict[str, str]) -> None:
+    """Every envelope number marked `covered` equals full certification's, on the grid and
+    between its radii, globally and per `--by` group; one that differs is never covered
+    (issue 39 §1)."""
+    radii = [round(0.05 * k, 10) for k in range(31)]  # 0:1.5:0.05, the grid's radii among them
+    full = Sweep(storage=exp.storage, experiment=exp.name, only="strategy=full")
+    ours = Sweep(storage=exp.storage, experiment=exp.name, only="strategy=envelope")
+    assert "covered" not in full.envelope(radii)  # full: every number is exact
+    for by in (None, "sigma", "epochs"):
+        exact, shown = full.envelope(radii, by=by), ours.envelope(radii, by=by)
+        assert len(exact) == len(shown) and "covered" in shown, by
+        same = np.isclose(exact["certified_accuracy"], shown["certified_accuracy"])
+        assert (same | ~shown["covered"]).all(), by  # covered => full's number
+        assert (shown["certified_accuracy"] <= exact["certified_accuracy"] + 1e-12).all()
+        on_grid = shown["radius"].isin(RADII)
+        if by is None:  # the strategy's own guarantee: every grid radius of the envelope
+            assert shown.loc[on_grid, "covered"].all()
+    assert set(statuses.values()) <= {"certified", "pruned"}
 
 
 def _views_of_one_setting(exp: Experiment, full_id: str, envelope_id: str) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeper.api import running, selection
+from sweeper.api.envelope_view import envelope_read
 from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, price_plan
 from sweeper.api.running import Ran
 from sweeper.api.space_arg import space_of, space_spec
@@ -125,17 +126,6 @@ def attack_plan(
     if found:
         raise PlanError(found)
     return plan, spec
-
-
-def envelope_of(frame: pd.DataFrame, radii: Sequence[float], by: str | None) -> pd.DataFrame:
-    """`sweeper envelope`'s table: fixed-σ and data-dependent certification side by side
-    unless grouped otherwise (`by`), no winner named where nothing is certified (`Sweep` and
-    every format alike); EnvelopeError for a `by` that is no column."""
-    from sweeper.report.render import no_winner
-    from sweeper.results import envelope as env
-
-    by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
-    return no_winner(env.envelope(frame, list(radii), by))  # nobody wins where none certifies
 
 
 class Sweep:
@@ -354,7 +344,8 @@ class Sweep:
         searched = selection.search_account(selected.exp, selected.results.frame)
         for line in searched.lines() if searched is not None else []:
             log.info("envelope search: %s", line)
-        return selection.mark_attested(envelope_of(selected.frame, radii, by), selected.results)
+        chosen = selection.only_selection(self.only)
+        return envelope_read(selected.exp, selected.results, selected.frame, radii, by, chosen)
 
     def table(self, radii: Sequence[float], attested_only: bool = False) -> pd.DataFrame:
         """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);

@@ -102,6 +102,31 @@ def partial_note(rows) -> None:
     )
 
 
+def covered_texts(table, text, column: str = "certified_accuracy"):
+    """`text` with `≥` before `column` where the envelope strategy's guarantee does not cover
+    the row's number (`api.envelope_view`; csv/json: the `covered` column)."""
+    if "covered" not in table:
+        return text
+    marked = ~table["covered"].to_numpy(dtype=bool)
+    text = text.copy()
+    text.loc[marked, column] = [v if v in ("", "-") else f"≥{v}" for v in text.loc[marked, column]]
+    return text
+
+
+def covered_note(table) -> None:
+    """What a `≥` envelope number means, when one is shown."""
+    if "covered" not in table or table["covered"].all():
+        return
+    display.echo(
+        f"≥: {int((~table['covered']).sum())} of {len(table)} numbers are outside the envelope "
+        "strategy's guarantee (a pruned model, or one certified only from a larger radius, "
+        "of that group could be higher there): lower bounds of what full certification "
+        "would report (csv/json: covered); certify with --strategy full, or with the groups "
+        "and radii you read as the decision grid, to have them exact",
+        err=True,
+    )
+
+
 UNATTESTED = "†"
 
 

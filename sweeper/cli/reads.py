@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 
 from sweeper.api import selection
+from sweeper.api.envelope_view import envelope_read
 from sweeper.api.selection import filter_rows, models_of
-from sweeper.api.sweep import envelope_of
 from sweeper.cli import display
 from sweeper.cli.common import (
     DISPLAY,
@@ -30,6 +30,8 @@ from sweeper.cli.options import AttestedOnly, Strict
 from sweeper.cli.read_notes import (
     attestation_note,
     attested_texts,
+    covered_note,
+    covered_texts,
     exit_if_left_out,
     partial_note,
     print_coverage,
@@ -89,7 +91,7 @@ def envelope(
         storage, experiment, only, problems, columns, attested_only=attested_only
     )
     try:
-        table = selection.mark_attested(envelope_of(frame, grid, by), results)
+        table = envelope_read(exp, results, frame, grid, by, parse_only(only)[0])
     except env.EnvelopeError as e:
         fail([str(e)])
     by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
@@ -349,7 +351,8 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
-    text = attested_texts(table, uncertainty_texts(table, texts(table, digits)))
+    text = covered_texts(table, uncertainty_texts(table, texts(table, digits)))
+    text = attested_texts(table, text)
     if fmt == "markdown":
         display.echo(to_markdown(text))
     else:
@@ -365,3 +368,4 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
         priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
         display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
     uncertainty_note(table)
+    covered_note(table)
