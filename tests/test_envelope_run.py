@@ -15,10 +15,13 @@ import torch
 from typer.testing import CliRunner
 
 from sweeper import Sweep
+from sweeper.api.envelope_view import plot_cover
 from sweeper.cli import app
 from sweeper.plan.grid import expand
 from sweeper.plan.spaces import SpecError, load_space
 from sweeper.plan.spec import CertifySpec
+from sweeper.report.figures import draw_figure
+from sweeper.report.render import envelope_figure
 from sweeper.results.certify_rows import load_results
 from sweeper.results.envelope_records import read_records
 from sweeper.results.provenance import setting_of
@@ -217,6 +220,34 @@ def _covered_numbers_are_fulls(exp: Experiment, statuses: dict[str, str]) -> Non
         if by is None:  # the strategy's own guarantee: every grid radius of the envelope
             assert shown.loc[on_grid, "covered"].all()
     assert set(statuses.values()) <= {"certified", "pruned"}
+    # the plot: a curve is solid only where it is full's, per group and over all
+    mine, theirs = ours.read().frame, full.read().frame
+    cover = plot_cover(exp, mine, {"strategy": "envelope"}, "epochs")
+    drawn = envelope_figure(mine, "epochs", radii=[1.5], cover=cover)
+    exact = envelope_figure(theirs, "epochs", radii=[1.5])
+    assert plot_cover(exp, theirs, {"strategy": "full"}, "epochs") is None
+    dotted = 0
+    for c, e in zip(drawn.curves, exact.curves, strict=True):
+        assert c.label == e.label and c.covered is not None
+        assert np.allclose(c.accuracy[c.covered], e.accuracy[c.covered]), c.label
+        dotted += int((~c.covered).sum())
+    assert dotted  # some of it is outside the guarantee, drawn dotted
+    lines = draw_figure(drawn).axes[0].get_lines()
+    assert any(line.get_linestyle() == ":" for line in lines)
+    # the plot: a curve is solid only where it is full's, per group and over all
+    mine, theirs = ours.read().frame, full.read().frame
+    cover = plot_cover(exp, mine, {"strategy": "envelope"}, "epochs")
+    drawn = envelope_figure(mine, "epochs", radii=[1.5], cover=cover)
+    exact = envelope_figure(theirs, "epochs", radii=[1.5])
+    assert plot_cover(exp, theirs, {"strategy": "full"}, "epochs") is None
+    dotted = 0
+    for c, e in zip(drawn.curves, exact.curves, strict=True):
+        assert c.label == e.label and c.covered is not None
+        assert np.allclose(c.accuracy[c.covered], e.accuracy[c.covered]), c.label
+        dotted += int((~c.covered).sum())
+    assert dotted  # some of it is outside the guarantee, drawn dotted
+    lines = draw_figure(drawn).axes[0].get_lines()
+    assert any(line.get_linestyle() == ":" for line in lines)
 
 
 def _views_of_one_setting(exp: Experiment, full_id: str, envelope_id: str) -> None:

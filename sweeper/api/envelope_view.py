@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sweeper.report.figures import Cover
 from sweeper.results.storage import Experiment
 from trainables.kernel.stage_settings import strategy_of
 
@@ -57,6 +58,34 @@ def envelope_read(
 
     table = with_covered(exp, frame, envelope_of(frame, radii, by), selection, by)
     return mark_attested(table, results)
+
+
+def plot_cover(
+    exp: Experiment, frame: pd.DataFrame, selection: dict[str, Any], by: str | None
+) -> Cover | None:
+    """For `--plot`: whether each point of a curve (a `by` group's, or with None the envelope
+    over all models) is covered, as `covered` says of the table; None when no model of the
+    read is the envelope strategy's (every point exact)."""
+    import pandas as pd
+
+    if inexact_models(exp, frame, selection, [0.0]) is None:
+        return None
+    group = group_of(frame, by)
+    known: dict[tuple[float, ...], pd.DataFrame | None] = {}
+
+    def cover(value: Any, radii: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+        grid = tuple(float(r) for r in radii)
+        if grid not in known:  # the curves of one figure share their radii
+            known[grid] = inexact_models(exp, frame, selection, list(grid))
+        bounds = known[grid]
+        if bounds is None:
+            return np.ones(len(grid), dtype=bool)
+        table = pd.DataFrame({"radius": grid, "certified_accuracy": accuracy})
+        if value is None or group is None:
+            return covered(table, bounds, None)
+        return covered(table.assign(**{group: value}), bounds, group)
+
+    return cover
 
 
 def group_of(frame: pd.DataFrame, by: str | None) -> str | None:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from sweeper.api import selection
-from sweeper.api.envelope_view import envelope_read
+from sweeper.api.envelope_view import envelope_read, plot_cover
 from sweeper.api.selection import filter_rows, models_of
 from sweeper.cli import display
 from sweeper.cli.common import (
@@ -101,7 +101,8 @@ def envelope(
     _print_notes(exp, results, frame, grid)
     attestation_note(results, table, attested_only)
     if plot:
-        _plot(exp, frame, plot, by, curve, grid)
+        cover = plot_cover(exp, frame, parse_only(only)[0], by)
+        _plot(exp, frame, plot, by, curve, grid, cover)
     exit_if_left_out(results, strict)
 
 
@@ -116,7 +117,9 @@ def _print_notes(exp: Experiment, results, frame, grid: list[float]) -> None:
     print_coverage(exp, results, frame)
 
 
-def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float]) -> None:
+def _plot(
+    exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float], cover
+) -> None:
     """`--plot`: the envelope (per `by` group, the empirical curve) from 0 to the largest radius."""
     from sweeper.report.render import plot_envelope
 
@@ -127,6 +130,7 @@ def _plot(exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[f
         title=f"{exp.name}: {models_of(frame)} models",
         empirical=curve,
         radii=grid,
+        cover=cover,
     )
     display.echo(f"figure written to {plot}", err=True)
 

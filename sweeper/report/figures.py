@@ -11,6 +11,7 @@ at least two values in the data; otherwise `figure_plan` says why it was skipped
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,11 +40,18 @@ GROUPED = [
 ]
 
 
+# (a group's value, or None for the envelope over all; radii; accuracies) -> covered per radius
+Cover = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
 @dataclass
 class Curve:
     label: str
     accuracy: np.ndarray
     envelope: bool = False  # the "upper envelope" line, drawn thick and grey underneath
+    # per radius, whether the envelope strategy's guarantee covers the value (None: all);
+    # what it does not cover is drawn dotted (a lower bound of full certification's)
+    covered: np.ndarray | None = None
 
 
 @dataclass
@@ -172,7 +180,7 @@ def draw_figure(figure: FigureData):
             if c.envelope
             else {"linewidth": 1.3, "zorder": 2}
         )
-        ax.plot(figure.radii, c.accuracy, label=c.label, **style)
+        _draw_curve(ax, figure.radii, c, style)
     for x, y, label in figure.dashed:
         ax.plot(
             x,
@@ -193,6 +201,20 @@ def draw_figure(figure: FigureData):
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     ax.set_title(figure.caption, fontsize=8, wrap=True)
     return fig
+
+
+def _draw_curve(ax: Any, radii: np.ndarray, c: Curve, style: dict[str, Any]) -> None:
+    """A curve, solid where covered and dotted (same colour) where not: each uncovered run
+    widened by one radius on each side, so the two styles meet."""
+    if c.covered is None or c.covered.all():
+        ax.plot(radii, c.accuracy, label=c.label, **style)
+        return
+    line = ax.plot(radii, np.where(c.covered, c.accuracy, np.nan), label=c.label, **style)[0]
+    off = ~c.covered
+    near = off | np.r_[off[1:], False] | np.r_[False, off[:-1]]
+    label = "not covered: a lower bound" if c.envelope else None
+    dotted = {**style, "color": line.get_color(), "linestyle": ":"}
+    ax.plot(radii, np.where(near, c.accuracy, np.nan), label=label, **dotted)
 
 
 def render_figure(figure: FigureData, fmt: str) -> bytes:

@@ -8,7 +8,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sweeper.report.figures import Curve, FigureData, radius_grid, render_figure, value_label
+from sweeper.report.figures import (
+    Cover,
+    Curve,
+    FigureData,
+    radius_grid,
+    render_figure,
+    value_label,
+)
 from sweeper.report.formats import DIGITS, FORMATS, is_fraction
 from sweeper.report.tables import distinguishing_columns
 from sweeper.results.certify_rows import SCHEMA
@@ -170,21 +177,26 @@ def envelope_figure(
     title: str = "",
     empirical: pd.DataFrame | None = None,
     radii=None,
+    cover: Cover | None = None,
 ) -> FigureData:
     """The data of `sweeper envelope --plot`: the envelope per `by` group and over all
     models, from 0 to the largest of `radii` (if given); `empirical` (columns radius,
-    empirical_accuracy) as dashed points."""
+    empirical_accuracy) as dashed points; `cover` (group value, or None for the envelope
+    over all; the curve's radii and accuracies) -> whether each value is covered by the
+    envelope strategy's guarantee (`api.envelope_view.plot_cover`)."""
     top = None if radii is None else list(radii)
     if empirical is not None and len(empirical) and top is None:
         top = [float(frame["radius"].max()) * 1.02, float(empirical["radius"].max())]
     grid = radius_grid(frame, radii=top)
-    curves = []
+    curves: list[Curve] = []
     if by is not None:
-        curves = [
-            Curve(value_label(by, value), envelope_curve(part, grid))
-            for value, part in frame.groupby(by, dropna=False)
-        ]
-    curves.append(Curve("upper envelope", envelope_curve(frame, grid), envelope=True))
+        for value, part in frame.groupby(by, dropna=False):
+            accuracy = envelope_curve(part, grid)
+            seen = cover(value, grid, accuracy) if cover else None
+            curves.append(Curve(value_label(by, value), accuracy, covered=seen))
+    accuracy = envelope_curve(frame, grid)
+    seen = cover(None, grid, accuracy) if cover else None
+    curves.append(Curve("upper envelope", accuracy, envelope=True, covered=seen))
     dashed = []
     if empirical is not None and len(empirical):
         points = empirical.sort_values("radius")
@@ -206,10 +218,11 @@ def plot_envelope(
     title: str = "",
     empirical: pd.DataFrame | None = None,
     radii=None,
+    cover: Cover | None = None,
 ) -> None:
     """Certified accuracy vs ℓ2 radius (`envelope_figure`), written to `location` (format
     from its suffix: .png, .pdf, .svg)."""
-    figure = envelope_figure(frame, by, title, empirical, radii)
+    figure = envelope_figure(frame, by, title, empirical, radii, cover)
     data = render_figure(figure, location.rsplit(".", 1)[-1].lower())
     fileio.write_bytes_atomic(location, data)
 
