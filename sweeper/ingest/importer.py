@@ -43,7 +43,9 @@ is an error unless --set method=... says which. `--set key=value` (`sets`: value
 YAML scalars; 1e-3 is read as a number) overrides or adds any TrialConfig field and the
 certification settings n0, n, alpha (default: the papers' 100, 100000, 0.001) and
 sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv CIFAR-10 protocol:
-150 epochs, batch 256, ...). The trial_id is the hash of that config, so an imported model
+150 epochs, batch 256, ...), or a code's own protocol: the jh-jeong code's logs (`noise_<σ>`)
+its schedule and input layer, SmoothAdv's ImageNet models (PGD_1step, DDN_2steps,
+replication) the `imagenet` space's. The trial_id is the hash of that config, so an imported model
 with the same resolved config as one of ours gets the same trial_id; its rows keep a cert_id
 of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.
 
@@ -224,6 +226,8 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     values, methods = smoothing_adversarial.vanilla(*path_values(log, root))
     if jh_jeong.LOG_NAME.fullmatch(log.name):  # trained by the jh-jeong code: its protocol
         values = {**jh_jeong.PROTOCOL, **values}
+    dataset = trial_sets.get("dataset", values.get("dataset"))
+    values = smoothing_adversarial.protocol(values, dataset)  # its ImageNet models' protocol
     if values.get("_split") == "train":
         raise LogSkip("certified on the training split (a 'train' directory)")
     for what, part in values["_needs"]:

@@ -38,7 +38,7 @@ from sweeper.results.shard_counts import (
     stage_shards,
 )
 from sweeper.results.storage import STAGES, Experiment, StageFile
-from sweeper.results.sweep_file import parse_sweep, sweep_bytes
+from sweeper.results.sweep_file import IMPORTED, parse_sweep, sweep_bytes
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import parse_status, read_raw
@@ -84,7 +84,7 @@ class Status:
     experiment: str
     root: str
     trials: list[TrialRow] = field(default_factory=list)
-    extra_models: int = 0  # certified models not in sweep.json (e.g. imported)
+    extra_models: int = 0  # certified models not in sweep.json, and imported ones
     size_bytes: int = 0  # sweep.json, trials/, the stages' files and caches
     driver: Holder | None = None  # the driver holding the experiment's lease, if it is alive
     last_driver: Holder | None = None  # who held it last (alive or not)
@@ -178,6 +178,13 @@ class StatusReader:
             configs=configs,
         )
         listed = {stage: self._listing(stage, st) for stage in STAGES}
+        # An imported model (`sweeper import`) is no certification of the sweep's, even if its
+        # trial_id is one of the sweep's (the same config): its file counts no shard or point
+        # of the plan (its log's 427 ImageNet rows are not the plan's 500), only as a model.
+        imported = {f.trial_id for f, _ in listed["certify"] if f.setting_id.startswith(IMPORTED)}
+        listed["certify"] = [
+            x for x in listed["certify"] if not x[0].setting_id.startswith(IMPORTED)
+        ]
         grouped = {stage: by_trial(files) for stage, files in listed.items()}
         docs = self._trial_docs(st)
         failures, st.failures_log = read_failures(self.exp)
@@ -187,7 +194,9 @@ class StatusReader:
             st.trials.append(self._row(tid, cfg, docs, grouped, certify, failures, driver, chunks))
         _block_children(st.trials, configs)
         st.search = _searched(self.exp, st.trials)
-        st.extra_models = len({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
+        st.extra_models = len(
+            imported | ({f.trial_id for f, _ in listed["certify"]} - set(self.ids))
+        )
         datasets = {tid: cfg.dataset for tid, cfg in zip(self.ids, configs, strict=True)}
         st.file_times = {
             stage: file_points(files, chunks, datasets) for stage, files in listed.items()
