@@ -50,3 +50,26 @@ def test_without_groups_every_inexact_model_counts_and_one_without_the_column_in
     by_method = envelope({("smoothadv", 0.25): 0.7, ("smoothadv", 0.5): 0.3})
     by_method = by_method.rename(columns={"sigma": "method"})
     assert covered(by_method, bounds, "method").tolist() == [False, True]
+
+
+def test_a_group_whose_every_model_was_pruned_is_shown_uncovered(monkeypatch):
+    """`--by sigma` where every σ = 0.5 model was pruned: the group stays, with no winner
+    (accuracy 0) and not covered, instead of vanishing (issue 39 §1)."""
+    from sweeper.api import envelope_view
+    from sweeper.report.render import no_winner, render, texts
+
+    bounds = BOUNDS.iloc[:1].assign(upper=[[0.6, 0.3]])  # the pruned σ = 0.5 model
+    monkeypatch.setattr(envelope_view, "inexact_models", lambda *a: bounds)
+    table = envelope({(0.25, 0.25): 0.8, (0.25, 0.5): 0.5}).assign(
+        trial_id="a", models=1, points=90
+    )
+    frame = pd.DataFrame({"smoothing": ["sigma"]})
+    out = envelope_view.with_covered(None, frame, table, {}, "sigma")  # type: ignore[arg-type]
+    assert out[["sigma", "radius", "certified_accuracy", "covered"]].values.tolist() == [
+        [0.25, 0.25, 0.8, True],
+        [0.25, 0.5, 0.5, True],
+        [0.5, 0.25, 0.0, False],
+        [0.5, 0.5, 0.0, False],
+    ]
+    assert "0.5,0.25,0.0," in render(no_winner(out), "csv")
+    assert texts(out).loc[2, "trial_id"] == "-"  # no winner named

@@ -104,12 +104,24 @@ def with_covered(
 ) -> pd.DataFrame:
     """`table` (the envelope of `frame`) with the `covered` column when some model of the read
     is the envelope strategy's (certified under an `_envelope` setting or pruned by it); as it
-    is otherwise (full certification: every number is exact)."""
+    is otherwise (full certification: every number is exact). A `by` group whose every model
+    was pruned has no certified row: it is shown with no winner (accuracy 0), a lower bound."""
+    import pandas as pd
+
     radii = sorted(set(table["radius"].tolist()))
     bounds = inexact_models(exp, frame, selection, radii)
     if bounds is None:
         return table
-    return table.assign(**{COVERED: covered(table, bounds, group_of(frame, by))})
+    group = group_of(frame, by)
+    if group is not None and group in bounds and len(bounds):
+        shown = set(table[group].dropna().tolist())
+        pruned_only = [v for v in bounds[group].dropna().unique() if v not in shown]
+        rows = [
+            {group: v, "radius": r, "certified_accuracy": 0.0} for v in pruned_only for r in radii
+        ]
+        if rows:
+            table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
+    return table.assign(**{COVERED: covered(table, bounds, group)})
 
 
 def inexact_models(

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sweeper.api import selection
+from sweeper.api.envelope_view import plot_cover
 from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
 from sweeper.cli.display import echo
 from sweeper.cli.options import AttestedOnly, Strict
@@ -45,8 +46,9 @@ def _built(exp, results, frame, asked: tuple, attested_only: bool):
     section += attestation_section(results.attestations, models, attested_only)
     unattested = results.attestations.unattested if results.attestations else frozenset()
     dims = dataset_dims(frame["dataset"].unique())
+    cover = plot_cover(exp, frame, parse_only(only)[0], "method")
     return build_report(
-        frame, grid, dims, figure_formats, linf_255, exp.name, batch, section, unattested
+        frame, grid, dims, figure_formats, linf_255, exp.name, batch, section, unattested, cover
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from sweeper.plan.run_settings import run_settings
-from sweeper.report.figures import figure_plan, render_figure
+from sweeper.report.figures import Cover, figure_plan, render_figure
 from sweeper.report.formats import COLUMN_LABELS, is_fraction
 from sweeper.report.render import BEYOND, cell, to_markdown
 from sweeper.report.tables import (
@@ -110,6 +110,8 @@ def _cells(table: PaperTable, bold, escape=str) -> pd.DataFrame:
             texts = ["-" if pd.isna(v) else f"{float(v):.3f}" for v in values]
         else:
             texts = [cell(v) for v in values]
+        for i in table.partial.get(c, ()):
+            texts[i] = texts[i] if texts[i] == "-" else f"≥{texts[i]}"
         texts = [escape(t) for t in texts]
         for i in table.beyond.get(c, ()):
             texts[i] = BEYOND
@@ -172,7 +174,9 @@ ENVELOPE_RULE = (
     "Certified accuracy at ℓ2 radius r = share of test points classified correctly with a "
     "certified radius ≥ r (abstentions count as wrong); fractions, not percent. The upper "
     "envelope takes the best model per radius (ties: the higher clean accuracy); where no "
-    "model certifies anything there is no winner (-)."
+    "model certifies anything there is no winner (-). Under the envelope strategy a number "
+    "marked ≥ is outside its guarantee (a pruned model, or one certified only from a larger "
+    "radius, could be higher there): a lower bound of what full certification would report."
 )
 
 
@@ -186,15 +190,17 @@ def build_report(
     batch: int | None = None,
     pruned: list[str] | None = None,
     unattested: frozenset = frozenset(),
+    cover: Cover | None = None,
 ) -> Report:
     """Every file of the report of `frame` (sound result rows; not empty), `index.md` last.
     `dims`: input dimension d per dataset (for the ℓ∞ table); `pruned`: the index's section on
     the models the envelope strategy pruned (`report.pruned.pruned_section`) and other index
     sections; `unattested`: the models resting on unattested files, a winner among them
-    marked (`report.attestation_section`)."""
+    marked (`report.attestation_section`); `cover`: which envelope numbers the envelope
+    strategy's guarantee covers (`api.envelope_view.plot_cover`), the others marked ≥."""
     report = Report()
-    report.files += _envelope_files(frame, radii, unattested)
-    linf, notes = _linf_tables(frame, dims, linf_255)
+    report.files += _envelope_files(frame, radii, unattested, cover)
+    linf, notes = _linf_tables(frame, dims, linf_255, cover)
     if linf:
         intro = "An ℓ2 certificate of radius r certifies ℓ∞ radius r/√d (d = input dimension)."
         report.files += table_files("linf", "ℓ∞ certified accuracy implied by ℓ2", intro, linf)
@@ -205,9 +211,11 @@ def build_report(
     return report
 
 
-def _envelope_files(frame: pd.DataFrame, radii: list[float], unattested) -> list[ReportFile]:
+def _envelope_files(
+    frame: pd.DataFrame, radii: list[float], unattested, cover=None
+) -> list[ReportFile]:
     """Per model, envelope, abstention and ACR tables at the ℓ2 radii."""
-    summary = envelope_summary(frame, radii)
+    summary = envelope_summary(frame, radii, cover)
     files = table_files(
         "per_model",
         "Certified accuracy per model (appendix E)",
@@ -241,14 +249,14 @@ def _envelope_files(frame: pd.DataFrame, radii: list[float], unattested) -> list
     )
 
 
-def _linf_tables(frame, dims, linf_255) -> tuple[list[PaperTable], list[str]]:
+def _linf_tables(frame, dims, linf_255, cover=None) -> tuple[list[PaperTable], list[str]]:
     tables, notes = [], []
     for dataset, part in frame.groupby("dataset", sort=True):
         if dataset not in dims:
             notes.append(f"linf: skipped for {dataset}: its input dimension d is unknown")
             continue
         tables.append(
-            linf_table(linf_summary(part, dims[dataset], linf_255), dataset, dims[dataset])
+            linf_table(linf_summary(part, dims[dataset], linf_255, cover), dataset, dims[dataset])
         )
     return tables, notes
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,9 @@ from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
 from trainables.methods import REGISTRY
+
+if TYPE_CHECKING:
+    from sweeper.report.figures import Cover
 
 KEY_COLUMNS = ["method", "sigma", "attack", "epsilon", "steps", "m_train", "lam", "eta", "mix_step"]
 SETTING_COLUMNS = ["smoothing", "sigma_cert", "n0", "n", "alpha"]
@@ -54,6 +58,8 @@ class PaperTable:
     bold: dict[str, set[int]] = field(default_factory=dict)
     sections: str | None = None
     beyond: dict[str, set[int]] = field(default_factory=dict)  # cells past the largest radius
+    # cells the envelope strategy's guarantee does not cover: lower bounds, printed with ≥
+    partial: dict[str, set[int]] = field(default_factory=dict)
 
 
 def radius_column(r: float) -> str:
@@ -169,16 +175,25 @@ def acr_table(frame: pd.DataFrame) -> PaperTable:
 
 
 # ----------------------------------------------------------------------------- envelope
-def envelope_summary(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
+def envelope_summary(
+    frame: pd.DataFrame, radii: list[float], cover: Cover | None = None
+) -> pd.DataFrame:
     """Per radius: the upper envelope over all models (group "all") and, when the sweep has
     several methods, over each method's models (group = the method); with the winner's clean
     accuracy, ACR, abstention rate and identity. Where the accuracy is 0 nobody wins: the
-    winner's columns are null."""
+    winner's columns are null. `cover` (a method, or None for all; radii; accuracies): whether
+    the envelope strategy's guarantee covers each number (`covered`; True without it)."""
     parts = []
     if frame["method"].nunique() > 1:
         per = env.envelope(frame, radii, by="method")
         parts.append(per.assign(group=per["method"].to_numpy()))
     parts.append(env.envelope(frame, radii).assign(group=ALL))
+    for part in parts:
+        part["covered"] = True
+        for group, rows in part.groupby("group").groups.items() if cover else ():
+            accuracy = part.loc[rows, "certified_accuracy"].to_numpy(dtype=np.float64)
+            radius = part.loc[rows, "radius"].to_numpy(dtype=np.float64)
+            part.loc[rows, "covered"] = cover(None if group == ALL else group, radius, accuracy)
     out = pd.concat(parts, ignore_index=True)
     rates = model_table(frame)[[*MODEL_KEY, "abstain_rate", "smoothing"]]
     out = out.merge(rates, on=MODEL_KEY, how="left")
@@ -187,7 +202,16 @@ def envelope_summary(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     out[winners] = out[winners].astype(object)
     out.loc[out["certified_accuracy"] <= 0, winners] = None
     return out[
-        ["group", "radius", "column", "certified_accuracy", *winners, "models", "max_radius"]
+        [
+            "group",
+            "radius",
+            "column",
+            "certified_accuracy",
+            *winners,
+            "models",
+            "max_radius",
+            "covered",
+        ]
     ]
 
 
@@ -210,6 +234,7 @@ def wide_table(
     columns = list(dict.fromkeys(summary["column"]))
     rows: list[dict] = []
     beyond: dict[str, set[int]] = {c: set() for c in columns}
+    partial: dict[str, set[int]] = {c: set() for c in columns}
     for group in _group_order(summary["group"]):
         part = summary[summary["group"] == group].set_index("column")
         for q, label in quantities:
@@ -218,6 +243,8 @@ def wide_table(
                 radius = part["radius" if "radius" in part else "l2_radius"]
                 for c in part.index[radius > part["max_radius"] + 1e-9]:
                     beyond[c].add(len(rows))
+                for c in part.index[~part["covered"].astype(bool)]:
+                    partial[c].add(len(rows))
             rows.append({"models": _group_label(group), "quantity": label, **values.to_dict()})
     data = pd.DataFrame(rows, columns=["models", "quantity", *columns])
     marks: dict[str, set[int]] = {}
@@ -226,7 +253,7 @@ def wide_table(
     if bold and len(first) > 1:
         best = best_positions(data.loc[first].reset_index(drop=True), columns)
         marks = {c: {first[i] for i in rows_} for c, rows_ in best.items()}
-    return PaperTable(title, data, marks, sections="models", beyond=beyond)
+    return PaperTable(title, data, marks, sections="models", beyond=beyond, partial=partial)
 
 
 def winners_table(summary: pd.DataFrame, unattested: frozenset = frozenset()) -> PaperTable:
@@ -257,7 +284,13 @@ def winners_table(summary: pd.DataFrame, unattested: frozenset = frozenset()) ->
     data.loc[nobody, [*ids, "trial_id"]] = "-"  # no winner where nothing is certified
     far = np.flatnonzero(part["radius"].to_numpy() > part["max_radius"].to_numpy() + 1e-9)
     title = "Upper envelope per ℓ2 radius and its winner"
-    return PaperTable(title, data, beyond={"certified_accuracy": set(far.tolist())})
+    uncovered = set(np.flatnonzero(~part["covered"].to_numpy(dtype=bool)).tolist())
+    return PaperTable(
+        title,
+        data,
+        beyond={"certified_accuracy": set(far.tolist())},
+        partial={"certified_accuracy": uncovered},
+    )
 
 
 def _certified_elsewhere(part: pd.DataFrame) -> bool:
@@ -267,12 +300,14 @@ def _certified_elsewhere(part: pd.DataFrame) -> bool:
 
 
 # --------------------------------------------------------------------------------- ℓ∞
-def linf_summary(frame: pd.DataFrame, dim: int, linf_255=LINF_RADII_255) -> pd.DataFrame:
+def linf_summary(
+    frame: pd.DataFrame, dim: int, linf_255=LINF_RADII_255, cover: Cover | None = None
+) -> pd.DataFrame:
     """`envelope_summary` at the ℓ2 radii ρ·√d that certify the ℓ∞ radii ρ = k/255:
     columns `linf_255` (k), `linf_radius` (ρ), `l2_radius` and `column` ("linf=1/255")."""
     scale = math.sqrt(dim)
     l2 = [k / 255 * scale for k in linf_255]
-    out = envelope_summary(frame, l2)
+    out = envelope_summary(frame, l2, cover)
     k_of = dict(zip(l2, linf_255, strict=True))
     out.insert(1, "linf_255", out["radius"].map(k_of))
     out.insert(2, "linf_radius", out["linf_255"] / 255)
