@@ -327,3 +327,33 @@ def test_steps_run_in_parallel_up_to_the_slots_and_a_parallel_full_must_still_ad
     assert [(s.kind, s.model) for s in beside] == [(FULL, "wide")]
     failed = decide(ledger, busy={"strong": "failed"}, slots=1)
     assert [s.model for s in failed] != ["strong"] and len(failed) == 1
+
+
+def test_every_delta_of_the_chain_is_pinned():
+    """δ → the j-th model's share δ·6/(π²j²) → a point's δ_j/(S·P) → halves δ_point/2 for the
+    pilot's Clopper–Pearson bound and for the full count's quantile. Each step pinned where a
+    change of it would change a bound (issue 39 §2: no test failed if a half took all of δ)."""
+    k, N, n = np.arange(700, 1001, 3), 1_000, 100_000
+    d = 1e-6
+    halves = eb.count_upper_quantile(eb.upper_confidence_bound(k, N, d / 2), n, d / 2)
+    assert np.array_equal(eb.count_upper_bound(k, N, n, d), halves)
+    whole_pilot = eb.count_upper_quantile(eb.upper_confidence_bound(k, N, d), n, d / 2)
+    whole_full = eb.count_upper_quantile(eb.upper_confidence_bound(k, N, d / 2), n, d)
+    assert (whole_pilot < halves).any() and (whole_full < halves).any()  # looser δ: tighter
+
+    # the ledger bounds model j's points with point_delta(j, δ, S, P), nothing else
+    points, j = 60, 3
+    ledger = Ledger(S)
+    ledger.arrive("m", j, 0.5, np.arange(points), np.zeros(points, np.int64))
+    votes = np.linspace(0.6 * S.pilots[0], S.pilots[0], points).astype(np.int64)
+    rows = [PilotRow("m", 1, i, 0, S.pilots[0], int(v)) for i, v in enumerate(votes)]
+    ledger.record_pilot("m", 1, rows)
+    thresholds = ledger.thresholds(0.5)
+    exact = eb.point_delta(j, S.delta, len(S.pilots), points)
+    assert exact == pytest.approx(S.delta * 6 / (np.pi**2 * j**2) / (len(S.pilots) * points))
+    upper = ledger.models["m"].upper
+    assert np.array_equal(upper, eb.point_levels(votes, S.pilots[0], S.n, thresholds, exact))
+    for wrong in (exact * 4, eb.point_delta(1, S.delta, len(S.pilots), points)):
+        assert not np.array_equal(
+            upper, eb.point_levels(votes, S.pilots[0], S.n, thresholds, wrong)
+        )
