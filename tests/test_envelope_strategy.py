@@ -27,6 +27,7 @@ from sweeper.run.envelope_planner import (
     Settings,
     could_win_from,
     decide,
+    next_step,
 )
 from trainables.kernel.certificates import radius_from_counts
 
@@ -357,3 +358,26 @@ def test_every_delta_of_the_chain_is_pinned():
         assert not np.array_equal(
             upper, eb.point_levels(votes, S.pilots[0], S.n, thresholds, wrong)
         )
+
+
+def test_a_later_pilot_draws_only_the_points_whose_level_it_has_not_resolved():
+    """After the first pilot, a point whose bound is already at its plug-in level is left out
+    of the next stage (more draws would hardly lower its bound); the others are drawn, and a
+    stage with nothing left draws nothing (issue 39 §2)."""
+    points = 40
+    ledger = Ledger(S)
+    ledger.arrive("m", 1, 0.5, np.arange(points), np.zeros(points, np.int64))
+    votes = np.linspace(0.55 * S.pilots[0], S.pilots[0], points).astype(np.int64)
+    ledger.record_pilot(
+        "m", 1, [PilotRow("m", 1, i, 0, S.pilots[0], int(v)) for i, v in enumerate(votes)]
+    )
+    m = ledger.models["m"]
+    resolved = m.upper == m.guess
+    assert resolved.any() and (~resolved).any()  # both kinds among the points
+    step = next_step(m, ledger.envelope(), S)
+    assert step.kind == PILOT and step.draws == S.pilots[1] - S.pilots[0]
+    t_min = step.from_level
+    assert step.idx == tuple(m.idx[(m.upper > t_min) & ~resolved].tolist())
+    # every point resolved: the stage is drawn on none, and certification follows
+    ledger.record_pilot("m", 2, [])
+    assert next_step(ledger.models["m"], ledger.envelope(), S).kind == FULL

@@ -16,7 +16,9 @@ those records, so a run resumed from the persisted rows decides the same. Steps:
 3. of the live models, the most promising (largest plug-in gain over E, then largest upper
    gain, then arrival) gets its next pilot stage (`PILOT`), or once all `pilots` are drawn its
    full certification (`FULL`), in both cases only on the points that can reach the smallest
-   grid radius t_min at which the model could still win (U(t) ≥ E(t)).
+   grid radius t_min at which the model could still win (U(t) ≥ E(t)); a later pilot stage
+   also leaves out the points whose bound is already at their plug-in level (resolved: more
+   draws would hardly lower it). Which points a pilot draws changes no bound's validity.
 
 Soundness. Every counted certificate is an exact CERTIFY(n0, n, α) from fresh draws: the pilots
 never enter one. A skipped point counts as not certified (−1), which only lowers the model's
@@ -99,6 +101,7 @@ class Model:
     stage: int = 0
     upper_curve: np.ndarray | None = None  # points per grid radius under `upper`
     plug_in: np.ndarray | None = None  # points per grid radius at the pilot's rates
+    guess: np.ndarray | None = None  # per point: the level at the pilot's rate (plug-in)
     certified: np.ndarray | None = None  # the full certification's curve (points per radius)
     from_level: int = 0
     exact_from: int = 0  # the first grid radius from which `certified` is `full`'s count
@@ -159,7 +162,7 @@ class Ledger:
         m.upper_curve = eb.curve(m.upper, self.T)
         guess = eb.plug_in_levels(m.votes, m.draws, s.n, self.thresholds(m.sigma))
         guess[m.cAHat != m.labels] = 0
-        m.plug_in = eb.curve(guess, self.T)
+        m.guess, m.plug_in = guess, eb.curve(guess, self.T)
 
     def record_full(self, model: str, rows: list[FullRow], from_level: int) -> None:
         m = self.models[model]
@@ -218,11 +221,15 @@ def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
     full certification, in both cases only on the points that can reach t_min."""
     assert m.upper is not None and m.upper_curve is not None
     t_min = could_win_from(m.upper_curve, envelope)
-    points = tuple(m.idx[m.upper > t_min].tolist())
+    reach = m.upper > t_min
     if m.stage < len(s.pilots):
+        # a point whose bound is already at its pilot's level is resolved: more pilot draws
+        # would hardly lower its bound, so they are spent on the others only
+        assert m.guess is not None
+        points = tuple(m.idx[reach & (m.upper > m.guess)].tolist())
         draws = s.pilots[m.stage] - s.pilots[m.stage - 1]
         return Step(PILOT, m.name, m.stage + 1, points, draws, t_min)
-    return Step(FULL, m.name, m.stage + 1, points, s.n, t_min)
+    return Step(FULL, m.name, m.stage + 1, tuple(m.idx[reach].tolist()), s.n, t_min)
 
 
 def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1) -> list[Step]:

@@ -144,6 +144,11 @@ def pilot_task(
     from trainables.kernel import fileio
 
     out = exp.pilot_path(trial_id, spec.cert_id, stage)
+    if not points:  # every point resolved or out of reach: the stage draws nothing
+        table = PILOT_SCHEMA.empty_table()
+        if replace or not fileio.exists(out):
+            write_table(_signed_pilot(exp, trial_id, spec.cert_id, stage, [], table), out)
+        return table
     smooth, settings, dataset, device, _ = _smooth(exp, trial_id, spec, cpus)
     seed, idx = _seed(trial_id, spec), [i for i, _ in points]
     items = [dataset[i] for i in idx]
