@@ -428,9 +428,10 @@ METHOD_ALTERNATIVES = {
     "stability": dict(stability_loss="kl"),
 }
 # DDRS training's settings, which only count when it is on: another value of each for PINNED
-# with DDRS training from epoch 5.
+# with DDRS training from epoch 5 at K = 10 (at SmoothAdv's default K = 0 the start and the
+# ascent's settings are unused).
 DDRS_ALTERNATIVES = dict(ddrs_start_epoch=6, ddrs_iterations=20, ddrs_lr=1e-3, ddrs_samples=4)
-DDRS_MACER_ALTERNATIVES = dict(ddrs_macer_loss="macer")  # DDRS-trained MACER's only
+DDRS_MACER_ALTERNATIVES = dict(ddrs_macer_loss="macer", ddrs_noise_pairing="own")  # MACER only
 # Self-training's settings, which only count when it is on: another value of each for PINNED
 # with pseudo-labelled data (its location, pseudo_data, is an environment field).
 PSEUDO_ON = dict(pseudo_data="/data/pseudo.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5)
@@ -445,7 +446,7 @@ def test_trial_id_changes_with_every_identity_field():
         PSEUDO_ALTERNATIVES,
     )
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
-    ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5)
+    ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5, ddrs_iterations=10)
     for name, value in DDRS_ALTERNATIVES.items():
         changed = ddrs.replace(**{name: value})
         assert getattr(changed, name) != getattr(ddrs, name), name

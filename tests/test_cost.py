@@ -183,6 +183,7 @@ def test_ddrs_and_self_training_add_their_passes():
     assert passes == 10 * TRAIN_SIZE["digits"]
     ddrs = base.replace(ddrs_start_epoch=4, ddrs_iterations=10, ddrs_samples=2)
     assert training_work(ddrs)[0] == passes + 6 * 10 * 2 * TRAIN_SIZE["digits"]
+    assert training_work(ddrs.replace(ddrs_iterations=0))[0] == passes  # no σ step at K = 0
     pseudo = base.replace(
         pseudo_data="/x.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5, pseudo_ratio=2
     )

@@ -7,15 +7,19 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from scipy.stats import norm
 
 from trainables import checkpoint, train
-from trainables.ddrs import optimize_sigma
+from trainables.certify_points import certify_points
+from trainables.datasets import load_dataset
+from trainables.ddrs import memory_certify, optimize_sigma
 from trainables.kernel.config import TrialConfig
-from trainables.kernel.ddrs_settings import DDRS_FIELDS
+from trainables.kernel.ddrs_settings import DDRS_FIELDS, DDRSSettings
 from trainables.kernel.errors import ConfigError
+from trainables.kernel.stage_settings import CertifySpec
 from trainables.methods import METHODS, REGISTRY, gaussian, macer
 from trainables.methods.base import StepContext, draw_noise
 from trainables.train import fit, make_loaders, train_epoch
@@ -109,6 +113,7 @@ def test_ddrs_defaults_fill_in_and_join_the_identity():
         "ddrs_lr": 1e-4,
         "ddrs_samples": 1,
         "ddrs_macer_loss": None,  # MACER's only
+        "ddrs_noise_pairing": None,  # MACER's only
     }
     off = cfg.replace(ddrs_start_epoch=None)
     assert off.trial_id != cfg.trial_id
@@ -117,22 +122,99 @@ def test_ddrs_defaults_fill_in_and_join_the_identity():
 
 
 @pytest.mark.parametrize(
-    ("method", "dataset", "samples"),
+    ("method", "dataset", "given", "samples"),
     [
-        ("macer", "cifar10", 64),
-        ("macer", "imagenet", 1),
-        ("macer", "mnist", 1),
-        ("smoothadv", "cifar10", 1),
-        ("gaussian", "cifar10", 1),
+        ("macer", "cifar10", {}, 64),
+        ("macer", "imagenet", {}, 1),
+        ("macer", "mnist", {}, 1),
+        ("smoothadv", "cifar10", {"ddrs_iterations": 1}, 1),
+        ("smoothadv", "cifar10", {}, None),  # K = 0: no σ step draws
+        ("gaussian", "cifar10", {}, 1),
     ],
 )
-def test_sigma_samples_default_to_each_ddrs_scripts(method, dataset, samples):
+def test_sigma_samples_default_to_each_ddrs_scripts(method, dataset, given, samples):
     """CIFAR10/train_macer.py `--gaussian_num_ds` 64 (l. 71); train_smooth_adv.py and the
-    ImageNet scripts draw 1 (the paper's n = 1: `ddrs_samples: 1` asks for it)."""
-    cfg = TrialConfig(dataset=dataset, method=method, ddrs_start_epoch=0)
+    ImageNet scripts draw 1 (the paper's n = 1: `ddrs_samples: 1` asks for it), unused
+    (None) at train_smooth_adv.py's K = 0."""
+    cfg = TrialConfig(dataset=dataset, method=method, ddrs_start_epoch=0, **given)
     assert cfg.ddrs_samples == samples
     paper = cfg.replace(ddrs_samples=1)
-    assert (paper.trial_id == cfg.trial_id) is (samples == 1)
+    assert (paper.trial_id == cfg.trial_id) is (samples in (1, None))
+
+
+@pytest.mark.parametrize(
+    ("method", "dataset", "expected"),
+    [
+        ("macer", "cifar10", (10, 1e-4, 64, "ddrs", "reference")),
+        ("macer", "digits", (10, 1e-4, 1, "ddrs", "reference")),
+        ("smoothadv", "cifar10", (0, None, None, None, None)),
+        ("gaussian", "cifar10", (10, 1e-4, 1, None, None)),
+    ],
+)
+def test_each_methods_ddrs_defaults_are_its_registry_rows(method, dataset, expected):
+    """The defaults of DDRS training live in each method's row (`Method.ddrs`): MACER's are
+    CIFAR10/train_macer.py's (K = 10 l. 63, 64 draws on CIFAR-10 l. 71, its robustness term
+    l. 131-138 and noise pairing l. 163-166), SmoothAdv's train_smooth_adv.py's (K = 0, l. 63:
+    nothing else is used); a setting a row does not name is None."""
+    cfg = TrialConfig(dataset=dataset, method=method, m_train=2, ddrs_start_epoch=0)
+    assert tuple(getattr(cfg, name) for name in DDRS_FIELDS[1:]) == expected
+    row = REGISTRY[method].ddrs
+    assert set(row) <= set(DDRS_FIELDS[1:])
+    assert all((getattr(cfg, name) is None) for name in DDRS_FIELDS[1:] if name not in row)
+
+
+def test_ddrs_smoothadv_takes_its_scripts_k_0_and_every_start_is_one_trial():
+    """train_smooth_adv.py trains with --iter_sig_tr 0 (l. 63) and switches at --epoch-switch 60
+    (l. 69), but its two branches then make the same calls (l. 367-374: train(..., 0, ...),
+    test(..., 0)): σ_x stays σ throughout and no start changes the model. So a K = 0 trial's
+    start resolves to 0 (ddrs_lr and ddrs_samples, unused, to None): one trial id for one
+    training; it is still DDRS-trained (the DDRS code's protocol, 31: inputs scaled), not the
+    plain SmoothAdv trial. With K raised, the start and the ascent's settings count again."""
+    cfg = TrialConfig(dataset="cifar10", method="smoothadv", ddrs_start_epoch=60)
+    assert (cfg.ddrs_start_epoch, cfg.ddrs_iterations, cfg.ddrs_lr, cfg.ddrs_samples) == (
+        0,
+        0,
+        None,
+        None,
+    )
+    for start in (0, 10, 149):
+        other = TrialConfig(
+            dataset="cifar10",
+            method="smoothadv",
+            ddrs_start_epoch=start,
+            ddrs_lr=1e-3,
+            ddrs_samples=4,
+        )
+        assert other == cfg and other.trial_id == cfg.trial_id
+    assert {k: cfg.identity()[k] for k in ("ddrs_start_epoch", "ddrs_iterations")} == {
+        "ddrs_start_epoch": 0,
+        "ddrs_iterations": 0,
+    }
+    plain = TrialConfig(dataset="cifar10", method="smoothadv")
+    assert plain.trial_id != cfg.trial_id
+    assert (plain.scale_input, cfg.scale_input) == (False, True)
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+    raised = cfg.replace(ddrs_iterations=10, ddrs_start_epoch=60)
+    assert (raised.ddrs_start_epoch, raised.ddrs_lr, raised.ddrs_samples) == (60, 1e-4, 1)
+    assert raised.trial_id != cfg.trial_id
+    assert raised.trial_id != raised.replace(ddrs_start_epoch=59).trial_id
+
+
+@pytest.mark.parametrize("method", ["gaussian", "macer"])
+def test_k_0_is_accepted_for_every_ddrs_method(method):
+    """K = 0 was refused (>= 1) before issue 40; now every DDRS method takes it: σ_x = σ,
+    the start 0, and MACER keeps its robustness term (its noise pairing is moot: one σ)."""
+    cfg = TrialConfig(
+        dataset="digits", method=method, m_train=2, epochs=10, ddrs_start_epoch=3, ddrs_iterations=0
+    )
+    assert (cfg.ddrs_start_epoch, cfg.ddrs_lr, cfg.ddrs_samples, cfg.ddrs_noise_pairing) == (
+        0,
+        None,
+        None,
+        None,
+    )
+    assert cfg.ddrs_macer_loss == ("ddrs" if method == "macer" else None)
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def _problems(**kwargs) -> list[str]:
@@ -146,7 +228,7 @@ def _problems(**kwargs) -> list[str]:
     [
         ("ddrs_start_epoch", -1),
         ("ddrs_start_epoch", 10),
-        ("ddrs_iterations", 0),
+        ("ddrs_iterations", -1),
         ("ddrs_samples", 0),
         ("ddrs_lr", 0.0),
         ("ddrs_lr", -1e-4),
@@ -166,12 +248,13 @@ def test_all_ddrs_problems_at_once():
         method="macer",
         m_train=2,
         ddrs_start_epoch=10,
-        ddrs_iterations=0,
+        ddrs_iterations=-1,
         ddrs_samples=0,
         ddrs_lr=0,
         ddrs_macer_loss="paper",
+        ddrs_noise_pairing="paper",
     )
-    assert len(problems) == 5
+    assert len(problems) == 6
     for name in DDRS_FIELDS:
         assert any(name in p for p in problems), (name, problems)
 
@@ -286,13 +369,80 @@ def test_ddrs_macer_hinge_is_the_scripts_value_and_gradient(gamma):
     assert clamped.any() and 0 < (p.argmax(1) == y).sum() < 16
 
 
+def _script_corrupted_batch(batch, sigma, gaussian_num, eps):
+    """MotasemAlfarra/Data_Dependent_Randomized_Smoothing CIFAR10/train_macer.py l. 160-168,
+    transcribed: `batch` (b, C, H, W), `sigma` (b,) (get_sigma's `sig.reshape(-1)`), `eps` the
+    standard normals its `torch.randn_like(batch)` draws for the repeated batch (b·k, C, H, W)."""
+    batch_size = len(batch)
+    new_shape = [batch_size * gaussian_num]
+    new_shape.extend(batch[0].shape)
+    batch = batch.repeat((1, gaussian_num, 1, 1)).view(new_shape)
+    sigma_repeated = sigma.repeat((1, gaussian_num, 1, 1)).view(-1, 1, 1, 1)
+    noise = eps * sigma_repeated
+    return batch + noise
+
+
+class Recorder(torch.nn.Module):
+    """A linear classifier that keeps the inputs of its last call."""
+
+    def __init__(self, features: int, classes: int = 10):
+        super().__init__()
+        self.linear = torch.nn.Linear(features, classes).double()
+        self.seen: torch.Tensor | None = None
+
+    def forward(self, x):
+        self.seen = x.detach().clone()
+        return self.linear(x.flatten(1))
+
+
+@pytest.mark.parametrize(("b", "k"), [(3, 4), (4, 2), (2, 4), (5, 3), (4, 1)])
+def test_ddrs_macer_noise_copies_take_sigma_as_the_script_pairs_them(b, k):
+    """Issue 40 item 2. train_macer.py l. 163-166 repeats the batch input-major (row i·k + j is
+    copy j of input i) but σ copy-major (`sigma.repeat((1, k, 1, 1)).view(-1, 1, 1, 1)`: row r
+    gets σ[r mod b]), so copy j of input i is drawn at σ[(i·k + j) mod b]. b inputs of three
+    channels (the repeat runs along dim 1), each with its own σ_x: the noisy copies sweeper's
+    DDRS-MACER trains on are the script's, re-derived in float64 on the same normals, row for
+    row; with `own` each copy takes its input's σ_x; they agree only where the layouts do
+    (k = 1: the ImageNet script's default)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(b, 3, 4, 4, generator=g, dtype=torch.float64)
+    sigma = torch.linspace(0.15, 0.35, b, dtype=torch.float64)  # distinct per input
+    y = torch.arange(b) % 10
+    model = Recorder(3 * 4 * 4)
+    rows = {}
+    for pairing in ("reference", "own"):
+        cfg = TrialConfig(
+            dataset="digits", method="macer", m_train=k, epochs=3, ddrs_start_epoch=0
+        ).replace(ddrs_noise_pairing=pairing)
+        ctx = StepContext(cfg, 0, 0.0, torch.Generator().manual_seed(9), sigma)
+        macer.loss(model, x, y, ctx)
+        rows[pairing] = model.seen
+    assert TrialConfig(dataset="digits", method="macer", ddrs_start_epoch=0).ddrs_noise_pairing == (
+        "reference"
+    )
+    eps = torch.randn(
+        b * k, 3, 4, 4, generator=torch.Generator().manual_seed(9), dtype=torch.float64
+    )
+    script = _script_corrupted_batch(x, sigma, k, eps)
+    assert torch.equal(rows["reference"], script)
+    clean = x.repeat_interleave(k, dim=0)  # row i·k + j: input i
+    drawn_at = ((rows["reference"] - clean) / eps).mean(dim=(1, 2, 3))
+    expected = torch.tensor([sigma[r % b].item() for r in range(b * k)], dtype=torch.float64)
+    torch.testing.assert_close(drawn_at, expected, rtol=1e-9, atol=0)
+    own_at = ((rows["own"] - clean) / eps).mean(dim=(1, 2, 3))
+    torch.testing.assert_close(own_at, sigma.repeat_interleave(k), rtol=1e-9, atol=0)
+    assert torch.equal(rows["own"], rows["reference"]) is (k == 1)
+
+
+@pytest.mark.parametrize("pairing", ["reference", "own"])
 @pytest.mark.parametrize("loss", ["ddrs", "macer"])
-def test_ddrs_trained_macer_loss_is_the_scripts_or_macers(loss):
-    """One chunk of DDRS-trained MACER at σ_x per input, on the same noisy copies: "ddrs" is
+def test_ddrs_trained_macer_loss_is_the_scripts_or_macers(loss, pairing):
+    """One chunk of DDRS-trained MACER at σ_x per input, on the same normals: "ddrs" is
     train_macer.py l. 160-174 (its compute_loss l. 91-95: NLL of log(mean softmax + 1e-10))
-    plus λ·its term; "macer" is MACER's term (`radius_hinge`, β) at σ_x."""
+    plus λ·its term at each input's own σ_x (l. 137); "macer" is MACER's term (`radius_hinge`,
+    β) at σ_x. The noisy copies: the script's layout (`reference`) or each input's σ_x."""
     cfg = TrialConfig(dataset="digits", method="macer", m_train=4, epochs=3, ddrs_start_epoch=0)
-    cfg = cfg.replace(ddrs_macer_loss=loss)
+    cfg = cfg.replace(ddrs_macer_loss=loss, ddrs_noise_pairing=pairing)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).double()
     g = torch.Generator().manual_seed(5)
     x = torch.rand(6, 1, 8, 8, generator=g, dtype=torch.float64)
@@ -300,8 +450,13 @@ def test_ddrs_trained_macer_loss_is_the_scripts_or_macers(loss):
     y = model(x).argmax(1)  # right on the noise-free inputs, but for two
     y[:2] = (y[:2] + 1) % 10
     got = macer.loss(model, x, y, StepContext(cfg, 0, 0.0, torch.Generator().manual_seed(9), sigma))
-    noise = draw_noise(x, 4, sigma, torch.Generator().manual_seed(9))
-    logits = model((x.unsqueeze(1) + noise).flatten(0, 1))
+    if pairing == "reference":
+        eps = torch.randn(24, 1, 8, 8, generator=torch.Generator().manual_seed(9), dtype=x.dtype)
+        corrupted = _script_corrupted_batch(x, sigma, 4, eps)
+    else:
+        noise = draw_noise(x, 4, sigma, torch.Generator().manual_seed(9))
+        corrupted = (x.unsqueeze(1) + noise).flatten(0, 1)
+    logits = model(corrupted)
     outputs_softmax = torch.softmax(logits, dim=1).reshape(6, 4, 10).mean(1)
     total = torch.nn.NLLLoss()(torch.log(outputs_softmax + 1e-10), y)
     if loss == "ddrs":
@@ -426,6 +581,40 @@ def test_each_supported_method_trains_with_ddrs_and_finite_loss(method):
     assert torch.isfinite(state.ddrs_sigma).all() and (state.ddrs_sigma > 0).all()
     params = state.model.state_dict().values()
     assert all(torch.isfinite(p).all() for p in params if p.is_floating_point())
+
+
+def test_at_k_0_ddrs_smoothadv_trains_the_method_under_the_ddrs_protocol_and_certifies(tmp_path):
+    """train_smooth_adv.py's defaults (K = 0): σ_x stays σ for every input and epoch, so the
+    model is, bit for bit, the SmoothAdv trial of the same protocol (on digits SmoothAdv's
+    own); the table (all σ) is in the checkpoint. Its DDRS is certification's, which works on
+    it as on any model: OptimizeSigma per test point from σ (the script's l. 394, 100 steps on
+    the test set), then the memory pass (Algorithm 3) over the certificates."""
+    cfg = smoothadv(ddrs_iterations=None, ddrs_lr=None, ddrs_samples=None)
+    assert (cfg.ddrs_iterations, cfg.ddrs_start_epoch) == (0, 0)
+    path = tmp_path / "checkpoint.pt"
+    state = fit(cfg, path, device=CPU)
+    plain = fit(cfg.replace(ddrs_start_epoch=None), None, device=CPU)
+    assert_nested_equal(state.model.state_dict(), plain.model.state_dict(), "model")
+    assert torch.equal(checkpoint.load(path)["ddrs_sigma"], torch.full((DIGITS_TRAIN,), 0.25))
+    assert all(h["ddrs_sigma_min"] == h["ddrs_sigma_max"] == 0.25 for h in state.history)
+
+    model, stored = checkpoint.load_model(path)
+    assert stored == cfg
+    test = load_dataset("digits", "test")
+    settings = CertifySpec(
+        n0=16,
+        n=200,
+        alpha=0.01,
+        sigma=stored.sigma,
+        batch_size=200,
+        points_per_batch=4,
+        ddrs=DDRSSettings(iterations=5, lr=0.01, samples=2),
+    )
+    rows = certify_points(model, test, range(12), 10, settings, 0, CPU)
+    assert len(set(rows["sigma_cert"])) > 1 and 0.25 not in rows["sigma_cert"]
+    points = torch.stack([test[i][0] for i in range(12)]).numpy()
+    memory = memory_certify(points, np.array(rows["predict"]), np.array(rows["radius"]))
+    assert len(memory.radius) == 12 and (memory.radius <= np.array(rows["radius"]) + 1e-12).all()
 
 
 def test_training_without_ddrs_has_no_sigma_table(tmp_path):

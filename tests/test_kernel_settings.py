@@ -10,6 +10,7 @@ import pytest
 
 from sweeper.plan import spec as plan_spec
 from trainables.kernel.config import TrialConfig, required
+from trainables.kernel.ddrs_settings import DDRS_FIELDS
 from trainables.kernel.errors import ConfigError
 from trainables.kernel.settings import (
     AtLeast,
@@ -73,8 +74,10 @@ def test_every_declared_trial_bound_is_checked(f):
     bound = f.metadata["bound"]
     bad = {AtLeast: -5, Positive: -1.0, NotBelow: -1.0, OneOf: "nope"}[type(bound)]
     assert not bound.holds(bad)
+    # DDRS training's settings are checked when it is on (for MACER, which uses them all)
+    on = {"method": "macer", "ddrs_start_epoch": 0} if f.name in DDRS_FIELDS[1:] else {}
     with pytest.raises(ConfigError) as e:
-        TrialConfig(**{f.name: bad})
+        TrialConfig(**on, **{f.name: bad})
     assert any(p.startswith((f"{f.name} must be", f"unknown {f.name} ")) for p in e.value.problems)
 
 

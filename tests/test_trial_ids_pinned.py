@@ -50,13 +50,15 @@ PINNED_IDS = {
 # (`ADDED_FIELDS`) they keep the pinned ones. DDRS-trained MACER also takes the DDRS script's
 # robustness term (`ddrs_macer_loss: ddrs`, §7), the DDRS code's protocol (standardized inputs,
 # its StepLR: deviation 31) and, on CIFAR-10, its script's 64 σ samples (`ddrs_samples`, a
-# changed default: FORMER_DEFAULTS gives back the former one).
+# changed default: FORMER_DEFAULTS gives back the former one); since issue 40 item 2 also the
+# script's pairing of noise copies with σ_x (`ddrs_noise_pairing: reference`, deviation 29: its
+# id was 15ad3d010a5c from issue 26 to issue 40).
 NEW_DEFAULT_IDS = {
     "smoothmix": "871a5ad37169",
     "macer": "17c8190d19cb",
     "consistency": "5b822480a628",
     "stability": "eaf4c75d34b4",
-    "ddrs_macer": "15ad3d010a5c",
+    "ddrs_macer": "61510c2cbf14",
     "smoothadv_pgd": "3a59062b057e",
     "smoothadv_ddn": "2fc993b5af6e",
     "data_parallel": "87701e0098f1",

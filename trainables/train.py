@@ -12,7 +12,8 @@ a σ table with one σ_x per input of the training split (indexed by the loader'
 position in the full split, so a `train_subset` only ever touches its own entries), all
 cfg.sigma at first. In epochs >= ddrs_start_epoch, every chunk first runs OptimizeSigma from
 its inputs' σ_x (model in eval mode, parameters frozen, noise from the state's noise
-generator), stores the result and trains the chunk with it (`StepContext.sigma`). The table
+generator), stores the result and trains the chunk with it (`StepContext.sigma`); with
+K = `ddrs_iterations` 0 every σ_x stays cfg.sigma (the start resolves to 0). The table
 is part of the checkpoint, so a resumed run carries every σ_x on exactly.
 
 Self-training (`cfg.pseudo_data` set; SmoothAdv NeurIPS appendix E.2): after every labelled
@@ -77,6 +78,8 @@ def ddrs_chunk_sigma(state: TrainState, x: torch.Tensor, idx: torch.Tensor) -> t
     the training passes update the batch-norm statistics."""
     cfg, table = state.cfg, state.ddrs_sigma
     assert table is not None, "TrainState.sigma_table creates the table before the first chunk"
+    if cfg.ddrs_iterations == 0:  # no σ step (DDRS-SmoothAdv's default): σ_x as stored, σ
+        return table[idx].to(device=x.device, dtype=x.dtype)
     with attacks.frozen_eval(state.model) as model:
         sigma = optimize_sigma(  # starts from the table's σ on the chunk's device, in its dtype
             model,

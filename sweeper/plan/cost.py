@@ -77,11 +77,9 @@ def training_work(cfg: TrialConfig) -> tuple[float, float]:
     per_input = attacked * step_passes(cfg, True) + (cfg.epochs - attacked) * step_passes(
         cfg, False
     )
-    if cfg.ddrs_start_epoch is not None:  # OptimizeSigma before every chunk's step
-        steps = required(cfg.ddrs_iterations, "ddrs_iterations") * required(
-            cfg.ddrs_samples, "ddrs_samples"
-        )
-        per_input += (cfg.epochs - cfg.ddrs_start_epoch) * steps
+    if cfg.ddrs_iterations:  # OptimizeSigma before every chunk's step (none at K = 0)
+        steps = cfg.ddrs_iterations * required(cfg.ddrs_samples, "ddrs_samples")
+        per_input += (cfg.epochs - required(cfg.ddrs_start_epoch, "ddrs_start_epoch")) * steps
     passes = per_input * train_inputs(cfg) * (1 + (cfg.pseudo_ratio or 0))
     test = TEST_SIZE[cfg.dataset]
     evaluated = test if cfg.eval_subset is None else min(test, cfg.eval_subset)

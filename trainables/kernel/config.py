@@ -52,6 +52,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "scale_input": True,
     "train_multi_noise": True,
     "ddrs_macer_loss": "macer",
+    "ddrs_noise_pairing": "own",
 }
 
 
@@ -110,7 +111,8 @@ class TrialConfig(
     def _unused(self) -> dict[str, Any]:
         """After validation: the default arch, and None for every setting the trial does not
         use (the method's other settings, scale_input without an input layer,
-        train_multi_noise at m_train 1, DDRS or self-training when off, one process)."""
+        train_multi_noise at m_train 1, DDRS or self-training when off, DDRS's σ ascent at
+        K = 0 (and its start 0: `DDRSPart.ddrs_unused`), one process)."""
         changes: dict[str, Any] = {}
         if self.arch is None:
             changes["arch"] = DEFAULT_ARCH[self.dataset]
@@ -126,6 +128,7 @@ class TrialConfig(
             changes["data_parallel"] = None
         if self.ddrs_start_epoch is None:
             changes.update(self.ddrs_resolved())
+        changes.update(self.ddrs_unused())
         if not self.self_training:
             changes.update(self.self_training_resolved())
         return changes

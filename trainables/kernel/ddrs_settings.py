@@ -7,19 +7,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainables.kernel.config_parts import choice
-from trainables.kernel.settings import setting
-from trainables.methods import DDRS_METHODS, METHODS
+from trainables.kernel.config_parts import bounded
+from trainables.kernel.settings import AtLeast, OneOf, Positive, setting
+from trainables.methods import DDRS_METHODS, METHODS, REGISTRY, OnDataset
 
-DDRS_FIELDS = ("ddrs_start_epoch", "ddrs_iterations", "ddrs_lr", "ddrs_samples", "ddrs_macer_loss")
-DDRS_DEFAULTS: dict[str, Any] = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
-# Where a DDRS script's default differs, per (method, dataset): the CIFAR-10 MACER script
-# draws 64 noises per σ step (Data_Dependent_Randomized_Smoothing CIFAR10/train_macer.py l. 71).
-DDRS_SCRIPT_DEFAULTS: dict[tuple[str | None, str | None], dict[str, Any]] = {
-    ("macer", "cifar10"): {"ddrs_samples": 64}
-}
+DDRS_FIELDS = (
+    "ddrs_start_epoch",
+    "ddrs_iterations",
+    "ddrs_lr",
+    "ddrs_samples",
+    "ddrs_macer_loss",
+    "ddrs_noise_pairing",
+)
 # MACER's robustness term under DDRS (`methods.macer`): the DDRS script's (default) or MACER's.
 DDRS_MACER_LOSSES = ("ddrs", "macer")
+# Which σ_x each of MACER's noise copies takes under DDRS (`methods.macer.copy_sigmas`): as the
+# DDRS script pairs them (default; train_macer.py l. 163-166) or each input's own.
+DDRS_NOISE_PAIRINGS = ("reference", "own")
+# Unused at K = 0 (no σ step: every σ_x stays σ), so no part of such a trial's id.
+_ASCENT_ONLY = ("ddrs_lr", "ddrs_samples", "ddrs_noise_pairing")
 
 
 @dataclass(frozen=True)
@@ -27,29 +33,65 @@ class DDRSPart:
     """DDRS training (Alfarra et al. 2022, Algorithm 2): from epoch `ddrs_start_epoch` on, each
     training input x trains with its own σ_x, found by OptimizeSigma (K = ddrs_iterations steps
     of rate ddrs_lr, ddrs_samples draws) from its previous visit's σ_x (cfg.sigma at first).
-    Off (None): every ddrs_* field None (no part of the trial_id). Defaults: the paper's lr
-    1e-4; K = 10 per visit (the authors' CIFAR-10 MACER script; their ImageNet one uses 1, the
-    paper's 100 is certification's), about 10 extra forward-backward passes per chunk; n as
-    each script draws: 64 for MACER on CIFAR-10 (train_macer.py `--gaussian_num_ds`), else 1."""
+    Off (None): every ddrs_* field None (no part of the trial_id). The defaults of the fields
+    left unset are the method's, its DDRS script's (`trainables.methods.REGISTRY`, each row's
+    `ddrs`): K = 10 for gaussian and macer, about 10 extra forward-backward passes per chunk
+    (the paper's 100 is certification's), K = 0 for smoothadv; lr 1e-4; n = 64 for MACER on
+    CIFAR-10, else 1. At K = 0 no σ moves in training: every start epoch trains the same model,
+    so the start resolves to 0 and lr, n and the noise pairing are unused (None)."""
 
-    ddrs_start_epoch: int | None = None  # 0-based epoch from which σ_x is optimized
-    ddrs_iterations: int | None = None  # OptimizeSigma steps K per visit (10)
-    ddrs_lr: float | None = None  # OptimizeSigma step size α (1e-4)
-    ddrs_samples: int | None = None  # noise draws n per OptimizeSigma step (1; CIFAR-10 MACER 64)
-    ddrs_macer_loss: str | None = None  # method macer: DDRS_MACER_LOSSES ("ddrs"); else None
+    ddrs_start_epoch: int | None = setting(
+        None,
+        "DDRS training from this 0-based epoch on (null: off); with ddrs_iterations 0 every "
+        "start trains alike and resolves to 0.",
+        AtLeast(0),
+    )
+    ddrs_iterations: int | None = setting(
+        None,
+        "σ-ascent steps K per visit of a training input (the method's DDRS script's: gaussian "
+        "and macer 10, smoothadv 0: σ_x stays σ).",
+        AtLeast(0),
+    )
+    ddrs_lr: float | None = setting(None, "σ-ascent step size (1e-4).", Positive())
+    ddrs_samples: int | None = setting(
+        None, "Noise draws per σ-ascent step (macer on cifar10 64, else 1).", AtLeast(1)
+    )
+    ddrs_macer_loss: str | None = setting(
+        None,
+        "DDRS-trained MACER's robustness term: the DDRS script's (ddrs) or MACER's at σ_x.",
+        OneOf(DDRS_MACER_LOSSES),
+    )
+    ddrs_noise_pairing: str | None = setting(
+        None,
+        "DDRS-trained MACER: which σ_x each noise copy takes: the DDRS script's pairing "
+        "(reference: copy j of input i gets the σ of input (i·k + j) mod b) or its own input's.",
+        OneOf(DDRS_NOISE_PAIRINGS),
+    )
 
     def ddrs_resolved(
         self, method: str | None = None, dataset: str | None = None
     ) -> dict[str, Any]:
-        """Off: every field None; on: the defaults of the fields left unset (`method`'s on
-        `dataset`)."""
+        """Off: every field None; on: the defaults of `method`'s row for the fields it uses
+        left unset (on `dataset`), None for those it does not use."""
         if self.ddrs_start_epoch is None:
             return dict.fromkeys(DDRS_FIELDS)
-        defaults = {**DDRS_DEFAULTS, **DDRS_SCRIPT_DEFAULTS.get((method, dataset), {})}
-        resolved = {k: v for k, v in defaults.items() if getattr(self, k) is None}
-        if method != "macer":
-            return {**resolved, "ddrs_macer_loss": None}
-        return {**resolved, "ddrs_macer_loss": self.ddrs_macer_loss or "ddrs"}
+        row = REGISTRY.get(method or "")
+        if row is None or not row.ddrs:  # an unknown or unsupported method: said by the checks
+            return {}
+        changes: dict[str, Any] = {}
+        for name in DDRS_FIELDS[1:]:
+            if name not in row.ddrs:
+                changes[name] = None
+            elif getattr(self, name) is None:
+                value = row.ddrs[name]
+                changes[name] = value.of(dataset) if isinstance(value, OnDataset) else value
+        return changes
+
+    def ddrs_unused(self) -> dict[str, Any]:
+        """After validation, DDRS on with K = 0: the start 0, the σ ascent's settings None."""
+        if self.ddrs_start_epoch is None or self.ddrs_iterations != 0:
+            return {}
+        return {"ddrs_start_epoch": 0, **dict.fromkeys(_ASCENT_ONLY)}
 
     def ddrs_problems(self, epochs: int, method: str) -> list[str]:
         """Checked only when it is on; `epochs`, `method`: the trial's."""
@@ -66,15 +108,10 @@ class DDRSPart:
                 f"ddrs_start_epoch: DDRS training supports methods {', '.join(DDRS_METHODS)} "
                 f"(got method {method!r}); set ddrs_start_epoch to null"
             )
-        for name in ("ddrs_iterations", "ddrs_samples"):
-            value = getattr(self, name)
-            if value is None or value < 1:
-                p.append(f"{name} must be >= 1 when ddrs_start_epoch is set (got {value})")
-        if self.ddrs_lr is None or not self.ddrs_lr > 0:
-            p.append(f"ddrs_lr must be > 0 when ddrs_start_epoch is set (got {self.ddrs_lr})")
-        if method == "macer":
-            p += choice("ddrs_macer_loss", self.ddrs_macer_loss, DDRS_MACER_LOSSES)
-        return p
+            return p
+        row = REGISTRY.get(method)
+        used = tuple(n for n in DDRS_FIELDS[1:] if row is not None and n in row.ddrs)
+        return p + (bounded(DDRSPart, self, None, used) if used else [])
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ A row names, once, everything the rest of the code knows about a method:
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
   copies, one optimizer step per chunk; MACER and stability training take one step per batch
   on all B·k copies (`Method.chunks`; SmoothAdv with train_multi_noise false: one step).
-- `ddrs`: whether DDRS training (a σ_x per input) supports it: the paper's three methods.
+- `ddrs`: the DDRS training settings it uses (`trainables.kernel.ddrs_settings.DDRSPart`) and
+  their defaults, its DDRS script's (MotasemAlfarra/Data_Dependent_Randomized_Smoothing); DDRS
+  training (a σ_x per input) supports the methods that have them: the paper's three. A DDRS
+  setting a method's row does not name is None (no part of its trial_id), as a method setting.
 - `label`: its name in the papers' tables and figures.
 - `passes`: forward+backward passes of the network per training input in one epoch, from m
   (`m_train`, 1 where unused) and T (the attack's steps; 0 in an epoch without an attack):
@@ -50,6 +53,17 @@ class SigmaTimes:
 
 
 @dataclass(frozen=True)
+class OnDataset:
+    """A default that depends on the data set: `values[dataset]`, else `other`."""
+
+    values: Mapping[str, Any]
+    other: Any
+
+    def of(self, dataset: str | None) -> Any:
+        return self.values.get(dataset or "", self.other)
+
+
+@dataclass(frozen=True)
 class Method:
     """One training method (see the module docstring for each field)."""
 
@@ -63,7 +77,7 @@ class Method:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     protocol: Mapping[str, Any] = field(default_factory=dict)
     attacks: tuple[str, ...] = ()
-    ddrs: bool = False
+    ddrs: Mapping[str, Any] = field(default_factory=dict)  # DDRS settings and defaults
 
     def chunks(self, cfg: TrialConfig) -> int:
         """Optimizer steps per loader batch: m_train (one per chunk of about B/m inputs) for a
@@ -112,18 +126,38 @@ _SMOOTHADV_INPUT = {"scale_input": FromScratch(("cifar10", "imagenet"), scratch=
 # jh-jeong's scripts call scheduler.step(epoch) after each epoch (StepLR's closed form): the
 # LR drops entering 0-based epoch lr_step_size + 1 (SmoothMix code/train.py:104).
 _JEONG = {"lr_step_offset": 1}
+# DDRS training's defaults, each method's as its DDRS script has them (Data_Dependent_Randomized_
+# Smoothing CIFAR10/, the paper's CIFAR-10 runs): σ steps of lr_sig 1e-4 (both scripts' l. 61),
+# `ddrs_iterations` K per visit (`--iter_sig_tr`), `ddrs_samples` draws per step.
+# - macer (train_macer.py): K = 10 (l. 63), 64 draws on CIFAR-10 (`--gaussian_num_ds`, l. 71;
+#   1 elsewhere: the ImageNet script's), the script's robustness term (`ddrs_macer_loss`,
+#   l. 131-138) and its noise copies paired with σ as l. 163-166 pair them (`ddrs_noise_pairing`:
+#   copy j of input i gets the σ of input (i·k + j) mod b).
+# - smoothadv (train_smooth_adv.py): K = 0 (l. 63): σ_x stays σ in training, its epoch switch
+#   (`--epoch-switch` 60, l. 69) changes nothing (its two branches, l. 367-374, make the same
+#   calls), and DDRS enters at certification (l. 394: 100 σ steps on the test set, as
+#   `certify --ddrs`). Draws: 1 per step (get_sigma, l. 104), should K be raised.
+# - gaussian: no CIFAR-10 script; the MACER script's K (deviation 18).
+_DDRS = {"ddrs_iterations": 10, "ddrs_lr": 1e-4, "ddrs_samples": 1}
+_DDRS_MACER = {
+    **_DDRS,
+    "ddrs_samples": OnDataset({"cifar10": 64}, other=1),
+    "ddrs_macer_loss": "ddrs",
+    "ddrs_noise_pairing": "reference",
+}
+_DDRS_SMOOTHADV = {**_DDRS, "ddrs_iterations": 0}
 
 # fmt: off
 _ROWS = (
     Method(  # m noisy copies
-        "gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=True,
+        "gaussian", ("m_train",), "gaussian", "loss", splits_batch=True, ddrs=_DDRS,
         label="Gaussian (Cohen et al.)", passes=lambda m, t: m,
     ),
     Method(
         "smoothadv", ("m_train", "train_multi_noise", *ATTACK_SETTINGS, *DDN_SETTINGS),
         "smoothadv", "loss", splits_batch=True, defaults={"train_multi_noise": True},
         label="SmoothAdv", passes=lambda m, t: m * (t + 1),  # T attack steps on m copies
-        attacks=ATTACKS, ddrs=True, protocol=_SMOOTHADV_INPUT,
+        attacks=ATTACKS, ddrs=_DDRS_SMOOTHADV, protocol=_SMOOTHADV_INPUT,
     ),
     Method(
         "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
@@ -145,7 +179,7 @@ _ROWS = (
     Method(  # Zhai et al. 2020; RuntianZ/macer main.py: MultiStepLR stepped before each
         # 1-based epoch (the LR drops entering 0-based lr_step_size − 1), no normalization
         "macer", ("m_train", "lam", "macer_beta", "macer_gamma", "macer_deferred"), "macer",
-        "loss", splits_batch=False, ddrs=True, label="MACER", passes=lambda m, t: m,
+        "loss", splits_batch=False, ddrs=_DDRS_MACER, label="MACER", passes=lambda m, t: m,
         defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0, "macer_deferred": False},
         protocol={"lr_step_offset": -1, "normalize_input": False},
     ),

@@ -73,10 +73,14 @@ def epoch_epsilon(cfg: TrialConfig, epoch: int) -> float:
 def draw_noise(
     x: torch.Tensor, m: int, sigma: float | torch.Tensor, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """m Gaussian draws per input: (b, m, C, H, W) with entries N(0, σ²); σ a float or a (b,)
-    tensor (one σ per input, the same for its m draws)."""
+    """m Gaussian draws per input: (b, m, C, H, W) with entries N(0, σ²); σ a float, a (b,)
+    tensor (one σ per input, the same for its m draws) or a (b, m) tensor (one per draw)."""
     shape = (x.shape[0], m, *x.shape[1:])
     noise = torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype)
+    if isinstance(sigma, torch.Tensor) and sigma.dim() == 2:
+        if sigma.shape != noise.shape[:2]:
+            raise ValueError(f"per-draw sigma of shape {tuple(sigma.shape)} for {shape[:2]}")
+        return noise * sigma.to(noise.dtype).view(*shape[:2], *([1] * (noise.dim() - 2)))
     return noise * per_input(sigma, noise)
 
 

@@ -16,6 +16,11 @@ its two largest entries clamped to [0.02, 0.98], "correct" meaning argmax p̂ = 
 taken over the correct inputs only. It is the default of DDRS-trained MACER trials
 (`ddrs_macer_loss: ddrs`, every epoch, as the script uses it before its epoch_switch too);
 `ddrs_macer_loss: macer` trains them with MACER's term above at σ_x (sweeper before issue 26).
+Its noise copies take σ as the script pairs them (`ddrs_noise_pairing: reference`, the
+default; `copy_sigmas`): it repeats the batch input-major but σ copy-major (l. 163-166), so
+copy j of input i is drawn at the σ_x of input (i·k + j) mod b, another input's for most
+copies; the robustness term keeps each input's own σ_x (l. 137). `ddrs_noise_pairing: own`
+draws each input's copies at its own σ_x (sweeper before issue 40).
 """
 
 from __future__ import annotations
@@ -69,6 +74,18 @@ def ddrs_radius_hinge(
     return (hinge * correct).sum() / correct.sum().clamp_min(1)
 
 
+def copy_sigmas(sigma: float | torch.Tensor, k: int, pairing: str | None) -> float | torch.Tensor:
+    """The σ of each of the k noise copies of each of b inputs: `sigma` itself (a float, or
+    (b,): every copy at its input's σ_x) but with pairing "reference" a (b, k) tensor, the DDRS
+    script's: train_macer.py l. 163-166 lays the batch out input-major (`batch.repeat((1, k, 1,
+    1)).view(b·k, ...)`: row i·k + j is copy j of input i) and σ copy-major (`sigma.repeat((1,
+    k, 1, 1)).view(-1, 1, 1, 1)`: row r gets σ[r mod b]), so copy j of input i takes
+    σ[(i·k + j) mod b]."""
+    if pairing != "reference" or not isinstance(sigma, torch.Tensor) or sigma.dim() == 0:
+        return sigma
+    return sigma.repeat(k).view(-1, k)
+
+
 def lam_in_epoch(cfg: TrialConfig, epoch: int) -> float:
     """λ in 0-based `epoch`: 0 before the first epoch trained at the dropped LR when
     macer_deferred (jh-jeong's train_macer.py: `if args.deferred and epoch <=
@@ -85,7 +102,7 @@ def loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: StepCont
     cfg = ctx.cfg
     k = required(cfg.m_train, "m_train")
     beta, gamma = required(cfg.macer_beta, "macer_beta"), required(cfg.macer_gamma, "macer_gamma")
-    noise = draw_noise(x, k, ctx.sigma, ctx.generator)
+    noise = draw_noise(x, k, copy_sigmas(ctx.sigma, k, cfg.ddrs_noise_pairing), ctx.generator)
     inputs, targets = noisy_copies(x, noise, y)
     logits = model(inputs)
     p = F.softmax(logits, dim=1).view(x.shape[0], k, -1).mean(dim=1)
