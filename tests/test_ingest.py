@@ -512,7 +512,8 @@ def test_same_config_as_ours_gets_our_trial_id_beside_our_results(tmp_path, logs
 # ---------------------------------------------------------------------------- the CLI
 def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path, logs):
     storage = str(tmp_path / "results")
-    result = runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"])
+    args = ["import", str(logs), "--storage", storage, "--experiment", "pub", "--verbose"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "imported 3 logs (10 rows) into pub" in out
@@ -556,7 +557,7 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
     per_model = pd.read_csv(io.StringIO(result.stdout)).set_index("trial_id")
     assert per_model.loc[ADV.trial_id, ["r=0", "r=0.5", "r=0.9"]].tolist() == [0.6, 0.4, 0.2]
     assert per_model.loc[COHEN.trial_id, "r=0"] == pytest.approx(2 / 3)
-    result = runner.invoke(app, ["import", str(logs), "--storage", storage, "--experiment", "pub"])
+    result = runner.invoke(app, args)
     assert result.exit_code == 0 and "imported 0 logs (0 rows)" in result.stdout
     assert (
         f"skipped {ADV_DIR}/sigma_0.25: already imported ({ADV.trial_id} imported-sigma-0.25-{PAPER})"
@@ -565,6 +566,49 @@ def test_cli_import_then_envelope_gives_the_certified_accuracy_by_hand(tmp_path,
     assert (
         runner.invoke(app, ["status", "--storage", storage, "--experiment", "pub"]).exit_code == 0
     )
+
+
+def test_cli_import_counts_the_skipped_logs_per_reason_and_verbose_lists_each(
+    tmp_path, monkeypatch
+):
+    """At 80 columns: a line per method and per reason with its count (the reason wrapped
+    under itself), not a line per log; --verbose lists each log as it was."""
+    monkeypatch.chdir(tmp_path)  # a short storage path: the first line names it
+    root = tmp_path / "published"
+    write_log(root / ADV_DIR / "sigma_0.25", ADV_ROWS)
+    write_log(root / DDN_DIR / "sigma_0.50", DDN_ROWS)
+    for sigma in ("0.12", "0.25", "0.50", "1.00"):
+        write_log(root / COHEN_DIR / f"sigma_{sigma}", [])  # header only
+    finetune = "finetune_cifar_from_imagenetPGD2steps/PGD_10steps_30epochs/eps_127/cifar10"
+    for sigma in ("0.12", "0.25", "0.50"):
+        write_log(root / finetune / f"resnet110/noise_{sigma}/test/sigma_{sigma}", DDN_ROWS)
+    args = ["import", "published", "--storage", "s", "--experiment", "pub"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    placed = [line for line in lines if str(tmp_path) in line]  # where: as long as the path
+    assert [line.split()[0] for line in placed] == ["new"]
+    assert all(len(line) <= 80 for line in lines if line not in placed), lines
+    finetune = (
+        "pre-training then fine-tuning (finetune_cifar_from_imagenetPGD2steps) is not described "
+        "by the path alone: pass --set init_from (the pre-trained model's trial_id)"
+    )
+    assert lines[:6] == [
+        "imported 2 logs (7 rows) into pub",
+        "  1 cifar10 cifar_resnet110 smoothadv ddn",
+        "  1 cifar10 cifar_resnet110 smoothadv pgd",
+        "skipped 7 logs (per reason; --verbose lists each):",
+        "  4 header only (no rows)",
+        "  3 pre-training then fine-tuning (finetune_cifar_from_imagenetPGD2steps) is not",
+    ]
+    assert " ".join(line.strip() for line in lines[5:8]) == f"3 {finetune}"
+    assert len(lines) == 10 and lines[-1].startswith("next: sweeper envelope")
+    assert not any("sigma_" in line for line in lines)  # no file named
+    args[3] = "other"
+    verbose = runner.invoke(app, [*args, "--verbose"], env={"COLUMNS": "80"}).stdout
+    each = [line for line in verbose.splitlines() if line.startswith("skipped ")]
+    assert len(each) == 7 and f"skipped {COHEN_DIR}/sigma_1.00: header only (no rows)" in each
+    assert sum(line.startswith(f"  {ADV_DIR}/sigma_0.25 -> ") for line in verbose.splitlines())
 
 
 def _bad(tmp_path: Path, args: list[str]) -> list[str]:
