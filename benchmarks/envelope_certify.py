@@ -21,6 +21,12 @@ step's rows as the certify stage will; its forward passes are n0 per point, the 
 asked for and n per point it certified fully. The envelope (best count per grid radius) and the
 winners (the house tie rule: count, then count at the first radius, then the first model in
 the file) of both are compared at every radius. The last line is the issue's.
+
+`--clones K` adds near ties (issue 39 §5): K replicate-like copies of the models that win the
+envelope at some radius (by their expected counts), spread evenly over them, each point's
+p_top moved by N(0, 0.002) (a retrained copy of a model: the same kind of classifier, a little
+different per point; seeded, the same for every seed of the draws). Such copies are hard to
+prune: their bounds sit on the envelope.
 """
 
 from __future__ import annotations
@@ -108,6 +114,29 @@ def smoke_truth(models: int = 16, points: int = 50, seed: int = 0) -> Truth:
     top = np.where(wrong, (label + 1) % 10, label)
     names = [f"smoke-{j:03d}-sigma-{s:g}" for j, s in enumerate(sigma)]
     return Truth(names, sigma, np.arange(points, dtype=np.int64), label, top, p_top)
+
+
+CLONE_SPREAD = 0.002  # sd of a clone's per-point p_top around its original's
+
+
+def with_clones(truth: Truth, s: Settings, k: int, seed: int = 0) -> Truth:
+    """`truth` and `k` near-tied copies of its envelope's winners (module docstring)."""
+    if k <= 0:
+        return truth
+    expected = np.rint(truth.p_top * s.n).astype(np.int64)
+    best = winners(curves(truth, s, truth.top, expected), np.ones(len(truth.models), bool))
+    originals = sorted({int(w) for w in best if w >= 0})
+    rng = np.random.default_rng(seed)
+    pick = [originals[c % len(originals)] for c in range(k)]
+    noise = rng.normal(0.0, CLONE_SPREAD, size=(k, truth.p_top.shape[1]))
+    return Truth(
+        [*truth.models, *(f"clone-{c}-of-{truth.models[w]}" for c, w in enumerate(pick))],
+        np.concatenate([truth.sigma, truth.sigma[pick]]),
+        truth.idx,
+        np.concatenate([truth.label, truth.label[pick]]),
+        np.concatenate([truth.top, truth.top[pick]]),
+        np.concatenate([truth.p_top, np.clip(truth.p_top[pick] + noise, 0.0, 1.0)]),
+    )
 
 
 def draw(truth: Truth, s: Settings, rng: np.random.Generator) -> Draws:
@@ -213,6 +242,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--alpha", type=float, default=0.001)
     ap.add_argument("--delta", type=float, default=0.01)
     ap.add_argument("--pilots", help="cumulative pilot draws per stage (default: the strategy's)")
+    ap.add_argument("--clones", type=int, default=0, help="near-tied copies of the winners")
     args = ap.parse_args(argv)
     if not args.smoke and not args.truth:
         ap.error("give --truth FILE.parquet or --smoke")
@@ -235,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             args.delta,
             tuple(int(x) for x in args.pilots.split(",")),
         )
+    truth = with_clones(truth, s, args.clones)
     results = []
     for seed in range(seeds):
         r = one_seed(truth, s, seed)

@@ -190,7 +190,9 @@ def envelope_summary(
     parts.append(env.envelope(frame, radii).assign(group=ALL))
     for part in parts:
         part["covered"] = True
-        for group, rows in part.groupby("group").groups.items() if cover else ():
+        if cover is None:
+            continue
+        for group, rows in part.groupby("group").groups.items():
             accuracy = part.loc[rows, "certified_accuracy"].to_numpy(dtype=np.float64)
             radius = part.loc[rows, "radius"].to_numpy(dtype=np.float64)
             part.loc[rows, "covered"] = cover(None if group == ALL else group, radius, accuracy)

@@ -156,7 +156,7 @@ class Process:
             kernel = ConstantKernel(1e-2, SIGNAL_VARIANCES) * Matern(
                 length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=LENGTH_SCALES, nu=2.5
             ) + WhiteKernel(1e-4, NOISE_LEVELS)
-            tuned = {"n_restarts_optimizer": RESTARTS, "random_state": 0}
+            tuned: dict[str, Any] = {"n_restarts_optimizer": RESTARTS, "random_state": 0}
         else:
             tuned = {"optimizer": None}
         self.offset = float(y.mean())

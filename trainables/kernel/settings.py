@@ -29,7 +29,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def parse_list(text: str, kind: type = float) -> tuple:
+def parse_list(text: str, kind: type = float) -> tuple[Any, ...]:
     """A list as a command line writes it: `0,0.5,1`, or for numbers `start:stop:step` (stop
     included, each value rounded to 10 decimals so 0:2.25:0.25 gives 0.25 exactly). ValueError
     when it is neither (or empty, or not finite, or a range that does not rise)."""
