@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -243,6 +243,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--delta", type=float, default=0.01)
     ap.add_argument("--pilots", help="cumulative pilot draws per stage (default: the strategy's)")
     ap.add_argument("--clones", type=int, default=0, help="near-tied copies of the winners")
+    ap.add_argument(
+        "--open-ended",
+        action="store_true",
+        help="δ split by arrival only (models not known up front), not over the M models",
+    )
     args = ap.parse_args(argv)
     if not args.smoke and not args.truth:
         ap.error("give --truth FILE.parquet or --smoke")
@@ -266,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             tuple(int(x) for x in args.pilots.split(",")),
         )
     truth = with_clones(truth, s, args.clones)
+    if not args.open_ended:  # as `certify` and `run grid` do: every model known up front
+        s = replace(s, declared=len(truth.models))
     results = []
     for seed in range(seeds):
         r = one_seed(truth, s, seed)

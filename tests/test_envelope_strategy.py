@@ -4,6 +4,7 @@ from the records (a resumed run decides the same), and the benchmark's smoke mod
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -381,3 +382,27 @@ def test_a_later_pilot_draws_only_the_points_whose_level_it_has_not_resolved():
     # every point resolved: the stage is drawn on none, and certification follows
     ledger.record_pilot("m", 2, [])
     assert next_step(ledger.models["m"], ledger.envelope(), S).kind == FULL
+
+
+def test_delta_split_over_the_models_declared_up_front_still_sums_to_delta():
+    """With M models declared (a run's plan), the first M arrival numbers share 0.9·δ evenly
+    and later ones 0.1·δ by the arrival split: Σ ≤ δ whichever model takes which number, and
+    the declared share beats the arrival split from the 18th model on (issue 39 §2)."""
+    M, delta = 440, 0.01
+    shares = [eb.model_delta(j, delta, M) for j in range(1, 200_000)]
+    assert sum(shares) < delta and sum(shares) > 0.9999 * delta
+    assert shares[0] == shares[M - 1] == pytest.approx(0.9 * delta / M)
+    assert shares[M] == pytest.approx(0.1 * delta * 6 / np.pi**2)
+    better = (j for j in range(1, M + 1) if eb.model_delta(j, delta, M) > eb.model_delta(j, delta))
+    assert next(better) == 18
+    assert eb.point_delta(5, delta, 4, 500, M) == pytest.approx(0.9 * delta / M / 2000)
+    declared = dataclasses.replace(S, declared=M)
+    ledger = Ledger(declared)
+    ledger.arrive("m", 300, 0.5, np.arange(50), np.zeros(50, np.int64))
+    votes = np.linspace(0.6 * S.pilots[0], S.pilots[0], 50).astype(np.int64)
+    ledger.record_pilot(
+        "m", 1, [PilotRow("m", 1, i, 0, S.pilots[0], int(v)) for i, v in enumerate(votes)]
+    )
+    d = eb.point_delta(300, delta, len(S.pilots), 50, M)
+    expected = eb.point_levels(votes, S.pilots[0], S.n, ledger.thresholds(0.5), d)
+    assert np.array_equal(ledger.models["m"].upper, expected)

@@ -114,17 +114,32 @@ def curve(point_level: ArrayLike, T: int) -> IntArray:
     return np.asarray((lv[:, None] > np.arange(T)[None, :]).sum(axis=0), dtype=np.int64)
 
 
-def model_delta(arrival: int, delta: float) -> float:
-    """δ_j = δ·6/(π² j²) for the j-th model to arrive (j ≥ 1): Σ_j δ_j = δ however many come."""
+DECLARED_SHARE = 0.9  # of δ, split evenly over the M models declared up front (`model_delta`)
+
+
+def model_delta(arrival: int, delta: float, declared: int = 0) -> float:
+    """δ_j of the j-th model to arrive (j ≥ 1), Σ_j δ_j ≤ δ however many come and whichever
+    model takes which number.
+
+    Without `declared` models: δ·6/(π² j²). With M = `declared` (the models a run knows it
+    will certify: `certify`'s finished trials, `run grid`'s plan): the first M numbers share
+    `DECLARED_SHARE`·δ evenly (δ_j = 0.9·δ/M) and any later one the rest as above,
+    0.1·δ·6/(π² (j − M)²). For M = 440 models, the even shares from the 18th model on are
+    larger than the arrival split's, so their bounds are tighter (issue 39 §2)."""
     if arrival < 1:
         raise ValueError(f"arrival order counts from 1, got {arrival}")
-    return delta * 6.0 / (pi**2 * arrival**2)
+    if declared <= 0:
+        return delta * 6.0 / (pi**2 * arrival**2)
+    if arrival <= declared:
+        return DECLARED_SHARE * delta / declared
+    return (1 - DECLARED_SHARE) * delta * 6.0 / (pi**2 * (arrival - declared) ** 2)
 
 
-def point_delta(arrival: int, delta: float, stages: int, points: int) -> float:
-    """δ of one point's bound at one pilot stage: δ_j split evenly over the declared number of
-    pilot stages and the model's points (a union bound over models, stages and points)."""
-    return model_delta(arrival, delta) / (stages * max(points, 1))
+def point_delta(arrival: int, delta: float, stages: int, points: int, declared: int = 0) -> float:
+    """δ of one point's bound at one pilot stage: δ_j (`model_delta`) split evenly over the
+    declared number of pilot stages and the model's points (a union bound over models, stages
+    and points)."""
+    return model_delta(arrival, delta, declared) / (stages * max(points, 1))
 
 
 def plug_in_levels(k: ArrayLike, N: ArrayLike, n: int, thresholds: IntArray) -> IntArray:

@@ -50,6 +50,7 @@ class Settings:
     radii: tuple[float, ...]
     delta: float = 0.01
     pilots: tuple[int, ...] = (1_000, 3_000, 10_000, 30_000)  # cumulative draws per stage
+    declared: int = 0  # M, the models known up front (δ split as `envelope_bounds.model_delta`)
 
     def __post_init__(self) -> None:
         if list(self.pilots) != sorted(set(self.pilots)) or not self.pilots or self.pilots[0] < 1:
@@ -156,7 +157,7 @@ class Ledger:
         m.upper[m.cAHat != m.labels] = 0
         todo = drawn & (m.cAHat == m.labels)
         if todo.any():
-            d = eb.point_delta(m.arrival, s.delta, len(s.pilots), len(m.idx))
+            d = eb.point_delta(m.arrival, s.delta, len(s.pilots), len(m.idx), s.declared)
             lv = eb.point_levels(m.votes[todo], m.draws[todo], s.n, self.thresholds(m.sigma), d)
             m.upper[todo] = np.minimum(m.upper[todo], lv)
         m.upper_curve = eb.curve(m.upper, self.T)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -37,6 +36,7 @@ from sweeper.plan.spec import Resources
 from sweeper.results.failures import FailureLog
 from sweeper.results.storage import Experiment
 from sweeper.run import shards
+from sweeper.run.envelope_driver import Driver
 from sweeper.run.envelope_planner import (
     FULL,
     PILOT,
@@ -46,11 +46,10 @@ from sweeper.run.envelope_planner import (
     Step,
     decide,
 )
-from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, EnvelopeFull, labels_task, pilot_task
+from sweeper.run.envelope_stage import EnvelopeFull, labels_task, pilot_task
 from sweeper.run.envelope_storage import (
     Arrivals,
     checked,
-    full_refusal,
     full_rows,
     pilot_refusal,
     pilot_rows,
@@ -69,58 +68,18 @@ RADII = DECISION_RADII  # the default decision grid: 0:2.25:0.25 (CertifySpec.ra
 FAILED = "failed"  # `decide`'s busy kind of a model whose step failed: left out of this run
 
 
-def planner_settings(spec: CertifySpec) -> Settings:
-    return Settings(spec.n0, spec.n, spec.alpha, spec.decision_radii, spec.delta, spec.pilot_stages)
-
-
-@dataclass
-class Driver:
-    exp: Experiment
-    spec: CertifySpec
-    resources: Resources
-    on_event: Callable[[shards.Event], None]
-    tasks: shards.Tasks
-    sizer: Callable[[str, str | None], int]
-    failures: FailureLog
-
-    def points(self, cfg: TrialConfig) -> list[int]:
-        """The model's test points: the stage CERTIFY's (every skip-th, at most max)."""
-        return [i for s in self.shard_plan(cfg) for i in s.indices]
-
-    def shard_plan(self, cfg: TrialConfig) -> list:
-        return shards.plan(cfg, "certify", self.spec, self.sizer(cfg.dataset, cfg.data_dir))
-
-    def submit(self, fn: Callable, *args) -> Any:
-        options = {"num_cpus": self.resources.cpu, "num_gpus": self.resources.gpu}
-        return self.tasks.submit(fn, options, *args)
-
-    def start_full(
-        self, cfg: TrialConfig, setting: EnvelopeFull, retries: Retries
-    ) -> shards.StageRunner:
-        """The model's certification shards, submitted to the engine (none if compacted)."""
-        runner = shards.StageRunner(
-            self.exp,
-            [shards.Work(ENVELOPE_CERTIFY, setting)],
-            self.resources,
-            self.on_event,
-            self.sizer,
-            self.failures,
-            self.tasks,
-            retries,
-        )
-        runner.submit(cfg)
-        return runner
-
-    def full_rows(self, cfg: TrialConfig, labels: dict[int, int]) -> tuple[Any, str]:
-        """(the model's compacted certification rows, None if there are none (its FULL step
-        failed: the engine recorded why) or they fail `full_refusal` with the data set's
-        `labels`; why they were refused)."""
-        plan = len(self.shard_plan(cfg))
-        path = self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
-        if not fileio.exists(path):
-            return None, ""
-        why = partial(full_refusal, labels=labels, n=self.spec.n)
-        return checked(path, why, "not counted", ("compact", cfg.trial_id, self.spec.cert_id, {}))
+def planner_settings(spec: CertifySpec, declared: int = 0) -> Settings:
+    """The planner's settings of `spec`; `declared`: the models the run knows it will
+    certify (δ split over them, `envelope_bounds.model_delta`; 0: by arrival only)."""
+    return Settings(
+        spec.n0,
+        spec.n,
+        spec.alpha,
+        spec.decision_radii,
+        spec.delta,
+        spec.pilot_stages,
+        declared,
+    )
 
 
 class EnvelopeCertifier:
@@ -129,7 +88,8 @@ class EnvelopeCertifier:
     run. Tasks run on Ray unless `tasks` says where; `slots`: how many PILOT/FULL steps run at
     once; `max_steps`: start no more than that many (a resumed run continues). A task lost
     with its node, or whose worker crashed, runs again within `retries` (the engine's
-    budgets, `sweeper.run.retries`; Ray itself retries nothing)."""
+    budgets, `sweeper.run.retries`; Ray itself retries nothing). `declared`: how many models
+    the run knows will come (its plan's trials), over which δ is split evenly."""
 
     def __init__(
         self,
@@ -143,6 +103,7 @@ class EnvelopeCertifier:
         failure_log: FailureLog | None = None,
         slots: int = 1,
         max_steps: int | None = None,
+        declared: int = 0,
     ):
         if failure_log is None:
             failure_log = FailureLog(exp)
@@ -151,7 +112,7 @@ class EnvelopeCertifier:
         self.retries = Retries(task_budget(), failure_log)  # `run_budgets` may replace it
         tasks = tasks or shards.RayTasks(max_retries=0)
         self.d = Driver(exp, spec, resources, on_event, tasks, sizer, failure_log)
-        self.ledger = Ledger(planner_settings(spec))
+        self.ledger = Ledger(planner_settings(spec, declared))
         self.arrivals = Arrivals(exp, spec.cert_id)
         self.configs: dict[str, TrialConfig] = {}
         self.busy: dict[str, str] = {}  # model -> the kind of its step running (or FAILED)
@@ -382,7 +343,15 @@ def certify_envelope(
     """Certify `trials` (finished) under the envelope strategy, all arriving at once in the
     order given; Ray must be initialized unless `tasks` says where tasks run."""
     certifier = EnvelopeCertifier(
-        exp, spec, resources, on_event, tasks=tasks, sizer=sizer, slots=slots, max_steps=max_steps
+        exp,
+        spec,
+        resources,
+        on_event,
+        tasks=tasks,
+        sizer=sizer,
+        slots=slots,
+        max_steps=max_steps,
+        declared=len(trials),
     )
     outcome = Outcome()
     for cfg in trials:
