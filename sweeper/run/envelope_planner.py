@@ -24,9 +24,13 @@ Soundness. Every counted certificate is an exact CERTIFY(n0, n, α) from fresh d
 never enter one. A skipped point counts as not certified (−1), which only lowers the model's
 reported accuracy, and only below t_min where, whenever the bounds hold, the model is below E,
 so the envelope is unchanged. The bounds of model j (j-th to arrive) at each pilot stage and
-point hold with probability ≥ 1 − δ_j/(S·P), δ_j = δ·6/(π² j²) (`envelope_bounds.point_delta`;
-S = len(pilots)); by the union bound, the chance that a pruned model, or a skipped point, would
-have changed the envelope at some radius is at most Σ_j δ_j = δ, however many models arrive.
+point hold with probability ≥ 1 − δ_j/(S·P) (`envelope_bounds.point_delta`; S = len(pilots)):
+δ_j = δ·6/(π² j²), or, when the run declares its M models up front (`Settings.declared`),
+0.9·δ/M for j ≤ M and 0.1·δ·6/(π² (j − M)²) after; by the union bound, the chance that a
+pruned model, or a skipped point, would have changed the envelope at some radius is at most
+Σ_j δ_j ≤ δ, however many models arrive and whichever number each takes. Which points a pilot
+draws, and in which order models are piloted or certified, moves no bound: each is a
+function of that point's own draws and its δ share.
 """
 
 from __future__ import annotations
