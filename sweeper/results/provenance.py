@@ -35,6 +35,7 @@ from sweeper.results.storage import Experiment, StageFile
 from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.certificates import lower_confidence_bound, radius_of_bound
 from trainables.kernel.stage_settings import ENVELOPE_MARK
 
 OWN = re.compile(
@@ -262,17 +263,15 @@ def _setting_checks(table: pa.Table, per: dict) -> list[Check]:
 
 
 def _certificate_checks(table: pa.Table, imported: np.ndarray) -> list[Check]:
-    """p_lower, the abstention and the (Monte-Carlo) radius recomputed from count, n, α, σ."""
-    from scipy.special import ndtri
-
+    """p_lower, the abstention and the (Monte-Carlo) radius recomputed from count, n, α, σ
+    (the kernel's `lower_confidence_bound` and `radius_of_bound`, as CERTIFY computed them)."""
     has = table.column("count").is_valid().to_numpy(zero_copy_only=False)
     count, n, alpha = _ints(table, "count"), _ints(table, "n"), _floats(table, "alpha")
     possible = has & (count >= 0) & (count <= n) & (n >= 1)
     p = np.where(possible, lower_bounds(count, n, alpha), np.nan)
     predict, radius = _monte_carlo(table)
     abstain = p < 0.5
-    with np.errstate(invalid="ignore"):
-        expected = np.where(abstain, 0.0, _floats(table, "sigma_cert") * ndtri(p))
+    expected = radius_of_bound(p, _floats(table, "sigma_cert"))
     stored = _floats(table, "p_lower")
     return [
         (~has & ~imported & ~not_estimated(table), "no count to recompute its certificate from"),
@@ -310,12 +309,10 @@ NOT_ESTIMATED = ("count", "p_lower", "radius")  # null in a row not estimated
 
 
 def lower_bounds(count: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """The one-sided (1 − α) Clopper–Pearson lower bound per row, 0 where count = 0, as
-    `trainables.smoothing.lower_confidence_bound` (scipy's beta.ppf) gives it; computed once
-    per distinct count of each distinct (n, α): a sweep has few settings, and sorting one
-    integer column is far faster than sorting rows of three."""
-    from scipy.stats import beta
-
+    """The one-sided (1 − α) Clopper–Pearson lower bound per row, 0 where count = 0: the
+    kernel's `lower_confidence_bound`, called once per distinct count of each distinct (n, α):
+    a sweep has few settings, and sorting one integer column is far faster than sorting rows
+    of three."""
     bound = np.zeros(len(count))
     pairs, pair = np.unique(n.astype(float) + 1j * alpha.astype(float), return_inverse=True)
     for code, setting in enumerate(pairs):
@@ -323,7 +320,7 @@ def lower_bounds(count: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> np.ndar
         k, where = np.unique(count[rows], return_inverse=True)
         total, level = setting.real, setting.imag
         with np.errstate(invalid="ignore"):
-            p = np.where(k > 0, beta.ppf(level, np.where(k > 0, k, 1), total - k + 1), 0.0)
+            p = np.asarray(lower_confidence_bound(k, total, level), dtype=np.float64)
         bound[rows] = p[where.reshape(-1)]
     return bound
 

@@ -69,13 +69,20 @@ def radius_from_counts(
 
     Vectorised, so stored counts can be re-certified for another α or σ without a model.
     """
-    from scipy.stats import norm
-
     p_lower = lower_confidence_bound(nA, n, alpha)
+    radius = radius_of_bound(p_lower, sigma)
+    return p_lower, (float(radius) if radius.ndim == 0 else radius)
+
+
+def radius_of_bound(p_lower: ArrayLike, sigma: ArrayLike) -> NDArray[np.float64]:
+    """CERTIFY's radius σ·Φ⁻¹(pABar) of a lower bound pABar, 0 where it abstains (pABar < 1/2);
+    elementwise. Null bounds (NaN) give NaN."""
+    from scipy.special import ndtri
+
     p = np.asarray(p_lower, dtype=np.float64)
     scale = np.asarray(sigma, dtype=np.float64)
-    radius: NDArray[np.float64] = np.where(p >= 0.5, scale * norm.ppf(p), 0.0)
-    return p_lower, (float(radius) if radius.ndim == 0 else radius)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.where(p < 0.5, 0.0, scale * ndtri(p)), dtype=np.float64)
 
 
 def certificate_from_counts(cAHat: int, nA: int, n: int, alpha: float, sigma: float) -> Certificate:
