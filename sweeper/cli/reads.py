@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from sweeper.api import selection
-from sweeper.api.envelope_view import envelope_read, plot_cover
+from sweeper.api.envelope_view import envelope_read, group_of, plot_cover
 from sweeper.api.selection import filter_rows, models_of
 from sweeper.cli import display
 from sweeper.cli.common import (
@@ -94,7 +94,7 @@ def envelope(
         table = envelope_read(exp, results, frame, grid, by, parse_only(only)[0])
     except env.EnvelopeError as e:
         fail([str(e)])
-    by = by or ("smoothing" if frame["smoothing"].nunique() > 1 else None)
+    by = group_of(frame, by)
     overlay = _empirical_overlay(exp, table, by, only) if empirical else None
     table, curve = overlay or (table, None)
     _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
