@@ -114,7 +114,9 @@ TRANSCRIPTS: dict[str, Transcript] = {
         (Command("sweeper run grid cifar10 --dry-run --gpus 8", head=22, tail=5),),
     ),
     "status": Transcript(
-        "docs/guide/watching.md", (Command("sweeper status --storage hand"),), setup="hand"
+        "docs/guide/watching.md",
+        (Command("sweeper status --storage hand"), Command("sweeper status --storage hand --all")),
+        setup="hand",
     ),
     "read": Transcript(
         "docs/guide/commands.md",

@@ -213,7 +213,8 @@ def test_a_compacted_file_with_a_damaged_page_is_named_and_left_out(experiment):
     assert line.startswith(f"error: corrupt results file {path}: {DAMAGED}")
     status = runner.invoke(app, _args("status", exp))
     assert status.exit_code == 0, status.output
-    assert f"{path}: {DAMAGED}" in status.output.replace("\n", "")  # wrapped to its width
+    said = " ".join(status.output.split())  # wrapped at the words to its width, indented
+    assert " ".join(f"{path}: {DAMAGED}".split()) in said
     compacted = runner.invoke(app, _args("compact", exp))
     assert compacted.exit_code == 0, compacted.output
     assert [p.partition(": ")[0] for p in read_stage(exp, CERTIFY_ROWS).invalid] == [path]

@@ -23,7 +23,7 @@ from sweeper.plan.grid import expand, parse_only, select
 from sweeper.plan.spaces import load_space
 from sweeper.plan.sweep_plan import retire_trials
 from sweeper.results.failures import FailureLog, first_line, read_failures
-from sweeper.results.status import StatusReader
+from sweeper.results.status import StatusReader, summary_of
 from sweeper.results.storage import Experiment, shard_name
 from sweeper.results.summary import summarize
 from sweeper.results.sweep_file import write_sweep
@@ -220,6 +220,33 @@ def test_summary_of_644_trials_fits_a_screen(paper_size, monkeypatch):
     assert failed["error"].startswith("train: RuntimeError: boom")
 
 
+def test_status_all_at_80_columns_is_a_line_per_trial(paper_size, monkeypatch):
+    """Issue 41 item 4: `status --all` of the cifar10 grid at 80 columns lists each of the 644
+    trials on one line, every column but the errors, which are listed under the table, each
+    under its trial; no line is longer than 80 (a longer summary item wraps at its words)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    exp, trials = paper_size
+    args = ["status", "--storage", exp.storage, "--experiment", "cifar10", "--all"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    ids = {t.trial_id for t in trials}
+    rows = [line for line in lines if line[:12] in ids]
+    assert len(rows) == 644 and {row[:12] for row in rows} == ids
+    header = next(line for line in lines if line.startswith("trial_id"))
+    assert header.split() == ["trial_id", "trial", "state", "epoch", "shards"]
+    longest = max(trials, key=lambda t: len(summary_of(t)))
+    assert summary_of(longest) in next(row for row in rows if row.startswith(longest.trial_id))
+    errors = lines[lines.index("errors:") + 1 :]
+    assert len(errors) == 5 and all(e.endswith("  train: RuntimeError: boom") for e in errors)
+    assert "left out to fit" not in out.stdout
+    narrow = runner.invoke(app, args, env={"COLUMNS": "70"}).stdout.splitlines()
+    assert max(len(line) for line in narrow) <= 70
+    assert sum(line[:12] in ids for line in narrow) == 644
+    assert "left out to fit 70 columns: epoch (shown at 78 columns)" in narrow
+
+
 def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
     exp = known_experiment(tmp_path)
     with RunDisplay(exp) as display:
@@ -244,12 +271,12 @@ def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_pat
     args = ["status", "--storage", exp.storage, "--experiment", "known"]
     out = runner.invoke(app, args)
     assert out.exit_code == 0, out.output
-    lines = out.stdout.splitlines()
+    lines = [line for line in out.stdout.splitlines() if not line.startswith("  ")]  # wrapped
     assert lines[0] == "known: slice 2 of 7 trials (--only sigma=0.5): blocked 1, certifying 1"
     assert lines[2].startswith("epochs: 5 of 10 (50.0 %)")
     assert lines[3].startswith("certify shards: 1 of 4 (25.0 %); rows 5 of 20 (25.0 %)")
-    listed = {line.split()[1] for line in lines if line.startswith("│")} - {"│"}
-    assert {B.trial_id, E.trial_id} == listed
+    ids = {t.trial_id for t in (A, B, C, D, E, F, G)}
+    assert {B.trial_id, E.trial_id} == {line.split()[0] for line in lines if line[:12] in ids}
     doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
     assert doc["slice"] == {"trials": 2, "of": 7, "only": "sigma=0.5"}
     assert doc["summary"]["trials"] == 2 and doc["summary"]["rows"] == [5, 20]
@@ -372,7 +399,8 @@ def test_status_names_the_result_files_left_out_and_strict_exits_1(tmp_path):
     args = ["status", "--storage", exp.storage, "--experiment", "x"]
     line = f"{bad}: a radius its p_lower and sigma_cert do not give"
     shown = runner.invoke(app, [*args, "--all"])
-    assert shown.exit_code == 0 and line in shown.stdout.replace("\n", "")  # wrapped to fit
+    said = " ".join(shown.stdout.split())  # wrapped at the words to fit, indented
+    assert shown.exit_code == 0 and " ".join(line.split()) in said
     assert "left out of every result (1 files that fail validation):" in shown.stdout
     doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
     assert doc["left_out"] == [line]

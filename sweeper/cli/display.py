@@ -114,6 +114,15 @@ def console_width() -> int | None:
     return None if sys.stdout.isatty() else PIPED_CONSOLE_WIDTH
 
 
+def screen_width() -> int | None:
+    """The width lines of text wrap at: $COLUMNS, else the terminal's; None when piped without
+    $COLUMNS (a log file or a pipe gets each line whole)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return Console().width if sys.stdout.isatty() else None
+
+
 def table_width(columns: Sequence[Column]) -> int:
     """Characters a rich table of these columns takes: each cell padded by one space on both
     sides, one rule between columns and at each edge."""

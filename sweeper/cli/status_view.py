@@ -5,11 +5,14 @@ trial with `--all`), as rich renderables, plain text or JSON."""
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sweeper.cli.display import screen_width, terminal_width
 from sweeper.results.status import ATTENTION, Status, TrialRow
 from sweeper.results.summary import Summary
 
@@ -129,18 +132,78 @@ def trial_cells(t: TrialRow) -> list[str]:
     return [t.trial_id, t.summary, t.state, f"{t.epoch}/{t.epochs}", shards, t.error]
 
 
-HEADER = ["trial_id", "trial", "state", "epoch", "certify", "error"]
+HEADER = ["trial_id", "trial", "state", "epoch", "shards", "error"]  # shards: certification's
+PRIORITY = ["trial_id", "trial", "state", "shards", "epoch", "error"]  # kept while they fit
+GAP = 2  # spaces between two columns
 
 
-def trials_table(rows: list[TrialRow], title: str) -> Table:
-    """The trials' rows; the error column only when one of them has an error."""
-    errors = any(t.error for t in rows)
-    table = Table(*HEADER[:-1], title=title, title_justify="left")
-    if errors:
-        table.add_column("error", overflow="fold")
+def column_widths(rows: list[TrialRow]) -> dict[str, int]:
+    """Each column's width, its widest cell (the error column only when a row has an error)."""
+    cells = [trial_cells(t) for t in rows]
+    widths = {h: max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADER)}
+    if not any(t.error for t in rows):
+        del widths["error"]
+    return widths
+
+
+def line_width(widths: dict[str, int], columns: list[str]) -> int:
+    return sum(widths[c] for c in columns) + GAP * (len(columns) - 1)
+
+
+def fitting_columns(widths: dict[str, int], width: int) -> list[str]:
+    """The columns whose whole cells fit `width` on one line, by PRIORITY, in HEADER's order."""
+    chosen: list[str] = []
+    for h in PRIORITY:
+        if h in widths and (not chosen or line_width(widths, [*chosen, h]) <= width):
+            chosen.append(h)
+    return [h for h in HEADER if h in chosen]
+
+
+def trials_table(rows: list[TrialRow], title: str, width: int | None = None) -> Group:
+    """The trials, a line each at `width` (the terminal's): the columns that fit whole, by
+    priority; the errors that do not fit in the table listed under it, each under its trial."""
+    width = width or terminal_width()
+    widths = column_widths(rows)
+    shown = fitting_columns(widths, width)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, GAP - 1, 0, 0),
+        title=title,
+        title_justify="left",
+    )
+    for h in shown:  # a narrower terminal than the first columns need: the trial's text wraps
+        table.add_column(h, no_wrap=h != "trial", overflow="fold")
     for t in rows:
-        table.add_row(*trial_cells(t)[: len(HEADER) if errors else -1])
-    return table
+        cells = dict(zip(HEADER, trial_cells(t), strict=True))
+        table.add_row(*(cells[h] for h in shown))
+    parts: list = [table]
+    left = [h for h in HEADER[:-1] if h not in shown]
+    if left:
+        whole = line_width(widths, HEADER[:-1])
+        parts.append(
+            Text(f"left out to fit {width} columns: {', '.join(left)} (shown at {whole} columns)")
+        )
+    if "error" not in shown and any(t.error for t in rows):
+        parts += [Text(line) for line in error_lines(rows, width)]
+    return Group(*parts)
+
+
+def error_lines(rows: list[TrialRow], width: int) -> list[str]:
+    """`errors:` then each trial's error under its trial_id, wrapped at `width`."""
+    out = ["errors:"]
+    for t in rows:
+        if t.error:
+            lead = f"  {t.trial_id}  "
+            out += textwrap.wrap(
+                t.error,
+                max(width, len(lead) + 20),
+                initial_indent=lead,
+                subsequent_indent=" " * len(lead),
+                break_on_hyphens=False,
+            )
+    return out
 
 
 def shown_trials(
@@ -170,23 +233,44 @@ def hints(st: Status, space: str | None) -> list[str]:
     return out
 
 
-def view(st: Status, summary: Summary, everything: bool = False, space: str | None = None) -> Group:
-    """The whole screen: summary, the trials, the hints."""
-    parts: list = [Text(line) for line in summary_lines(summary, st)]
+def view(
+    st: Status,
+    summary: Summary,
+    everything: bool = False,
+    space: str | None = None,
+    width: int | None = None,
+) -> Group:
+    """The whole screen: summary, the trials, the hints. At `width` (else $COLUMNS or the
+    terminal's) a longer line wraps at its words; the table fits it (80 when piped)."""
+    wrap = width or screen_width()
+    lines = summary_lines(summary, st)
     rows, more = shown_trials(st, everything)
-    if rows:
-        title = "trials" if everything else "trials that need attention"
-        parts.append(trials_table(rows, title))
-    if more:
-        parts.append(Text(f"… and {more} more that need attention: sweeper status --all"))
-    parts += [Text(line) for line in envelope_lines(st, everything)]
-    parts += [Text(line) for line in (st.search.lines() if st.search else [])]
-    parts += [Text(line) for line in hints(st, space)]
+    after = [f"… and {more} more that need attention: sweeper status --all"] if more else []
+    after += envelope_lines(st, everything)
+    after += st.search.lines() if st.search else []
+    after += hints(st, space)
     if st.left_out:
         what = f"{len(st.left_out)} files that fail validation"
-        parts.append(Text(f"left out of every result ({what}):"))
-        parts += [Text(f"  {line}") for line in st.left_out]
-    return Group(*parts)
+        after += [f"left out of every result ({what}):", *(f"  {x}" for x in st.left_out)]
+    title = "trials" if everything else "trials that need attention"
+    table = [trials_table(rows, title, width or terminal_width())] if rows else []
+    return Group(*_texts(lines, wrap), *table, *_texts(after, wrap))
+
+
+def _texts(lines: list[str], width: int | None) -> list[Text]:
+    """Each line as Text, wrapped at `width` (None: whole) under a two-space indent."""
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        wrapped = width and textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        out += [Text(x) for x in wrapped or [line]]
+    return out
 
 
 def envelope_lines(st: Status, everything: bool = False, bounds: int = 3) -> list[str]:
