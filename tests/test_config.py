@@ -400,16 +400,24 @@ UNAFFECTED_IDS = [
 ]
 
 
+# Issue 40 §5: a macer trial that leaves them unset takes main.py's protocol (440 epochs, batch
+# 64, lr 0.01, weight decay 5e-4, step 200; m_train too, set above): the numbers it had before.
+FORMER_PROTOCOL = {
+    "macer": dict(epochs=150, batch_size=256, lr=0.1, weight_decay=1e-4, lr_step_size=50)
+}
+
+
 @pytest.mark.parametrize(("trial_id", "fields"), UNAFFECTED_IDS, ids=lambda v: str(v)[:12])
 def test_methods_without_an_attack_keep_their_trial_ids(trial_id: str, fields: dict):
     """Since issue 26 SmoothMix, MACER, consistency and stability training follow their code's
-    schedule (and loss, input layer): their ids hold with the former behaviour spelled out."""
+    schedule (and loss, input layer): their ids hold with the former behaviour spelled out
+    (MACER's since issue 40 §5 with the former protocol's numbers too)."""
     cfg = TrialConfig(**fields)
     if fields["method"] == "gaussian":
         assert cfg.trial_id == trial_id
     else:
         assert cfg.trial_id != trial_id
-        cfg = TrialConfig(**fields, **ADDED_FIELDS)
+        cfg = TrialConfig(**fields, **ADDED_FIELDS, **FORMER_PROTOCOL.get(fields["method"], {}))
     assert cfg.trial_id == trial_id
     assert cfg.warmup_schedule is None and cfg.ddn_init_norm is None
 
@@ -432,6 +440,9 @@ METHOD_ALTERNATIVES = {
 # ascent's settings are unused).
 DDRS_ALTERNATIVES = dict(ddrs_start_epoch=6, ddrs_iterations=20, ddrs_lr=1e-3, ddrs_samples=4)
 DDRS_MACER_ALTERNATIVES = dict(ddrs_macer_loss="macer", ddrs_noise_pairing="own")  # MACER only
+# lr_end_drop counts only where it moves a drop: a negative offset (MACER's) with epochs a
+# multiple of the step size (issue 40 §5).
+END_DROP_ALTERNATIVES = dict(lr_end_drop=True)
 # Self-training's settings, which only count when it is on: another value of each for PINNED
 # with pseudo-labelled data (its location, pseudo_data, is an environment field).
 PSEUDO_ON = dict(pseudo_data="/data/pseudo.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5)
@@ -444,8 +455,14 @@ def test_trial_id_changes_with_every_identity_field():
         DDRS_ALTERNATIVES,
         DDRS_MACER_ALTERNATIVES,
         PSEUDO_ALTERNATIVES,
+        END_DROP_ALTERNATIVES,
     )
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
+    macer = TrialConfig(dataset="digits", method="macer", m_train=2, epochs=20, lr_step_size=10)
+    for name, value in END_DROP_ALTERNATIVES.items():
+        changed = macer.replace(**{name: value})
+        assert getattr(changed, name) != getattr(macer, name), name
+        assert changed.trial_id != macer.trial_id, name
     ddrs = TrialConfig(**PINNED, ddrs_start_epoch=5, ddrs_iterations=10)
     for name, value in DDRS_ALTERNATIVES.items():
         changed = ddrs.replace(**{name: value})

@@ -177,6 +177,23 @@ def test_the_scaled_figures_use_the_models_multiply_accumulates():
         assert _macs(model, info.shape) == throughput.MACS[arch], arch
 
 
+def test_a_plain_macer_trial_is_priced_with_main_pys_protocol():
+    """Issue 40 §5: a trial naming only MACER trains main.py's 440 epochs of 16 noisy copies per
+    input (batch 64 changes no pass count), and the dry run prices exactly that, not the 150
+    epochs of one copy it was priced at before."""
+    from sweeper.plan.cost import group_label
+
+    cfg = TrialConfig(method="macer")
+    passes, forwards = training_work(cfg)
+    assert passes == 440 * 16 * TRAIN_SIZE["cifar10"]
+    assert forwards == 440 * 2 * TEST_SIZE["cifar10"]
+    assert group_label(cfg) == "cifar10 cifar_resnet110 macer m=16 440 ep"
+    cost = price_sweep([cfg], CertifySpec(), {"cifar_resnet110": FIG}).costs[0]
+    assert cost.train_hours * 3600 == pytest.approx(passes / FIG.train + forwards / FIG.forward)
+    former = cfg.replace(epochs=150, m_train=1, batch_size=256, lr=0.1, lr_step_size=50)
+    assert training_work(former)[0] == 150 * 1 * TRAIN_SIZE["cifar10"]
+
+
 def test_ddrs_and_self_training_add_their_passes():
     base = TrialConfig(dataset="digits", method="gaussian", m_train=1, epochs=10)
     passes, _ = training_work(base)

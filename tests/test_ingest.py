@@ -191,6 +191,12 @@ def test_abstentions_have_radius_zero():
 
 # ---------------------------------------------------------------------------- layouts
 JEONG = dict(lr_step_offset=1, normalize_input=True, scale_input=True)
+# Jeong & Shin 2020 appendix A.1: every CIFAR-10 model 150 epochs of batch 256 at lr 0.1, the LR
+# dropping every 50 epochs, MACER's too (since issue 40 §5 not MACER's own defaults, main.py's).
+JEONG_NUMBERS = dict(epochs=150, batch_size=256, lr=0.1, weight_decay=1e-4, lr_step_size=50)
+JEONG_MACER = (
+    "data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947"
+)
 LAYOUTS = [
     (ADV_DIR + "/sigma_0.25", ADV, 0.25),
     (DDN_DIR + "/sigma_0.50", DDN, 0.5),
@@ -251,7 +257,7 @@ LAYOUTS = [
         0.25,
     ),
     (
-        "data/certify/cifar10/macer/num_16/lbd_4.0/gamma_8.0/beta_16.0/cifar_resnet110/noise_0.50_6947",
+        JEONG_MACER,
         TrialConfig(
             method="macer",
             sigma=0.5,
@@ -260,6 +266,7 @@ LAYOUTS = [
             macer_gamma=8.0,
             macer_beta=16.0,
             **JEONG,
+            **JEONG_NUMBERS,
         ),
         0.5,
     ),
@@ -284,6 +291,16 @@ def test_hyperparameters_from_the_reference_layouts(tmp_path, layout, cfg, sigma
     assert model.cfg == cfg and model.cfg.trial_id == cfg.trial_id
     assert model.cert_id == f"imported-sigma-{sigma_cert:g}-{PAPER}"
     assert model.columns()["sigma_cert"] == [sigma_cert]
+
+
+def test_a_jeong_macer_log_keeps_its_id_when_macer_takes_main_pys_protocol(tmp_path):
+    """Issue 40 §5 made main.py's numbers MACER's defaults; a jh-jeong MACER log keeps the
+    numbers that code's paper trained with, and so the id it was imported under before."""
+    write_log(tmp_path / "repo" / JEONG_MACER, ["0\t1\t1\t0.3\t1\t1.0"])
+    (model,) = ingest.plan_import(tmp_path / "repo", exp_at(tmp_path), []).imported
+    assert model.cfg.trial_id == "a1aa72110471"
+    assert (model.cfg.epochs, model.cfg.lr, model.cfg.lr_drops()) == (150, 0.1, [51, 101])
+    assert TrialConfig(method="macer").epochs == 440
 
 
 def test_eps_is_k_over_256_of_the_unit(tmp_path):

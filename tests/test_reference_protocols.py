@@ -178,11 +178,13 @@ def reference_step_after_epoch(cfg: TrialConfig) -> list[float]:
     return lrs
 
 
-def reference_macer(cfg: TrialConfig) -> list[float]:
-    """RuntianZ/macer main.py: MultiStepLR(milestones=[200, 400], gamma=0.1); `for epoch in
-    range(start_epoch + 1, args.epochs + 1): scheduler.step()`, then the epoch trains."""
+def reference_macer(cfg: TrialConfig, milestones: list[int] | None = None) -> list[float]:
+    """RuntianZ/macer main.py: MultiStepLR(milestones=[200, 400], gamma=0.1) (l. 137-138);
+    `for epoch in range(start_epoch + 1, args.epochs + 1): scheduler.step()`, then the epoch
+    trains (l. 155-158). `milestones`: other ones written into l. 138."""
     optimizer = _optimizer(cfg)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [200, 400], gamma=0.1)
+    milestones = [200, 400] if milestones is None else milestones
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=0.1)
     lrs = []
     for _epoch in range(1, cfg.epochs + 1):
         with _as_the_code_calls_it():
@@ -233,6 +235,89 @@ def test_each_methods_lr_follows_its_reference_scheduler_epoch_by_epoch(method):
     assert drops == cfg.lr_drops()
     jeong = method in ("smoothmix", "consistency", "stability")
     assert drops == ([199, 399] if method == "macer" else [51, 101] if jeong else [50, 100])
+
+
+def _drops(lrs: list[float]) -> list[int]:
+    """The 0-based epochs that train at a lower LR than the one before."""
+    return [e for e in range(1, len(lrs)) if lrs[e] < lrs[e - 1]]
+
+
+@pytest.mark.parametrize("given", [{}, {"sigma": 0.5, "lam": 4.0}, {"sigma": 1.0}])
+def test_a_plain_macer_trial_trains_with_main_pys_protocol_epoch_by_epoch(given):
+    """Issue 40 §5: main.py's argparse defaults (l. 39-46: 440 epochs, gauss_num 16, batch 64,
+    lr 0.01), its SGD (l. 135-136: momentum 0.9, weight decay 5e-4) and its MultiStepLR([200,
+    400]) stepped before each 1-based epoch are MACER's defaults (its row's protocol): a trial
+    naming only the method (and σ, λ) is the space's MACER trial, and its LR at every one of
+    the 440 epochs is main.py's."""
+    cfg = TrialConfig(method="macer", **given)
+    numbers = (cfg.epochs, cfg.m_train, cfg.batch_size, cfg.lr, cfg.momentum, cfg.weight_decay)
+    assert numbers == (440, 16, 64, 0.01, 0.9, 5e-4)
+    assert (cfg.lr_step_size, cfg.lr_gamma, cfg.lr_step_offset) == (200, 0.1, -1)
+    assert cfg.normalize_input is False and cfg.lr_end_drop is None
+    space = space_config("macer", sigma=cfg.sigma)
+    assert cfg.replace(macer_deferred=space.macer_deferred).trial_id == space.trial_id
+    ours, expected = sweepers_lrs(cfg), reference_macer(cfg)
+    assert len(ours) == len(expected) == 440
+    for epoch, (a, b) in enumerate(zip(ours, expected, strict=True)):
+        assert a == pytest.approx(b, rel=1e-12), epoch
+    assert _drops(ours) == cfg.lr_drops() == [199, 399]
+
+
+# `TrialConfig(method=m).trial_id` before issue 40 §5: only MACER's changes (2bb09636ebd4, when
+# it trained 150 epochs of batch 256 at lr 0.1, weight decay 1e-4, m_train 1, drops at 49, 99
+# and 149); DDRS-trained MACER keeps the shared protocol (deviation 31).
+PLAIN_IDS = {
+    "gaussian": "ef8ed503e823",
+    "smoothadv": "ce23b5386a84",
+    "vanilla_pgd": "b77d2c08b301",
+    "pgd_noise": "a3aeadc80299",
+    "smoothmix": "3d349e533a21",
+    "consistency": "f959ac67f7e8",
+    "stability": "b145ce40c9e2",
+}
+
+
+@pytest.mark.parametrize("method", sorted(REGISTRY))
+def test_every_other_method_keeps_the_shared_protocol(method):
+    cfg = TrialConfig(method=method)
+    numbers = (cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.lr_step_size)
+    if method == "macer":
+        assert numbers == (440, 64, 0.01, 5e-4, 200) and cfg.trial_id == "2cfc030038d9"
+        ddrs = TrialConfig(method=method, ddrs_start_epoch=0)
+        assert (ddrs.epochs, ddrs.batch_size, ddrs.lr, ddrs.weight_decay) == (150, 256, 0.1, 1e-4)
+        assert (ddrs.lr_step_size, ddrs.m_train, ddrs.trial_id) == (50, 1, "846326ab87e3")
+        return
+    assert numbers == (150, 256, 0.1, 1e-4, 50)
+    assert cfg.m_train == (1 if "m_train" in REGISTRY[method].settings else None)
+    assert cfg.trial_id == PLAIN_IDS[method]
+
+
+@pytest.mark.parametrize(("epochs", "size"), [(150, 50), (440, 200), (400, 200), (8, 6), (7, 7)])
+def test_macers_drops_are_the_runs_milestones_each_one_epoch_early(epochs, size):
+    """main.py's MultiStepLR, stepped before each 1-based epoch, drops the LR entering 0-based
+    m − 1 for each milestone m. sweeper's milestones are the multiples of lr_step_size inside
+    the run (k·size < epochs: main.py's 200 and 400 of 440 epochs; StepLR's drops, so every
+    method has as many): over all epochs, ours equal main.py's with those milestones written
+    in. Before issue 40 §5 a milestone at `epochs` itself dropped the LR for the last epoch
+    too (150 epochs of step 50: entering 49, 99 and 149): `lr_end_drop: true`, a trial of its
+    own, still trains so; where no milestone falls at `epochs` the two rules are one trial."""
+    cfg = TrialConfig(dataset="digits", method="macer", epochs=epochs, lr_step_size=size)
+    milestones = list(range(size, epochs, size))
+    ours = sweepers_lrs(cfg)
+    assert ours == pytest.approx(reference_macer(cfg, milestones), rel=1e-12)
+    assert _drops(ours) == cfg.lr_drops() == [m - 1 for m in milestones]
+    gaussian = TrialConfig(dataset="digits", method="gaussian", epochs=epochs, lr_step_size=size)
+    assert len(cfg.lr_drops()) == len(gaussian.lr_drops())
+    former = cfg.replace(lr_end_drop=True)
+    before = list(range(size, epochs + 1, size))  # a milestone at `epochs` counted too
+    assert sweepers_lrs(former) == pytest.approx(reference_macer(former, before), rel=1e-12)
+    assert _drops(sweepers_lrs(former)) == former.lr_drops() == [m - 1 for m in before]
+    if epochs % size:
+        assert former == cfg and cfg.lr_end_drop is None
+    else:
+        assert (cfg.lr_end_drop, former.lr_end_drop) == (False, True)
+        assert former.lr_drops() == [*cfg.lr_drops(), epochs - 1]
+        assert former.trial_id != cfg.trial_id
 
 
 def reference_ddrs(cfg: TrialConfig) -> list[float]:

@@ -332,8 +332,8 @@ def test_expansion_problems_name_the_grid():
     bad = dataclasses.replace(spec, fixed={"dataset": "digits", "lr": -1})
     problems = expansion_problems(bad)
     assert problems == [
-        "grid 'adv': lr must be > 0 (got -1)",
-        "grid 'gauss': lr must be > 0 (got -1)",
+        "grid 'adv': lr must be > 0 or null (got -1)",  # null: the method's protocol
+        "grid 'gauss': lr must be > 0 or null (got -1)",
     ]
 
 

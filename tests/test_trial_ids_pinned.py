@@ -52,10 +52,14 @@ PINNED_IDS = {
 # its StepLR: deviation 31) and, on CIFAR-10, its script's 64 σ samples (`ddrs_samples`, a
 # changed default: FORMER_DEFAULTS gives back the former one); since issue 40 item 2 also the
 # script's pairing of noise copies with σ_x (`ddrs_noise_pairing: reference`, deviation 29: its
-# id was 15ad3d010a5c from issue 26 to issue 40).
+# id was 15ad3d010a5c from issue 26 to issue 40). Since issue 40 item 5 a macer trial that
+# leaves them unset takes main.py's batch 64 and weight decay 5e-4 (MACER's protocol, its row in
+# REGISTRY; this config spells the other three numbers): the space's σ = 0.25 MACER trial. Its
+# id was 17c8190d19cb from issue 26 to issue 40 §5; FORMER_DEFAULTS gives back the former
+# numbers.
 NEW_DEFAULT_IDS = {
     "smoothmix": "871a5ad37169",
-    "macer": "17c8190d19cb",
+    "macer": "2cfc030038d9",
     "consistency": "5b822480a628",
     "stability": "eaf4c75d34b4",
     "ddrs_macer": "61510c2cbf14",
@@ -65,7 +69,10 @@ NEW_DEFAULT_IDS = {
     "amp_bf16": "908face65b32",
 }
 
-FORMER_DEFAULTS = {"ddrs_macer": {"ddrs_samples": 1}}
+FORMER_DEFAULTS = {
+    "ddrs_macer": {"ddrs_samples": 1},
+    "macer": {"batch_size": 256, "weight_decay": 1e-4},
+}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED_IDS))

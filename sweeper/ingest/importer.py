@@ -42,9 +42,10 @@ The method is smoothadv when an attack part is present, else the one method a ke
 is an error unless --set method=... says which. `--set key=value` (`sets`: values parsed as
 YAML scalars; 1e-3 is read as a number) overrides or adds any TrialConfig field and the
 certification settings n0, n, alpha (default: the papers' 100, 100000, 0.001) and
-sigma_cert. Everything else takes TrialConfig's defaults (the SmoothAdv CIFAR-10 protocol:
-150 epochs, batch 256, ...), or a code's own protocol: the jh-jeong code's logs (`noise_<σ>`)
-its schedule and input layer, SmoothAdv's ImageNet models (PGD_1step, DDN_2steps,
+sigma_cert. Everything else takes TrialConfig's defaults (the method's protocol: the SmoothAdv
+CIFAR-10 one, 150 epochs, batch 256, ..., MACER main.py's own), or a code's own protocol: the
+jh-jeong code's logs (`noise_<σ>`) its schedule and input layer and the shared numbers (MACER
+logs too), SmoothAdv's ImageNet models (PGD_1step, DDN_2steps,
 replication) the `imagenet` space's. The trial_id is the hash of that config, so an imported model
 with the same resolved config as one of ours gets the same trial_id; its rows keep a cert_id
 of their own, `imported-sigma-<σ>-n-<n>-alpha-<α>`.

@@ -53,6 +53,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "train_multi_noise": True,
     "ddrs_macer_loss": "macer",
     "ddrs_noise_pairing": "own",
+    "lr_end_drop": True,
 }
 
 
@@ -62,11 +63,13 @@ ADDED_FIELDS: dict[str, Any] = {
 class TrialConfig(
     RunPart, OptimisationPart, SelfTrainingPart, DDRSPart, MethodPart, AttackPart, ModelPart
 ):
-    """One trial. Defaults are the SmoothAdv paper's CIFAR-10 protocol (appendix D)."""
+    """One trial. Defaults are the SmoothAdv paper's CIFAR-10 protocol (appendix D), but where
+    the method's row (`trainables.methods.REGISTRY`) gives its code's (MACER: main.py's)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.amp, bool):  # the field's former type
             object.__setattr__(self, "amp", "fp16" if self.amp else "off")
+        self._update(self._protocol())  # before the type checks: epochs, lr, ... typed as set
         problems = type_problems(self)
         if problems:
             raise ConfigError(problems)
@@ -81,15 +84,26 @@ class TrialConfig(
         for name, value in changes.items():
             object.__setattr__(self, name, value)
 
+    def _protocol(self) -> dict[str, Any]:
+        """Values for the shared fields left unset (None): the method's protocol
+        (`Method.protocol` over `PROTOCOL`; under DDRS training `PROTOCOL`, whatever the
+        method). Before the type checks, so it reads only the method's name, and whether DDRS
+        and self-training are on and where the model starts (`FromScratch`)."""
+        method = REGISTRY.get(self.method) if isinstance(self.method, str) else None
+        ddrs = self.ddrs_start_epoch is not None
+        protocol = {**PROTOCOL, **(method.protocol if method and not ddrs else {})}
+        return {
+            name: self._default_value(value)
+            for name, value in protocol.items()
+            if getattr(self, name) is None
+        }
+
     def _defaults(self) -> dict[str, Any]:
         """Values for the settings left unset (None) that the method or DDRS or self-training
         fill in; before validation (a method's required settings then count as set)."""
         method = REGISTRY.get(self.method)
         changes: dict[str, Any] = {}
-        # DDRS training: the DDRS code's protocol, the shared one, whatever the method
-        ddrs = self.ddrs_start_epoch is not None
-        protocol = {**PROTOCOL, **(method.protocol if method and not ddrs else {})}
-        for name, value in (protocol | dict(method.defaults if method else {})).items():
+        for name, value in (method.defaults if method else {}).items():
             if getattr(self, name) is None:
                 changes[name] = self._default_value(value)
         if self.ddrs_start_epoch is not None:
@@ -111,8 +125,9 @@ class TrialConfig(
     def _unused(self) -> dict[str, Any]:
         """After validation: the default arch, and None for every setting the trial does not
         use (the method's other settings, scale_input without an input layer,
-        train_multi_noise at m_train 1, DDRS or self-training when off, DDRS's σ ascent at
-        K = 0 (and its start 0: `DDRSPart.ddrs_unused`), one process)."""
+        train_multi_noise at m_train 1, lr_end_drop where it moves no drop, DDRS or
+        self-training when off, DDRS's σ ascent at K = 0 (and its start 0:
+        `DDRSPart.ddrs_unused`), one process)."""
         changes: dict[str, Any] = {}
         if self.arch is None:
             changes["arch"] = DEFAULT_ARCH[self.dataset]
@@ -124,6 +139,8 @@ class TrialConfig(
             changes["scale_input"] = None
         if self.m_train == 1:  # one noise per input either way
             changes["train_multi_noise"] = None
+        if self.lr_end_drop_unused():  # the same drops either way
+            changes["lr_end_drop"] = None
         if self.data_parallel == 1:  # one process is the ordinary trial (and its trial_id)
             changes["data_parallel"] = None
         if self.ddrs_start_epoch is None:

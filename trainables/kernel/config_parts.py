@@ -97,7 +97,10 @@ class ModelPart:
         Positive(),
     )
     m_train: int | None = setting(
-        1, "Noise draws per input (attack estimate + augmentation); 1, 2, 4, 8.", AtLeast(1)
+        None,
+        "Noise draws per input (attack estimate + augmentation); 1, 2, 4, 8 (null: the "
+        "method's protocol, 1; MACER 16).",
+        AtLeast(1),
     )
     # The first layer (None: the method's code, `Method.protocol`): (x − μ)/s, x − μ (with
     # scale_input false: SmoothAdv's from-scratch CIFAR-10/ImageNet models) or none (false).
@@ -247,26 +250,59 @@ class SelfTrainingPart:
 @dataclass(frozen=True)
 class OptimisationPart:
     """SGD with momentum and a step schedule: the LR is multiplied by lr_gamma entering each
-    0-based epoch k·lr_step_size + lr_step_offset (k = 1, 2, ...)."""
+    0-based epoch k·lr_step_size + lr_step_offset (k = 1, 2, ... while k·lr_step_size <
+    epochs: `lr_drops`).
 
-    epochs: int = setting(150, "Training epochs.", AtLeast(1))
-    batch_size: int = setting(
-        256, "Inputs per loader batch; split into m_train chunks of batch/m.", AtLeast(1)
+    The training protocol's numbers (epochs, batch_size, lr, weight_decay, lr_step_size) left
+    unset (null) are the method's (`Method.protocol` over `PROTOCOL` in trainables.methods:
+    150, 256, 0.1, 1e-4, 50; MACER main.py's 440, 64, 0.01, 5e-4, 200), filled in before the
+    type checks: on a `TrialConfig` they are always set, as annotated."""
+
+    epochs: int = setting(
+        None, "Training epochs (null: the method's protocol, 150; MACER 440).", AtLeast(1)
     )
-    lr: float = setting(0.1, "SGD's learning rate.", Positive())
+    batch_size: int = setting(
+        None,
+        "Inputs per loader batch; split into m_train chunks of batch/m (null: the method's "
+        "protocol, 256; MACER 64).",
+        AtLeast(1),
+    )
+    lr: float = setting(
+        None, "SGD's learning rate (null: the method's protocol, 0.1; MACER 0.01).", Positive()
+    )
     momentum: float = setting(0.9, "SGD's momentum.", NotBelow(0))
-    weight_decay: float = setting(1e-4, "SGD's weight decay.", NotBelow(0))
-    lr_step_size: int = setting(50, "Epochs between LR drops.", AtLeast(1))
+    weight_decay: float = setting(
+        None, "SGD's weight decay (null: the method's protocol, 1e-4; MACER 5e-4).", NotBelow(0)
+    )
+    lr_step_size: int = setting(
+        None, "Epochs between LR drops (null: the method's protocol, 50; MACER 200).", AtLeast(1)
+    )
     lr_gamma: float = setting(0.1, "The factor of each LR drop.", Positive())
     # Where the drops fall, as the method's reference code steps its scheduler (None: the
     # method's, `Method.protocol`): 0 Cohen's and SmoothAdv's (step(epoch) before the epoch),
     # 1 jh-jeong's (after it), -1 MACER's (step() before each 1-based epoch).
     lr_step_offset: int | None = None
+    # Whether a negative offset also moves the milestone at or after `epochs` into the run: a
+    # drop in the last epoch that no other method's schedule has (MACER at 150 epochs, step
+    # 50: entering 49, 99 and 149). True is sweeper's rule before issue 40 §5 (its trials keep
+    # their ids); false (`PROTOCOL`) the drops of StepLR over the run, each moved by the offset
+    # (main.py's MultiStepLR([200, 400]) over 440 epochs). None where the two rules agree.
+    lr_end_drop: bool | None = None
 
     def lr_drops(self) -> list[int]:
-        """The 0-based epochs entering which the LR is multiplied by lr_gamma."""
-        first, offset = self.lr_step_size, self.lr_step_offset or 0
-        return list(range(first + offset, self.epochs, self.lr_step_size))
+        """The 0-based epochs entering which the LR is multiplied by lr_gamma: each milestone
+        k·lr_step_size (k >= 1) moved by lr_step_offset, where the moved epoch is in the run
+        and (unless lr_end_drop) the milestone too."""
+        return self._drops(bool(self.lr_end_drop))
+
+    def _drops(self, end_drop: bool) -> list[int]:
+        size, offset = self.lr_step_size, self.lr_step_offset or 0
+        moved = range(size + offset, self.epochs, size)  # k·size + offset inside the run
+        return [epoch for epoch in moved if end_drop or epoch - offset < self.epochs]
+
+    def lr_end_drop_unused(self) -> bool:
+        """Whether both rules give this schedule the same drops (lr_end_drop is then None)."""
+        return self._drops(True) == self._drops(False)
 
     def optimisation_problems(self) -> list[str]:
         p = []

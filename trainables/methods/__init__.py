@@ -6,11 +6,14 @@ A row names, once, everything the rest of the code knows about a method:
   existing trial_id). DDN's two settings count only with attack ddn.
 - `defaults`: values of its settings left unset (null): the papers' CIFAR-10 values.
 - `protocol`: values of the fields every method shares (`PROTOCOL`) left unset, where its
-  reference code differs from the others: where its LR drops fall (`lr_step_offset`),
-  whether its model standardizes inputs (`normalize_input`) and whether that layer divides by
-  the standard deviations or only subtracts the means (`scale_input`; `FromScratch`: the
-  SmoothAdv code's models trained from scratch differ from its fine-tuned ones). Under DDRS
-  training the DDRS code's protocol, `PROTOCOL` itself, replaces it whatever the method.
+  reference code differs from the others: its training protocol's numbers (`epochs`,
+  `batch_size`, `lr`, `weight_decay`, `lr_step_size`, and `m_train` for a method that takes
+  it: MACER's main.py has its own five and its own step size), where its LR drops fall
+  (`lr_step_offset`), whether its model standardizes inputs (`normalize_input`) and whether
+  that layer divides by the standard deviations or only subtracts the means (`scale_input`;
+  `FromScratch`: the SmoothAdv code's models trained from scratch differ from its fine-tuned
+  ones). Under DDRS training `PROTOCOL` itself replaces it whatever the method: the DDRS
+  code's input layer and schedule, and the shared numbers (deviation 31).
 - `attacks`: the attacks it accepts (the first is the default where it has one).
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
@@ -110,9 +113,24 @@ ATTACKS = ("pgd", "ddn")
 ATTACK_SETTINGS = ("attack", "epsilon", "steps", "warmup_epochs", "warmup_schedule")
 DDN_SETTINGS = ("ddn_init_norm", "ddn_gamma")
 _MIX = ("eta", "mix_alpha", "mix_step", "mix_maxnorm", "mix_detach")
-# The shared fields a method's `protocol` may set, and their value for the others: the LR
-# drops where Cohen's and SmoothAdv's code puts them, inputs standardized (mean and sd).
-PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True, "scale_input": True}
+# The shared fields a method's `protocol` may set, and their value for the others: the
+# SmoothAdv paper's CIFAR-10 protocol (appendix D; Jeong & Shin 2020's, appendix A.1, for
+# every method they trained): 150 epochs of batch 256 at lr 0.1, weight decay 1e-4, the LR ×
+# lr_gamma every 50 epochs; one noise draw per input (m_train, where the method takes it); the
+# LR drops where Cohen's and SmoothAdv's code puts them, and none past the last epoch
+# (`lr_end_drop`: `OptimisationPart.lr_drops`); inputs standardized (mean and sd).
+PROTOCOL: Mapping[str, Any] = {
+    "epochs": 150,
+    "batch_size": 256,
+    "lr": 0.1,
+    "weight_decay": 1e-4,
+    "lr_step_size": 50,
+    "m_train": 1,
+    "lr_step_offset": 0,
+    "lr_end_drop": False,
+    "normalize_input": True,
+    "scale_input": True,
+}
 # SmoothAdv's input layer (Hadisalman/smoothing-adversarial README, "Very Important": the
 # mapping of its published models to their layer): its from-scratch CIFAR-10 and ImageNet
 # models, the PGD baselines included, were trained by the first commit's architectures.py
@@ -120,12 +138,29 @@ PROTOCOL: Mapping[str, Any] = {"lr_step_offset": 0, "normalize_input": True, "sc
 # self-trained ones by cc80077's (HEAD l. 36: `get_normalize_layer`, (x − μ)/s).
 _SMOOTHADV_INPUT = {"scale_input": FromScratch(("cifar10", "imagenet"), scratch=False, other=True)}
 # DDRS training follows its own code (MotasemAlfarra/Data_Dependent_Randomized_Smoothing,
-# CIFAR10/train_macer.py and train_smooth_adv.py), which is PROTOCOL for every method: one
-# network that standardizes its inputs, (x − μ)/s (models/resnet.py l. 163-164, 209), and
-# StepLR stepped after each epoch (train_macer.py l. 361, 382), as Cohen's code does.
+# CIFAR10/train_macer.py and train_smooth_adv.py), whose input layer and schedule are
+# PROTOCOL's for every method: one network that standardizes its inputs, (x − μ)/s
+# (models/resnet.py l. 163-164, 209), and StepLR stepped after each epoch (train_macer.py
+# l. 361, 382), as Cohen's code does. Its numbers (train_macer.py: 440 epochs, batch 128, lr
+# 0.01, weight decay 5e-4) are not taken: a DDRS trial has PROTOCOL's unless it sets them.
 # jh-jeong's scripts call scheduler.step(epoch) after each epoch (StepLR's closed form): the
 # LR drops entering 0-based epoch lr_step_size + 1 (SmoothMix code/train.py:104).
 _JEONG = {"lr_step_offset": 1}
+# MACER's protocol, RuntianZ/macer main.py: its argparse defaults (l. 39-46: 440 epochs,
+# gauss_num 16, batch 64, lr 0.01), SGD with weight decay 5e-4 (l. 135-136) and
+# MultiStepLR(milestones=[200, 400], gamma=0.1) (l. 137-138) stepped before each 1-based epoch
+# (l. 155-158), so the LR drops entering 0-based 199 and 399 (step 200, offset −1); its
+# ResNet-110 takes the [0, 1] pixels as they are (CIFAR-10: ToTensor only, l. 90-99).
+_MACER = {
+    "epochs": 440,
+    "m_train": 16,
+    "batch_size": 64,
+    "lr": 0.01,
+    "weight_decay": 5e-4,
+    "lr_step_size": 200,
+    "lr_step_offset": -1,
+    "normalize_input": False,
+}
 # DDRS training's defaults, each method's as its DDRS script has them (Data_Dependent_Randomized_
 # Smoothing CIFAR10/, the paper's CIFAR-10 runs): σ steps of lr_sig 1e-4 (both scripts' l. 61),
 # `ddrs_iterations` K per visit (`--iter_sig_tr`), `ddrs_samples` draws per step.
@@ -176,12 +211,11 @@ _ROWS = (
         defaults={"eta": 5.0, "mix_step": 0, "mix_detach": False, "mix_alpha": SigmaTimes(2.0)},
         protocol=_JEONG,
     ),
-    Method(  # Zhai et al. 2020; RuntianZ/macer main.py: MultiStepLR stepped before each
-        # 1-based epoch (the LR drops entering 0-based lr_step_size − 1), no normalization
+    Method(  # Zhai et al. 2020: RuntianZ/macer main.py (_MACER)
         "macer", ("m_train", "lam", "macer_beta", "macer_gamma", "macer_deferred"), "macer",
         "loss", splits_batch=False, ddrs=_DDRS_MACER, label="MACER", passes=lambda m, t: m,
         defaults={"lam": 12.0, "macer_beta": 16.0, "macer_gamma": 8.0, "macer_deferred": False},
-        protocol={"lr_step_offset": -1, "normalize_input": False},
+        protocol=_MACER,
     ),
     Method(  # Jeong & Shin 2020 (λ = 20 at σ = 0.25)
         "consistency", ("m_train", "lam", "eta"), "consistency", "loss",

@@ -14,7 +14,11 @@ The log itself is named `noise_<σ>[_<run>]` (locuslab's and SmoothAdv's are `si
 `noise_<σ>/test/`): such a model was trained by the jh-jeong code, whatever its method, with
 that code's protocol (`PROTOCOL`): its StepLR stepped with `scheduler.step(epoch)` after each
 epoch (train_macer.py l. 89, train_salman.py l. 118, train_cohen.py l. 73: the LR drops one
-epoch late) and every network behind `get_normalize_layer`, (x − μ)/s (architectures.py).
+epoch late) and every network behind `get_normalize_layer`, (x − μ)/s (architectures.py), and
+the numbers Jeong & Shin 2020 (appendix A.1) trained every CIFAR-10 model with, MACER's too:
+150 epochs, batch 256, lr 0.1 dropping every 50 epochs, weight decay 1e-4 (the shared
+`trainables.methods.PROTOCOL`, not MACER main.py's; their MNIST runs' 90 epochs at lr 0.01
+are not told apart).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import re
 
 from sweeper.ingest.layouts.shared import NUM, Handler, number
+from trainables.methods import PROTOCOL as SHARED_PROTOCOL
 
 
 def _attack(m: re.Match) -> dict:
@@ -34,7 +39,7 @@ def _attack(m: re.Match) -> dict:
 
 
 LOG_NAME = re.compile(rf"noise_{NUM}(?:_.*)?")
-PROTOCOL = {"lr_step_offset": 1, "normalize_input": True, "scale_input": True}
+PROTOCOL = {**SHARED_PROTOCOL, "lr_step_offset": 1}
 
 PATTERNS: list[tuple[str, Handler]] = [
     (rf"(pgd|ddn)_{NUM}_(\d+)(?:_(\d+))?(?:_{NUM}_{NUM})?", _attack),
