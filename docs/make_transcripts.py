@@ -134,6 +134,8 @@ def environment(workdir: Path) -> dict[str, str]:
     throughput figures: the dry run prices with the shipped table), 80 columns, unbuffered."""
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEPER_THROUGHPUT", "RAY_ADDRESS")}
     env.update(
+        # `sweeper` on PATH is this venv's: the `Next:` hints say `sweeper`, not this machine's path
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         HOME=str(workdir),
         # relative to the commands' working directory (`workdir`): a path printed from it has
         # the same length wherever `workdir` is, so lines wrap at 80 columns alike everywhere

@@ -635,6 +635,25 @@ def test_every_shard_is_computed_then_each_model_compacted_once_its_shards_are_w
     assert bench.cached_models() == 2
 
 
+def test_a_run_counts_its_planned_shards_from_the_first_event(bench):
+    """Issue 41 item 4: `expect` counts the shards of the models a run will submit, so its
+    progress reads done of the planned total from the first event ("[shards 0/11]"), never a
+    total that grows as models arrive; a model it did not expect adds its own, once, and
+    expecting a model again does not count it twice."""
+    tasks, events = InProcess(per_wait=None), []
+    runner = bench.runner(bench.work(SPEC, SPEC2), tasks, events.append)
+    runner.expect([A, C])
+    runner.expect([A])
+    assert runner.total == (4 + 2) + (3 + 2)  # A: 8 points, C: 6; SPEC2 takes every 2nd
+    runner.submit(C)
+    runner.submit(A)
+    assert [e.shards for e in events] == [(0, 11, 0), (0, 11, 0)]
+    runner.wait(poll_every=0.25)
+    assert {e.shards[1] for e in events} == {11} and events[-1].shards[0] == 11
+    runner.submit(B)  # not expected: its own 4 + 2 join the total
+    assert events[-1].shards == (11, 17, 0)
+
+
 def test_resuming_computes_only_the_missing_shards(bench):
     """A has shards 0 and 2 of 4, C is compacted, B (8 points) has all its shards but was
     never compacted (a run stopped before): only A's shards 1 and 3 are computed, B is

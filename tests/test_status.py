@@ -247,7 +247,8 @@ def test_status_all_at_80_columns_is_a_line_per_trial(paper_size, monkeypatch):
     assert "left out to fit 70 columns: epoch (shown at 78 columns)" in narrow
 
 
-def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
+def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped without COLUMNS: each line whole
     exp = known_experiment(tmp_path)
     with RunDisplay(exp) as display:
         display(Event("trial_started", C.trial_id))
@@ -260,6 +261,35 @@ def test_run_progress_is_plain_lines_off_a_terminal(tmp_path, capsys):
     assert event_line(Event("shard_done", A.trial_id, "certify 1/2", (1, 2, 0))) == (
         f"trial {A.trial_id}: shard certify 1/2 written [shards 1/2]"
     )
+
+
+def test_the_run_log_at_80_columns_is_an_event_a_line_and_the_summary_once(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 41 item 4: at COLUMNS=80 every line of the log fits; an event is one line (the
+    setting's id, as long as the line, left to the plan: `certify compacted`), a longer one
+    (a failure's message, a summary item) wraps at its words under an indent past the time;
+    the summary is printed at the start and once at the end."""
+    monkeypatch.setenv("COLUMNS", "80")
+    exp = known_experiment(tmp_path)
+    sid = "sigma-train_n0-32_n-200_alpha-0.001_skip-5_max-20"
+    with RunDisplay(exp) as display:
+        display(Event("shards_planned", A.trial_id, "2 to do", (0, 68, 0)))
+        display(Event("shard_done", A.trial_id, "certify 1/2", (1, 68, 0)))
+        display(Event("compacted", A.trial_id, f"certify {sid}", (2, 68, 0)))
+        display(Event("certify_failed", G.trial_id, "CheckpointError: " + "x " * 40, (3, 68, 2)))
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    events = [line[9:] for line in lines if line[9:].startswith("trial ")]
+    assert events[:3] == [
+        f"trial {A.trial_id}: shards queued (2 to do) [shards 0/68]",
+        f"trial {A.trial_id}: shard certify 1/2 written [shards 1/68]",
+        f"trial {A.trial_id}: certify compacted [shards 2/68]",
+    ]
+    at = next(i for i, line in enumerate(lines) if f"trial {G.trial_id} failed" in line)
+    assert lines[at + 1].startswith(" " * 11) and lines[at + 2].endswith("[shards 3/68, 2 failed]")
+    assert sum(": 7 trials:" in line for line in lines) == 2  # at the start and at the end
+    assert all(line[:2].isdigit() or line.startswith(" " * 11) for line in lines)
 
 
 def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_path, capsys):

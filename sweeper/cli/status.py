@@ -5,6 +5,7 @@ plain line per event (no escape codes) in a log file or a pipe."""
 from __future__ import annotations
 
 import json
+import textwrap
 import threading
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -14,7 +15,7 @@ from rich.text import Text
 
 from sweeper.api.sweep import Sweep
 from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
-from sweeper.cli.display import echo
+from sweeper.cli.display import echo, screen_width
 from sweeper.cli.options import Strict
 from sweeper.cli.status_view import as_json, summary_lines, view
 from sweeper.results.status import Status, StatusReader, restrict
@@ -117,9 +118,7 @@ def watch_status(reader: StatusReader, everything: bool, interval: float) -> Non
     from rich.live import Live
 
     def plain(st: Status) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        for line in summary_lines(summarize(st), st):
-            console.print(f"{stamp} {line}", soft_wrap=True, highlight=False, markup=False)
+        print_stamped(summary_lines(summarize(st), st))
 
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     seen = False
@@ -166,9 +165,8 @@ class RunDisplay:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._next = 0.0
-        if self.live is not None:
-            self.live.refresh()
+        self._next = 0.0  # the last view read afresh
+        if self.live is not None:  # stop() draws it once, whole: a refresh() before drew it twice
             self.live.stop()
         else:
             self._plain_summary()
@@ -192,9 +190,7 @@ class RunDisplay:
             if event.kind.endswith("_failed") and self.live is not None:
                 self.live.console.print(Text(line, style="red"), soft_wrap=True)
             return
-        console.print(
-            f"{time.strftime('%H:%M:%S')} {line}", soft_wrap=True, highlight=False, markup=False
-        )
+        print_stamped([line])
         if time.monotonic() >= self._next:
             self._plain_summary()
 
@@ -204,9 +200,24 @@ class RunDisplay:
         except (OSError, ValueError, KeyError, TypeError):
             return
         self._next = time.monotonic() + PLAIN_SUMMARY_S
-        stamp = time.strftime("%H:%M:%S")
-        for ln in summary_lines(summarize(st), st):
-            console.print(f"{stamp} {ln}", soft_wrap=True, highlight=False, markup=False)
+        print_stamped(summary_lines(summarize(st), st))
+
+
+def print_stamped(lines: list[str]) -> None:
+    """Each line after the time of day, one line at $COLUMNS or the terminal's width (a longer
+    one wrapped at its words under an indent past the time; piped without $COLUMNS: whole)."""
+    stamp, width = time.strftime("%H:%M:%S"), screen_width()
+    for line in lines:
+        text = f"{stamp} {line}"
+        wrapped = width and textwrap.wrap(
+            text,
+            width,
+            subsequent_indent=" " * (len(stamp) + 3),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for part in wrapped or [text]:
+            console.print(part, soft_wrap=True, highlight=False, markup=False)
 
 
 def event_line(event) -> str:
@@ -217,9 +228,10 @@ def event_line(event) -> str:
         "trial_epoch": f"trial {tid} finished epoch {detail}",
         "trial_finished": f"trial {tid} trained",
         "trial_failed": f"trial {tid} failed (train): {detail}",
-        "shards_planned": f"trial {tid}: {detail} shards",
+        "shards_planned": f"trial {tid}: shards queued ({detail})",
         "shard_done": f"trial {tid}: shard {detail} written",
-        "compacted": f"trial {tid}: {detail} compacted",
+        # the stage alone: the setting's id is as long as the line (the plan shows it)
+        "compacted": f"trial {tid}: {detail.split()[0] if detail else ''} compacted",
     }
     line = words.get(event.kind) or (
         f"trial {tid} failed ({event.kind.removesuffix('_failed')}): {detail}"

@@ -1,7 +1,9 @@
 """What a trial's stage files count for, from their names alone: its shards done and planned
 per setting (`model_shards`; `planned_shards` against the plan, a setting the envelope
 strategy pruned the model under counted done) and the test points they hold (`points_done`,
-`file_points`: what the status's throughput counts)."""
+`file_points`: what the status's throughput counts); what is on storage for one model and
+setting (`progress`: the sharded-stage engine resumes from it) and whether every model's rows
+are compacted (`all_compacted`)."""
 
 from __future__ import annotations
 
@@ -113,3 +115,40 @@ def planned_shards(
     unwritten = max(0, settings - len(models) - gone)
     shards = Shards(done + gone * per_setting, total + (gone + unwritten) * per_setting)
     return shards, len(models) + unwritten
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What is on storage for one model and setting, from one listing."""
+
+    compacted: bool
+    shards: frozenset[int]  # shard numbers written (of `count`)
+    other_counts: frozenset[int]  # shard counts other than the planned one
+
+
+def _model_files(exp: Experiment, stage: str, trial_id: str, setting_id: str) -> list[StageFile]:
+    return exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
+
+
+def _has_compacted(files: list[StageFile]) -> bool:
+    return any(f.kind == "compacted" for f in files)
+
+
+def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count: int) -> Progress:
+    files = _model_files(exp, stage, trial_id, setting_id)
+    shards = [f for f in files if f.kind == "shard"]
+    return Progress(
+        _has_compacted(files),
+        frozenset(f.index for f in shards if f.count == count and f.index is not None),
+        frozenset(f.count for f in shards if f.count != count and f.count is not None),
+    )
+
+
+def all_compacted(exp: Experiment, trial_ids: list[str], settings: list[tuple[str, str]]) -> bool:
+    """Whether every model's rows under every (stage, setting_id) are compacted: a command
+    would compute nothing (the runner counts such a model done), so it need not start Ray."""
+    return all(
+        _has_compacted(_model_files(exp, stage, trial_id, setting_id))
+        for trial_id in trial_ids
+        for stage, setting_id in settings
+    )

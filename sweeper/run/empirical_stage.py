@@ -146,6 +146,7 @@ def run_empirical(
     Ctrl-C cancels the tasks in flight (finished shards are kept) and returns interrupted.
     `budget`: the tasks' retries (`retries.task_budget`; None: the defaults)."""
     runner = StageRunner(exp, [Work(EMPIRICAL, s) for s in settings_], resources, on_event)
+    runner.expect(trials)  # progress counts of every shard planned from the first event
     budget_tasks(runner, budget)
     try:
         for cfg in trials:

@@ -294,8 +294,8 @@ def run_sweep(
     resources_task = per_process(resources, [*to_train, *finished])
     curves = None if search is None else Curves(exp, certify, search.radii)
     tapped = on_event if curves is None else curves.tap(on_event)
-    planned = len(to_train) + len(finished)
-    certifier = _certifier(exp, certify, resources_task, tapped, plane, planned)
+    declared = [*finished, *to_train]  # under the search: those it may train
+    certifier = _certifier(exp, certify, resources_task, tapped, plane, declared, search is None)
     for cfg in finished:
         certifier.submit(cfg)
     searcher: StageSearcher | EnvelopeSearcher | None = None
@@ -356,20 +356,24 @@ def _certifier(
     resources: Resources,
     on_event,
     plane: DataPlane = DataPlane(),
-    declared: int = 0,
+    declared: list[TrialConfig] | tuple = (),
+    certain: bool = True,
 ) -> Certifier:
     """Certification of every finished model under each setting (fixed σ, and DDRS if asked),
     or as the `envelope` strategy decides (`envelope_run`), as the models arrive (`declared`
-    of them known up front: the envelope strategy's δ is split over them)."""
+    known up front: the envelope strategy's δ is split over them; full certification's progress
+    counts their shards from its first event, if `certain` they all come)."""
     if certify.strategy == "envelope":
         from sweeper.run.envelope_run import EnvelopeCertifier, cluster_slots
 
-        slots = cluster_slots(resources)
+        slots, count = cluster_slots(resources), len(declared)
         return EnvelopeCertifier(
-            exp, certify, resources, on_event, sizer=plane.sizer, slots=slots, declared=declared
+            exp, certify, resources, on_event, sizer=plane.sizer, slots=slots, declared=count
         )
     work = [Work(plane.certify, spec) for spec in certify.variants()]
-    return StageRunner(exp, work, resources, on_event, plane.sizer)
+    runner = StageRunner(exp, work, resources, on_event, plane.sizer)
+    runner.expect(list(declared) if certain else [])
+    return runner
 
 
 def certify_trials(
@@ -382,9 +386,7 @@ def certify_trials(
 ) -> Outcome:
     """Certify finished trials (`sweeper certify`; Ray initialized), `budget`: tasks' retries."""
     outcome = Outcome()
-    certifier = _certifier(
-        exp, certify, per_process(resources, trials), on_event, declared=len(trials)
-    )
+    certifier = _certifier(exp, certify, per_process(resources, trials), on_event, declared=trials)
     budget_tasks(certifier, budget)
     for cfg in trials:
         certifier.submit(cfg)

@@ -34,8 +34,11 @@ from sweeper.plan.spec import Resources
 from sweeper.results.attested_rows import data_of, points_digest, signed
 from sweeper.results.failures import FailureLog
 from sweeper.results.reader import refresh_cache
+from sweeper.results.shard_counts import Progress as Progress  # what is on storage
+from sweeper.results.shard_counts import all_compacted as all_compacted
+from sweeper.results.shard_counts import progress
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, StageFile, index_chunks
+from sweeper.results.storage import Experiment, index_chunks
 from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
@@ -70,43 +73,6 @@ def plan(cfg: TrialConfig, stage: str, setting: Setting, num_test: int) -> list[
         Shard(stage, cfg.trial_id, setting.setting_id, k, len(chunks), c)
         for k, c in enumerate(chunks)
     ]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What is on storage for one model and setting, from one listing."""
-
-    compacted: bool
-    shards: frozenset[int]  # shard numbers written (of `count`)
-    other_counts: frozenset[int]  # shard counts other than the planned one
-
-
-def _model_files(exp: Experiment, stage: str, trial_id: str, setting_id: str) -> list[StageFile]:
-    return exp.stage_files(stage, within=exp.setting_dir(stage, trial_id, setting_id))
-
-
-def _has_compacted(files: list[StageFile]) -> bool:
-    return any(f.kind == "compacted" for f in files)
-
-
-def progress(exp: Experiment, stage: str, trial_id: str, setting_id: str, count: int) -> Progress:
-    files = _model_files(exp, stage, trial_id, setting_id)
-    shards = [f for f in files if f.kind == "shard"]
-    return Progress(
-        _has_compacted(files),
-        frozenset(f.index for f in shards if f.count == count and f.index is not None),
-        frozenset(f.count for f in shards if f.count != count and f.count is not None),
-    )
-
-
-def all_compacted(exp: Experiment, trial_ids: list[str], settings: list[tuple[str, str]]) -> bool:
-    """Whether every model's rows under every (stage, setting_id) are compacted: a command
-    would compute nothing (the runner counts such a model done), so it need not start Ray."""
-    return all(
-        _has_compacted(_model_files(exp, stage, trial_id, setting_id))
-        for trial_id in trial_ids
-        for stage, setting_id in settings
-    )
 
 
 # ------------------------------------------------------------------------------ the tasks
@@ -260,7 +226,19 @@ class StageRunner:
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
         self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
         self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
-        self.done = self.total = 0
+        self.done, self.planned = 0, {}  # planned: (trial, stage, setting) -> its shards
+
+    @property
+    def total(self) -> int:
+        return sum(self.planned.values())
+
+    def expect(self, trials: list[TrialConfig]) -> None:
+        """Count the shards of the `trials` a run will submit from its first event on, so
+        that its progress reads done of the planned total, not of what was submitted yet."""
+        for cfg, w in ((cfg, w) for cfg in trials for w in self.work):
+            points = self.sizer(cfg.dataset, cfg.data_dir)
+            key = (cfg.trial_id, w.stage.name, w.setting.setting_id)
+            self.planned[key] = len(plan(cfg, w.stage.name, w.setting, points))
 
     # -------------------------------------------------------------------- submitting
     def submit(self, cfg: TrialConfig) -> int:
@@ -275,7 +253,7 @@ class StageRunner:
         if not shards:
             return 0
         state = progress(self.exp, stage, cfg.trial_id, sid, len(shards))
-        self.total += len(shards)
+        self.planned[(cfg.trial_id, stage, sid)] = len(shards)
         if state.compacted:
             self.done += len(shards)
             return 0
