@@ -151,10 +151,27 @@ def test_spaces_lists_the_shipped_spaces(tmp_path, monkeypatch):
         ("imagenet", 30),
         ("mnist", 21),
     )
+    lines = result.stdout.splitlines()
     for name, count in shipped:
-        line = next(ln for ln in result.stdout.splitlines() if f" {name} " in ln)
-        assert f" {count} " in line, line
+        line = next(ln for ln in lines if ln.split()[:1] == [name])
+        assert line.split()[1] == str(count), line
     assert "gpu=0.25" in result.stdout
+
+
+def test_spaces_at_80_columns_shows_each_description_whole(tmp_path, monkeypatch):
+    """Issue 41 item 4: a table cut the descriptions (`Hadisalman/smoothing-adversar…`) in a
+    column a third of the width; each space is now a line, its description wrapped under it."""
+    from sweeper.plan.space_list import shipped_summaries
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = runner.invoke(app, ["spaces"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout
+    said = " ".join(result.stdout.split())
+    for s in shipped_summaries():
+        assert f"{s.name} {s.trials} cpu={s.cpu:g} gpu={s.gpu:g} {s.description}" in said
+    assert "Hadisalman/smoothing-adversarial, data/certify/cifar10" in said
 
 
 # ------------------------------------------------------------------------------ run grid

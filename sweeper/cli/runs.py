@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -22,6 +23,7 @@ from sweeper.cli.common import (
     sweeper_command,
 )
 from sweeper.cli.costs import certify_dry_run_report, dry_run_report
+from sweeper.cli.display import echo
 from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import (
     Download,
@@ -111,13 +113,30 @@ def failure_notes(exp: Experiment, space: str, failures: list[tuple[str, str, st
 # ------------------------------------------------------------------------------ commands
 @app.command()
 def spaces() -> None:
-    """List the search spaces shipped with sweeper."""
+    """List the search spaces shipped with sweeper: each one's trials and resources per trial
+    on a line, its description whole under it, wrapped at the terminal's width."""
     from sweeper.plan.space_list import shipped_summaries
 
-    table = Table("space", "trials", "per trial", "description")
-    for s in shipped_summaries():
-        table.add_row(s.name, str(s.trials), f"cpu={s.cpu:g} gpu={s.gpu:g}", s.description)
-    console.print(table)
+    for line in space_lines(shipped_summaries(), console.width):
+        echo(line)
+
+
+def space_lines(summaries: list, width: int) -> list[str]:
+    """`name  trials  cpu=.. gpu=..` aligned, then the description indented under it."""
+    rows = [(s.name, str(s.trials), f"cpu={s.cpu:g} gpu={s.gpu:g}") for s in summaries]
+    name, count = (max(len(r[i]) for r in [("space", "trials"), *rows]) for i in (0, 1))
+    out = [f"{'space':<{name}}  {'trials':>{count}}  per trial"]
+    for (space, trials, per), s in zip(rows, summaries, strict=True):
+        out += ["", f"{space:<{name}}  {trials:>{count}}  {per}"]
+        out += textwrap.wrap(
+            s.description,
+            max(width, 40),
+            initial_indent="    ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 STRATEGY = ("strategy", "delta", "pilots", "radii")  # the certify settings `run grid` takes
