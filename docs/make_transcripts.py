@@ -103,7 +103,7 @@ TRANSCRIPTS: dict[str, Transcript] = {
     "demo": Transcript(
         "README.md",
         (
-            Command("sweeper run grid digits --smoke --storage demo", head=9, tail=8),
+            Command("sweeper run grid digits --smoke --storage demo", head=13, tail=12),
             Command("sweeper envelope --storage demo --radii 0:1:0.25"),
             Command("sweeper report --storage demo", head=5, tail=3),
         ),
