@@ -122,7 +122,7 @@ TRANSCRIPTS: dict[str, Transcript] = {
         "docs/guide/commands.md",
         (
             Command("sweeper envelope --storage hand --radii 0:1:0.25"),
-            Command("sweeper table --storage hand --radii 0:0.5:0.25"),
+            Command("sweeper table --storage hand"),
         ),
         setup="hand",
     ),

@@ -668,3 +668,40 @@ def test_the_figure_counts_models_not_trials(storage, drawn):
     run(storage, "envelope", "--radii", "0,0.5", "--plot", "e.png")
     [figure] = drawn
     assert figure.caption == "exp: 3 models" and not figure.dashed
+
+
+def test_the_per_model_table_at_80_columns_shows_the_radii_that_matter(storage):
+    """Issue 41 item 4: without --radii the terminal shows the radii up to the last one a
+    model certifies a point at (G and S: 0, 0.25, 0.5), before the other hyperparameters and
+    the intervals, and says what it left out and how to see it; csv keeps every radius."""
+
+    def radii(result) -> list[str]:
+        header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+        cells = [c.strip() for c in header[1:-1].split("┃")]
+        return [c for c in cells if c.startswith("r=") and not c.endswith("CI")]
+
+    result = run(storage, "table")
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert radii(result) == ["r=0", "r=0.25", "r=0.5"]
+    hint, note = result.stderr.splitlines()[:2]
+    assert hint.startswith("4 more columns with --wide (r=0 95% CI, r=0.25 95% CI, r=0.5 95% CI,")
+    assert note == (
+        "r=0.75 to r=2.25 left out: no model certifies a point there (--radii chooses the "
+        "radii; csv and json hold 0:2.25:0.25)"
+    )
+    chosen = run(storage, "table", "--radii", "0.5,1")
+    assert radii(chosen) == ["r=0.5", "r=1"] and "left out: no model" not in chosen.stderr
+    every = csv(run(storage, "table", "--format", "csv"))
+    assert [c for c in every.columns if c.startswith("r=") and "_ci_" not in c][-1] == "r=2.25"
+
+
+def test_a_hint_of_many_columns_left_out_names_nine(capsys, monkeypatch):
+    """The --wide hint names at most 9 columns (8 and how many more): 22 names made a line
+    of 300 characters."""
+    from sweeper.cli import display
+
+    monkeypatch.setenv("COLUMNS", "40")
+    columns = [display.Column(f"c{i}", ["1234567"]) for i in range(20)]
+    display.print_table("t", columns, [c.header for c in columns], wide=False)
+    (hint,) = capsys.readouterr().err.splitlines()
+    assert hint.startswith("17 more columns with --wide (c3, c4, c5, c6, c7, c8, c9, c10, 9 more)")

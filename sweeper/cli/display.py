@@ -79,6 +79,7 @@ def echo(message: str, err: bool = False) -> None:
     typer.echo(printable(message), err=err)
 
 
+NAMED = 9  # the columns a table's hint names (more: the first 8 and how many more)
 PIPED_WIDTH = 80  # what a default table fits when piped: a file or a pager shows it whole
 PIPED_CONSOLE_WIDTH = 100  # where other piped output wraps when $COLUMNS is not set
 
@@ -198,8 +199,11 @@ def print_table(title: str, columns: list[Column], priority: list[str], wide: bo
     console = TerminalConsole(width=printed_width(shown, title, width), soft_wrap=False)
     console.print(out)
     if left:
+        named = (
+            left if len(left) <= NAMED else [*left[: NAMED - 1], f"{len(left) - NAMED + 1} more"]
+        )
         echo(
-            f"{plural(len(left), 'more column')} with --wide ({', '.join(left)}): a table "
+            f"{plural(len(left), 'more column')} with --wide ({', '.join(named)}): a table "
             f"{printed_width(columns, title, width)} columns wide (this one fits {width})",
             err=True,
         )

@@ -1,8 +1,8 @@
 """What the read commands (`envelope`, `table`, `report`) say on stderr about what they
-read: the certification settings and each σ's reach, the models and points read, the planned
-trials without results and those the envelope strategy pruned, the data-dependent models, the
-missing shards, what rests on unattested files (and the † marking it); and `--strict`'s exit
-when files or models were left out."""
+read: the certification settings and each σ's reach, the radii `table` left out, the models
+and points read, the planned trials without results and those the envelope strategy pruned,
+the data-dependent models, the missing shards, what rests on unattested files (and the †
+marking it); and `--strict`'s exit when files or models were left out."""
 
 from __future__ import annotations
 
@@ -31,6 +31,16 @@ def print_settings(frame) -> None:
     if len(frame):
         for line in settings_lines(frame):
             display.echo(f"certified with {line} (n/a: beyond it)", err=True)
+
+
+def beyond_note(beyond: list[str]) -> None:
+    """The radii `table` left out on the terminal (none: nothing said), on stderr."""
+    if beyond:
+        display.echo(
+            f"{beyond[0]} to {beyond[-1]} left out: no model certifies a point there (--radii "
+            "chooses the radii; csv and json hold 0:2.25:0.25)",
+            err=True,
+        )
 
 
 def print_coverage(exp: Experiment, results, frame) -> None:

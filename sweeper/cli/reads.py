@@ -30,6 +30,7 @@ from sweeper.cli.options import AttestedOnly, Strict
 from sweeper.cli.read_notes import (
     attestation_note,
     attested_texts,
+    beyond_note,
     covered_note,
     covered_texts,
     exit_if_left_out,
@@ -41,6 +42,7 @@ from sweeper.cli.uncertainty_view import (
     CI_HEADER,
     model_interval_note,
     model_interval_texts,
+    radii_that_matter,
     uncertainty_note,
     uncertainty_texts,
 )
@@ -140,7 +142,12 @@ def table(
     storage: Storage = DEFAULT_STORAGE,
     experiment: LatestExperiment = None,
     radii: Annotated[
-        str | None, typer.Option("--radii", help="start:stop:step or a list 0,0.5,1.")
+        str | None,
+        typer.Option(
+            "--radii",
+            help="start:stop:step or a list 0,0.5,1 (default 0:2.25:0.25; on the terminal up to "
+            "the largest radius some model certifies a point at).",
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
     only: Only = None,
@@ -150,7 +157,10 @@ def table(
     digits: Digits = DIGITS,
 ) -> None:
     """Per-model table: certified accuracy per radius and ACR, the best of each column marked
-    (like the papers' tables); models sorted by ACR."""
+    (like the papers' tables); models sorted by ACR. On the terminal the radii come first,
+    then the other hyperparameters and each radius's 95% CI, as many as fit (--wide: all);
+    without --radii, the radii past the last one any model certifies a point at are left out
+    (csv, json and markdown hold them all)."""
     from trainables.kernel.errors import ProblemsError
 
     problems = _format_problems(fmt)
@@ -162,8 +172,10 @@ def table(
         rows = selection.model_table(exp, frame, parse_only(only)[0], grid)
     except ProblemsError as e:
         fail(e.problems)
+    rows, beyond = radii_that_matter(rows, fmt == "table" and radii is None)
     rows = selection.mark_attested(rows, results)
     _print_model_table(rows, fmt, exp.name, wide, digits)
+    beyond_note(beyond)
     model_interval_note(rows)
     partial_note(rows)
     print_settings(frame)
@@ -209,11 +221,11 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
 
 def _model_table_priority(headers: list[str]) -> list[str]:
     """The columns to keep first when the table is too wide: what tells the models apart and
-    how they do, a couple of radii (each with its interval) before the other hyperparameters,
-    then the other radii."""
+    how they do, the radii, then the other hyperparameters, then each radius's interval."""
     radii = [h for h in headers if h.startswith("r=")]
+    points = [h for h in radii if not h.endswith(CI_HEADER)]
     keys = [h for h in headers if h not in (*radii, "points", "max r")]
-    order = ["trial_id", "status", "strategy", "method", "σ", "ACR", *radii[:4], *keys, *radii]
+    order = ["trial_id", "status", "strategy", "method", "σ", "ACR", *points, *keys, *radii]
     order += ["points", "max r"]
     return list(dict.fromkeys(order))
 

@@ -1,8 +1,9 @@
 """How the terminal and markdown show the uncertainty over the test points
 (`sweeper.results.envelope_uncertainty`): in the envelope the winner's interval in one column,
 ≈ after a winner its runner-up is not told apart from; in the per-model table each radius's
-interval in a column after it (`r=0.25 95% CI`); and one line on stderr saying what they
-mean."""
+interval in a column after it (`r=0.25 95% CI`), on the terminal without the radii past the
+last one a model certifies a point at (`radii_that_matter`); and one line on stderr saying
+what they mean."""
 
 from __future__ import annotations
 
@@ -74,3 +75,17 @@ def model_interval_note(rows) -> None:
         f"radius over {size} test points (csv/json: r=..._ci_low, r=..._ci_high)",
         err=True,
     )
+
+
+def radii_that_matter(rows, trim: bool = True):
+    """(the per-model rows without the radii, and their intervals, past the last radius at
+    which some model certifies a point (or a pruned one is bounded above 0), those radii);
+    as they are unless `trim`."""
+    import pandas as pd
+
+    if not trim:
+        return rows, []
+    radii = [str(c) for c in rows.columns if str(c).startswith("r=") and "_ci_" not in str(c)]
+    some = [c for c in radii if (pd.to_numeric(rows[c], errors="coerce") > 0).any()]
+    gone = radii[radii.index(some[-1]) + 1 :] if some else radii[1:]
+    return rows.drop(columns=[c for c in rows.columns if str(c).split("_ci_")[0] in gone]), gone
