@@ -226,7 +226,8 @@ class StageRunner:
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
         self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
         self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
-        self.done, self.planned = 0, {}  # planned: (trial, stage, setting) -> its shards
+        self.done = 0
+        self.planned: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
 
     @property
     def total(self) -> int:
