@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 
@@ -71,5 +73,7 @@ def test_a_group_whose_every_model_was_pruned_is_shown_uncovered(monkeypatch):
         [0.5, 0.25, 0.0, False],
         [0.5, 0.5, 0.0, False],
     ]
-    assert "0.5,0.25,0.0," in render(no_winner(out), "csv")
+    shown = pd.read_csv(io.StringIO(render(no_winner(out), "csv")))
+    assert shown["covered"].tolist() == [True, True, False, False]  # kept where nobody wins
+    assert shown["trial_id"].isna().tolist() == [False, False, True, True]
     assert texts(out).loc[2, "trial_id"] == "-"  # no winner named
