@@ -244,29 +244,6 @@ def _covered_numbers_are_fulls(exp: Experiment, statuses: dict[str, str]) -> Non
     uncovered = int((~shown["covered"]).sum())
     assert len([line for line in winners.splitlines() if "| ≥" in line]) == uncovered > 0
     assert wide.count("| ≥") == uncovered  # the same numbers in the wide table's row
-    # the plot: a curve is solid only where it is full's, per group and over all
-    mine, theirs = ours.read().frame, full.read().frame
-    cover = plot_cover(exp, mine, {"strategy": "envelope"}, "epochs")
-    drawn = envelope_figure(mine, "epochs", radii=[1.5], cover=cover)
-    exact = envelope_figure(theirs, "epochs", radii=[1.5])
-    assert plot_cover(exp, theirs, {"strategy": "full"}, "epochs") is None
-    dotted = 0
-    for c, e in zip(drawn.curves, exact.curves, strict=True):
-        assert c.label == e.label and c.covered is not None
-        assert np.allclose(c.accuracy[c.covered], e.accuracy[c.covered]), c.label
-        dotted += int((~c.covered).sum())
-    assert dotted  # some of it is outside the guarantee, drawn dotted
-    lines = draw_figure(drawn).axes[0].get_lines()
-    assert any(line.get_linestyle() == ":" for line in lines)
-    # the report: the winners' table marks exactly the uncovered numbers ≥
-    shown = ours.envelope(radii)
-    cover = plot_cover(exp, mine, {"strategy": "envelope"}, "method")
-    report = build_report(mine, radii, {"digits": 64}, ("png",), cover=cover)
-    text = next(f.data.decode() for f in report.files if f.name == "envelope.md")
-    wide, winners = text.split("## Upper envelope per ℓ2 radius and its winner")
-    uncovered = int((~shown["covered"]).sum())
-    assert len([line for line in winners.splitlines() if "| ≥" in line]) == uncovered > 0
-    assert wide.count("| ≥") == uncovered  # the same numbers in the wide table's row
 
 
 def _views_of_one_setting(exp: Experiment, full_id: str, envelope_id: str) -> None:
