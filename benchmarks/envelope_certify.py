@@ -41,6 +41,7 @@ import pandas as pd
 from sweeper.run import envelope_bounds as eb
 from sweeper.run.envelope_planner import (
     FULL,
+    PROBE,
     SELECT,
     FullRow,
     Ledger,
@@ -178,9 +179,12 @@ def run_step(ledger: Ledger, step: Step, truth: Truth, draws: Draws, pos: dict) 
     """Record what the step would compute from the simulated draws; its forward passes."""
     s, j = ledger.settings, truth.models.index(step.model)
     at = np.array([pos[i] for i in step.idx], np.int64)
-    if step.kind == FULL:
+    if step.kind in (PROBE, FULL):
         rows = [FullRow(step.model, int(truth.idx[p]), int(draws.nA[j, p])) for p in at]
-        ledger.record_full(step.model, rows, step.from_level)
+        if step.kind == PROBE:
+            ledger.record_probe(step.model, rows)
+        else:
+            ledger.record_full(step.model, rows, step.from_level)
         return len(at) * s.n
     votes = draws.pilot[step.stage - 1, j]
     drawn = np.zeros(len(truth.idx), bool)

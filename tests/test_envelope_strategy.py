@@ -20,12 +20,14 @@ from sweeper.run import envelope_bounds as eb
 from sweeper.run.envelope_planner import (
     FULL,
     PILOT,
+    PROBE,
     SELECT,
     SKIPPED,
     FullRow,
     Ledger,
     PilotRow,
     Settings,
+    ambiguous,
     could_win_from,
     decide,
     next_step,
@@ -130,7 +132,11 @@ def play(ledger, rates, cAHat=None, until=None, log=None):
             rate = rates[step.model]
             chat = m.labels if cAHat is None else cAHat[step.model]
             at = {int(i): p for p, i in enumerate(m.idx)}
-            if step.kind == FULL:
+            if step.kind == PROBE:
+                rows = [FullRow(step.model, i, int(rate[at[i]] * S.n)) for i in step.idx]
+                call = ("probe", step.model, rows)
+                ledger.record_probe(step.model, rows)
+            elif step.kind == FULL:
                 rows = [FullRow(step.model, i, int(rate[at[i]] * S.n)) for i in step.idx]
                 call = ("full", step.model, rows, step.from_level)
                 ledger.record_full(step.model, rows, step.from_level)
@@ -173,6 +179,8 @@ def replay(log):
             ledger.arrive(*call[1:])
         elif call[0] == "pilot":
             ledger.record_pilot(call[1], call[2], call[3])
+        elif call[0] == "probe":
+            ledger.record_probe(call[1], call[2])
         else:
             ledger.record_full(call[1], call[2], call[3])
     return ledger
@@ -406,3 +414,53 @@ def test_delta_split_over_the_models_declared_up_front_still_sums_to_delta():
     d = eb.point_delta(300, delta, len(S.pilots), 50, M)
     expected = eb.point_levels(votes, S.pilots[0], S.n, ledger.thresholds(0.5), d)
     assert np.array_equal(ledger.models["m"].upper, expected)
+
+
+def _probed_pair():
+    """A certified model "a" (every point at 0.999) and "m", alike on 90 points and at 0.5 on
+    10: its pilots' bounds let those 10 reach r = 0 (a tie with "a" there), its plug-in curve
+    does not; played until "m"'s next step is its probe."""
+    rates = {"a": np.full(100, 0.999), "m": np.r_[np.full(90, 0.999), np.full(10, 0.5)]}
+    ledger = sweep({"a": (0.25, rates["a"]), "m": (0.25, rates["m"])}, [])
+    while (steps := decide(ledger)) and steps[0].kind != PROBE:
+        play(ledger, rates, until=1)
+    return ledger, rates, steps
+
+
+def test_a_probe_of_the_ambiguous_points_prunes_with_exact_counts_and_no_delta():
+    """Ambiguous-first (issue 39 §2): once a surviving model's pilots are drawn and its plug-in
+    curve is below the envelope, CERTIFY's estimation draws are taken on the points whose
+    level is ambiguous at a contested radius only; their exact levels replace their bounds
+    (no δ spent: the bounds of the other points are untouched) and the model is pruned without
+    drawing the rest."""
+    ledger, rates, steps = _probed_pair()
+    m = ledger.models["m"]
+    assert ledger.status("a") == "certified" and m.stage == len(S.pilots)
+    assert [s.kind for s in steps] == [PROBE] and steps[0].idx == tuple(range(90, 100))
+    assert steps[0].draws == S.n and steps[0].stage == len(S.pilots) + 1
+    assert list(ambiguous(m, ledger.envelope(), 0).nonzero()[0]) == list(range(90, 100))
+    bounds = m.upper.copy()
+    assert bounds[90:].min() >= 1 and m.guess[90:].max() == 0  # counted at r = 0 by the bound
+    play(ledger, rates)
+    assert ledger.status("m") == "pruned" and m.certified is None
+    assert list(m.upper[90:]) == [0] * 10  # nA = n/2: not certified at r = 0
+    assert np.array_equal(m.upper[:90], bounds[:90])
+    assert list(m.probe[90:]) == [S.n // 2] * 10 and set(m.probe[:90]) == {SKIPPED}
+
+
+def test_after_a_probe_the_full_step_draws_only_the_rest_and_counts_the_probe():
+    """A probe that does not prune: the full certification draws the reachable points the
+    probe did not, and the model's curve counts both (the probe's counts are the very
+    estimation draws `full` takes)."""
+    ledger, _, steps = _probed_pair()
+    m = ledger.models["m"]
+    ledger.record_probe("m", [FullRow("m", i, S.n) for i in steps[0].idx])
+    assert list(m.upper[90:]) == list(m.guess[90:]) and m.upper[90:].min() > 1
+    step = next_step(m, ledger.envelope(), S)
+    assert step.kind == FULL and step.idx == tuple(range(90))
+    ledger.record_full("m", [FullRow("m", i, int(0.999 * S.n)) for i in step.idx], 0)
+    a, certified = ledger.models["a"].certified, m.certified
+    assert certified[0] == 100 and np.array_equal(certified, np.maximum(a, certified))
+    assert m.exact_from == 0
+    with pytest.raises(ValueError):
+        ledger.record_probe("m", [])  # once only

@@ -62,13 +62,15 @@ class Driver:
         runner.submit(cfg)
         return runner
 
-    def full_rows(self, cfg: TrialConfig, labels: dict[int, int]) -> tuple[Any, str]:
+    def full_rows(
+        self, cfg: TrialConfig, labels: dict[int, int], probed: dict[int, int]
+    ) -> tuple[Any, str]:
         """(the model's compacted certification rows, None if there are none (its FULL step
         failed: the engine recorded why) or they fail `full_refusal` with the data set's
-        `labels`; why they were refused)."""
+        `labels` and the counts the probe drew, `probed`; why they were refused)."""
         plan = len(self.shard_plan(cfg))
         path = self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
         if not fileio.exists(path):
             return None, ""
-        why = partial(full_refusal, labels=labels, n=self.spec.n)
+        why = partial(full_refusal, labels=labels, n=self.spec.n, probed=probed)
         return checked(path, why, "not counted", ("compact", cfg.trial_id, self.spec.cert_id, {}))

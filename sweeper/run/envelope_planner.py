@@ -42,7 +42,7 @@ import numpy as np
 
 from sweeper.run import envelope_bounds as eb
 
-SELECT, PILOT, FULL = "select", "pilot", "full"
+SELECT, PILOT, PROBE, FULL = "select", "pilot", "probe", "full"
 SKIPPED = -1  # FullRow.nA of a point the full certification did not draw
 
 
@@ -84,12 +84,12 @@ class FullRow:
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # SELECT, PILOT or FULL
+    kind: str  # SELECT, PILOT, PROBE or FULL
     model: str
-    stage: int  # the pilot stage it draws (SELECT: 1; FULL: len(pilots) + 1)
-    idx: tuple[int, ...]  # the points to draw (FULL: the others are recorded SKIPPED)
+    stage: int  # the pilot stage it draws (SELECT: 1; PROBE and FULL: len(pilots) + 1)
+    idx: tuple[int, ...]  # the points to draw (FULL: the others are probed or SKIPPED)
     draws: int  # per point: n0 + pilots[0], the stage's new pilot draws, or n
-    from_level: int = 0  # FULL/PILOT: t_min, the first grid radius the model could win at
+    from_level: int = 0  # PILOT/PROBE/FULL: t_min, the first grid radius the model could win at
 
 
 @dataclass
@@ -107,6 +107,7 @@ class Model:
     upper_curve: np.ndarray | None = None  # points per grid radius under `upper`
     plug_in: np.ndarray | None = None  # points per grid radius at the pilot's rates
     guess: np.ndarray | None = None  # per point: the level at the pilot's rate (plug-in)
+    probe: np.ndarray | None = None  # per point: nA of the probe's estimation draws, or SKIPPED
     certified: np.ndarray | None = None  # the full certification's curve (points per radius)
     from_level: int = 0
     exact_from: int = 0  # the first grid radius from which `certified` is `full`'s count
@@ -169,12 +170,33 @@ class Ledger:
         guess[m.cAHat != m.labels] = 0
         m.guess, m.plug_in = guess, eb.curve(guess, self.T)
 
+    def record_probe(self, model: str, rows: list[FullRow]) -> None:
+        """The probe's counts: CERTIFY's estimation draws (n per point, the very draws the
+        full certification takes) on the points asked. Each is the point's exact count, so
+        its level replaces the point's upper bound and its plug-in level (a fact, not a
+        bound: no δ is spent on it)."""
+        m = self.models[model]
+        if m.stage < len(self.settings.pilots) or m.probe is not None:
+            raise ValueError(f"{model}: probed before its last pilot stage, or twice")
+        assert m.cAHat is not None and m.upper is not None and m.guess is not None
+        nA = {r.idx: r.nA for r in rows}
+        m.probe = np.array([nA.get(i, SKIPPED) for i in m.idx.tolist()], np.int64)
+        probed = (m.probe != SKIPPED) & (m.cAHat == m.labels)
+        exact = eb.levels(m.probe[probed], self.thresholds(m.sigma))
+        m.upper[probed], m.guess[probed] = exact, exact
+        m.upper_curve, m.plug_in = eb.curve(m.upper, self.T), eb.curve(m.guess, self.T)
+
     def record_full(self, model: str, rows: list[FullRow], from_level: int) -> None:
+        """The full certification's counts (a probed point not among `rows` keeps the
+        probe's: the full step does not draw it again)."""
         m = self.models[model]
         if m.stage < len(self.settings.pilots) or m.cAHat is None:
             raise ValueError(f"{model}: certified before its last pilot stage")
         nA = dict((r.idx, r.nA) for r in rows)
-        counts = np.array([nA.get(i, SKIPPED) for i in m.idx.tolist()], np.int64)
+        probe = m.probe if m.probe is not None else np.full(len(m.idx), SKIPPED)
+        counts = np.array(
+            [nA.get(i, int(p)) for i, p in zip(m.idx.tolist(), probe, strict=True)], np.int64
+        )
         lv = eb.levels(counts, self.thresholds(m.sigma))
         lv[(counts == SKIPPED) | (m.cAHat != m.labels)] = 0
         m.certified, m.from_level = eb.curve(lv, self.T), from_level
@@ -222,19 +244,38 @@ def promise(m: Model, envelope: np.ndarray) -> tuple[int, int, int]:
 
 
 def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
-    """The live model's next step: its next pilot stage, or once every pilot is drawn its
-    full certification, in both cases only on the points that can reach t_min."""
-    assert m.upper is not None and m.upper_curve is not None
+    """The live model's next step, only on the points that can reach t_min: its next pilot
+    stage; once every pilot is drawn, the probe of its ambiguous points (`ambiguous`) if its
+    pilot's plug-in curve is below the envelope (it may yet be pruned); then its full
+    certification of the points the probe did not draw."""
+    assert m.upper is not None and m.upper_curve is not None and m.guess is not None
     t_min = could_win_from(m.upper_curve, envelope)
     reach = m.upper > t_min
     if m.stage < len(s.pilots):
         # a point whose bound is already at its pilot's level is resolved: more pilot draws
         # would hardly lower its bound, so they are spent on the others only
-        assert m.guess is not None
         points = tuple(m.idx[reach & (m.upper > m.guess)].tolist())
         draws = s.pilots[m.stage] - s.pilots[m.stage - 1]
         return Step(PILOT, m.name, m.stage + 1, points, draws, t_min)
-    return Step(FULL, m.name, m.stage + 1, tuple(m.idx[reach].tolist()), s.n, t_min)
+    if m.probe is None:
+        assert m.plug_in is not None
+        probe = ambiguous(m, envelope, t_min)
+        if could_win_from(m.plug_in, envelope) == len(envelope) and 0 < probe.sum() < reach.sum():
+            return Step(PROBE, m.name, m.stage + 1, tuple(m.idx[probe].tolist()), s.n, t_min)
+    todo = reach if m.probe is None else reach & (m.probe == SKIPPED)
+    return Step(FULL, m.name, m.stage + 1, tuple(m.idx[todo].tolist()), s.n, t_min)
+
+
+def ambiguous(m: Model, envelope: np.ndarray, t_min: int) -> np.ndarray:
+    """Per point, whether its level is ambiguous at a contested radius: a grid radius t ≥ t_min
+    where the upper curve reaches the envelope, which the point counts for under its upper
+    bound but not at its pilot's rate (guess ≤ t < upper). Their exact counts are what
+    could bring the upper curve below the envelope."""
+    assert m.upper is not None and m.upper_curve is not None and m.guess is not None
+    T = len(envelope)
+    contested = (m.upper_curve >= envelope) & (m.upper_curve > 0) & (np.arange(T) >= t_min)
+    before = np.concatenate([[0], np.cumsum(contested)])  # contested radii below each level
+    return before[m.upper] - before[np.minimum(m.guess, m.upper)] > 0
 
 
 def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1) -> list[Step]:
@@ -260,7 +301,7 @@ def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1
     live = [m for m in models if m.stage > 0 and m.certified is None and m.name not in busy]
     live = [m for m in live if not ledger.pruned(m, envelope)]
     hoped = _speculative(ledger, busy, envelope)
-    running = sum(kind in (PILOT, FULL) for kind in busy.values())  # not a failed model's
+    running = sum(kind in (PILOT, PROBE, FULL) for kind in busy.values())  # not a failed one
     for m in sorted(live, key=lambda m: promise(m, envelope)):
         if running >= slots:
             break

@@ -39,8 +39,9 @@ from sweeper.run import shards
 from sweeper.run.envelope_driver import Driver
 from sweeper.run.envelope_planner import (
     FULL,
-    PILOT,
+    PROBE,
     SELECT,
+    SKIPPED,
     Ledger,
     Settings,
     Step,
@@ -53,6 +54,7 @@ from sweeper.run.envelope_storage import (
     full_rows,
     pilot_refusal,
     pilot_rows,
+    probe_rows,
     record_verdicts,
 )
 from sweeper.run.outcome import Outcome
@@ -189,23 +191,24 @@ class EnvelopeCertifier:
     def _start(self, step: Step, points: tuple | None = None) -> None:
         self.busy[step.model] = step.kind
         if step.kind == FULL:
-            setting = EnvelopeFull(self.d.spec, self._full_points(step))
+            setting = EnvelopeFull(self.d.spec, self._full_points(step), self._probed(step.model))
             runner = self.d.start_full(self.configs[step.model], setting, self.retries)
             self.fulls[step.model] = (step, runner)
             if not self.fulls[step.model][1].pending:
                 self._end_full(step.model)
             return
-        assert points is not None or step.kind == PILOT  # `submit` gives a SELECT's points
+        assert points is not None or step.kind != SELECT  # `submit` gives a SELECT's points
         self._pilot(step, points)
 
     def _pilot(self, step: Step, points: tuple | None) -> None:
-        """A SELECT or PILOT step: its rows read back if on storage and they pass the checks
-        (a selection's once its labels are read), else its task (over a file refused)."""
-        chat = self._chat(step.model) if step.kind == PILOT else None
+        """A SELECT, PILOT or PROBE step (the probe: the pilot stage after the last, of CERTIFY's
+        estimation draws): its rows read back if on storage and they pass the checks (a
+        selection's once its labels are read), else its task (over a file refused)."""
+        chat = self._chat(step.model) if step.kind != SELECT else None
         if chat is not None:
             points = tuple((i, chat[i]) for i in step.idx)
-        draws = step.draws if step.kind == PILOT else self.ledger.settings.pilots[0]
-        piloted = step.kind == PILOT  # else the labels are known once a task has read them
+        draws = step.draws if step.kind != SELECT else self.ledger.settings.pilots[0]
+        piloted = step.kind != SELECT  # else the labels are known once a task has read them
         labels = self._model_labels(step.model) if piloted else self.labels.get(self._key(step))
         d = self.d
         stored = fileio.exists(d.exp.pilot_path(step.model, d.spec.cert_id, step.stage))
@@ -267,9 +270,14 @@ class EnvelopeCertifier:
         return dict(zip(m.idx.tolist(), m.labels.tolist(), strict=True))
 
     def _full_points(self, step: Step) -> tuple[tuple[int, int, bool], ...]:
-        """(idx, ĉ, drawn) of every point of the model: drawn if the step asks it."""
-        chat, drawn = self._chat(step.model), set(step.idx)
+        """(idx, ĉ, drawn) of every point of the model: drawn if the step asks it or the probe
+        drew it (its count is known: it costs nothing to report)."""
+        chat, drawn = self._chat(step.model), {*step.idx, *self._probed(step.model)}
         return tuple((i, c, i in drawn) for i, c in chat.items())
+
+    def _probed(self, model: str) -> tuple[int, ...]:
+        m = self.ledger.models[model]
+        return () if m.probe is None else tuple(m.idx[m.probe != SKIPPED].tolist())
 
     def _record_pilot(self, step: Step, table: pa.Table, labels: dict | None) -> None:
         """Record pilot rows: a task's (`labels` None: at a selection, the data set's labels
@@ -285,14 +293,24 @@ class EnvelopeCertifier:
             self.ledger.arrive(
                 step.model, number, float(sigma), step.idx, [labels[i] for i in step.idx]
             )
-        rows = pilot_rows(step.model, step.stage, table)
-        self.ledger.record_pilot(step.model, step.stage, rows)
+        if step.kind == PROBE:
+            self.ledger.record_probe(step.model, probe_rows(step.model, table))
+        else:
+            self.ledger.record_pilot(
+                step.model, step.stage, pilot_rows(step.model, step.stage, table)
+            )
         self.d.on_event(shards.Event("shard_done", step.model, "certify pilot"))
 
     def _end_full(self, model: str) -> None:
         step, runner = self.fulls.pop(model)
         runner.finish()
-        table, why = self.d.full_rows(self.configs[model], self._model_labels(model))
+        probe = self.ledger.models[model].probe
+        known = (
+            {}
+            if probe is None
+            else dict(zip(self._probed(model), probe[probe != SKIPPED].tolist(), strict=True))
+        )
+        table, why = self.d.full_rows(self.configs[model], self._model_labels(model), known)
         if table is None:  # the engine recorded why, or the rows were refused
             if why:
                 self.failure_log.add(model, "certify", why)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 
@@ -50,11 +51,14 @@ PILOT_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class EnvelopeFull:
     """The setting of a FULL step of one model: the spec (its cert_id names the files) and per
-    point (idx, ĉ, drawn): drawn points get n draws, the others are not estimated. A row's
-    label is the data set's, read where the point's input is (`full_shard`)."""
+    point (idx, ĉ, drawn): drawn points get n draws, the points `probed` take their counts
+    from the probe's file (the same estimation draws, drawn before), the others are not
+    estimated. A row's label is the data set's, read where the point's input is
+    (`full_shard`)."""
 
     spec: CertifySpec
     points: tuple[tuple[int, int, bool], ...]
+    probed: tuple[int, ...] = ()
 
     @property
     def setting_id(self) -> str:
@@ -162,7 +166,7 @@ def pilot_task(
         chat = torch.tensor([c for _, c in points], device=device)
     todo = (chat == labels) if stage == 1 else torch.ones_like(chat, dtype=torch.bool)
     mine = [i for i, t in zip(idx, todo.tolist(), strict=True) if t]
-    pilot = point_generators(seed, f"pilot-{stage}", mine, device)
+    pilot = point_generators(seed, stream_of(spec, stage), mine, device)
     votes = iter(_votes(smooth, settings, xs[todo], chat[todo], draws, pilot))
     drawn = todo.tolist()
     cols = {"idx": idx, "label": labels.tolist(), "cAHat": chat.tolist()}
@@ -172,6 +176,12 @@ def pilot_task(
     if replace or not fileio.exists(out):
         write_table(_signed_pilot(exp, trial_id, spec.cert_id, stage, idx, table), out)
     return table
+
+
+def stream_of(spec: CertifySpec, stage: int) -> str:
+    """The draws of pilot stage `stage`: a stream of its own, except the probe's (the stage
+    after the last pilot), which are CERTIFY's estimation draws, n per point."""
+    return "estimate" if stage > len(spec.pilot_stages) else f"pilot-{stage}"
 
 
 def _signed_pilot(exp: Experiment, trial_id: str, cert_id: str, stage: int, idx, table):
@@ -201,7 +211,8 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
     smooth, settings, dataset, device, cfg = _smooth(exp, shard.trial_id, setting.spec, cpus)
     here = set(shard.indices)  # (idx, the data set's label, ĉ, drawn) of the shard's points
     mine = [(i, int(dataset[i][1]), c, d) for i, c, d in setting.points if i in here]
-    drawn = [p for p in mine if p[3]]
+    probed = set(setting.probed) & here
+    drawn = [p for p in mine if p[3] and p[0] not in probed]
     t0 = time.perf_counter()
     xs = torch.stack([dataset[i][0] for i, *_ in drawn]).to(device) if drawn else torch.zeros(0)
     chat = torch.tensor([c for _, _, c, _ in drawn], dtype=torch.long, device=device)
@@ -209,10 +220,33 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
     estimate = point_generators(seed, "estimate", [p[0] for p in drawn], device)
     votes = _votes(smooth, settings, xs, chat, settings.n, estimate)
     nA = dict(zip([p[0] for p in drawn], votes, strict=True))
+    nA.update(probe_counts(exp, shard.trial_id, setting.spec, [p for p in mine if p[0] in probed]))
     per_point = (time.perf_counter() - t0) / max(1, len(drawn))
     rows = [_row(p, nA.get(p[0]), settings, per_point) for p in mine]
     cols = {k: [r[k] for r in rows] for k in COLUMNS}
     return _table(exp, shard, setting.spec, cfg, cols, device)
+
+
+def probe_counts(exp: Experiment, trial_id: str, spec: CertifySpec, points: list) -> dict:
+    """idx -> nA of `points` ((idx, the data set's label, ĉ, _)) from the model's probe file,
+    checked as the driver checks it (under a key its attestation first): a row per point with
+    its label and class and n draws; a file that fails raises (the shard fails, and the run
+    that decides the probe again draws it again)."""
+    if not points:
+        return {}
+    from sweeper.run.envelope_storage import checked, probe_refusal
+
+    stage = len(spec.pilot_stages) + 1
+    path = exp.pilot_path(trial_id, spec.cert_id, stage)
+    want = {i: (label, c) for i, label, c, _ in points}
+    why = partial(probe_refusal, points=want, n=spec.n)
+    table, problem = checked(
+        path, why, "the shard fails", ("pilot", trial_id, spec.cert_id, {"stage": stage})
+    )
+    if table is None:
+        raise RuntimeError(f"the probe's counts cannot be taken: {problem}")
+    rows = zip(*(table.column(c).to_pylist() for c in ("idx", "votes")), strict=True)
+    return {i: v for i, v in rows if i in want}
 
 
 COLUMNS = (

@@ -125,14 +125,42 @@ def pilot_refusal(
     return None
 
 
+def probe_refusal(table: pa.Table, points: Mapping[int, tuple[int, int]], n: int) -> str | None:
+    """Why a probe file cannot give the counts of `points` (idx -> (the data set's label, ĉ))
+    to a full step (None: it can): a row for each, with its label and class, n draws and at
+    most n votes."""
+    if not set(PILOT_SCHEMA.names) <= set(table.column_names):
+        return f"not pilot rows (columns {', '.join(table.column_names)})"
+    rows = zip(*(table.column(c).to_pylist() for c in PILOT_SCHEMA.names), strict=True)
+    found = {r[0]: r for r in rows}
+    for i, (label, c) in points.items():
+        if i not in found:
+            return f"no row of point {i}"
+        _, lab, cls, draws, votes = found[i]
+        if not _ints([lab, cls, draws, votes]) or (lab, cls) != (label, c):
+            return f"point {i}: label {lab} and class {cls}, not {label} and {c}"
+        if draws != n or not 0 <= votes <= n:
+            return f"point {i}: {votes} votes of {draws} draws (the probe draws n = {n})"
+    return None
+
+
+def probe_rows(model: str, table: pa.Table) -> list[FullRow]:
+    """The probe's counts (its rows' votes among n draws) as the full step's rows are."""
+    cols = [table.column(c).to_pylist() for c in ("idx", "draws", "votes")]
+    return [FullRow(model, i, v) for i, d, v in zip(*cols, strict=True) if d > 0]
+
+
 def pilot_rows(model: str, stage: int, table: pa.Table) -> list[PilotRow]:
     cols = [table.column(c).to_pylist() for c in ("idx", "cAHat", "draws", "votes")]
     return [PilotRow(model, stage, *row) for row in zip(*cols, strict=True)]
 
 
-def full_refusal(table: pa.Table, labels: Mapping[int, int], n: int) -> str | None:
+def full_refusal(
+    table: pa.Table, labels: Mapping[int, int], n: int, probed: Mapping[int, int] | None = None
+) -> str | None:
     """Why a FULL step's compacted rows read back cannot count (None: they can): each of the
-    model's points once, with the data set's label and a count of at most n votes (or none)."""
+    model's points once, with the data set's label and a count of at most n votes (or none),
+    the count the probe drew at each point it drew (`probed`: idx -> nA)."""
     idx, label = table.column("idx").to_pylist(), table.column("label").to_pylist()
     counts = table.column("count").to_pylist()
     if sorted(idx) != sorted(labels):
@@ -142,6 +170,8 @@ def full_refusal(table: pa.Table, labels: Mapping[int, int], n: int) -> str | No
             return f"point {i}: label {lab}, the data set's is {labels[i]}"
         if count is not None and not (_ints([count]) and 0 <= count <= n):
             return f"point {i}: count {count} of n = {n} draws"
+        if probed and i in probed and count != probed[i]:
+            return f"point {i}: count {count}, the probe drew {probed[i]}"
     return None
 
 
@@ -172,5 +202,7 @@ def record_verdicts(exp: Experiment, cert_id: str, ledger: Ledger) -> None:
             "exact_from": exact if m.certified is not None else None,
             "points": len(m.idx),
             "pilot_draws": 0 if m.draws is None else int(m.draws.sum()),
+            # points whose exact count the probe drew before the model was pruned or certified
+            "probed": 0 if m.probe is None else int((m.probe != SKIPPED).sum()),
         }
         write_record(exp, name, cert_id, record)
