@@ -18,7 +18,13 @@ those records, so a run resumed from the persisted rows decides the same. Steps:
    full certification (`FULL`), in both cases only on the points that can reach the smallest
    grid radius t_min at which the model could still win (U(t) ≥ E(t)); a later pilot stage
    also leaves out the points whose bound is already at their plug-in level (resolved: more
-   draws would hardly lower it). Which points a pilot draws changes no bound's validity.
+   draws would hardly lower it). Which points a pilot draws changes no bound's validity;
+4. ambiguous-first: a live model whose pilots are all drawn and whose plug-in curve is below E
+   at every radius (it may yet be pruned) first gets its probe (`PROBE`): CERTIFY's n
+   estimation draws on its ambiguous points only (`ambiguous`: counted at a contested radius
+   by their bound, not by their plug-in level). Their exact counts replace their bounds; the
+   model is pruned if its upper curve is now below E, else certified (`FULL`) on the
+   reachable points the probe did not draw, the probe's counts kept for the others.
 
 Soundness. Every counted certificate is an exact CERTIFY(n0, n, α) from fresh draws: the pilots
 never enter one. A skipped point counts as not certified (−1), which only lowers the model's
@@ -30,7 +36,10 @@ point hold with probability ≥ 1 − δ_j/(S·P) (`envelope_bounds.point_delta`
 pruned model, or a skipped point, would have changed the envelope at some radius is at most
 Σ_j δ_j ≤ δ, however many models arrive and whichever number each takes. Which points a pilot
 draws, and in which order models are piloted or certified, moves no bound: each is a
-function of that point's own draws and its δ share.
+function of that point's own draws and its δ share. A probe spends no δ: its counts are the
+very estimation draws `full` takes at those points (each point draws from its own streams), so
+a probed point's level is the one `full` finds, not a bound, and a model certified after a
+probe has the certificate `full` would give it on every point either step drew.
 """
 
 from __future__ import annotations
