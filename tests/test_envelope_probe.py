@@ -10,12 +10,12 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_envelope_run import trained  # noqa: F401  (the module's trained models)
 
 from sweeper.results.certify_rows import load_results
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.envelope_stage import EnvelopeFull, full_shard, pilot_task
-from test_envelope_run import trained  # noqa: F401  (the module's trained models)
 
 
 def test_a_probe_counts_what_full_counts_and_the_full_step_takes_them_checked(
