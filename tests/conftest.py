@@ -38,8 +38,10 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
     """Every test runs in its own tmp_path: a relative path the code under test makes up (a
     mutant that drops a URI's scheme or a directory, an unset storage) lands there, never in
     the checkout or in mutmut's mutants/ tree. Tests name the repository's files from
-    `Path(__file__)`, never from the working directory."""
+    `Path(__file__)`, never from the working directory. What reads remember outside the
+    storage (`$XDG_CACHE_HOME/sweeper`) is the test's own too, never the user's."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / ".user-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -296,3 +296,51 @@ def test_a_fifo_planted_as_the_cache_is_named_not_waited_on(tmp_path):
     os.mkfifo(path)
     with pytest.raises(ValueError, match="a FIFO, not a regular file"):
         _cache_records(str(path))
+
+
+# ------------------------------------------------------------------ what a warm read remembers
+def _validations(monkeypatch) -> list[int]:
+    """How many rows each `row_problems` of the reader checked."""
+    checked: list[int] = []
+    real = reader.row_problems
+
+    def counting(exp, stage, table, *args, **kwargs):
+        checked.append(table.num_rows)
+        return real(exp, stage, table, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "row_problems", counting)
+    return checked
+
+
+def test_a_warm_read_checks_no_row_again_until_an_input_of_the_checks_changes(
+    experiment, monkeypatch
+):
+    """issue 39 §5: the cache's rows, found valid with these very inputs, are not checked
+    again on the next read (`read_memo`); a trial's trial.json or the cache written again
+    (even with the same bytes: the kernel's ctime) means a full check, and a cache whose rows
+    were changed since is refused as before."""
+    checked = _validations(monkeypatch)
+    first = read_stage(experiment, CERTIFY_ROWS).table
+    assert checked and checked[0] > 0
+    again = read_stage(experiment, CERTIFY_ROWS).table
+    assert again.equals(first) and len(checked) == 1  # the cache's rows: not checked again
+    trial_json = Path(experiment.trial_dir(A.trial_id), "trial.json")
+    trial_json.write_bytes(trial_json.read_bytes())  # the same bytes, written again
+    assert read_stage(experiment, CERTIFY_ROWS).table.equals(first) and len(checked) == 2
+    assert read_stage(experiment, CERTIFY_ROWS).table.equals(first) and len(checked) == 2
+    cache = Path(experiment.cache_path("certify"))
+    table = pq.read_table(cache)
+    counts = table.column("count").to_pylist()
+    changed = pa.array(
+        [None if c is None else c - 1 for c in counts], table.schema.field("count").type
+    )
+    pq.write_table(table.set_column(table.column_names.index("count"), "count", changed), cache)
+    rows = read_stage(experiment, CERTIFY_ROWS)
+    assert any("not those it was written with" in p for p in rows.invalid), rows.invalid
+
+    # the files are read instead: their counts, not the changed cache's
+    def counts_of(table: pa.Table) -> set:
+        cols = ("trial_id", "cert_id", "idx", "count")
+        return set(zip(*(table.column(c).to_pylist() for c in cols), strict=True))
+
+    assert counts_of(rows.table) == counts_of(first)

@@ -19,6 +19,7 @@ never merged (`StageRows.invalid`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from sweeper.results.attestation_reads import check_files, reading_key
 from sweeper.results.attested_rows import ATTESTATION
 from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.file_checks import cache_problem, file_footer, one_compacted
+from sweeper.results.read_memo import ReadMemo, fingerprint, validation_key
 from sweeper.results.signed_cache import cache_statement, unattested_in, verified_cache
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
@@ -129,10 +131,14 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
         signed = _signed_rows(exp, stage, path, compacted, cols, (rows, covers), unattested)
         if signed is not None:
             return signed
-    covered, metadata = _unchanged(exp, compacted, covers)
+    memo = ReadMemo(exp.root)
+    covered, metadata = _unchanged(exp, compacted, covers, memo)
     if not covered:
+        memo.save()
         return empty, set(), [], {}
-    table, problems = _cached_rows(exp, stage, path, covered, cols, (rows, metadata, covers))
+    records = (rows, metadata, covers)
+    table, problems = _cached_rows(exp, stage, path, covered, cols, records, memo)
+    memo.save()
     if problems:
         return empty, set(), [f"{path}: {problems[0]}; reading the files instead"], {}
     return table, {f.path for f in covered}, [], {}
@@ -193,43 +199,97 @@ def _meta(path: str) -> dict:
     return pq.read_schema(local, filesystem=fs).metadata or {}
 
 
-def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict):
+def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict, memo: ReadMemo):
     """(the compacted files whose bytes are those the cache recorded, each one's Parquet
     metadata where an import record may be needed). The size first, so a file that
-    changed size is not read."""
-    covered, metadata = [], []
+    changed size is not read; a local file whose fingerprint this user hashed before is not
+    read again (`read_memo`), unless its import record is needed."""
+    covered: list[StageFile] = []
+    metadata: list[dict | None] = []
     for f in compacted:
-        record = covers.get(exp.relative(f.path))
+        relative = exp.relative(f.path)
+        record = covers.get(relative)
         if record is None or record[0] != f.size:
+            continue
+        imported = f.setting_id.startswith("imported-")
+        found = fingerprint(f.path)
+        if not imported and memo.digest(relative, found) == record[1]:
+            covered.append(f)
+            metadata.append(None)
             continue
         try:
             data = fileio.read_bytes(f.path)
         except OSError:
             continue
-        if file_digest(data) == record[1]:
+        digest = file_digest(data)
+        memo.remember(relative, found, digest)
+        if digest == record[1]:
             covered.append(f)
-            imported = f.setting_id.startswith("imported-")
             metadata.append(pq.read_schema(pa.BufferReader(data)).metadata if imported else None)
     return covered, metadata
 
 
-def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records):
+def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records, memo):
     """The cache's rows of the `covered` models: its columns' digests those it was written
-    with, then validated like files (one per model)."""
+    with, then validated like files (one per model); none of it again when this user found
+    these very rows valid with these very inputs (`read_memo.validation_key`)."""
     digests, metadata, covers = records
-    table, problem, frag = _cache_table(stage, path, covered, cols, (digests, covers))
+    before, key = fingerprint(path), _validation_key(exp, path, covered, covers, cols)
+    known = key is not None and memo.validated(key)
+    table, problem, frag = _cache_table(stage, path, covered, cols, (digests, covers), known)
     if table is None:
         return None, [problem]
+    if known and fingerprint(path) == before:  # the bytes read are those validated
+        return table, []
     table = table.append_column("__fragment_index", pa.array(frag))
+    if known and not _as_written(table, file_footer(path).schema.names, digests):  # type: ignore[union-attr]
+        return None, ["its rows are not those it was written with"]
     problems = row_problems(exp, stage, table, covered, identified=True, metadata=metadata)
+    if not problems and key is not None and fingerprint(path) == before:
+        memo.record_valid(key)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
 
 
-def _cache_table(stage: StageTable, path: str, covered: list[StageFile], cols, records):
+def _validation_key(exp: Experiment, path: str, covered, covers: dict, cols) -> str | None:
+    """The `read_memo` key of validating the cache at `path` for `covered` (None: not a
+    local cache): besides the cache and the files, what the row checks read, sweep.json and
+    each trial's directory and trial.json, by fingerprint."""
+    cache = fingerprint(path)
+    if cache is None:
+        return None
+    trials = sorted({f.trial_id for f in covered})
+    context = [
+        fingerprint(exp.sweep_json),
+        [
+            (
+                t,
+                _dir_print(exp.trial_dir(t)),
+                fingerprint(fileio.join(exp.trial_dir(t), "trial.json")),
+            )
+            for t in trials
+        ],
+    ]
+    files = [(exp.relative(f.path), covers[exp.relative(f.path)][1]) for f in covered]
+    return validation_key(cache, files, context, cols)
+
+
+def _dir_print(directory: str) -> list[int] | None:
+    """A directory's own lstat (a link put in its place is told apart), or None."""
+    try:
+        st = os.lstat(fileio.local_path(directory))
+    except OSError:
+        return None
+    return [st.st_mode, st.st_ino, st.st_dev, st.st_ctime_ns]
+
+
+def _cache_table(
+    stage: StageTable, path: str, covered: list[StageFile], cols, records, known: bool = False
+):
     """(the cache's rows of the `covered` models, its columns' digests those it was written
-    with; None if not, then why; each row's index in `covered`)."""
+    with (`known`: not compared here, the caller knows these bytes); None if not, then why;
+    each row's index in `covered`)."""
     digests, covers = records
     footer = file_footer(path)
     if problem := cache_problem(footer, stage.schema, stage.name, covers):
@@ -238,7 +298,7 @@ def _cache_table(stage: StageTable, path: str, covered: list[StageFile], cols, r
         table = scan([path], stage.schema, cols)
     except (OSError, pa.ArrowInvalid) as e:  # a damaged page
         return None, unreadable_reason(e), None
-    if not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
+    if not known and not _as_written(table, footer.schema.names, digests):  # type: ignore[union-attr]
         return None, "its rows are not those it was written with", None
     frag = _model_index(table, stage.setting_column, covered)
     if (frag < 0).any():  # rows of models no longer present (filtering copies every column)

@@ -26,26 +26,16 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
-from functools import partial
 
 import pyarrow as pa
 
 from sweeper.results.certify_rows import CERTIFY_ROWS, shard_table
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
+from sweeper.run.envelope_storage import PILOT_SCHEMA, probe_counts
 from sweeper.run.stage import Shard, Stage
 from trainables.kernel.catalog import NUM_CLASSES
 from trainables.kernel.stage_settings import CertifySpec
-
-PILOT_SCHEMA = pa.schema(
-    [
-        ("idx", pa.int64()),
-        ("label", pa.int64()),
-        ("cAHat", pa.int64()),  # the selected class (stage 1's n0 draws)
-        ("draws", pa.int64()),  # this stage's pilot draws (0: none)
-        ("votes", pa.int64()),  # of them, votes for cAHat
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -225,28 +215,6 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
     rows = [_row(p, nA.get(p[0]), settings, per_point) for p in mine]
     cols = {k: [r[k] for r in rows] for k in COLUMNS}
     return _table(exp, shard, setting.spec, cfg, cols, device)
-
-
-def probe_counts(exp: Experiment, trial_id: str, spec: CertifySpec, points: list) -> dict:
-    """idx -> nA of `points` ((idx, the data set's label, ĉ, _)) from the model's probe file,
-    checked as the driver checks it (under a key its attestation first): a row per point with
-    its label and class and n draws; a file that fails raises (the shard fails, and the run
-    that decides the probe again draws it again)."""
-    if not points:
-        return {}
-    from sweeper.run.envelope_storage import checked, probe_refusal
-
-    stage = len(spec.pilot_stages) + 1
-    path = exp.pilot_path(trial_id, spec.cert_id, stage)
-    want = {i: (label, c) for i, label, c, _ in points}
-    why = partial(probe_refusal, points=want, n=spec.n)
-    table, problem = checked(
-        path, why, "the shard fails", ("pilot", trial_id, spec.cert_id, {"stage": stage})
-    )
-    if table is None:
-        raise RuntimeError(f"the probe's counts cannot be taken: {problem}")
-    rows = zip(*(table.column(c).to_pylist() for c in ("idx", "votes")), strict=True)
-    return {i: v for i, v in rows if i in want}
 
 
 COLUMNS = (

@@ -2,13 +2,17 @@
 (issue 28; issue 38: nothing read back decides unchecked).
 
 - `Arrivals`: each model's arrival number (its δ share), `Experiment.arrivals_json`;
-- a pilot stage's rows (`envelope_stage.PILOT_SCHEMA`, `Experiment.pilot_path`): read back only
+- a pilot stage's rows (`PILOT_SCHEMA`, `Experiment.pilot_path`): read back only
   if they are the rows the step would draw (`pilot_refusal`): the points asked, in order, each
   with the data set's label (the driver's, from `envelope_stage.labels_task`, never from a
   file on storage), a class, the step's draws (stage 1: none where ĉ is not the label) and at
   most as many votes. Rows refused are named in a warning and drawn again; the planner's
   decisions are recomputed from the counts of the rows taken, never read from a record;
-- a FULL step's compacted rows: their counts, checked the same way (`full_refusal`);
+- the probe's rows (the pilot stage after the last, n estimation draws per point): read back
+  by the driver as a pilot stage's, and by a FULL step's shard for the counts it takes
+  (`probe_counts`, `probe_refusal`);
+- a FULL step's compacted rows: their counts, checked the same way (`full_refusal`), the
+  probed points' the probe's;
 - each model's verdict, bounds and curves, written at the end (`record_verdicts`,
   `results.envelope_records`): for people and views, never read back by the driver.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,10 +31,20 @@ from sweeper.results.attested_rows import attestation_problem
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_planner import SKIPPED, FullRow, Ledger, PilotRow
-from sweeper.run.envelope_stage import PILOT_SCHEMA
 from trainables.kernel import fileio
+from trainables.kernel.stage_settings import CertifySpec
 
 log = logging.getLogger(__name__)
+
+PILOT_SCHEMA = pa.schema(
+    [
+        ("idx", pa.int64()),
+        ("label", pa.int64()),
+        ("cAHat", pa.int64()),  # the selected class (stage 1's n0 draws)
+        ("draws", pa.int64()),  # this stage's pilot draws (0: none)
+        ("votes", pa.int64()),  # of them, votes for cAHat
+    ]
+)
 
 
 class Arrivals:
@@ -206,3 +221,23 @@ def record_verdicts(exp: Experiment, cert_id: str, ledger: Ledger) -> None:
             "probed": 0 if m.probe is None else int((m.probe != SKIPPED).sum()),
         }
         write_record(exp, name, cert_id, record)
+
+
+def probe_counts(exp: Experiment, trial_id: str, spec: CertifySpec, points: list) -> dict:
+    """idx -> nA of `points` ((idx, the data set's label, ĉ, _)) from the model's probe file,
+    checked as the driver checks it (under a key its attestation first): a row per point with
+    its label and class and n draws; a file that fails raises (the shard fails, and the run
+    that decides the probe again draws it again)."""
+    if not points:
+        return {}
+    stage = len(spec.pilot_stages) + 1
+    path = exp.pilot_path(trial_id, spec.cert_id, stage)
+    want = {i: (label, c) for i, label, c, _ in points}
+    why = partial(probe_refusal, points=want, n=spec.n)
+    table, problem = checked(
+        path, why, "the shard fails", ("pilot", trial_id, spec.cert_id, {"stage": stage})
+    )
+    if table is None:
+        raise RuntimeError(f"the probe's counts cannot be taken: {problem}")
+    rows = zip(*(table.column(c).to_pylist() for c in ("idx", "votes")), strict=True)
+    return {i: v for i, v in rows if i in want}
