@@ -417,16 +417,22 @@ def test_a_refresh_keeps_the_rows_the_cache_holds_and_adds_the_new_models(two_mo
     assert _points(result.table) == {B.trial_id: [0, 1, 2], C.trial_id: [0, 1, 2, 3]}
 
 
-def test_a_read_of_some_columns_has_those_and_what_validation_reads_from_cache_and_files(
+def test_a_read_of_some_columns_has_those_and_the_models_ids_from_cache_and_files(
     two_models,
 ):
+    """Validation reads more (`RADIUS_AND_CHECKED`), from the cache or the files, but a read
+    returns what it asked and each row's model and point; a warm read of the cache (its rows
+    found valid before: `read_memo`) reads only those."""
     exp = two_models
     refresh_cache(exp, CERTIFY_ROWS)
+    asked = ["radius", "trial_id", "cert_id", "idx"]
     cached = read_stage(exp, CERTIFY_ROWS, ["radius"])  # every model from the cache
-    assert cached.table.column_names == RADIUS_AND_CHECKED
+    assert cached.table.column_names == asked
+    assert read_stage(exp, CERTIFY_ROWS, ["radius"]).table.equals(cached.table)  # warm
     _model(exp, C, [0.4])  # and one from its file
     both = read_stage(exp, CERTIFY_ROWS, ["radius"])
-    assert both.table.column_names == RADIUS_AND_CHECKED and not both.invalid
+    assert both.table.column_names == asked and not both.invalid
+    assert set(RADIUS_AND_CHECKED) > set(asked)
     reached = [(0.3, 0.5), (0.2, 0.5), (0.1, 0.25), (0.2, 0.25), (0.3, 0.25), (0.4, 1.0)]
     expected = sorted(_reach(r, sigma) for r, sigma in reached)
     assert sorted(both.table.column("radius").to_pylist()) == expected
@@ -733,15 +739,27 @@ def test_read_tables_reads_through_the_buckets_filesystem(s3_endpoint):
 
 
 def test_load_results_of_some_columns_has_those_and_what_the_reading_needs(ddrs_experiment):
+    """With a legacy memory file to apply (its checks read them), the columns validation
+    reads too."""
     frame = load_results(ddrs_experiment, ["radius"]).frame
     assert list(frame.columns) == [
         "radius",
         "smoothing",
+        "predict",
+        "correct",
         "predict_raw",
         "radius_raw",
         "correct_raw",
         "memory_changed",
-        *RADIUS_AND_CHECKED[1:-8],
+        "experiment",
+        "trial_id",
+        "cert_id",
+        "idx",
+        "dataset",
+        "label",
+        "sigma_cert",
+        "n",
+        "alpha",
         "n0",
         "count",
         "p_lower",

@@ -56,6 +56,7 @@ CERT_COLUMNS = [
     ("memory_changed", pa.bool_()),
 ]
 RAW = ("predict_raw", "radius_raw", "correct_raw", "memory_changed")
+SOUND = ("predict", "radius", "correct")  # what the memory pass makes sound (apply_memory)
 MODEL_KEY = ["trial_id", "cert_id"]
 # Written by the DDRS memory pass before compaction existed, one file per data-dependent
 # model (certify/<trial_id>/<cert_id>/memory.parquet); read for models not compacted yet.
@@ -204,7 +205,7 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
 
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
-    wanted = None if columns is None else [*columns, "smoothing", *RAW]
+    wanted = None if columns is None else [*columns, "smoothing", *SOUND, *RAW]
     rows = read_stage(exp, CERTIFY_ROWS, wanted)
     frame = rows.table.to_pandas()
     frame["smoothing"] = frame["smoothing"].fillna("fixed")  # files written before DDRS

@@ -31,6 +31,7 @@ from functools import cache
 from pathlib import Path
 
 from sweeper.results.attestation_reads import user_cache
+from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 
 Fingerprint = tuple[int, int, int, int, int]
@@ -131,3 +132,35 @@ class ReadMemo:
             os.replace(tmp, self.path)
         except OSError:
             pass
+
+
+def cache_key(exp: Experiment, path: str, covered, covers: dict, cols) -> str | None:
+    """The `read_memo` key of validating the cache at `path` for `covered` (None: not a
+    local cache): besides the cache and the files, what the row checks read, sweep.json and
+    each trial's directory and trial.json, by fingerprint."""
+    cache = fingerprint(path)
+    if cache is None:
+        return None
+    trials = sorted({f.trial_id for f in covered})
+    context = [
+        fingerprint(exp.sweep_json),
+        [
+            (
+                t,
+                dir_print(exp.trial_dir(t)),
+                fingerprint(fileio.join(exp.trial_dir(t), "trial.json")),
+            )
+            for t in trials
+        ],
+    ]
+    files = [(exp.relative(f.path), covers[exp.relative(f.path)][1]) for f in covered]
+    return validation_key(cache, files, context, cols)
+
+
+def dir_print(directory: str) -> list[int] | None:
+    """A directory's own lstat (a link put in its place is told apart), or None."""
+    try:
+        st = os.lstat(fileio.local_path(directory))
+    except OSError:
+        return None
+    return [st.st_mode, st.st_ino, st.st_dev, st.st_ctime_ns]

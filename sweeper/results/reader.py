@@ -19,7 +19,6 @@ never merged (`StageRows.invalid`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -32,7 +31,7 @@ from sweeper.results.attestation_reads import check_files, reading_key
 from sweeper.results.attested_rows import ATTESTATION
 from sweeper.results.digests import column_digests, file_digest
 from sweeper.results.file_checks import cache_problem, file_footer, one_compacted
-from sweeper.results.read_memo import ReadMemo, fingerprint, validation_key
+from sweeper.results.read_memo import ReadMemo, cache_key, fingerprint
 from sweeper.results.signed_cache import cache_statement, unattested_in, verified_cache
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
@@ -73,12 +72,16 @@ def read_stage(exp: Experiment, stage: StageTable, columns: list[str] | None = N
     shards = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "shard"]
     memory = [f for m, fs in models.items() if m not in done for f in fs if f.kind == "memory"]
     cols = read_columns(stage, columns)
-    cached, covered, cache_invalid, vouched = _from_cache(exp, stage, compacted, cols)
+    # what is returned: the columns asked, not those only the checks read (a legacy memory
+    # file's checks read them later)
+    keep = cols if columns is None or memory else _asked(stage, columns)
+    cached, covered, cache_invalid, vouched = _from_cache(exp, stage, compacted, (cols, keep))
     rest = [f for f in compacted if f.path not in covered] + shards
     table, rest_invalid = read_valid(exp, stage, rest, cols)
     invalid += cache_invalid + rest_invalid
     bad = {p.partition(": ")[0] for p in invalid}
-    table = pa.concat_tables([cached, table]) if cached.num_rows else table
+    table = table.select(keep)
+    table = pa.concat_tables([cached.select(keep), table]) if cached.num_rows else table
     used = [f for f in compacted if f.path in covered] + [f for f in rest if f.path not in bad]
     valid_shards = [f for f in shards if f.path not in bad]
     paths = [f.path for f in used]
@@ -92,6 +95,10 @@ def read_columns(stage: StageTable, columns: list[str] | None) -> list[str]:
     return list(dict.fromkeys([*wanted, *base]))
 
 
+def _asked(stage: StageTable, columns: list[str]) -> list[str]:
+    return list(dict.fromkeys([*columns, "trial_id", stage.setting_column, "idx"]))
+
+
 def _missing(shards: list[StageFile]) -> dict[tuple[str, str], list[int]]:
     """Per unfinished model, the shard numbers absent from its `shard-k-of-K` sequence."""
     seen: dict[tuple[str, str], set[int]] = {}
@@ -103,13 +110,14 @@ def _missing(shards: list[StageFile]) -> dict[tuple[str, str], list[int]]:
 
 
 # ------------------------------------------------------------------------------ the cache
-def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], cols: list[str]):
+def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], columns):
     """(the cached rows of compacted files still present with the bytes they were cached
     with, their paths, problems, {path: attested} when a key verified the cache and what it
     records of the files' attestations: `signed_cache`). A cache that cannot be trusted is
-    named and ignored: the files are read."""
+    named and ignored: the files are read. `columns`: (those the checks read, those kept)."""
     path = exp.cache_path(stage.name)
-    empty = stage.schema.empty_table().select(cols)
+    cols, keep = columns
+    empty = stage.schema.empty_table().select(keep)
     if not compacted or not fileio.exists(path):
         return empty, set(), [], {}
     try:
@@ -137,7 +145,7 @@ def _from_cache(exp: Experiment, stage: StageTable, compacted: list[StageFile], 
         memo.save()
         return empty, set(), [], {}
     records = (rows, metadata, covers)
-    table, problems = _cached_rows(exp, stage, path, covered, cols, records, memo)
+    table, problems = _cached_rows(exp, stage, path, covered, (cols, keep), records, memo)
     memo.save()
     if problems:
         return empty, set(), [f"{path}: {problems[0]}; reading the files instead"], {}
@@ -229,59 +237,27 @@ def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict, memo: 
     return covered, metadata
 
 
-def _cached_rows(exp, stage, path: str, covered: list[StageFile], cols: list[str], records, memo):
+def _cached_rows(exp, stage, path: str, covered: list[StageFile], columns, records, memo):
     """The cache's rows of the `covered` models: its columns' digests those it was written
     with, then validated like files (one per model); none of it again when this user found
-    these very rows valid with these very inputs (`read_memo.validation_key`)."""
-    digests, metadata, covers = records
-    before, key = fingerprint(path), _validation_key(exp, path, covered, covers, cols)
+    these very rows valid with these very inputs (`read_memo.cache_key`): then only the
+    columns kept are read. `columns`: (those the checks read, those kept)."""
+    (cols, keep), (digests, metadata, covers) = columns, records
+    before, key = fingerprint(path), cache_key(exp, path, covered, covers, cols)
     known = key is not None and memo.validated(key)
-    table, problem, frag = _cache_table(stage, path, covered, cols, (digests, covers), known)
+    read = keep if known else cols
+    table, problem, frag = _cache_table(stage, path, covered, read, (digests, covers), known)
     if table is None:
         return None, [problem]
-    if known and fingerprint(path) == before:  # the bytes read are those validated
-        return table, []
+    if known:  # the bytes read must be those validated
+        return (table, []) if fingerprint(path) == before else (None, ["changed as it was read"])
     table = table.append_column("__fragment_index", pa.array(frag))
-    if known and not _as_written(table, file_footer(path).schema.names, digests):  # type: ignore[union-attr]
-        return None, ["its rows are not those it was written with"]
     problems = row_problems(exp, stage, table, covered, identified=True, metadata=metadata)
     if not problems and key is not None and fingerprint(path) == before:
         memo.record_valid(key)
     return table.drop_columns(["__fragment_index"]), [
         f"rows of {covered[i].trial_id}: {p}" for i, p in problems.items()
     ]
-
-
-def _validation_key(exp: Experiment, path: str, covered, covers: dict, cols) -> str | None:
-    """The `read_memo` key of validating the cache at `path` for `covered` (None: not a
-    local cache): besides the cache and the files, what the row checks read, sweep.json and
-    each trial's directory and trial.json, by fingerprint."""
-    cache = fingerprint(path)
-    if cache is None:
-        return None
-    trials = sorted({f.trial_id for f in covered})
-    context = [
-        fingerprint(exp.sweep_json),
-        [
-            (
-                t,
-                _dir_print(exp.trial_dir(t)),
-                fingerprint(fileio.join(exp.trial_dir(t), "trial.json")),
-            )
-            for t in trials
-        ],
-    ]
-    files = [(exp.relative(f.path), covers[exp.relative(f.path)][1]) for f in covered]
-    return validation_key(cache, files, context, cols)
-
-
-def _dir_print(directory: str) -> list[int] | None:
-    """A directory's own lstat (a link put in its place is told apart), or None."""
-    try:
-        st = os.lstat(fileio.local_path(directory))
-    except OSError:
-        return None
-    return [st.st_mode, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
 def _cache_table(
@@ -339,7 +315,7 @@ def refresh_cache(exp: Experiment, stage: StageTable) -> int:
     if not compacted:
         return 0
     cols = [f.name for f in stage.schema]
-    cached, covered, _, vouched = _from_cache(exp, stage, compacted, cols)
+    cached, covered, _, vouched = _from_cache(exp, stage, compacted, (cols, cols))
     new = [f for f in compacted if f.path not in covered]
     if not new:
         return len(covered)
