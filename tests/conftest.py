@@ -38,10 +38,14 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
     """Every test runs in its own tmp_path: a relative path the code under test makes up (a
     mutant that drops a URI's scheme or a directory, an unset storage) lands there, never in
     the checkout or in mutmut's mutants/ tree. Tests name the repository's files from
-    `Path(__file__)`, never from the working directory. What reads remember outside the
-    storage (`$XDG_CACHE_HOME/sweeper`) is the test's own too, never the user's."""
+    `Path(__file__)`, never from the working directory. What a warm read remembers
+    (`read_memo`, in this process) is the test's own too, never the user's; $XDG_CACHE_HOME
+    itself is left alone (matplotlib's font cache is there)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / ".user-cache"))
+    from sweeper.results import read_memo
+
+    own = tmp_path / ".user-cache" / "sweeper"
+    monkeypatch.setattr(read_memo, "user_cache", lambda *parts: own.joinpath(*parts))
 
 
 @pytest.fixture(scope="session")

@@ -14,22 +14,24 @@ those records, so a run resumed from the persisted rows decides the same. Steps:
    every radius is pruned (strictly: a tie could win on the tie rule; but a radius where U is 0
    is no win: the envelope's value there is 0 whoever reports it);
 3. of the live models, the most promising (largest plug-in gain over E, then largest upper
-   gain, then arrival) gets its next pilot stage (`PILOT`), or once all `pilots` are drawn its
-   full certification (`FULL`), in both cases only on the points that can reach the smallest
-   grid radius t_min at which the model could still win (U(t) ≥ E(t)); a later pilot stage
-   also leaves out the points whose bound is already at their plug-in level (resolved: more
-   draws would hardly lower it). Which points a pilot draws changes no bound's validity;
+   gain, then arrival) gets its next pilot stage (`PILOT`) only on the points that can reach
+   the smallest grid radius t_min at which the model could still win (U(t) ≥ E(t)), leaving
+   out the points whose bound is already at their plug-in level (resolved: more draws would
+   hardly lower it); which points a pilot draws changes no bound's validity. Once all
+   `pilots` are drawn, its full certification (`FULL`) draws every point that could count at
+   some grid radius (U > 0): a certified model's curve is `full`'s at every radius, so a tie
+   at a radius is broken on its true clean accuracy, as `full` breaks it;
 4. ambiguous-first: a live model whose pilots are all drawn and whose plug-in curve is below E
    at every radius (it may yet be pruned) first gets its probe (`PROBE`): CERTIFY's n
    estimation draws on its ambiguous points only (`ambiguous`: counted at a contested radius
    by their bound, not by their plug-in level). Their exact counts replace their bounds; the
    model is pruned if its upper curve is now below E, else certified (`FULL`) on the
-   reachable points the probe did not draw, the probe's counts kept for the others.
+   points the probe did not draw, the probe's counts kept for the others.
 
 Soundness. Every counted certificate is an exact CERTIFY(n0, n, α) from fresh draws: the pilots
-never enter one. A skipped point counts as not certified (−1), which only lowers the model's
-reported accuracy, and only below t_min where, whenever the bounds hold, the model is below E,
-so the envelope is unchanged. The bounds of model j (j-th to arrive) at each pilot stage and
+never enter one. A point a full certification skips has an upper level of 0 (it certifies no
+grid radius whenever the bounds hold); it counts as not certified (−1), which changes no
+count at a grid radius then. The bounds of model j (j-th to arrive) at each pilot stage and
 point hold with probability ≥ 1 − δ_j/(S·P) (`envelope_bounds.point_delta`; S = len(pilots)):
 δ_j = δ·6/(π² j²), or, when the run declares its M models up front (`Settings.declared`),
 0.9·δ/M for j ≤ M and 0.1·δ·6/(π² (j − M)²) after; by the union bound, the chance that a
@@ -253,10 +255,11 @@ def promise(m: Model, envelope: np.ndarray) -> tuple[int, int, int]:
 
 
 def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
-    """The live model's next step, only on the points that can reach t_min: its next pilot
-    stage; once every pilot is drawn, the probe of its ambiguous points (`ambiguous`) if its
+    """The live model's next step: its next pilot stage on the points that can reach t_min;
+    once every pilot is drawn, the probe of its ambiguous points (`ambiguous`) if its
     pilot's plug-in curve is below the envelope (it may yet be pruned); then its full
-    certification of the points the probe did not draw."""
+    certification of every point that could count at some grid radius, but those the probe
+    drew (module docstring, step 3)."""
     assert m.upper is not None and m.upper_curve is not None and m.guess is not None
     t_min = could_win_from(m.upper_curve, envelope)
     reach = m.upper > t_min
@@ -271,7 +274,7 @@ def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
         probe = ambiguous(m, envelope, t_min)
         if could_win_from(m.plug_in, envelope) == len(envelope) and 0 < probe.sum() < reach.sum():
             return Step(PROBE, m.name, m.stage + 1, tuple(m.idx[probe].tolist()), s.n, t_min)
-    todo = reach if m.probe is None else reach & (m.probe == SKIPPED)
+    todo = m.upper > 0 if m.probe is None else (m.upper > 0) & (m.probe == SKIPPED)
     return Step(FULL, m.name, m.stage + 1, tuple(m.idx[todo].tolist()), s.n, t_min)
 
 
