@@ -19,7 +19,6 @@ from sweeper.plan.search_spec import SEARCH_ONLY
 from sweeper.plan.spaces import parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec, SearchSpec
 from sweeper.run.launch_options import LaunchOptions
-from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.settings import (
     AtLeast,
     Between,

@@ -32,8 +32,8 @@ from sweeper.plan.spec import (
 )
 from sweeper.results.credentials import space_credentials_problems
 from trainables.kernel.ddrs_settings import DDRSSettings
-from trainables.kernel.final_points import final_value
 from trainables.kernel.errors import ProblemsError
+from trainables.kernel.final_points import final_value
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_KEYS = (

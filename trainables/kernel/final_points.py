@@ -107,7 +107,7 @@ def is_final(cert_id: str) -> bool:
     return FINAL_MARK in cert_id and final_of(cert_id) is not None
 
 
-def final_value(value: object) -> FinalPoints | None | str:
+def final_value(value: object) -> FinalPoints | str | None:
     """A space's `final:` as FinalPoints: null/false (no final step), true or "all" (every
     test point), a mapping of FinalPoints' keys; a string saying what is wrong otherwise."""
     if value is None or value is False:
