@@ -69,7 +69,7 @@ class FinalPoints:
     def describe(self) -> str:
         """The points in words (the views' `points` notes)."""
         end = "the end" if self.stop is None else f"{self.stop - 1}"
-        every = "every point" if self.skip == 1 else f"every {self.skip}th point"
+        every = "every point" if self.skip == 1 else f"every {self.skip}-th point"
         text = f"{every} of {self.start}–{end}"
         text += "" if self.max_points is None else f", at most {self.max_points}"
         return text + (", less the selection's" if self.disjoint else "")

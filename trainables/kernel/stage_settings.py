@@ -268,7 +268,8 @@ class FinalStep(CertifySpec):
     @property
     def selection_id(self) -> str:
         """The selection's cert_id without strategy tag: what the final cert_id begins with."""
-        return CertifySpec.cert_id.fget(self)  # type: ignore[attr-defined]
+        selection: str = CertifySpec.cert_id.fget(self)  # type: ignore[attr-defined]
+        return selection
 
     @property
     def cert_id(self) -> str:
@@ -353,3 +354,7 @@ class EmpiricalSetting:
     @property
     def setting_id(self) -> str:  # what the sharded-stage engine calls it
         return self.emp_id
+
+    def test_points(self, num_test: int) -> list[int]:
+        """Every `skip`-th test point, at most `max_points` (the certification's)."""
+        return list(range(0, num_test, self.skip))[: self.max_points]
