@@ -6,9 +6,11 @@ cert_id; a re-run computes nothing again; the dry run prices it. The digits smok
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -71,3 +73,19 @@ def test_certify_final_recertifies_the_candidates_on_the_report_points(copy):
     assert [f.stat().st_mtime_ns for f in files] == stamps  # nothing computed again
     dry = run_cli("certify", space, *args, *FINAL, "--dry-run")
     assert "final step left ≈ 0 core-hours for 0 models" in said(dry)
+
+    # The views: the selection's envelope with the final numbers beside it, the points named.
+    shown = run_cli("envelope", *args, "--radii", "0,0.25", "--format", "csv")
+    assert shown.exit_code == 0, shown.output
+    table = pd.read_csv(io.StringIO(shown.stdout))
+    assert (table["final_cert_id"] == final).all() and (table["final_points"] == 100).all()
+    assert (table["points"] == 30).all()  # the selection's: every 15th digit
+    for _, row in table.iterrows():
+        mine = rows[(rows["trial_id"] == row["trial_id"]) & (rows["cert_id"] == final)]
+        certified = mine["correct"].astype(bool) & (mine["radius"] >= row["radius"])
+        assert row["final_accuracy"] == pytest.approx(certified.mean())
+        assert row["final_best"] >= row["final_accuracy"]
+    per_model = run_cli("table", *args, "--radii", "0.25", "--format", "csv")
+    models = pd.read_csv(io.StringIO(per_model.stdout))
+    assert sorted(models["step"]) == ["final"] * len(expected) + ["selection"] * 3
+    assert "final step on every 2-th point of 0–199" in " ".join(shown.stderr.split())

@@ -160,3 +160,63 @@ def test_a_clear_winner_alone_is_re_certified():
 def test_the_selection_setting_is_kept_by_replace():
     spec = dataclasses.replace(CertifySpec(), final=FinalPoints(skip=2))
     assert spec.final_step is not None and spec.final_step.n == spec.n
+
+
+# ------------------------------------------------------------------ the numbers side by side
+def _rows(tid: str, cert_id: str, radii: list[float], start: int = 0, step: int = 1) -> list:
+    return [
+        {
+            "trial_id": tid,
+            "cert_id": cert_id,
+            "idx": start + step * i,
+            "correct": r > 0,
+            "radius": r,
+            "predict": 1 if r > 0 else -1,
+            "method": "gaussian",
+            "sigma": 0.25,
+        }
+        for i, r in enumerate(radii)
+    ]
+
+
+def test_final_rows_never_compete_and_their_numbers_stand_beside_the_winners():
+    """Selection (every 2nd of 0..19, 10 points): a certifies 8 at r = 0.5, b 7 (within a's
+    interval, beta.ppf(0.025, 8, 3) ≈ 0.44). Report points 0..19 (20): a 10, b 15; a final
+    model of c (not a candidate: not selected) certifies all 20 and must win nothing."""
+    from sweeper.results.envelope import envelope
+
+    final = f"{SELECTION}_final-skip-1-max-all"
+    rows = _rows("a", SELECTION, [1.0] * 8 + [0.0] * 2, step=2)
+    rows += _rows("b", SELECTION, [1.0] * 7 + [0.0] * 3, step=2)
+    rows += _rows("c", SELECTION, [0.0] * 10, step=2)
+    rows += _rows("a", final, [1.0] * 10 + [0.0] * 10)
+    rows += _rows("b", final, [1.0] * 15 + [0.0] * 5)
+    rows += _rows("c", final, [1.0] * 20)
+    table = envelope(pd.DataFrame(rows), [0.5, 2.0])
+    at = table.set_index("radius")
+    assert at.loc[0.5, "trial_id"] == "a" and at.loc[0.5, "certified_accuracy"] == 0.8
+    assert at.loc[0.5, "points"] == 10
+    assert at.loc[0.5, "final_accuracy"] == 0.5 and at.loc[0.5, "final_points"] == 20
+    assert at.loc[0.5, "final_cert_id"] == final
+    assert at.loc[0.5, "final_best"] == 0.75 and at.loc[0.5, "final_best_trial_id"] == "b"
+    assert at.loc[2.0, "certified_accuracy"] == 0.0 and at.loc[2.0, "final_accuracy"] == 0.0
+    assert pd.isna(at.loc[2.0, "final_best"])  # nobody wins at 2: no candidates
+    by = envelope(pd.DataFrame(rows), [0.5], by="sigma")
+    assert by["final_accuracy"].tolist() == [0.5] and "final_best" not in by
+
+
+def test_a_disjoint_final_step_leaves_the_selection_points_out():
+    from sweeper.results.envelope import envelope
+
+    final = f"{SELECTION}_final-skip-1-max-all-disjoint"
+    rows = _rows("a", SELECTION, [1.0] * 4, step=2)  # points 0, 2, 4, 6
+    rows += _rows("a", final, [1.0] * 4 + [0.0] * 4)  # points 0..7: 1, 3 certified, 5, 7 not
+    table = envelope(pd.DataFrame(rows), [0.5])
+    assert table["final_points"].tolist() == [4] and table["final_accuracy"].tolist() == [0.5]
+
+
+def test_without_final_rows_the_envelope_is_as_it_was():
+    from sweeper.results.envelope import envelope
+
+    table = envelope(pd.DataFrame(_rows("a", SELECTION, [1.0, 0.0])), [0.5])
+    assert not any(c.startswith("final") for c in table.columns)
