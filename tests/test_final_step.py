@@ -220,3 +220,52 @@ def test_without_final_rows_the_envelope_is_as_it_was():
 
     table = envelope(pd.DataFrame(_rows("a", SELECTION, [1.0, 0.0])), [0.5])
     assert not any(c.startswith("final") for c in table.columns)
+
+
+# ------------------------------------------------------------ the published logs, in miniature
+LOG_HEADER = "idx\tlabel\tpredict\tradius\tcorrect\ttime"
+MODELS = {  # SmoothAdv's layout: <attack>/<m>-multitrain/eps_<255ε>/cifar10/resnet110/noise_<σ>
+    "a": "PGD_10steps_multiNoiseSamples/4-multitrain/eps_255/cifar10/resnet110/noise_0.25/test",
+    "b": "PGD_2steps_multiNoiseSamples/8-multitrain/eps_255/cifar10/resnet110/noise_0.25/test",
+}
+
+
+def _log(path, idx: list[int], certified: int) -> None:
+    """A CERTIFY log of the reference code: the first `certified` points certified at 0.6,
+    the others abstained."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [LOG_HEADER] + [
+        f"{i}\t3\t3\t0.6\t1\t0:00:01" if k < certified else f"{i}\t3\t-1\t0.0\t0\t0:00:01"
+        for k, i in enumerate(idx)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_importing_selection_and_final_logs_gives_the_final_numbers(tmp_path):
+    """The protocol of `best_models/cifar10/ours` in miniature: every 20th point (10) selects,
+    every point (200) reports. a wins the selection (9 of 10 vs b's 8, within a's interval,
+    beta.ppf(0.025, 9, 2) ≈ 0.555); on the report points a certifies 120, b 150: the final
+    step says a's 0.6 and, of the two, b's 0.75. (The full logs: docs/guide/final-step.md.)"""
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    for name, certified, final in (("a", 9, 120), ("b", 8, 150)):
+        _log(tmp_path / "sel" / MODELS[name] / "sigma_0.25", list(range(0, 200, 20)), certified)
+        _log(tmp_path / "fin" / MODELS[name] / "sigma_0.25", list(range(200)), final)
+    where = ["--storage", str(tmp_path / "store"), "--experiment", "pub"]
+    runner = CliRunner()
+    for folder, sets in (("sel", []), ("fin", ["--set", "final=true"])):
+        done = runner.invoke(app, ["import", str(tmp_path / folder), *where, *sets])
+        assert done.exit_code == 0, done.output
+    shown = runner.invoke(app, ["envelope", *where, "--radii", "0.5", "--format", "csv"])
+    assert shown.exit_code == 0, shown.output
+    import io
+
+    row = pd.read_csv(io.StringIO(shown.stdout)).iloc[0]
+    assert (row["certified_accuracy"], row["points"]) == (0.9, 10)
+    assert (row["final_accuracy"], row["final_points"]) == (0.6, 200)
+    assert row["final_cert_id"] == "imported-sigma-0.25-n-100000-alpha-0.001_final-skip-1-max-all"
+    assert row["final_best"] == 0.75 and row["final_best_trial_id"] != row["trial_id"]
+    wrong = runner.invoke(app, ["import", str(tmp_path / "fin"), *where, "--set", "final=2"])
+    assert wrong.exit_code == 2 and "--set final: must be true or false (got 2)" in wrong.output
