@@ -2,11 +2,11 @@
 
 A key is a TrialConfig field or a certification setting (n0, n, alpha: default the papers'
 100, 100000, 0.001; sigma_cert: default the σ in the log's name, else the training σ); a value
-is a YAML scalar, and a word that reads as a number (1e-3) is that number. `final=true`: the
-logs are a final step's re-certifications on the report points (issue 40; their cert_id ends
-`_final-skip-1-max-all`, beside the selection's logs of the same models imported without it). The certification
+is a YAML scalar, and a word that reads as a number (1e-3) is that number. The certification
 settings are stored with the rows and bound their radii, so each is checked here: n0 and n
-integers >= 1, alpha in (0, 1), sigma_cert > 0.
+integers >= 1, alpha in (0, 1), sigma_cert > 0. `final=true`: the logs are a final step's
+re-certifications on the report points (issue 40; their cert_id ends `_final-skip-1-max-all`,
+beside the selection's logs of the same models imported without it).
 """
 
 from __future__ import annotations
