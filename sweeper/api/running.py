@@ -79,6 +79,8 @@ def run_grid(
     resources = resources_of(plan, options)
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
+    if plan.spec.certify.final is not None:
+        watchers.note(FINAL_LATER)
     if request.restarting and (moved := restart(plan.exp, watchers.holder)) is not None:
         watchers.note(f"previous experiment moved to {moved}")
     states = trial_states(plan.exp, plan.trials)
@@ -115,6 +117,10 @@ def _nothing_to_certify(plan: Plan, trials: list, watchers: Watchers) -> bool:
     return done
 
 
+FINAL_LATER = (
+    "certify.final: the final step needs every model's selection: once the sweep is trained, "
+    "`sweeper certify SPACE` certifies it (run grid certifies the selection only)"
+)
 ENVELOPE_SOUNDNESS = (
     "strategy envelope: every model on the envelope is certified with exact CERTIFY(n0, n, "
     "alpha); the chance that a pruned model would have won at some radius is at most "
