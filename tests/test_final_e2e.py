@@ -89,3 +89,34 @@ def test_certify_final_recertifies_the_candidates_on_the_report_points(copy):
     models = pd.read_csv(io.StringIO(per_model.stdout))
     assert sorted(models["step"]) == ["final"] * len(expected) + ["selection"] * 3
     assert "final step on every 2-th point of 0–199" in " ".join(shown.stderr.split())
+
+
+def test_the_final_step_picks_from_what_the_envelope_strategy_certified(copy):
+    """`--strategy envelope --final`: the selection under the envelope strategy (its own
+    cert_id), then the final step from its rows, under the final cert_id of the same n0, n, α
+    without the strategy's tag; status and envelope read both."""
+    from test_e2e import run_cli
+
+    space, exp = copy
+    args = ["--storage", exp.storage, "--experiment", exp.name, "--strategy", "envelope"]
+    result = run_cli("certify", space, *args, "--final", "--final-stop", "60")
+    assert result.exit_code == 0, result.output
+    rows = load_results(exp).frame
+    selection = [c for c in rows["cert_id"].unique() if "_envelope" in c]
+    assert len(selection) == 1
+    chosen = rows[rows["cert_id"] == selection[0]].reset_index(drop=True)
+    expected = to_recertify(final_candidates(chosen, list(DECISION_RADII)))
+    final = final_id(selection[0].split("_envelope")[0], FinalPoints(stop=60))
+    assert f"final step: {len(expected)} models to re-certify" in said(result)
+    finals = rows[rows["cert_id"] == final]
+    assert sorted(finals["trial_id"].unique()) == [t for t, _ in expected]
+    assert sorted(set(finals["idx"])) == list(range(60))
+    status = run_cli("status", "--storage", exp.storage, "--experiment", exp.name)
+    assert status.exit_code == 0, status.output
+    where = ["--storage", exp.storage, "--experiment", exp.name]
+    shown = run_cli(
+        "envelope", *where, "--only", "strategy=envelope", "--radii", "0", "--format", "csv"
+    )
+    assert shown.exit_code == 0, shown.output
+    table = pd.read_csv(io.StringIO(shown.stdout))
+    assert table["final_cert_id"].tolist() == [final] and table["final_points"].tolist() == [60]

@@ -65,9 +65,15 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
 
 
 def _of_strategy(frame: pd.DataFrame, strategy: str) -> pd.DataFrame:
-    """The rows certified under a setting of `strategy` (`--only strategy=envelope`)."""
+    """The rows certified under a setting of `strategy` (`--only strategy=envelope`), and the
+    final step's rows of those settings (issue 40: certified `full`, they report on them)."""
+    from sweeper.results.final_numbers import selection_base
+    from trainables.kernel.final_points import final_of
+
     settings = frame["cert_id"].unique()
-    keep = [c for c in settings if strategy_of(c) == strategy]
+    keep = [c for c in settings if strategy_of(c) == strategy and final_of(c) is None]
+    bases = {selection_base(c) for c in keep}
+    keep += [c for c in settings if (f := final_of(c)) is not None and f[0] in bases]
     if not keep and not frame.empty:
         there = sorted({strategy_of(c) for c in settings})
         raise ProblemsError(
