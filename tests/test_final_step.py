@@ -269,3 +269,16 @@ def test_importing_selection_and_final_logs_gives_the_final_numbers(tmp_path):
     assert row["final_best"] == 0.75 and row["final_best_trial_id"] != row["trial_id"]
     wrong = runner.invoke(app, ["import", str(tmp_path / "fin"), *where, "--set", "final=2"])
     assert wrong.exit_code == 2 and "--set final: must be true or false (got 2)" in wrong.output
+
+
+def test_python_overrides_take_final_as_a_space_says_it(tmp_path):
+    from sweeper.api.sweep import Sweep
+    from sweeper.plan.sweep_plan import PlanError
+
+    space = {"fixed": {"dataset": "digits", "method": "gaussian", "sigma": 0.25}, "grids": []}
+    sweep = Sweep(param_space={**space, "grids": [{"name": "g"}]}, storage=str(tmp_path))
+    plan = sweep.plan(overrides={"final": {"start": 5, "stop": 9}}).plan
+    assert plan.spec.certify.final == FinalPoints(start=5, stop=9)
+    with pytest.raises(PlanError) as e:
+        sweep.plan(overrides={"final": "some"})
+    assert "certify option: final must be all, true, false or a mapping" in str(e.value)

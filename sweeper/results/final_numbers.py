@@ -88,11 +88,12 @@ def with_final(
     out = table.assign(
         final_accuracy=[n[0] for n in numbers],
         final_points=[n[1] for n in numbers],
-        final_cert_id=[n[2] for n in numbers],
+        final_cert_id=pd.Series([n[2] for n in numbers], index=table.index, dtype=object),
     )
     if by is not None:
         return out
-    best, who = [], []
+    best: list[float] = []
+    who: list[str | None] = []
     candidates: dict[str, pd.DataFrame] = {}
     for t, c, r in zip(table["trial_id"], table["cert_id"], table["radius"], strict=True):
         if not isinstance(c, str):
@@ -109,4 +110,6 @@ def with_final(
         top = max(scored, key=lambda s: (s[0], s[1] == t), default=(np.nan, None))
         best.append(top[0])
         who.append(top[1])
-    return out.assign(final_best=best, final_best_trial_id=who)
+    return out.assign(
+        final_best=best, final_best_trial_id=pd.Series(who, index=table.index, dtype=object)
+    )
