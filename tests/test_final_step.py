@@ -183,7 +183,7 @@ def test_final_rows_never_compete_and_their_numbers_stand_beside_the_winners():
     """Selection (every 2nd of 0..19, 10 points): a certifies 8 at r = 0.5, b 7 (within a's
     interval, beta.ppf(0.025, 8, 3) ≈ 0.44). Report points 0..19 (20): a 10, b 15; a final
     model of c (not a candidate: not selected) certifies all 20 and must win nothing."""
-    from sweeper.results.envelope import envelope
+    from sweeper.results.final_numbers import envelope_with_final as envelope
 
     final = f"{SELECTION}_final-skip-1-max-all"
     rows = _rows("a", SELECTION, [1.0] * 8 + [0.0] * 2, step=2)
@@ -206,7 +206,7 @@ def test_final_rows_never_compete_and_their_numbers_stand_beside_the_winners():
 
 
 def test_a_disjoint_final_step_leaves_the_selection_points_out():
-    from sweeper.results.envelope import envelope
+    from sweeper.results.final_numbers import envelope_with_final as envelope
 
     final = f"{SELECTION}_final-skip-1-max-all-disjoint"
     rows = _rows("a", SELECTION, [1.0] * 4, step=2)  # points 0, 2, 4, 6
@@ -216,7 +216,7 @@ def test_a_disjoint_final_step_leaves_the_selection_points_out():
 
 
 def test_without_final_rows_the_envelope_is_as_it_was():
-    from sweeper.results.envelope import envelope
+    from sweeper.results.final_numbers import envelope_with_final as envelope
 
     table = envelope(pd.DataFrame(_rows("a", SELECTION, [1.0, 0.0])), [0.5])
     assert not any(c.startswith("final") for c in table.columns)

@@ -25,6 +25,7 @@ from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from sweeper.results.final_numbers import envelope_with_final
 from trainables.kernel.final_points import final_of
 from trainables.methods import REGISTRY
 
@@ -186,9 +187,9 @@ def envelope_summary(
     the envelope strategy's guarantee covers each number (`covered`; True without it)."""
     parts = []
     if frame["method"].nunique() > 1:
-        per = env.envelope(frame, radii, by="method")
+        per = envelope_with_final(frame, radii, by="method")
         parts.append(per.assign(group=per["method"].to_numpy()))
-    parts.append(env.envelope(frame, radii).assign(group=ALL))
+    parts.append(envelope_with_final(frame, radii).assign(group=ALL))
     for part in parts:
         part["covered"] = True
         if cover is None:

@@ -201,18 +201,9 @@ def _split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
 
 def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> pd.DataFrame:
     """Per radius (and per value of column `by`): the best certified accuracy and its model,
-    among the selection's models; with the final step's numbers beside them where the frame
-    holds final rows (`final_numbers.with_final`)."""
-    frame, finals = split_final(frame)
-    table = _envelope(frame, radii, by)
-    if finals is None:
-        return table
-    from sweeper.results.final_numbers import with_final
-
-    return with_final(table, frame, finals, by)
-
-
-def _envelope(frame: pd.DataFrame, radii: list[float], by: str | None) -> pd.DataFrame:
+    among the selection's models (a final step's rows never compete: `split_final`; the views
+    set its numbers beside: `final_numbers.envelope_with_final`)."""
+    frame = split_final(frame)[0]
     if frame.empty:
         raise EnvelopeError(
             "no certification results yet: run `sweeper run grid <space>` or "

@@ -73,6 +73,18 @@ class FinalRows:
         return float(np.mean(reach >= radius)), len(idx), final_id
 
 
+def envelope_with_final(
+    frame: pd.DataFrame, radii: list[float], by: str | None = None
+) -> pd.DataFrame:
+    """`envelope.envelope` of the selection rows of `frame`, with the final step's columns
+    where `frame` holds a final step's rows (what every view shows)."""
+    from sweeper.results.envelope import envelope, split_final
+
+    selection, finals = split_final(frame)
+    table = envelope(selection, radii, by)
+    return table if finals is None else with_final(table, selection, finals, by)
+
+
 def with_final(
     table: pd.DataFrame, selection: pd.DataFrame, finals: pd.DataFrame, by: str | None
 ) -> pd.DataFrame:
