@@ -106,18 +106,13 @@ def with_final(
         return out
     best: list[float] = []
     who: list[str | None] = []
-    candidates: dict[str, pd.DataFrame] = {}
-    for t, c, r in zip(table["trial_id"], table["cert_id"], table["radius"], strict=True):
-        if not isinstance(c, str):
-            best.append(np.nan)
-            who.append(None)
-            continue
-        if c not in candidates:
-            own = selection[selection["cert_id"] == c]
-            radii = sorted(set(table["radius"].tolist()))
-            candidates[c] = final_candidates(own.reset_index(drop=True), radii)
-        here = candidates[c][candidates[c]["radius"] == r]
-        scored = [(rows.accuracy(m, c, float(r))[0], m) for m in here["trial_id"]]
+    # The candidates of the envelope as shown: its winner's interval over every selection model
+    radii = sorted(set(table["radius"].tolist()))
+    candidates = final_candidates(selection.reset_index(drop=True), radii)
+    for t, r in zip(table["trial_id"], table["radius"], strict=True):
+        here = candidates[candidates["radius"] == r]
+        pairs = zip(here["trial_id"], here["cert_id"], strict=True)
+        scored = [(rows.accuracy(m, c, float(r))[0], m) for m, c in pairs]
         scored = [(a, m) for a, m in scored if not np.isnan(a)]
         top = max(scored, key=lambda s: (s[0], s[1] == t), default=(np.nan, None))
         best.append(top[0])
