@@ -93,6 +93,7 @@ from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import SETTINGS, record_settings, write_sweep
 from trainables.kernel import fileio
 from trainables.kernel.attestation import load_signing_key, sha256_file
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
 
@@ -239,7 +240,7 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     cert = {**PAPER_CERTIFY, **cert_sets}
     sigma_cert = _sigma_cert(cert.pop("sigma_cert", None), values.get("sigma_cert"), cfg.sigma)
     # The bound follows from exactly the σ_cert, n and α the rows are stored with.
-    cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
+    cert_id = CertId.imported_from(sigma_cert, cert["n"], cert["alpha"]).text
     limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
     constants = {"smoothing": "fixed", **cert}
     # A finished model's file, read through the experiment's cache like a compacted sweep model

@@ -14,7 +14,6 @@ Numbers are fractions (not %). A `PaperTable` holds raw values; rendering is in 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from trainables.kernel.cert_ids import CertId
 from trainables.methods import REGISTRY
 
 if TYPE_CHECKING:
@@ -332,7 +332,6 @@ def linf_table(summary: pd.DataFrame, dataset: str, dim: int) -> PaperTable:
 
 
 # ----------------------------------------------------------------- certification settings
-_CERT_ID = re.compile(r"_skip-(\d+)_max-(\w+?)(?:_|$)")
 
 
 def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
@@ -344,8 +343,10 @@ def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
     for cert_id, part in models.groupby("cert_id", sort=True):
         first = part.iloc[0]
         said = [f"n0 = {first['n0']:g}", f"n = {first['n']:g}", f"α = {first['alpha']:g}"]
-        if m := _CERT_ID.search(str(cert_id)):
-            said += [f"skip = {m[1]}", f"max_points = {m[2]}"]
+        setting = CertId.parse(str(cert_id))
+        if setting is not None and not setting.imported:
+            top = "all" if setting.max_points is None else setting.max_points
+            said += [f"skip = {setting.skip}", f"max_points = {top}"]
         if batch is not None:
             said.append(f"batch_size = {batch}")
         models_ = f"{len(part)} model{'s' * (len(part) != 1)}"

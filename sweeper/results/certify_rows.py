@@ -27,6 +27,7 @@ from sweeper.results.stage_table import StageTable
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, int_column, prediction_checks
 from trainables.kernel import fileio
+from trainables.kernel.cert_ids import IMPORTED_PREFIX
 from trainables.kernel.certificates import max_radius as max_radius  # its home; read from here too
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -133,7 +134,9 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     predict, radius = int_column(table, "predict"), float_column(table, "radius")
     # per row: elementwise is ~60x faster than finding the few distinct settings first
     largest = max_radius(*(float_column(table, c) for c in ("sigma_cert", "n", "alpha")))
-    imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
+    imported = pc.starts_with(table.column("cert_id"), IMPORTED_PREFIX).to_numpy(
+        zero_copy_only=False
+    )
     slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
     skipped = not_estimated(table)  # the envelope strategy's: radius null (provenance)
     return [

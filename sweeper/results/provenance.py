@@ -3,10 +3,9 @@
 A row's own n, α or σ cannot vouch for itself, so each check takes its truth from elsewhere:
 
 - the setting: the cert_id in the file's path (checked equal to the rows' by the reader)
-  names it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`,
-  run tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only
-  the canonical spelling names one (`setting_of` parses it and writes it back), and only a
-  setting the sweep declared counts (sweep.json: `sweep_file.declared`);
+  names it, read by `trainables.kernel.cert_ids.CertId.parse` (the module that spells it, for
+  the driver's settings and `sweeper import`'s). Only the canonical spelling names one, and
+  only a setting the sweep declared counts (sweep.json: `sweep_file.declared`);
 - the test points: the data set's test-split size (`trainables.kernel.catalog.STANDARD_TEST_SIZE`)
   and the grid the cert_id names (every skip-th point, at most max of them);
 - the trial: one sweep.json lists, with its `trials/<trial_id>/trial.json`, whose config
@@ -24,9 +23,6 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,55 +31,12 @@ from sweeper.results.storage import Experiment, StageFile
 from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.cert_ids import ENVELOPE_MARK, CertId
 from trainables.kernel.certificates import lower_confidence_bound, radius_of_bound
-from trainables.kernel.stage_settings import ENVELOPE_MARK
 
-OWN = re.compile(
-    r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
-    r"_skip-(?P<skip>\d+)_max-(?P<max>all|\d+)(?P<tags>(?:_prec-[a-z0-9]+)?(?:_cl)?(?:_compiled)?)"
-    r"(?P<env>_envelope(?:-delta-[^_]+?)?(?:-pilots-\d+(?:-\d+)*)?(?:-radii-[\d.]+(?:-[\d.]+)*)?)?"
-    r"(?:_ddrs-K(?P<K>\d+)-lr(?P<lr>.+?)-n(?P<samples>\d+)-min(?P<min>[^_]+))?"
-)
-IMPORTED = re.compile(r"imported-sigma-(?P<sigma>.+)-n-(?P<n>\d+)-alpha-(?P<alpha>.+)")
 ALPHA_RTOL = 5e-6  # a cert_id prints α and σ with 6 significant digits (`:g`)
 P_RTOL, RADIUS_ATOL = 1e-9, 1e-9  # recomputed with the same scipy functions: rounding only
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a cert_id names. `sigma` None: each model's training σ; `n0` None: imported (the
-    log does not say); `ddrs_min_sigma`: data-dependent σ_x per point, at least this."""
-
-    n: int
-    alpha: float
-    sigma: float | None
-    n0: int | None = None
-    skip: int = 1
-    max_points: float = np.inf
-    ddrs_min_sigma: float | None = None
-
-    @property
-    def imported(self) -> bool:
-        return self.n0 is None
-
-
-def setting_of(cert_id: str) -> Setting | None:
-    """The setting `cert_id` names, or None if it names none (not a spelling the driver or
-    the importer writes, or values no setting takes: n < 1, α outside (0, 1), σ ≤ 0, ...)."""
-    if m := IMPORTED.fullmatch(cert_id):
-        setting = Setting(int(m["n"]), _number(m["alpha"]), _number(m["sigma"]))
-        spelled = f"imported-sigma-{setting.sigma:g}-n-{setting.n}-alpha-{setting.alpha:g}"
-    elif m := OWN.fullmatch(cert_id):
-        sigma = None if m["sigma"] == "train" else _number(m["sigma"])
-        top = np.inf if m["max"] == "all" else int(m["max"])
-        lowest = None if m["K"] is None else _number(m["min"])
-        setting = Setting(
-            int(m["n"]), _number(m["alpha"]), sigma, int(m["n0"]), int(m["skip"]), top, lowest
-        )
-        spelled = _own_spelling(setting, m)
-    else:
-        return None
-    return setting if spelled == cert_id and _sane(setting) else None
+_ANY = CertId(1, 0.5, 1.0)  # stands in for a file whose cert_id names nothing (left out)
 
 
 def most_points(cert_id: str, dataset: str | None) -> int:
@@ -91,35 +44,11 @@ def most_points(cert_id: str, dataset: str | None) -> int:
     point of `dataset`'s test split, at most max (an imported setting: the whole split). A
     data set not known, or a cert_id naming no setting: the largest split, every point."""
     size = STANDARD_TEST_SIZE.get(dataset or "", max(STANDARD_TEST_SIZE.values()))
-    setting = setting_of(cert_id)
+    setting = CertId.parse(cert_id)
     if setting is None or setting.imported:
         return size
-    return int(min(-(-size // setting.skip), setting.max_points))
-
-
-def _own_spelling(s: Setting, m: re.Match) -> str:
-    """The cert_id `CertifySpec.cert_id` writes for what `m` parsed (numbers re-printed)."""
-    sigma = "train" if s.sigma is None else f"{s.sigma:g}"
-    top = "all" if s.max_points == np.inf else int(s.max_points)
-    text = f"sigma-{sigma}_n0-{s.n0}_n-{s.n}_alpha-{s.alpha:g}_skip-{s.skip}_max-{top}{m['tags']}"
-    text += m["env"] or ""  # the envelope strategy (issue 28): rows may be not estimated
-    if m["K"] is None:
-        return text
-    ddrs = f"K{int(m['K'])}-lr{_number(m['lr']):g}-n{int(m['samples'])}-min{s.ddrs_min_sigma:g}"
-    return f"{text}_ddrs-{ddrs}"
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
-
-
-def _sane(s: Setting) -> bool:
-    positive = [s.sigma if s.sigma is not None else 1.0, s.ddrs_min_sigma or 1.0]
-    counts = [s.n, s.n0 or 1, s.skip, s.max_points]
-    return 0 < s.alpha < 1 and all(np.isfinite(v) and v > 0 for v in positive) and min(counts) >= 1
+    top = size if setting.max_points is None else setting.max_points
+    return int(min(-(-size // setting.skip), top))
 
 
 # ------------------------------------------------------------------------------ the rows
@@ -137,7 +66,7 @@ def certified_checks(
     trial and their own counts (the module docstring); `frag` is each row's file in `files`,
     whose path names its trial and setting, `metadata` each file's (for import records)."""
     configs, no_trial = trial_configs(exp, files, metadata or [None] * len(files))
-    settings = [setting_of(f.setting_id) for f in files]
+    settings = [CertId.parse(f.setting_id) for f in files]
     unknown = {i: "its cert_id names no certification setting" for i, s in enumerate(settings)}
     sweep = declared(exp)
     undeclared = {
@@ -149,7 +78,7 @@ def certified_checks(
         *_file_checks(frag, undeclared),
     ]
     trial_sigma = [getattr(configs.get(f.trial_id), "sigma", np.nan) for f in files]
-    per = _per_row([s or Setting(1, 0.5, 1.0) for s in settings], trial_sigma, frag)
+    per = _per_row([s or _ANY for s in settings], trial_sigma, frag)
     return [
         *checks,
         *_identity_checks(table, [configs.get(f.trial_id) for f in files], frag),
@@ -169,7 +98,7 @@ def _file_checks(frag: np.ndarray, problems: dict[int, str]) -> list[Check]:
     ]
 
 
-def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray) -> dict:
+def _per_row(settings: list[CertId], trial_sigma: list[float], frag: np.ndarray) -> dict:
     """Each row's setting as arrays (from its file's): n, n0, α, σ (the trial's for
     `sigma-train`), skip, max, DDRS min σ (NaN: fixed σ), imported."""
 
@@ -184,10 +113,8 @@ def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray
             [t if s.sigma is None else s.sigma for s, t in zip(settings, trial_sigma, strict=True)]
         ),
         "skip": column([s.skip for s in settings]),
-        "max": column([s.max_points for s in settings]),
-        "ddrs": column(
-            [np.nan if s.ddrs_min_sigma is None else s.ddrs_min_sigma for s in settings]
-        ),
+        "max": column([np.inf if s.max_points is None else s.max_points for s in settings]),
+        "ddrs": column([np.nan if s.ddrs is None else s.ddrs.min_sigma for s in settings]),
         "imported": column([s.imported for s in settings]).astype(bool),
     }
 

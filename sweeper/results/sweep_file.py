@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainables.kernel import fileio
+from trainables.kernel.cert_ids import is_imported
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
@@ -115,7 +116,6 @@ def read_sweep(exp: Experiment) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------------ what it declares
 SETTINGS = "certify_settings"  # cert_ids the sweep's runs certified with (its space's too)
-IMPORTED = "imported-"  # how `sweeper import` spells its settings
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Declared:
 
     def setting_problem(self, cert_id: str) -> str | None:
         """Why rows certified under `cert_id` do not count (None: they may)."""
-        if self.imported and cert_id.startswith(IMPORTED):
+        if self.imported and is_imported(cert_id):
             return None
         if self.settings is None or cert_id in self.settings:
             return None

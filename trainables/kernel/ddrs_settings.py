@@ -136,7 +136,3 @@ class DDRSSettings:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 p.append(f"{name} must be a number > 0 (got {value!r})")
         return p
-
-    @property
-    def tag(self) -> str:
-        return f"ddrs-K{self.iterations}-lr{self.lr:g}-n{self.samples}-min{self.min_sigma:g}"
