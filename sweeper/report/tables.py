@@ -25,7 +25,7 @@ from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
 from trainables.kernel.cert_ids import CertId
-from trainables.methods import REGISTRY
+from trainables.methods import REGISTRY, method_label
 
 if TYPE_CHECKING:
     from sweeper.report.figures import Cover
@@ -68,15 +68,6 @@ def radius_column(r: float) -> str:
 
 def linf_column(k: float) -> str:
     return f"linf={k:g}/255"
-
-
-def method_label(method, attack=None) -> str:
-    """The method's name in the papers' tables (its row's `label`), SmoothAdv's with its attack."""
-    row = REGISTRY.get(method) if isinstance(method, str) else None
-    name = row.label if row else str(method)
-    if method == "smoothadv" and isinstance(attack, str):
-        return f"{name}-{attack.upper()}"
-    return name
 
 
 def distinguishing_columns(models: pd.DataFrame) -> list[str]:

@@ -383,3 +383,6 @@ def certify_envelope(
     certifier.finish()
     outcome.failures += certifier.failure_rows()
     return outcome, certifier.ledger
+
+
+Certifier = shards.StageRunner | EnvelopeCertifier  # what certifies models as they arrive

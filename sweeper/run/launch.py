@@ -51,9 +51,7 @@ from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.kernel.trial_status import read_status, write_status
 
 if TYPE_CHECKING:
-    from sweeper.run.envelope_run import EnvelopeCertifier
-
-    Certifier = StageRunner | EnvelopeCertifier  # what certifies models as they arrive
+    from sweeper.run.envelope_run import Certifier
 
 log = logging.getLogger(__name__)
 
