@@ -348,7 +348,6 @@ def write_import(report: ImportReport) -> ImportReport:
         metadata = {
             "certify_backend": f"imported from {m.source}",
             "normalization": "unknown (imported log)",
-            "config": m.cfg.to_dict(),
             "import_digest": m.digest,
         }
         table = shard_table(m.cfg, exp.name, m.cert_id, m.constants, m.columns(), metadata)

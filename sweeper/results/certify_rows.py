@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks, not_estimated
 from sweeper.results.reader import read_stage
-from sweeper.results.stage_table import StageTable
+from sweeper.results.stage_table import StageTable, trial_parts
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, int_column, prediction_checks
 from trainables.kernel import fileio
@@ -111,21 +111,24 @@ def shard_table(
     columns: dict[str, list],
     metadata: dict,
 ) -> pa.Table:
-    """A shard's rows: the trial's identity and the certification constants repeated per row."""
+    """A shard's rows: the trial's identity and the certification constants repeated per row;
+    `metadata` and the trial's config in the file's footer."""
     rows = len(columns["idx"])
+    identity, config = trial_parts(cfg)
     data: dict[str, list[typing.Any]] = {
         "trial_id": [cfg.trial_id] * rows,
         "experiment": [experiment] * rows,
         "cert_id": [cert_id] * rows,
     }
-    data.update({k: [v] * rows for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS})
+    data.update({k: [v] * rows for k, v in identity.items()})
     data.update({k: [v] * rows for k, v in constants.items()})
     data.update(columns)
     data.setdefault("smoothing", ["fixed"] * rows)
     for name in RAW:
         data.setdefault(name, [None] * rows)
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)
-    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    footer = {"config": config, **metadata}  # metadata may name another (tests plant one)
+    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in footer.items()}
     return table.replace_schema_metadata(meta)
 
 

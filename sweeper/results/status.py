@@ -38,7 +38,7 @@ from sweeper.results.shard_counts import (
     stage_shards,
 )
 from sweeper.results.storage import STAGES, Experiment, StageFile
-from sweeper.results.sweep_file import parse_sweep, sweep_bytes
+from sweeper.results.sweep_file import parse_sweep, sweep_bytes, sweep_trials
 from trainables.kernel import fileio
 from trainables.kernel.cert_ids import is_imported
 from trainables.kernel.config import TrialConfig
@@ -221,7 +221,7 @@ class StatusReader:
             units = (
                 ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
             )
-            configs = [TrialConfig.from_dict(d) for d in sweep["trials"]]
+            configs = sweep_trials(sweep)
             self.ids = [c.trial_id for c in configs]  # a hash of the config: computed once
             self.space = space.get("name")
             self._sweep = (key, configs, space.get("certify") or {}, units)
