@@ -9,7 +9,6 @@ The model is in train mode when a method is called; attacks switch to eval thems
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,14 +27,9 @@ if TYPE_CHECKING:  # annotations only: the config imports the method table (this
 
 def loss_of(method: Method) -> LossFunction:
     """A method's loss function, `trainables.methods.<module>.<function>` of its row (imports
-    its module, and torch)."""
-    return _loss(method.module, method.function)
-
-
-@functools.cache
-def _loss(module: str, function: str) -> LossFunction:
-    found = getattr(importlib.import_module(f"trainables.methods.{module}"), function)
-    return cast("LossFunction", found)
+    its module, and torch; looked up at each call, as the row's name says)."""
+    module = importlib.import_module(f"trainables.methods.{method.module}")
+    return cast("LossFunction", getattr(module, method.function))
 
 
 @dataclass(frozen=True)
