@@ -6,6 +6,7 @@ Tune's copy back, and every other `from_dict` reads a file."""
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import pickle
 from pathlib import Path
@@ -83,11 +84,16 @@ def test_tune_is_handed_a_dict_and_the_driver_keeps_the_config(trials):
         handed.of(SimpleNamespace(trial_id="never-suggested", config=config))
 
 
-def test_tunes_pickled_copy_of_the_names_holds_no_trials(trials):
+def test_tunes_copies_of_the_names_read_the_live_record(trials):
+    """Tune deep-copies its spec (the name creators among it) for each trial it makes, after
+    the searcher handed the trial over: the copy reads the live record. Its state on disk (a
+    pickle) holds no trials."""
     handed = TuneTrials({"fault": ""})
+    spec = copy.deepcopy({"trial_name_creator": handed.name})
     handed.hand("t", trials[0])
-    copy = pickle.loads(pickle.dumps(handed))
-    assert copy.configs == {} and copy.constants == {"fault": ""}
+    assert spec["trial_name_creator"](SimpleNamespace(trial_id="t")) == trials[0].trial_id
+    stored = pickle.loads(pickle.dumps(handed))
+    assert stored.configs == {} and stored.constants == {"fault": ""}
     assert handed.configs == {"t": trials[0]}
 
 

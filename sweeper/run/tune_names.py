@@ -43,9 +43,15 @@ class TuneTrials:
         cfg = self.of(trial)
         return f"{cfg.trial_id}_{readable(cfg)}"[:MAX_DIRNAME]
 
+    def __deepcopy__(self, memo: dict) -> TuneTrials:
+        # Tune deep-copies its experiment's spec, these names' creators among it, for each
+        # trial it makes (after the searcher has handed the trial over here): the copy must be
+        # this live record, not a snapshot of it.
+        return self
+
     def __getstate__(self) -> dict:
-        # Tune pickles its run's configuration (these names' creators among it); the trials
-        # stay in this process (resuming reads the storage, not Tune's state).
+        # Tune pickles its run's configuration into its state on disk; the trials stay in
+        # this process (resuming reads the storage, not Tune's state).
         return {"constants": self.constants, "configs": {}}
 
 
