@@ -19,6 +19,7 @@ Pure Python, as the rest of the kernel: the driver names and reads, the workers 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -134,12 +135,9 @@ class CertId:
     @classmethod
     def parse(cls, text: str) -> CertId | None:
         """The setting `text` names, or None if it names none: not a spelling `CertId.text`
-        writes, or values no setting takes (n < 1, α outside (0, 1), σ ≤ 0, ...)."""
-        try:
-            found = _imported(text) if is_imported(text) else _own(text)
-        except (ValueError, TypeError):
-            return None
-        return found if found is not None and found.text == text and found.sane() else None
+        writes, or values no setting takes (n < 1, α outside (0, 1), σ ≤ 0, ...). Cached: a
+        sweep has few settings, its reads name them once per file."""
+        return _parsed(text) if isinstance(text, str) else None
 
     def sane(self) -> bool:
         """Whether every value is one a setting takes."""
@@ -152,6 +150,15 @@ class CertId:
             and min(counts) >= 1
             and self.precision in PRECISIONS
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> CertId | None:
+    try:
+        found = _imported(text) if is_imported(text) else _own(text)
+    except (ValueError, TypeError):
+        return None
+    return found if found is not None and found.text == text and found.sane() else None
 
 
 def ddrs_tag(ddrs: DDRSSettings) -> str:
