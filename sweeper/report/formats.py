@@ -18,6 +18,8 @@ FRACTIONS = frozenset(
         "max_radius",
         "ci_low",
         "ci_high",
+        "final_accuracy",
+        "final_best",
     }
 )
 
@@ -48,4 +50,9 @@ COLUMN_LABELS = {
     "ci_high": "95% CP high",
     "runner_up": "runner-up",
     "paired_p": "p vs runner-up",
+    "final_accuracy": "final cert. acc",
+    "final_points": "final points",
+    "final_cert_id": "final cert_id",
+    "final_best": "final best",
+    "final_best_trial_id": "final best model",
 }

@@ -24,7 +24,9 @@ from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from sweeper.results.final_numbers import envelope_with_final
 from trainables.kernel.cert_ids import CertId
+from trainables.kernel.final_points import final_of
 from trainables.methods import REGISTRY, method_label
 
 if TYPE_CHECKING:
@@ -176,9 +178,9 @@ def envelope_summary(
     the envelope strategy's guarantee covers each number (`covered`; True without it)."""
     parts = []
     if frame["method"].nunique() > 1:
-        per = env.envelope(frame, radii, by="method")
+        per = envelope_with_final(frame, radii, by="method")
         parts.append(per.assign(group=per["method"].to_numpy()))
-    parts.append(env.envelope(frame, radii).assign(group=ALL))
+    parts.append(envelope_with_final(frame, radii).assign(group=ALL))
     for part in parts:
         part["covered"] = True
         if cover is None:
@@ -325,6 +327,18 @@ def linf_table(summary: pd.DataFrame, dataset: str, dim: int) -> PaperTable:
 # ----------------------------------------------------------------- certification settings
 
 
+def _points_said(cert_id: str) -> list[str]:
+    """Which test points a setting certified: the selection's skip and max_points, or the
+    final step's report points (`final_points`)."""
+    if (final := final_of(cert_id)) is not None:
+        return [f"final step on {final[1].describe()} (selection: {final[0]})"]
+    setting = CertId.parse(cert_id)
+    if setting is None or setting.imported:
+        return []
+    top = "all" if setting.max_points is None else setting.max_points
+    return [f"skip = {setting.skip}", f"max_points = {top}"]
+
+
 def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
     """One line per certification setting: n0, n, α, which test points (skip, at most how
     many), the batch size when known, how many models and points, and per training σ the
@@ -334,10 +348,7 @@ def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
     for cert_id, part in models.groupby("cert_id", sort=True):
         first = part.iloc[0]
         said = [f"n0 = {first['n0']:g}", f"n = {first['n']:g}", f"α = {first['alpha']:g}"]
-        setting = CertId.parse(str(cert_id))
-        if setting is not None and not setting.imported:
-            top = "all" if setting.max_points is None else setting.max_points
-            said += [f"skip = {setting.skip}", f"max_points = {top}"]
+        said += _points_said(str(cert_id))
         if batch is not None:
             said.append(f"batch_size = {batch}")
         models_ = f"{len(part)} model{'s' * (len(part) != 1)}"

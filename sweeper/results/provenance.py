@@ -23,6 +23,8 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,10 +35,47 @@ from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
 from trainables.kernel.cert_ids import ENVELOPE_MARK, CertId
 from trainables.kernel.certificates import lower_confidence_bound, radius_of_bound
+from trainables.kernel.final_points import final_of
 
 ALPHA_RTOL = 5e-6  # a cert_id prints α and σ with 6 significant digits (`:g`)
 P_RTOL, RADIUS_ATOL = 1e-9, 1e-9  # recomputed with the same scipy functions: rounding only
-_ANY = CertId(1, 0.5, 1.0)  # stands in for a file whose cert_id names nothing (left out)
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a cert_id names for the reads: its setting (`CertId`) and the test points its
+    rows are on: the setting's own (every skip-th, at most max), or a final step's report
+    points (`final_points.final_of`: every skip-th of [start, stop), at most max)."""
+
+    cert: CertId
+    skip: int
+    max_points: float = np.inf
+    start: int = 0
+    stop: float = np.inf
+
+    def __getattr__(self, name: str):  # n, alpha, sigma, n0, ddrs, imported: the setting's
+        if name == "cert":
+            raise AttributeError(name)
+        return getattr(self.cert, name)
+
+
+def setting_of(cert_id: str) -> Named | None:
+    """What `cert_id` names (`Named`), or None if it names no setting. A final step's is its
+    selection's setting (never a DDRS one) on the report points."""
+    if (final := final_of(cert_id)) is not None:
+        selection, points = CertId.parse(final[0]), final[1]
+        if selection is None or selection.ddrs is not None:
+            return None
+        top = np.inf if points.max_points is None else points.max_points
+        stop = np.inf if points.stop is None else points.stop
+        return Named(selection, points.skip, top, points.start, stop)
+    cert = CertId.parse(cert_id)
+    if cert is None:
+        return None
+    return Named(cert, cert.skip, np.inf if cert.max_points is None else cert.max_points)
+
+
+_ANY = Named(CertId(1, 0.5, 1.0), 1)  # stands in for a file whose cert_id names nothing
 
 
 def most_points(cert_id: str, dataset: str | None) -> int:
@@ -44,11 +83,11 @@ def most_points(cert_id: str, dataset: str | None) -> int:
     point of `dataset`'s test split, at most max (an imported setting: the whole split). A
     data set not known, or a cert_id naming no setting: the largest split, every point."""
     size = STANDARD_TEST_SIZE.get(dataset or "", max(STANDARD_TEST_SIZE.values()))
-    setting = CertId.parse(cert_id)
+    setting = setting_of(cert_id)
     if setting is None or setting.imported:
         return size
-    top = size if setting.max_points is None else setting.max_points
-    return int(min(-(-size // setting.skip), top))
+    span = max(0, int(min(size, setting.stop)) - setting.start)
+    return int(min(-(-span // setting.skip), setting.max_points))
 
 
 # ------------------------------------------------------------------------------ the rows
@@ -66,7 +105,7 @@ def certified_checks(
     trial and their own counts (the module docstring); `frag` is each row's file in `files`,
     whose path names its trial and setting, `metadata` each file's (for import records)."""
     configs, no_trial = trial_configs(exp, files, metadata or [None] * len(files))
-    settings = [CertId.parse(f.setting_id) for f in files]
+    settings = [setting_of(f.setting_id) for f in files]
     unknown = {i: "its cert_id names no certification setting" for i, s in enumerate(settings)}
     sweep = declared(exp)
     undeclared = {
@@ -98,7 +137,7 @@ def _file_checks(frag: np.ndarray, problems: dict[int, str]) -> list[Check]:
     ]
 
 
-def _per_row(settings: list[CertId], trial_sigma: list[float], frag: np.ndarray) -> dict:
+def _per_row(settings: list[Named], trial_sigma: list[float], frag: np.ndarray) -> dict:
     """Each row's setting as arrays (from its file's): n, n0, α, σ (the trial's for
     `sigma-train`), skip, max, DDRS min σ (NaN: fixed σ), imported."""
 
@@ -113,7 +152,9 @@ def _per_row(settings: list[CertId], trial_sigma: list[float], frag: np.ndarray)
             [t if s.sigma is None else s.sigma for s, t in zip(settings, trial_sigma, strict=True)]
         ),
         "skip": column([s.skip for s in settings]),
-        "max": column([np.inf if s.max_points is None else s.max_points for s in settings]),
+        "max": column([s.max_points for s in settings]),
+        "start": column([s.start for s in settings]),
+        "stop": column([s.stop for s in settings]),
         "ddrs": column([np.nan if s.ddrs is None else s.ddrs.min_sigma for s in settings]),
         "imported": column([s.imported for s in settings]).astype(bool),
     }
@@ -133,8 +174,10 @@ def _point_checks(table: pa.Table, per: dict) -> list[Check]:
     names = list(STANDARD_TEST_SIZE)
     where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
     size = np.array([*STANDARD_TEST_SIZE.values(), 0])[where.to_numpy(zero_copy_only=False)]
-    skip = np.maximum(per["skip"], 1)
-    off = ~per["imported"] & ((idx % skip != 0) | (idx // skip >= per["max"]))
+    skip, start = np.maximum(per["skip"], 1), per["start"]
+    step = (idx - start) % skip != 0
+    outside = (idx < start) | (idx >= per["stop"]) | ((idx - start) // skip >= per["max"])
+    off = ~per["imported"] & (step | outside)
     return [
         (idx >= size, "a test point outside the data set's test split"),
         (off, "a test point off the grid its cert_id names (every skip-th, at most max)"),
@@ -155,7 +198,7 @@ def _gap_checks(
     models = {m: k for k, m in enumerate(seen)}
     model = np.array([models[f.model] for f in files] + [0])[frag]
     last = np.full(len(models), -1)
-    np.maximum.at(last, model, _ints(table, "idx") // np.maximum(per["skip"], 1))
+    np.maximum.at(last, model, (_ints(table, "idx") - per["start"]) // np.maximum(per["skip"], 1))
     gap = np.bincount(model, minlength=len(models)) < last + 1
     bad = gap[model] & np.array([*finished, False])[frag] & ~per["imported"]
     return [(bad, "a finished model with a gap in its grid (points missing before its last)")]
