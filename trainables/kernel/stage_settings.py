@@ -267,6 +267,11 @@ class FinalStep(CertifySpec):
     def cert_id(self) -> str:
         return final_id(self.selection_id, self.report)
 
+    @property
+    def draws_id(self) -> str:
+        """Its own draws (seeded by its cert_id): the report points certified afresh."""
+        return self.cert_id
+
     def test_points(self, num_test: int) -> list[int]:
         return self.report.indices(num_test)
 
