@@ -41,6 +41,7 @@ from sweeper.plan.spaces import load_space
 from sweeper.plan.throughput import SHIPPED
 from sweeper.results.storage import Experiment
 from sweeper.run.search_tune import EnvelopeSearcher, search_plan
+from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
 WITHIN = 0.02
@@ -126,7 +127,7 @@ def replay(
         exp = Experiment(tmp, "replay")
         Path(exp.root).mkdir(parents=True)
         curves = Revealed(truth, {t.trial_id for t in known})
-        searcher = EnvelopeSearcher(exp, plan, trials, list(known), curves, {})  # type: ignore[arg-type]
+        searcher = EnvelopeSearcher(exp, plan, trials, list(known), curves, TuneTrials({}))  # type: ignore[arg-type]
         order, phases = [], {}
         for k in range(2 * len(trials) + 2):
             if searcher.suggest(str(k)) == Searcher.FINISHED:

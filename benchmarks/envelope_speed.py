@@ -45,11 +45,12 @@ from sweeper.results.envelope import envelope, parse_radii
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from trainables.kernel.config import TrialConfig
+from trainables.kernel.stage_settings import CertifySpec
 
 RADII = "0:2.25:0.25"
 BIG = 2_000_000  # rows above which the naive baseline is timed once
 N, N0, ALPHA = 100_000, 100, 0.001
-CERT_ID = f"sigma-train_n0-{N0}_n-{N}_alpha-{ALPHA:g}_skip-20_max-500"
+CERT_ID = CertifySpec(n0=N0, n=N, alpha=ALPHA, skip=20, max_points=500).cert_id
 GRID: dict[str, list] = {
     "sigma": [0.12, 0.25, 0.5, 1.0],
     "epsilon": [0.25, 0.5, 1.0, 2.0],

@@ -10,6 +10,7 @@ from trainables.kernel.catalog import ARCHS, DATASETS, DEFAULT_ARCH
 from trainables.kernel.config import ADDED_FIELDS, ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError
 from trainables.methods import ATTACKS, DDRS_METHODS, METHOD_SETTINGS, METHODS, REGISTRY
+from trainables.methods.base import loss_of
 
 METHOD_FIELDS = {name: method.settings for name, method in REGISTRY.items()}
 
@@ -142,7 +143,9 @@ def test_method_table_rows_name_real_fields_attacks_and_losses():
         assert set(row.defaults) <= set(row.settings), name
         assert set(row.attacks) <= set(ATTACKS), name
         assert bool(row.attacks) == ("attack" in row.settings), name
-        assert callable(row.loss), name
+        assert set(row.attack_settings) <= set(row.attacks), name
+        assert {n for names in row.attack_settings.values() for n in names} <= set(row.settings)
+        assert callable(loss_of(row)), name
     assert DDRS_METHODS == ("gaussian", "smoothadv", "macer")
 
 
@@ -252,7 +255,9 @@ def test_warmup_schedule_defaults_to_the_reference_and_is_validated(method: str)
     assert cfg.warmup_schedule == "reference" and cfg.identity()["warmup_schedule"] == "reference"
     assert cfg.replace(warmup_schedule="paper").trial_id != cfg.trial_id
     problems = _problems(method=method, warmup_schedule="linear")
-    assert problems == ["unknown warmup_schedule 'linear' (valid: reference, paper)"]
+    assert problems == [
+        f"warmup_schedule must be reference or paper for method {method!r} (got linear)"
+    ]
 
 
 def test_smoothmix_one_step_adversary_with_one_step_is_refused():

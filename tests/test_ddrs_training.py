@@ -21,7 +21,7 @@ from trainables.kernel.ddrs_settings import DDRS_FIELDS, DDRSSettings
 from trainables.kernel.errors import ConfigError
 from trainables.kernel.stage_settings import CertifySpec
 from trainables.methods import METHODS, REGISTRY, gaussian, macer
-from trainables.methods.base import StepContext, draw_noise
+from trainables.methods.base import StepContext, draw_noise, loss_of
 from trainables.train import fit, make_loaders, train_epoch
 from trainables.train_state import build_state
 
@@ -536,7 +536,7 @@ def test_sigma_is_fixed_before_the_start_epoch_then_per_input(monkeypatch):
     inputs outside train_subset keep cfg.sigma."""
     cfg = ddrs_cfg()
     seen: list[tuple[int, object]] = []
-    gaussian_loss = REGISTRY["gaussian"].loss
+    gaussian_loss = loss_of(REGISTRY["gaussian"])
 
     def spy(model, x, y, ctx):
         seen.append((ctx.epoch, ctx.sigma))

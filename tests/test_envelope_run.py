@@ -25,7 +25,6 @@ from sweeper.report.figures import draw_figure
 from sweeper.report.render import envelope_figure
 from sweeper.results.certify_rows import load_results
 from sweeper.results.envelope_records import read_records
-from sweeper.results.provenance import setting_of
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import write_sweep
 from sweeper.run import envelope_bounds as eb
@@ -33,6 +32,7 @@ from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.envelope_run import RADII, certify_envelope
 from trainables.attestations import attest_training
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.trial_status import write_status
 from trainables.train import fit
 
@@ -82,7 +82,7 @@ def test_strategy_settings_and_cert_ids():
     assert CertifySpec(strategy="envelope", n=200, pilots=(300,)).problems()
     assert CertifySpec(strategy="envelope", ddrs={}).problems()  # type: ignore[arg-type]
     for spec in (env, other):
-        assert setting_of(spec.cert_id) is not None
+        assert CertId.parse(spec.cert_id) == spec.cert
 
 
 def test_envelope_settings_where_strategy_full_certifies_are_refused(tmp_path):

@@ -17,6 +17,7 @@ from sweeper.plan.spec import CertifySpec
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import SETTINGS, write_sweep
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.config import TrialConfig
 
 ENV = dataclasses.replace(CERT, strategy="envelope")
@@ -158,7 +159,6 @@ def test_delta_of_reads_the_cert_id():
 
 def test_the_decision_radii_are_a_setting_in_the_cert_id_only_off_the_default():
     from sweeper.results.envelope_records import delta_of
-    from sweeper.results.provenance import setting_of
     from sweeper.run.envelope_run import planner_settings
 
     spec = CertifySpec(strategy="envelope")
@@ -167,7 +167,7 @@ def test_the_decision_radii_are_a_setting_in_the_cert_id_only_off_the_default():
     assert same.cert_id == spec.cert_id
     mine = CertifySpec(strategy="envelope", delta=0.05, radii=[0, 0.5, 1])  # type: ignore[arg-type]
     assert mine.cert_id.endswith("_envelope-delta-0.05-radii-0-0.5-1") and mine.problems() == []
-    assert setting_of(mine.cert_id) is not None and delta_of(mine.cert_id) == 0.05
+    assert CertId.parse(mine.cert_id) == mine.cert and delta_of(mine.cert_id) == 0.05
     assert planner_settings(mine).radii == (0, 0.5, 1)
     assert CertifySpec(strategy="envelope", radii=(0.5, 0.25)).problems()
     assert CertifySpec().cert_id == "sigma-train_n0-100_n-100000_alpha-0.001_skip-20_max-500"

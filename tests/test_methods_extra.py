@@ -20,7 +20,7 @@ from torch import nn
 from trainables import train
 from trainables.kernel.config import TrialConfig
 from trainables.methods import REGISTRY, consistency, macer, smoothmix, stability
-from trainables.methods.base import StepContext
+from trainables.methods.base import StepContext, loss_of
 from trainables.models import build_model
 
 DT = torch.float64
@@ -128,7 +128,7 @@ def test_loss_is_finite_and_sends_finite_nonzero_gradients_to_every_parameter(me
     x = torch.rand(6, 1, 4, 4, generator=gen)
     y = torch.randint(0, 3, (6,), generator=gen)
     ctx = context(method, sigma=0.5, **METHOD_FIELDS[method])
-    out = REGISTRY[method].loss(model, x, y, ctx)
+    out = loss_of(REGISTRY[method])(model, x, y, ctx)
     assert out.loss.dim() == 0 and torch.isfinite(out.loss)
     assert len(out.logits) == len(out.targets)
     out.loss.backward()

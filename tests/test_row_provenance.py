@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results.certify_rows import CERTIFY_ROWS, MEMORY_SCHEMA, shard_table
-from sweeper.results.provenance import Setting, setting_of
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import write_sweep
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.ddrs_settings import DDRSSettings
 
@@ -211,11 +211,16 @@ def test_cert_ids_name_the_settings_their_spec_has_and_nothing_else():
         CertifySpec(n0=1, n=1, alpha=0.4, skip=7, compile=True, ddrs=DDRSSettings(lr=1e-5)),
     ]
     for spec in specs:
-        got = setting_of(spec.cert_id)
-        top = math.inf if spec.max_points is None else spec.max_points
-        lowest = None if spec.ddrs is None else spec.ddrs.min_sigma
-        assert got == Setting(spec.n, spec.alpha, spec.sigma, spec.n0, spec.skip, top, lowest)
-    assert setting_of("imported-sigma-0.25-n-100000-alpha-0.001") == Setting(100000, 0.001, 0.25)
+        got = CertId.parse(spec.cert_id)
+        assert got is not None and (got.n, got.alpha, got.sigma, got.n0) == (
+            spec.n,
+            spec.alpha,
+            spec.sigma,
+            spec.n0,
+        )
+        assert (got.skip, got.max_points, got.ddrs) == (spec.skip, spec.max_points, spec.ddrs)
+    imported = CertId.parse("imported-sigma-0.25-n-100000-alpha-0.001")
+    assert imported == CertId(100000, 0.001, 0.25) and imported.imported
     for wrong in [
         "sigma-train_n0-100_n-0_alpha-0.001_skip-20_max-500",  # n < 1
         "sigma-train_n0-100_n-100_alpha-1_skip-20_max-500",  # α = 1
@@ -224,7 +229,7 @@ def test_cert_ids_name_the_settings_their_spec_has_and_nothing_else():
         "imported-sigma-0.25-n-100-alpha-nan",
         "another",
     ]:
-        assert setting_of(wrong) is None, wrong
+        assert CertId.parse(wrong) is None, wrong
 
 
 # ------------------------------------------------------------------ the certificate

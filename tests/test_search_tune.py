@@ -15,6 +15,7 @@ from sweeper.plan.search_spec import SearchSpec
 from sweeper.results.search_records import account, read_search
 from sweeper.results.storage import Experiment
 from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
+from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
 
 
@@ -43,7 +44,7 @@ def make(tmp_path, trials, finished=(), spec=SEARCH, curves=None):
     todo = [t for t in trials if t.trial_id not in set(finished)]
     exp = Experiment(str(tmp_path), "e")
     Path(exp.root).mkdir(parents=True, exist_ok=True)
-    return EnvelopeSearcher(exp, plan, todo, done, curves, {"c": 1}), curves, exp
+    return EnvelopeSearcher(exp, plan, todo, done, curves, TuneTrials({"c": 1})), curves, exp
 
 
 def trained(searcher, curves, tune_id) -> None:

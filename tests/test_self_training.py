@@ -16,6 +16,7 @@ from trainables.datasets import DataError, load_dataset
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError
 from trainables.methods import REGISTRY
+from trainables.methods.base import loss_of
 from trainables.pseudo import PseudoStream, fingerprint, load_pseudo, pseudo_problems
 from trainables.train import fit, make_loaders, pseudo_metrics, train_epoch
 from trainables.train_state import build_state
@@ -78,7 +79,7 @@ def record_steps(monkeypatch, state, method: str) -> list[dict]:
     loss, the loss back-propagated (GradScaler.scale's argument) and the gradients."""
     steps: list[dict] = []
     row = REGISTRY[method]
-    real_loss = row.loss
+    real_loss = loss_of(row)
 
     def loss(model, x, y, ctx):
         out = real_loss(model, x, y, ctx)

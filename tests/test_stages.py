@@ -18,6 +18,7 @@ from sweeper.results.certify_rows import load_results
 from sweeper.results.storage import Experiment
 from sweeper.run.launch import StageSearcher, run_sweep
 from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.tune_names import TuneTrials
 from trainables.datasets import DataError, load_dataset
 from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.kernel.trial_status import read_status
@@ -72,7 +73,7 @@ def test_stage_declarations_are_validated(tmp_path):
 
 def test_searcher_releases_children_after_their_parent():
     trials = expand(load_space_text(SPACE))
-    searcher = StageSearcher(trials, set(), {"k": 1})
+    searcher = StageSearcher(trials, set(), TuneTrials({"k": 1}))
     first, second = searcher.suggest("t1"), searcher.suggest("t2")
     assert [first["trial"]["method"], second["trial"]["method"]] == ["gaussian"] * 2
     assert first["k"] == 1

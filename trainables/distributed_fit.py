@@ -17,13 +17,14 @@ from trainables.kernel.config import TrialConfig
 from trainables.train import fit
 
 
-def _worker(rank: int, world_size: int, port: int, cfg_dict: dict, kwargs: dict) -> None:
-    """Ranks 1..k−1: train alongside rank 0, writing nothing."""
+def _worker(rank: int, world_size: int, port: int, cfg: TrialConfig, kwargs: dict) -> None:
+    """Ranks 1..k−1: train alongside rank 0, writing nothing (`cfg` pickled as it is: the
+    spawned process gets the resolved config, no dict to read back)."""
     torch.set_num_threads(max(1, kwargs.pop("threads", 1)))
     init(rank, world_size, port)
     try:
         fit(
-            TrialConfig.from_dict(cfg_dict),
+            cfg,
             device=device_for(rank),
             rank=rank,
             world_size=world_size,
@@ -55,9 +56,7 @@ def fit_data_parallel(
     }
     ctx = mp.get_context("spawn")
     workers = [
-        ctx.Process(
-            target=_worker, args=(r, world_size, port, cfg.to_dict(), dict(shared)), daemon=True
-        )
+        ctx.Process(target=_worker, args=(r, world_size, port, cfg, dict(shared)), daemon=True)
         for r in range(1, world_size)
     ]
     for w in workers:

@@ -45,7 +45,7 @@ from trainables.ddrs import optimize_sigma
 from trainables.kernel import fileio
 from trainables.kernel.config import TrialConfig, required
 from trainables.methods import REGISTRY, Method
-from trainables.methods.base import StepContext, epoch_epsilon
+from trainables.methods.base import StepContext, epoch_epsilon, loss_of
 from trainables.models import transfer_weights
 from trainables.pipeline import Batches, split_indices, split_size
 from trainables.train_state import TrainState, build_state
@@ -115,7 +115,7 @@ def _step(
     """One optimizer step on a chunk, its loss multiplied by `scale` (self-training's η) for
     the backward pass: (summed unscaled loss, correct, samples)."""
     with runtime.autocast(state.precision, state.device):
-        out = method.loss(state.model, x, y, ctx)
+        out = loss_of(method)(state.model, x, y, ctx)
     state.optimizer.zero_grad(set_to_none=True)
     state.scaler.scale(out.loss if scale == 1.0 else out.loss * scale).backward()
     state.scaler.step(state.optimizer)

@@ -23,7 +23,7 @@ import numpy as np
 
 from sweeper.report.figures import Cover
 from sweeper.results.storage import Experiment
-from trainables.kernel.stage_settings import strategy_of
+from trainables.kernel.cert_ids import strategy_of
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from sweeper.plan.grid import only_value, parse_only, value_matches
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import read_sweep
+from trainables.kernel.cert_ids import ENVELOPE_MARK, strategy_of
 from trainables.kernel.errors import ProblemsError
-from trainables.kernel.stage_settings import ENVELOPE_MARK, strategy_of
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -93,6 +93,7 @@ from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import SETTINGS, record_settings, write_sweep
 from trainables.kernel import fileio
 from trainables.kernel.attestation import load_signing_key, sha256_file
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
 from trainables.kernel.final_points import FinalPoints, final_id
@@ -240,7 +241,7 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     cert = {**PAPER_CERTIFY, **cert_sets}
     sigma_cert = _sigma_cert(cert.pop("sigma_cert", None), values.get("sigma_cert"), cfg.sigma)
     # The bound follows from exactly the σ_cert, n and α the rows are stored with.
-    cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
+    cert_id = CertId.imported_from(sigma_cert, cert["n"], cert["alpha"]).text
     if cert.pop("final", False):  # a final step's log (`--set final=true`): its own cert_id
         cert_id = final_id(cert_id, FinalPoints())
     limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
@@ -350,7 +351,6 @@ def write_import(report: ImportReport) -> ImportReport:
         metadata = {
             "certify_backend": f"imported from {m.source}",
             "normalization": "unknown (imported log)",
-            "config": m.cfg.to_dict(),
             "import_digest": m.digest,
         }
         table = shard_table(m.cfg, exp.name, m.cert_id, m.constants, m.columns(), metadata)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_TAG_NAMES = {"cl": "channels_last", "compiled": "compiled"}  # cert_id segment -> setting
+from trainables.kernel.cert_ids import CertId
 
 
 def precision_problem(certify: Any, resources: Any) -> str | None:
@@ -23,7 +23,6 @@ def precision_problem(certify: Any, resources: Any) -> str | None:
 
 def run_settings(cert_id: str) -> str:
     """How the base classifier of a certification setting was run, from its cert_id: e.g.
-    "fp32" or "bf16, channels_last, compiled" (the inverse of `CertifySpec.run_tags`)."""
-    parts = cert_id.split("_")
-    precision = next((p[5:] for p in parts if p.startswith("prec-")), "fp32")
-    return ", ".join([precision] + [_TAG_NAMES[p] for p in parts if p in _TAG_NAMES])
+    "fp32" or "bf16, channels_last, compiled"; "unknown" for a cert_id naming no setting."""
+    setting = CertId.parse(cert_id)
+    return "unknown" if setting is None else setting.run_settings()

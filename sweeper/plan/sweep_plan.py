@@ -29,7 +29,7 @@ from sweeper.results.storage import (
     outside_problem,
     plain_name_problem,
 )
-from sweeper.results.sweep_file import read_sweep
+from sweeper.results.sweep_file import read_sweep, sweep_trials
 from trainables.kernel import fileio
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError, ProblemsError
@@ -260,7 +260,7 @@ def sweep_conflict(exp: Experiment, trials: list[TrialConfig], name: str = "") -
     names what differs and the likely fix first (`--restart` last). `name`: the space's."""
     try:
         existing = read_sweep(exp)
-        old = [] if existing is None else [TrialConfig.from_dict(d) for d in existing["trials"]]
+        old = [] if existing is None else sweep_trials(existing)
     except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: bad JSON or ConfigError
         return [
             f"cannot read {exp.sweep_json} ({type(e).__name__}: {e}): "

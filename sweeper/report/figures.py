@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from sweeper.report.formats import COLUMN_LABELS
-from sweeper.report.tables import method_label
 from sweeper.results.envelope import certified_accuracy, model_table
+from trainables.methods import method_label
 
 SMOOTHADV = "smoothadv"
 SYMBOLS = {k: COLUMN_LABELS[k] for k in ("sigma", "epsilon", "m_train", "steps")}  # legends

@@ -21,7 +21,7 @@ from sweeper.report.tables import distinguishing_columns
 from sweeper.results.certify_rows import SCHEMA
 from sweeper.results.envelope import certified_accuracy, envelope_curve, max_radii, model_table
 from trainables.kernel import fileio
-from trainables.kernel.stage_settings import strategy_of
+from trainables.kernel.cert_ids import strategy_of
 
 # Measured per winner: blank ("-" to people) where the envelope is 0 and nobody wins.
 NOT_WINNER = {

@@ -14,7 +14,6 @@ Numbers are fractions (not %). A `PaperTable` holds raw values; rendering is in 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,8 +25,9 @@ from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
 from sweeper.results.final_numbers import envelope_with_final
+from trainables.kernel.cert_ids import CertId
 from trainables.kernel.final_points import final_of
-from trainables.methods import REGISTRY
+from trainables.methods import REGISTRY, method_label
 
 if TYPE_CHECKING:
     from sweeper.report.figures import Cover
@@ -70,15 +70,6 @@ def radius_column(r: float) -> str:
 
 def linf_column(k: float) -> str:
     return f"linf={k:g}/255"
-
-
-def method_label(method, attack=None) -> str:
-    """The method's name in the papers' tables (its row's `label`), SmoothAdv's with its attack."""
-    row = REGISTRY.get(method) if isinstance(method, str) else None
-    name = row.label if row else str(method)
-    if method == "smoothadv" and isinstance(attack, str):
-        return f"{name}-{attack.upper()}"
-    return name
 
 
 def distinguishing_columns(models: pd.DataFrame) -> list[str]:
@@ -334,7 +325,6 @@ def linf_table(summary: pd.DataFrame, dataset: str, dim: int) -> PaperTable:
 
 
 # ----------------------------------------------------------------- certification settings
-_CERT_ID = re.compile(r"_skip-(\d+)_max-(\w+?)(?:_|$)")
 
 
 def _points_said(cert_id: str) -> list[str]:
@@ -342,9 +332,11 @@ def _points_said(cert_id: str) -> list[str]:
     final step's report points (`final_points`)."""
     if (final := final_of(cert_id)) is not None:
         return [f"final step on {final[1].describe()} (selection: {final[0]})"]
-    if m := _CERT_ID.search(cert_id):
-        return [f"skip = {m[1]}", f"max_points = {m[2]}"]
-    return []
+    setting = CertId.parse(cert_id)
+    if setting is None or setting.imported:
+        return []
+    top = "all" if setting.max_points is None else setting.max_points
+    return [f"skip = {setting.skip}", f"max_points = {top}"]
 
 
 def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:

@@ -28,6 +28,7 @@ from trainables.kernel.attestation import (
     load_signing_key,
     sha256_bytes,
 )
+from trainables.kernel.cert_ids import is_imported
 
 ATTESTATION = b"sweeper.attestation"
 
@@ -115,7 +116,7 @@ def place_problem(
 def imported(f: StageFile, step: str) -> bool:
     """Whether a file signed as `step` is `sweeper import`'s: a compacted file of an imported
     setting (its rows from a published log, whose digest the statement names)."""
-    return step == "import" and f.kind == "compacted" and f.setting_id.startswith("imported-")
+    return step == "import" and f.kind == "compacted" and is_imported(f.setting_id)
 
 
 def attestation_problem(

@@ -23,10 +23,11 @@ import pyarrow.parquet as pq
 from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks, not_estimated
 from sweeper.results.reader import read_stage
-from sweeper.results.stage_table import StageTable
+from sweeper.results.stage_table import StageTable, trial_parts
 from sweeper.results.storage import Experiment
 from sweeper.results.validation import float_column, int_column, prediction_checks
 from trainables.kernel import fileio
+from trainables.kernel.cert_ids import IMPORTED_PREFIX
 from trainables.kernel.certificates import max_radius as max_radius  # its home; read from here too
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
@@ -110,21 +111,24 @@ def shard_table(
     columns: dict[str, list],
     metadata: dict,
 ) -> pa.Table:
-    """A shard's rows: the trial's identity and the certification constants repeated per row."""
+    """A shard's rows: the trial's identity and the certification constants repeated per row;
+    `metadata` and the trial's config in the file's footer."""
     rows = len(columns["idx"])
+    identity, config = trial_parts(cfg)
     data: dict[str, list[typing.Any]] = {
         "trial_id": [cfg.trial_id] * rows,
         "experiment": [experiment] * rows,
         "cert_id": [cert_id] * rows,
     }
-    data.update({k: [v] * rows for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS})
+    data.update({k: [v] * rows for k, v in identity.items()})
     data.update({k: [v] * rows for k, v in constants.items()})
     data.update(columns)
     data.setdefault("smoothing", ["fixed"] * rows)
     for name in RAW:
         data.setdefault(name, [None] * rows)
     table = pa.Table.from_pydict({f.name: data[f.name] for f in SCHEMA}, schema=SCHEMA)
-    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    footer = {"config": config, **metadata}  # metadata may name another (tests plant one)
+    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in footer.items()}
     return table.replace_schema_metadata(meta)
 
 
@@ -133,7 +137,9 @@ def check(table: pa.Table) -> list[tuple[np.ndarray, str]]:
     predict, radius = int_column(table, "predict"), float_column(table, "radius")
     # per row: elementwise is ~60x faster than finding the few distinct settings first
     largest = max_radius(*(float_column(table, c) for c in ("sigma_cert", "n", "alpha")))
-    imported = pc.starts_with(table.column("cert_id"), "imported-").to_numpy(zero_copy_only=False)
+    imported = pc.starts_with(table.column("cert_id"), IMPORTED_PREFIX).to_numpy(
+        zero_copy_only=False
+    )
     slack = np.where(imported, largest * 6e-3 + 5e-4, largest * 1e-9 + 1e-12)  # printed to 3 digits
     skipped = not_estimated(table)  # the envelope strategy's: radius null (provenance)
     return [

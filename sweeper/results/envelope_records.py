@@ -14,13 +14,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
-from trainables.kernel.stage_settings import strategy_of
+from trainables.kernel.cert_ids import CertId
 
 log = logging.getLogger(__name__)
 
@@ -154,25 +153,19 @@ def verdicts(exp: Experiment) -> list[dict[str, Any]]:
 
 def delta_of(cert_id: str) -> float | None:
     """The δ an `_envelope` cert_id names (its `-delta-<δ>`, else the default); None if it
-    is no envelope cert_id."""
-    from trainables.kernel.stage_settings import CertifySpec
-
-    if strategy_of(cert_id) != "envelope":
-        return None
-    m = re.search(r"_envelope(?:-delta-(.+?))?(?:-pilots-[\d-]+)?(?:-radii-.+)?$", cert_id)
-    return float(m[1]) if m and m[1] else CertifySpec().delta
+    names no setting of the envelope strategy."""
+    setting = CertId.parse(cert_id)
+    return None if setting is None or setting.envelope is None else setting.envelope.delta
 
 
 def soundness_lines(exp: Experiment, cert_ids: list[str], radii: list[float]) -> list[str]:
     """What `sweeper envelope` states per `_envelope` setting among `cert_ids`: every winner
     certified with exact CERTIFY(n0, n, α); with probability ≥ 1 − δ no pruned model would
     have won at a radius of the decision grid; how many models were pruned."""
-    from sweeper.results.provenance import setting_of
-
     records = vouched(exp).records
     out = []
     for cert_id in sorted(c for c in set(cert_ids) if delta_of(c) is not None):
-        s = setting_of(cert_id)
+        s = CertId.parse(cert_id)
         mine = [r for (_, c), r in records.items() if c == cert_id]
         grid: list[float] = next((r["radii"] for r in mine if r.get("radii")), [])
         pruned = sum(r["status"] == "pruned" for r in mine)

@@ -3,10 +3,9 @@
 A row's own n, α or σ cannot vouch for itself, so each check takes its truth from elsewhere:
 
 - the setting: the cert_id in the file's path (checked equal to the rows' by the reader)
-  names it, spelled by `CertifySpec.cert_id` (`sigma-<σ|train>_n0-…_n-…_alpha-…_skip-…_max-…`,
-  run tags, a DDRS tag) or by `sweeper import` (`imported-sigma-<σ>-n-<n>-alpha-<α>`). Only
-  the canonical spelling names one (`setting_of` parses it and writes it back), and only a
-  setting the sweep declared counts (sweep.json: `sweep_file.declared`);
+  names it, read by `trainables.kernel.cert_ids.CertId.parse` (the module that spells it, for
+  the driver's settings and `sweeper import`'s). Only the canonical spelling names one, and
+  only a setting the sweep declared counts (sweep.json: `sweep_file.declared`);
 - the test points: the data set's test-split size (`trainables.kernel.catalog.STANDARD_TEST_SIZE`)
   and the grid the cert_id names (every skip-th point, at most max of them);
 - the trial: one sweep.json lists, with its `trials/<trial_id>/trial.json`, whose config
@@ -24,8 +23,7 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -35,66 +33,49 @@ from sweeper.results.storage import Experiment, StageFile
 from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
+from trainables.kernel.cert_ids import ENVELOPE_MARK, CertId
 from trainables.kernel.certificates import lower_confidence_bound, radius_of_bound
 from trainables.kernel.final_points import final_of
-from trainables.kernel.stage_settings import ENVELOPE_MARK
 
-OWN = re.compile(
-    r"sigma-(?P<sigma>train|[^_]+)_n0-(?P<n0>\d+)_n-(?P<n>\d+)_alpha-(?P<alpha>[^_]+)"
-    r"_skip-(?P<skip>\d+)_max-(?P<max>all|\d+)(?P<tags>(?:_prec-[a-z0-9]+)?(?:_cl)?(?:_compiled)?)"
-    r"(?P<env>_envelope(?:-delta-[^_]+?)?(?:-pilots-\d+(?:-\d+)*)?(?:-radii-[\d.]+(?:-[\d.]+)*)?)?"
-    r"(?:_ddrs-K(?P<K>\d+)-lr(?P<lr>.+?)-n(?P<samples>\d+)-min(?P<min>[^_]+))?"
-)
-IMPORTED = re.compile(r"imported-sigma-(?P<sigma>.+)-n-(?P<n>\d+)-alpha-(?P<alpha>.+)")
 ALPHA_RTOL = 5e-6  # a cert_id prints α and σ with 6 significant digits (`:g`)
 P_RTOL, RADIUS_ATOL = 1e-9, 1e-9  # recomputed with the same scipy functions: rounding only
 
 
 @dataclass(frozen=True)
-class Setting:
-    """What a cert_id names. `sigma` None: each model's training σ; `n0` None: imported (the
-    log does not say); `ddrs_min_sigma`: data-dependent σ_x per point, at least this."""
+class Named:
+    """What a cert_id names for the reads: its setting (`CertId`) and the test points its
+    rows are on: the setting's own (every skip-th, at most max), or a final step's report
+    points (`final_points.final_of`: every skip-th of [start, stop), at most max)."""
 
-    n: int
-    alpha: float
-    sigma: float | None
-    n0: int | None = None
-    skip: int = 1
+    cert: CertId
+    skip: int
     max_points: float = np.inf
-    ddrs_min_sigma: float | None = None
-    start: int = 0  # a final step's range (`final_points`): [start, stop)
+    start: int = 0
     stop: float = np.inf
 
-    @property
-    def imported(self) -> bool:
-        return self.n0 is None
+    def __getattr__(self, name: str):  # n, alpha, sigma, n0, ddrs, imported: the setting's
+        if name == "cert":
+            raise AttributeError(name)
+        return getattr(self.cert, name)
 
 
-def setting_of(cert_id: str) -> Setting | None:
-    """The setting `cert_id` names, or None if it names none (not a spelling the driver or
-    the importer writes, or values no setting takes: n < 1, α outside (0, 1), σ ≤ 0, ...). A
-    final step's (`final_points.final_of`): its selection's setting on the report points."""
+def setting_of(cert_id: str) -> Named | None:
+    """What `cert_id` names (`Named`), or None if it names no setting. A final step's is its
+    selection's setting (never a DDRS one) on the report points."""
     if (final := final_of(cert_id)) is not None:
-        selection, points = setting_of(final[0]), final[1]
-        if selection is None or selection.ddrs_min_sigma is not None:
+        selection, points = CertId.parse(final[0]), final[1]
+        if selection is None or selection.ddrs is not None:
             return None
         top = np.inf if points.max_points is None else points.max_points
         stop = np.inf if points.stop is None else points.stop
-        return replace(selection, skip=points.skip, max_points=top, start=points.start, stop=stop)
-    if m := IMPORTED.fullmatch(cert_id):
-        setting = Setting(int(m["n"]), _number(m["alpha"]), _number(m["sigma"]))
-        spelled = f"imported-sigma-{setting.sigma:g}-n-{setting.n}-alpha-{setting.alpha:g}"
-    elif m := OWN.fullmatch(cert_id):
-        sigma = None if m["sigma"] == "train" else _number(m["sigma"])
-        top = np.inf if m["max"] == "all" else int(m["max"])
-        lowest = None if m["K"] is None else _number(m["min"])
-        setting = Setting(
-            int(m["n"]), _number(m["alpha"]), sigma, int(m["n0"]), int(m["skip"]), top, lowest
-        )
-        spelled = _own_spelling(setting, m)
-    else:
+        return Named(selection, points.skip, top, points.start, stop)
+    cert = CertId.parse(cert_id)
+    if cert is None:
         return None
-    return setting if spelled == cert_id and _sane(setting) else None
+    return Named(cert, cert.skip, np.inf if cert.max_points is None else cert.max_points)
+
+
+_ANY = Named(CertId(1, 0.5, 1.0), 1)  # stands in for a file whose cert_id names nothing
 
 
 def most_points(cert_id: str, dataset: str | None) -> int:
@@ -107,31 +88,6 @@ def most_points(cert_id: str, dataset: str | None) -> int:
         return size
     span = max(0, int(min(size, setting.stop)) - setting.start)
     return int(min(-(-span // setting.skip), setting.max_points))
-
-
-def _own_spelling(s: Setting, m: re.Match) -> str:
-    """The cert_id `CertifySpec.cert_id` writes for what `m` parsed (numbers re-printed)."""
-    sigma = "train" if s.sigma is None else f"{s.sigma:g}"
-    top = "all" if s.max_points == np.inf else int(s.max_points)
-    text = f"sigma-{sigma}_n0-{s.n0}_n-{s.n}_alpha-{s.alpha:g}_skip-{s.skip}_max-{top}{m['tags']}"
-    text += m["env"] or ""  # the envelope strategy (issue 28): rows may be not estimated
-    if m["K"] is None:
-        return text
-    ddrs = f"K{int(m['K'])}-lr{_number(m['lr']):g}-n{int(m['samples'])}-min{s.ddrs_min_sigma:g}"
-    return f"{text}_ddrs-{ddrs}"
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
-
-
-def _sane(s: Setting) -> bool:
-    positive = [s.sigma if s.sigma is not None else 1.0, s.ddrs_min_sigma or 1.0]
-    counts = [s.n, s.n0 or 1, s.skip, s.max_points]
-    return 0 < s.alpha < 1 and all(np.isfinite(v) and v > 0 for v in positive) and min(counts) >= 1
 
 
 # ------------------------------------------------------------------------------ the rows
@@ -161,7 +117,7 @@ def certified_checks(
         *_file_checks(frag, undeclared),
     ]
     trial_sigma = [getattr(configs.get(f.trial_id), "sigma", np.nan) for f in files]
-    per = _per_row([s or Setting(1, 0.5, 1.0) for s in settings], trial_sigma, frag)
+    per = _per_row([s or _ANY for s in settings], trial_sigma, frag)
     return [
         *checks,
         *_identity_checks(table, [configs.get(f.trial_id) for f in files], frag),
@@ -181,7 +137,7 @@ def _file_checks(frag: np.ndarray, problems: dict[int, str]) -> list[Check]:
     ]
 
 
-def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray) -> dict:
+def _per_row(settings: list[Named], trial_sigma: list[float], frag: np.ndarray) -> dict:
     """Each row's setting as arrays (from its file's): n, n0, α, σ (the trial's for
     `sigma-train`), skip, max, DDRS min σ (NaN: fixed σ), imported."""
 
@@ -199,9 +155,7 @@ def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray
         "max": column([s.max_points for s in settings]),
         "start": column([s.start for s in settings]),
         "stop": column([s.stop for s in settings]),
-        "ddrs": column(
-            [np.nan if s.ddrs_min_sigma is None else s.ddrs_min_sigma for s in settings]
-        ),
+        "ddrs": column([np.nan if s.ddrs is None else s.ddrs.min_sigma for s in settings]),
         "imported": column([s.imported for s in settings]).astype(bool),
     }
 

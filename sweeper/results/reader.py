@@ -35,10 +35,11 @@ from sweeper.results.read_memo import ReadMemo, cache_key, fingerprint
 from sweeper.results.signed_cache import cache_statement, unattested_in, verified_cache
 from sweeper.results.stage_table import StageTable, write_table
 from sweeper.results.storage import Experiment, StageFile, by_model
-from sweeper.results.sweep_file import IMPORTED, declared
+from sweeper.results.sweep_file import declared
 from sweeper.results.validation import read_valid, row_problems, scan, unreadable_reason
 from trainables.kernel import fileio
 from trainables.kernel.attestation import canonical, load_signing_key
+from trainables.kernel.cert_ids import is_imported
 
 # Cache metadata: {path relative to the experiment: [size, SHA-256 of its bytes]} of the
 # compacted files it holds, and {column: digest of its rows} (`digests`).
@@ -168,7 +169,7 @@ def _signed_rows(exp, stage, path: str, compacted, cols, records, unattested: se
             covered.append(f)
     sweep = declared(exp)
     for f in covered:
-        imported = f.setting_id.startswith(IMPORTED)
+        imported = is_imported(f.setting_id)
         if sweep.setting_problem(f.setting_id) or (
             not imported and sweep.trial_problem(f.trial_id)
         ):
@@ -219,7 +220,7 @@ def _unchanged(exp: Experiment, compacted: list[StageFile], covers: dict, memo: 
         record = covers.get(relative)
         if record is None or record[0] != f.size:
             continue
-        imported = f.setting_id.startswith("imported-")
+        imported = is_imported(f.setting_id)
         found = fingerprint(f.path)
         if not imported and memo.digest(relative, found) == record[1]:
             covered.append(f)

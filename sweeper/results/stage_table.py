@@ -12,11 +12,15 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainables.kernel import fileio
+
+if TYPE_CHECKING:
+    from trainables.kernel.config import TrialConfig
 
 
 def no_problems(table: pa.Table) -> list:
@@ -39,6 +43,17 @@ class StageTable:
     check: Callable[[pa.Table], list] = no_problems
     checked_columns: tuple[str, ...] = ()
     consistent: Callable[..., list] | None = None
+
+
+def trial_parts(cfg: TrialConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a stage's rows carry of their trial, from its one `to_dict` on the way to
+    Parquet: its identity columns (every field but the environment's, repeated per row) and
+    its whole config, for the file's footer (`sweeper.config`; an imported file's trial is read
+    back from it: `trial_records`)."""
+    from trainables.kernel.config import ENVIRONMENT_FIELDS
+
+    config = cfg.to_dict()
+    return {k: v for k, v in config.items() if k not in ENVIRONMENT_FIELDS}, config
 
 
 def write_table(table: pa.Table, location: str) -> None:

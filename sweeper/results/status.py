@@ -38,8 +38,9 @@ from sweeper.results.shard_counts import (
     stage_shards,
 )
 from sweeper.results.storage import STAGES, Experiment, StageFile
-from sweeper.results.sweep_file import IMPORTED, parse_sweep, sweep_bytes
+from sweeper.results.sweep_file import parse_sweep, sweep_bytes, sweep_trials
 from trainables.kernel import fileio
+from trainables.kernel.cert_ids import is_imported
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import parse_status, read_raw
 
@@ -181,10 +182,8 @@ class StatusReader:
         # An imported model (`sweeper import`) is no certification of the sweep's, even if its
         # trial_id is one of the sweep's (the same config): its file counts no shard or point
         # of the plan (its log's 427 ImageNet rows are not the plan's 500), only as a model.
-        imported = {f.trial_id for f, _ in listed["certify"] if f.setting_id.startswith(IMPORTED)}
-        listed["certify"] = [
-            x for x in listed["certify"] if not x[0].setting_id.startswith(IMPORTED)
-        ]
+        imported = {f.trial_id for f, _ in listed["certify"] if is_imported(f.setting_id)}
+        listed["certify"] = [x for x in listed["certify"] if not is_imported(x[0].setting_id)]
         grouped = {stage: by_trial(files) for stage, files in listed.items()}
         docs = self._trial_docs(st)
         failures, st.failures_log = read_failures(self.exp)
@@ -222,7 +221,7 @@ class StatusReader:
             units = (
                 ("GPU", float(res["gpu"])) if res.get("gpu") else ("CPU", float(res.get("cpu", 1)))
             )
-            configs = [TrialConfig.from_dict(d) for d in sweep["trials"]]
+            configs = sweep_trials(sweep)
             self.ids = [c.trial_id for c in configs]  # a hash of the config: computed once
             self.space = space.get("name")
             self._sweep = (key, configs, space.get("certify") or {}, units)

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainables.kernel import fileio
+from trainables.kernel.cert_ids import is_imported
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     from sweeper.results.storage import Experiment
+    from trainables.kernel.config import TrialConfig
 
 # Bytes: the paper's grid (644 trials) writes a sweep.json of 0.8 MB; this bounds ~50,000.
 SWEEP_JSON_MAX = 64 * 2**20
@@ -105,6 +107,28 @@ def write_sweep(exp: Experiment, doc: dict[str, Any]) -> None:
     )
 
 
+def trials_doc(trials: list[TrialConfig]) -> list[dict[str, Any]]:
+    """sweep.json's `trials`: each resolved config as `TrialConfig.to_dict` writes it (read
+    back by `sweep_trials`)."""
+    return [t.to_dict() for t in trials]
+
+
+def sweep_trials(doc: dict[str, Any], lenient: bool = False) -> list[TrialConfig]:
+    """The trials a read sweep.json lists: the one place its configs become `TrialConfig`s
+    again. One that is no trial's config raises (ConfigError, TypeError, ...), or with
+    `lenient` is left out (it declares no trial)."""
+    from trainables.kernel.config import TrialConfig
+
+    trials = []
+    for d in doc["trials"]:
+        try:
+            trials.append(TrialConfig.from_dict(d))
+        except (ProblemsError, TypeError, ValueError, AttributeError):
+            if not lenient:
+                raise
+    return trials
+
+
 def read_sweep(exp: Experiment) -> dict[str, Any] | None:
     """The experiment's sweep.json (None if there is none); SweepError naming it and the fix
     if it is no regular file, too large, not JSON or not the shape of one (`sweep_file`)."""
@@ -115,7 +139,6 @@ def read_sweep(exp: Experiment) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------------ what it declares
 SETTINGS = "certify_settings"  # cert_ids the sweep's runs certified with (its space's too)
-IMPORTED = "imported-"  # how `sweeper import` spells its settings
 
 
 @dataclass(frozen=True)
@@ -138,7 +161,7 @@ class Declared:
 
     def setting_problem(self, cert_id: str) -> str | None:
         """Why rows certified under `cert_id` do not count (None: they may)."""
-        if self.imported and cert_id.startswith(IMPORTED):
+        if self.imported and is_imported(cert_id):
             return None
         if self.settings is None or cert_id in self.settings:
             return None
@@ -165,15 +188,7 @@ def declared(exp: Experiment) -> Declared:
 
 
 def _parse_declared(doc: dict[str, Any]) -> Declared:
-    from trainables.kernel.config import TrialConfig
-    from trainables.kernel.errors import ProblemsError
-
-    trials = set()
-    for d in doc["trials"]:
-        try:
-            trials.add(TrialConfig.from_dict(d).trial_id)
-        except (ProblemsError, TypeError, ValueError, AttributeError):
-            continue  # a config no trial has: it declares none
+    trials = {t.trial_id for t in sweep_trials(doc, lenient=True)}
     settings = space_settings(doc.get("space"))
     recorded = doc.get(SETTINGS)
     if isinstance(recorded, list):

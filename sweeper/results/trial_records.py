@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from sweeper.results.storage import Experiment, StageFile
-from sweeper.results.sweep_file import IMPORTED, declared
+from sweeper.results.sweep_file import declared
+from trainables.kernel.cert_ids import is_imported
 
 IMPORT_BACKEND = "imported from "  # how `sweeper import` marks the files it writes
 
@@ -25,7 +26,7 @@ def trial_configs(exp: Experiment, files: list[StageFile], metadata: list[dict |
     stored: dict[str, Any] = {}
     sweep = declared(exp)
     for i, f in enumerate(files):
-        imported = f.setting_id.startswith(IMPORTED)
+        imported = is_imported(f.setting_id)
         if f.trial_id not in stored:
             stored[f.trial_id] = stored_trial(exp, f.trial_id)
         found = stored[f.trial_id]

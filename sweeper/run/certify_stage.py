@@ -50,7 +50,6 @@ def certify_shard(exp: Experiment, shard: Shard, spec: CertifySpec, cpus: float)
             f"sweeper.certify torch-{torch.__version__} {device.type} {platform.node()}"
         ),
         "normalization": f"{type(norm).__name__}(means={means}, sds={sds})",
-        "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
         **run_mode(settings, device),  # precision, channels_last, compile: how f was run
     }

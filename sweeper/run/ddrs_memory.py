@@ -58,15 +58,13 @@ def _legacy(exp: Experiment, legacy: str, table: pa.Table):
 
 def _memory_pass(exp: Experiment, trial_id: str, table: pa.Table):
     """(prediction, radius, changed) of `memory_certify` over the model's points."""
+    from sweeper.results.trial_records import stored_trial
     from trainables.datasets import load_dataset
     from trainables.ddrs import memory_certify
-    from trainables.kernel.config import TrialConfig
-    from trainables.kernel.trial_status import read_status
 
-    status = read_status(exp.trial_dir(trial_id))
-    if status is None:
-        raise FileNotFoundError(f"no trial.json of {trial_id} in {exp.root}")
-    cfg = TrialConfig.from_dict(status["config"])
+    cfg = stored_trial(exp, trial_id)  # its trial.json's config, if it is the trial's
+    if isinstance(cfg, str):
+        raise FileNotFoundError(f"{cfg} in {exp.root}")
     dataset = load_dataset(cfg.dataset, "test", cfg.data_dir)
     idx = table.column("idx").to_numpy()
     points = np.stack([dataset[int(i)][0].numpy().ravel() for i in idx])

@@ -24,12 +24,13 @@ import pyarrow as pa
 
 from sweeper.plan.spec import Resources
 from sweeper.results.empirical_rows import EMPIRICAL_ROWS, EMPIRICAL_SCHEMA
+from sweeper.results.stage_table import trial_parts
 from sweeper.results.storage import Experiment
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks
 from sweeper.run.shards import StageRunner, Work
 from sweeper.run.stage import Shard, Stage
-from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
+from trainables.kernel.config import TrialConfig
 from trainables.kernel.stage_settings import CertifySpec, EmpiricalSetting, EmpiricalSpec
 
 
@@ -94,7 +95,6 @@ def attack_shard(exp: Experiment, shard: Shard, setting: EmpiricalSetting, cpus:
             f"sweeper.empirical torch-{torch.__version__} {device.type} {platform.node()}"
         ),
         "normalization": type(model[0]).__name__,
-        "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
     }
     return empirical_table(cfg, exp.name, setting, cols, metadata)
@@ -107,15 +107,17 @@ def empirical_table(
     columns: dict[str, list],
     metadata: dict,
 ) -> pa.Table:
-    """A shard's rows: the trial's identity and the setting repeated per row, then `columns`."""
+    """A shard's rows: the trial's identity and the setting repeated per row, then `columns`;
+    `metadata` and the trial's config in the file's footer."""
     import json
 
     rows = len(columns["idx"])
+    identity, config = trial_parts(cfg)
     constants = {
         "trial_id": cfg.trial_id,
         "experiment": experiment,
         "emp_id": setting.emp_id,
-        **{k: v for k, v in cfg.to_dict().items() if k not in ENVIRONMENT_FIELDS},
+        **identity,
         "epsilon_attack": setting.epsilon,
         "m_test": setting.m_test,
         "steps_attack": setting.steps,
@@ -127,7 +129,8 @@ def empirical_table(
     table = pa.Table.from_pydict(
         {f.name: data[f.name] for f in EMPIRICAL_SCHEMA}, schema=EMPIRICAL_SCHEMA
     )
-    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    footer = {"config": config, **metadata}  # metadata may name another (tests plant one)
+    meta = {f"sweeper.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in footer.items()}
     return table.replace_schema_metadata(meta)
 
 

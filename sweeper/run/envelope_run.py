@@ -61,8 +61,9 @@ from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Retries, classify, task_budget
 from trainables.kernel import fileio
 from trainables.kernel.catalog import NUM_CLASSES
+from trainables.kernel.cert_ids import DECISION_RADII
 from trainables.kernel.config import TrialConfig
-from trainables.kernel.stage_settings import DECISION_RADII, CertifySpec
+from trainables.kernel.stage_settings import CertifySpec
 
 log = logging.getLogger(__name__)
 
@@ -382,3 +383,6 @@ def certify_envelope(
     certifier.finish()
     outcome.failures += certifier.failure_rows()
     return outcome, certifier.ledger
+
+
+Certifier = shards.StageRunner | EnvelopeCertifier  # what certifies models as they arrive

@@ -249,7 +249,6 @@ def _table(exp: Experiment, shard: Shard, spec: CertifySpec, cfg, cols: dict, de
         "certify_backend": (
             f"sweeper.certify envelope torch-{torch.__version__} {device.type} {platform.node()}"
         ),
-        "config": cfg.to_dict(),
         "shard": f"{shard.index}/{shard.count}",
         "strategy": "envelope",
     }

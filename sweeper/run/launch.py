@@ -44,16 +44,14 @@ from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
 from sweeper.run.stage_searcher import StageSearcher, stage_searcher
-from sweeper.run.tune_names import trial_dirname, trial_name
+from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 from trainables.kernel.trial_hooks import FAULT_ENV
 from trainables.kernel.trial_status import read_status, write_status
 
 if TYPE_CHECKING:
-    from sweeper.run.envelope_run import EnvelopeCertifier
-
-    Certifier = StageRunner | EnvelopeCertifier  # what certifies models as they arrive
+    from sweeper.run.envelope_run import Certifier
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +118,11 @@ class _SweepCallback(tune.Callback):
         certifier: Certifier,
         outcome: Outcome,
         on_event: Callable[[Event], None],
+        handed: TuneTrials,
         room: tuple[Capacity, int] | None = None,
     ):
         self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
+        self.handed = handed  # the TrialConfig of each of Tune's trials
         self.room = room  # the autoscaler request and the number of trials to train
         self.retries = run_budgets(LaunchOptions(), certifier)
 
@@ -142,21 +142,21 @@ class _SweepCallback(tune.Callback):
         self.__dict__.update(state)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        guard_trial(trial, self.retries, _tid(trial))
-        self.on_event(Event("trial_started", _tid(trial)))
+        guard_trial(trial, self.retries, self.handed.name(trial))
+        self.on_event(Event("trial_started", self.handed.name(trial)))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.on_event(Event("trial_epoch", _tid(trial), f"{result.get('epoch')}"))
+        self.on_event(Event("trial_epoch", self.handed.name(trial), f"{result.get('epoch')}"))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        cfg = TrialConfig.from_dict(trial.config["trial"])
+        cfg = self.handed.of(trial)
         self.outcome.completed.append(cfg.trial_id)
         self._shrink()
         self.on_event(Event("trial_finished", cfg.trial_id))
         self.certifier.submit(cfg)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        cfg = TrialConfig.from_dict(trial.config["trial"])
+        cfg = self.handed.of(trial)
         attempts = max(1, self.retries.errors(cfg.trial_id))  # not its node losses
         failure = self.certifier.failure_log.add(
             cfg.trial_id, "train", _error_text(trial), attempts
@@ -177,10 +177,6 @@ class _SweepCallback(tune.Callback):
 
     def on_step_end(self, iteration, trials, **info):
         self.certifier.poll()  # the envelope search also polls it while Tune waits on it
-
-
-def _tid(trial) -> str:
-    return TrialConfig.from_dict(trial.config["trial"]).trial_id
 
 
 def _error_text(trial) -> str:
@@ -243,8 +239,8 @@ def _tuner(
         num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
         reuse_actors=True,
-        trial_name_creator=trial_name,
-        trial_dirname_creator=trial_dirname,
+        trial_name_creator=callback.handed.name,
+        trial_dirname_creator=callback.handed.dirname,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
 
@@ -301,15 +297,16 @@ def run_sweep(
     searcher: StageSearcher | EnvelopeSearcher | None = None
     if to_train:
         constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
+        handed = TuneTrials(constants)
         if search is not None and curves is not None:
             curves.certifier = certifier
-            searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, constants)
+            searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
             searcher.poll = certifier.poll
             options = replace(options, max_concurrent=_search_slots(resources, options))
         else:
-            searcher = stage_searcher(exp, to_train, finished, constants)
+            searcher = stage_searcher(exp, to_train, finished, handed)
         shrink = (room, len(to_train)) if room is not None else None
-        callback = _SweepCallback(exp, certifier, outcome, on_event, shrink)
+        callback = _SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
         with _sigterm_as_sigint():
             _tuner(
                 exp, searcher, len(to_train), resources, options, callback, plane.trainable

@@ -29,7 +29,7 @@ from sweeper.run.shards import Event
 from trainables.kernel.stage_settings import CertifySpec
 
 if TYPE_CHECKING:
-    from sweeper.run.launch import Certifier
+    from sweeper.run.envelope_run import Certifier
 
 FAILED: None = None  # a model trained whose certification failed: no curve
 

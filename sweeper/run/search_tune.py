@@ -25,6 +25,7 @@ from sweeper.results.search_records import read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_search import Decision, EnvelopeSearch
 from sweeper.run.search_curves import Curves
+from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,9 @@ def search_slots(trial_slots: int, asked: int | None) -> int:
 class EnvelopeSearcher(Searcher):
     """The search over `plan.universe`; `to_train`: the trials this run may train (the
     unfinished ones), `finished`: those trained already (their curves read back or awaited
-    from this run's certification); `constants`: what every trial's config carries besides
-    the trial. `collect` (set by the launcher) polls certification."""
+    from this run's certification); `handed`: what Tune is handed of a trial (its
+    `TrialConfig`, and what every trial carries besides). `collect` (set by the launcher)
+    polls certification."""
 
     def __init__(
         self,
@@ -67,10 +69,10 @@ class EnvelopeSearcher(Searcher):
         to_train: list[TrialConfig],
         finished: list[TrialConfig],
         curves: Curves,
-        constants: dict,
+        handed: TuneTrials,
     ):
         super().__init__()
-        self.exp, self.plan, self.curves, self.constants = exp, plan, curves, constants
+        self.exp, self.plan, self.curves, self.handed = exp, plan, curves, handed
         spec = plan.spec
         self.search = EnvelopeSearch(
             plan.universe,
@@ -133,7 +135,7 @@ class EnvelopeSearcher(Searcher):
             return ours
         self.running[trial_id] = ours
         self.started.add(ours)
-        return {**self.constants, "trial": self.trainable[ours].to_dict()}
+        return self.handed.hand(trial_id, self.trainable[ours])
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         ours = self.running.pop(trial_id, None)

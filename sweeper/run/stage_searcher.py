@@ -7,6 +7,7 @@ from ray.tune.search import Searcher
 
 from sweeper.plan.sweep_plan import is_finished
 from sweeper.results.storage import Experiment
+from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.trial_status import read_status
 
@@ -18,19 +19,19 @@ class StageSearcher(Searcher):
     fails for good, its children are never started: `blocked` names them, and the search
     ends once nothing else can run."""
 
-    def __init__(self, trials: list[TrialConfig], finished: set[str], constants: dict):
+    def __init__(self, trials: list[TrialConfig], finished: set[str], handed: TuneTrials):
         super().__init__()
         self.waiting = list(trials)
         self.finished = set(finished)
         self.failed: set[str] = set()
         self.running: dict[str, str] = {}  # Tune's trial id -> ours
-        self.constants = constants
+        self.handed = handed
 
     def suggest(self, trial_id: str):
         for i, cfg in enumerate(self.waiting):
             if cfg.init_from is None or cfg.init_from in self.finished:
                 self.running[trial_id] = self.waiting.pop(i).trial_id
-                return {**self.constants, "trial": cfg.to_dict()}
+                return self.handed.hand(trial_id, cfg)
         if not self.waiting or (not self.running and self.blocked()):
             return Searcher.FINISHED
         return None  # children wait for their running parents
@@ -59,11 +60,11 @@ class StageSearcher(Searcher):
 
 
 def stage_searcher(
-    exp: Experiment, to_train: list[TrialConfig], finished: list[TrialConfig], constants: dict
+    exp: Experiment, to_train: list[TrialConfig], finished: list[TrialConfig], handed: TuneTrials
 ) -> StageSearcher:
     """Every trial of `to_train`, a fine-tune trial after its parent."""
     parents = {t.init_from for t in to_train if t.init_from}
     done = {t.trial_id for t in finished} | {
         p for p in parents if is_finished(read_status(exp.trial_dir(p)), None)
     }  # parents outside this --only slice may have finished in an earlier run
-    return StageSearcher(to_train, done, constants)
+    return StageSearcher(to_train, done, handed)

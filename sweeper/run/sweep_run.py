@@ -18,6 +18,7 @@ from sweeper.results.sweep_file import (
     declared_settings,
     read_sweep,
     record_settings,
+    trials_doc,
     write_sweep,
 )
 from sweeper.run.driving import Watchers, driving
@@ -129,7 +130,7 @@ def train_and_certify(
             plan.exp,
             {
                 "space": json.loads(plan.spec.to_json()),
-                "trials": [t.to_dict() for t in plan.all_trials],
+                "trials": trials_doc(plan.all_trials),
                 SETTINGS: settings_with(plan),
             },
         )

@@ -32,7 +32,6 @@ from trainables.kernel.ddrs_settings import DDRSPart
 from trainables.kernel.errors import ConfigError
 from trainables.kernel.field_types import float_fields, type_problems
 from trainables.methods import (
-    DDN_SETTINGS,
     METHOD_SETTINGS,
     PROTOCOL,
     REGISTRY,
@@ -131,10 +130,7 @@ class TrialConfig(
         changes: dict[str, Any] = {}
         if self.arch is None:
             changes["arch"] = DEFAULT_ARCH[self.dataset]
-        used = set(REGISTRY[self.method].settings)
-        if self.attack != "ddn":
-            used -= set(DDN_SETTINGS)
-        changes.update(dict.fromkeys(METHOD_SETTINGS - used))
+        changes.update(dict.fromkeys(METHOD_SETTINGS - REGISTRY[self.method].used(self.attack)))
         if not self.normalize_input:  # no input layer: nothing to scale
             changes["scale_input"] = None
         if self.m_train == 1:  # one noise per input either way
@@ -160,7 +156,8 @@ class TrialConfig(
         return [
             *self.model_problems(method),
             *self.attack_problems(method),
-            *self.method_problems(method, self.steps),
+            *self.method_problems(method),
+            *(method.problems(self) if method else ()),
             *self.ddrs_problems(self.epochs, self.method),
             *self.self_training_problems(self.dataset, ddrs),
             *self.optimisation_problems(),

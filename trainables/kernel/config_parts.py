@@ -6,9 +6,12 @@ is declared, documented and validated here in one place. The field order (the pa
 below, then each part's own) is the order of the results' columns: append new fields at a part's
 end.
 
-A method's settings are checked only where used (`trainables.methods.REGISTRY`: each row's
-`settings`); `ENVIRONMENT` fields say where and how a trial runs, not what it trains, and are
-no part of the trial_id. Pure Python (no torch): the control plane validates whole grids.
+Each setting's bounds are declared with it (`setting`) and checked by `bounded`; a method's
+settings only where used (`trainables.methods.REGISTRY`: each row's `settings`, those of one
+attack only with it), what a method refuses beyond them in its row (`checks`), what a concern
+refuses of several settings together in its part. `ENVIRONMENT` fields say where and how a
+trial runs, not what it trains, and are no part of the trial_id. Pure Python (no torch): the
+control plane validates whole grids.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from trainables.kernel.catalog import ARCHS, DATASETS
 from trainables.kernel.settings import (
     AtLeast,
+    Between,
     NotBelow,
     OneOf,
     Positive,
@@ -33,6 +37,9 @@ from trainables.methods import METHOD_SETTINGS, METHODS, Method
 # out and compiled do not change the trained model's identity (a different data pipeline gives
 # other random draws of the same distributions, as num_workers does).
 ENVIRONMENT = {"environment": True}
+# Field metadata of a method setting whose null is a value where the method uses it (no bound,
+# the epoch's ε), not a setting left unset: `bounded` lets it through.
+NULL_IS_A_VALUE = {"null_is_a_value": True}
 
 WARMUP_SCHEDULES = ("reference", "paper")  # `methods.base.warmup_factor`
 # Stability training's regularizer (`methods.stability`): the cross-entropy of the noisy
@@ -60,21 +67,28 @@ def choice(name: str, value: Any, valid: tuple[str, ...], where: str = "") -> li
 
 
 def bounded(
-    part: type, trial: Any, method: Method | None, names: tuple[str, ...] = ()
+    part: type, trial: Any, method: Method | None, names: tuple[str, ...] = (), when: str = ""
 ) -> list[str]:
     """The problems of `trial`'s values of the settings `part` declares with a bound (only
     those in `names`, if given), in field order. A method's setting
-    (`trainables.methods.METHOD_SETTINGS`) is checked only when the trial's method uses it, and
-    must then be set; every other one always, null letting through a field whose default is
-    null. A choice among names (`OneOf` of strings) says "unknown ... (valid: ...)"."""
+    (`trainables.methods.METHOD_SETTINGS`) is checked only when the trial's method uses it
+    (`Method.used`, with the trial's attack), and must then be set unless its null is a value
+    (`NULL_IS_A_VALUE`); with `when` (" when ... is on"), every one must be set; every other
+    one always, null letting through a field whose default is null. A choice among names
+    (`OneOf` of strings) says "unknown ... (valid: ...)"."""
     p: list[str] = []
     for f in declared(part):
         if names and f.name not in names:
             continue
         bound, value = f.metadata["bound"], getattr(trial, f.name)
         if f.name in METHOD_SETTINGS:
-            if method is not None and f.name in method.settings:  # None: reported by ModelPart
-                p += bound.unmet(f.name, value, where=f" for method {method.name!r}", required=True)
+            attack = getattr(trial, "attack", None)
+            if method is not None and f.name in method.used(attack):  # None: said by ModelPart
+                optional = bool(f.metadata.get("null_is_a_value"))
+                where = f" for method {method.name!r}"
+                p += bound.unmet(f.name, value, where=where, required=not optional, null=optional)
+        elif when:
+            p += bound.unmet(f.name, value, where=when, required=True)
         elif isinstance(bound, OneOf) and all(isinstance(c, str) for c in bound.choices):
             p += bound.problems(f.name, value)
         else:
@@ -127,23 +141,25 @@ class AttackPart:
     warmup_epochs: int | None = setting(
         10, "W: ε ramps up over the first W epochs (W <= 1: no warm-up).", AtLeast(0)
     )
-    warmup_schedule: str | None = "reference"  # min(ε,(e+1)ε/W) as train_pgd.py; "paper": 0 at e=0
-    ddn_init_norm: float | None = None  # DDN's initial norm; None: the epoch's ε (reference)
-    ddn_gamma: float | None = 0.05  # DDN norm update factor γ
+    warmup_schedule: str | None = setting(
+        "reference",
+        "The warm-up of ε: reference, min(ε, (e+1)ε/W) as train_pgd.py; paper: 0 at epoch 0.",
+        OneOf(WARMUP_SCHEDULES),
+    )
+    ddn_init_norm: float | None = setting(
+        None,
+        "DDN's initial norm (null: the epoch's ε, as the reference).",
+        Positive(),
+        metadata=NULL_IS_A_VALUE,
+    )
+    ddn_gamma: float | None = setting(0.05, "DDN's norm update factor γ.", Between(0, 1))
 
     def attack_problems(self, method: Method | None) -> list[str]:
+        """The declared bounds of the settings the method uses with this attack, and the
+        attack among the method's (its row's `attacks`)."""
         p = bounded(AttackPart, self, method)
-        if method is None or "attack" not in method.settings:
-            return p
-        p += choice("attack", self.attack, method.attacks, f" for method {method.name!r}")
-        p += choice("warmup_schedule", self.warmup_schedule, WARMUP_SCHEDULES)
-        if self.attack == "ddn":
-            if self.ddn_init_norm is not None and not self.ddn_init_norm > 0:
-                p.append(
-                    f"ddn_init_norm must be > 0 or null (the epoch's ε) (got {self.ddn_init_norm})"
-                )
-            if self.ddn_gamma is None or not 0 < self.ddn_gamma < 1:
-                p.append(f"ddn_gamma must be in (0, 1) (got {self.ddn_gamma})")
+        if method is not None and "attack" in method.settings:
+            p += choice("attack", self.attack, method.attacks, f" for method {method.name!r}")
         return p
 
 
@@ -163,7 +179,12 @@ class MethodPart:
     mix_step: int | None = setting(
         None, "SmoothMix: 0 = mix with x; 1 = the one-step adversary.", OneOf((0, 1))
     )
-    mix_maxnorm: float | None = None  # SmoothMix: optional ℓ2 bound on the adversary (None: none)
+    mix_maxnorm: float | None = setting(
+        None,
+        "SmoothMix: an ℓ2 bound on the adversary (null: none).",
+        Positive(),
+        metadata=NULL_IS_A_VALUE,
+    )
     mix_detach: bool | None = setting(
         None, "SmoothMix: stop gradients through the mixed target.", TrueOrFalse()
     )
@@ -179,20 +200,8 @@ class MethodPart:
         TrueOrFalse(),
     )
 
-    def method_problems(self, method: Method | None, steps: int | None) -> list[str]:
-        """`steps`: the attack part's (SmoothMix's ascent steps)."""
-        p = bounded(MethodPart, self, method)
-        if method is None or method.name != "smoothmix":
-            return p
-        if self.mix_maxnorm is not None and not self.mix_maxnorm > 0:
-            p.append(f"mix_maxnorm must be > 0 or null (got {self.mix_maxnorm})")
-        if self.mix_step == 1 and steps == 1:
-            p.append(
-                "mix_step 1 (the one-step adversary) needs steps >= 2 for method 'smoothmix': "
-                "the reference code takes it at the start of step 2, so with steps 1 it trains "
-                "exactly as mix_step 0; set mix_step: 0 or steps >= 2"
-            )
-        return p
+    def method_problems(self, method: Method | None) -> list[str]:
+        return bounded(MethodPart, self, method)
 
 
 @dataclass(frozen=True)
@@ -206,8 +215,12 @@ class SelfTrainingPart:
     # the absolute path of an .npz or <label>/<image> directory
     pseudo_data: str | None = field(default=None, metadata=ENVIRONMENT)
     pseudo_fingerprint: str | None = None  # its content (python -m trainables.pseudo PATH)
-    pseudo_eta: float | None = None  # η: weight of the pseudo-labelled loss
-    pseudo_ratio: int | None = None  # pseudo-labelled batches after each labelled batch (1)
+    pseudo_eta: float | None = setting(
+        None, "η: the weight of the pseudo-labelled loss.", NotBelow(0)
+    )
+    pseudo_ratio: int | None = setting(
+        None, "Pseudo-labelled batches after each labelled batch (null: 1).", AtLeast(1)
+    )
 
     @property
     def self_training(self) -> bool:
@@ -235,10 +248,7 @@ class SelfTrainingPart:
                 f"trainables.pseudo {self.pseudo_data} --dataset {dataset}` "
                 f"(got {self.pseudo_fingerprint!r})"
             )
-        if self.pseudo_eta is None or not self.pseudo_eta >= 0:
-            p.append(f"pseudo_eta must be >= 0 when pseudo_data is set (got {self.pseudo_eta})")
-        if self.pseudo_ratio is None or self.pseudo_ratio < 1:
-            p.append(f"pseudo_ratio must be >= 1 when pseudo_data is set (got {self.pseudo_ratio})")
+        p += bounded(SelfTrainingPart, self, None, when=" when pseudo_data is set")
         if ddrs:
             p.append(
                 "pseudo_data: self-training cannot be combined with DDRS training (pseudo-labelled "
@@ -346,11 +356,14 @@ class RunPart:
     init_from: str | None = None
     # Synchronous data-parallel SGD in one trial: this many processes (one per GPU, with
     # `resources: {gpu: k}`), batch_size split among them (`trainables.distributed`). None: 1.
-    data_parallel: int | None = None
+    data_parallel: int | None = setting(
+        None, "Data-parallel processes of one trial, one per GPU (null: 1).", AtLeast(1)
+    )
 
     def run_problems(self, dataset: str, batch_size: int, ddrs_or_pseudo: bool) -> list[str]:
         """`ddrs_or_pseudo`: whether DDRS training or self-training is on."""
         p = bounded(RunPart, self, None, ("train_subset", "eval_subset", "num_workers"))
+        p += bounded(RunPart, self, None, ("data_parallel",))
         p += self._data_parallel_problems(batch_size, ddrs_or_pseudo)
         p += bounded(RunPart, self, None, ("amp", "data_pipeline"))
         if self.data_pipeline == "device" and dataset == "imagenet":
@@ -364,10 +377,8 @@ class RunPart:
 
     def _data_parallel_problems(self, batch_size: int, ddrs_or_pseudo: bool) -> list[str]:
         k = self.data_parallel
-        if k is None:
+        if k is None or k < 1:  # below 1: its bound says so
             return []
-        if k < 1:
-            return [f"data_parallel must be >= 1 or null (got {k})"]
         p = []
         if batch_size % k:
             p.append(f"batch_size ({batch_size}) must be a multiple of data_parallel ({k})")

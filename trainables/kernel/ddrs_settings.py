@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.kernel.config_parts import bounded
-from trainables.kernel.settings import AtLeast, OneOf, Positive, setting
+from trainables.kernel.settings import (
+    AtLeast,
+    OneOf,
+    Positive,
+    bound_problems,
+    declared,
+    setting,
+)
 from trainables.methods import DDRS_METHODS, METHODS, REGISTRY, OnDataset
 
 DDRS_FIELDS = (
@@ -120,23 +127,12 @@ class DDRSSettings:
     OptimizeSigma's settings, the paper's defaults (K = 100 steps of lr 1e-4, n = 1); each
     part's help is `sweeper certify --ddrs-<part>`'s."""
 
-    iterations: int = setting(100, "OptimizeSigma ascent steps K.")
-    lr: float = setting(1e-4, "OptimizeSigma step size.")
-    samples: int = setting(1, "Noise draws per OptimizeSigma step.")
-    min_sigma: float = setting(1e-3, "The smallest σ_x OptimizeSigma may reach.")
+    iterations: int = setting(100, "OptimizeSigma ascent steps K.", AtLeast(1))
+    lr: float = setting(1e-4, "OptimizeSigma step size.", Positive())
+    samples: int = setting(1, "Noise draws per OptimizeSigma step.", AtLeast(1))
+    min_sigma: float = setting(1e-3, "The smallest σ_x OptimizeSigma may reach.", Positive())
 
     def problems(self) -> list[str]:
-        p = []
-        if not (isinstance(self.iterations, int) and self.iterations >= 1):
-            p.append(f"iterations must be an integer >= 1 (got {self.iterations!r})")
-        if not (isinstance(self.samples, int) and self.samples >= 1):
-            p.append(f"samples must be an integer >= 1 (got {self.samples!r})")
-        for name in ("lr", "min_sigma"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                p.append(f"{name} must be a number > 0 (got {value!r})")
-        return p
-
-    @property
-    def tag(self) -> str:
-        return f"ddrs-K{self.iterations}-lr{self.lr:g}-n{self.samples}-min{self.min_sigma:g}"
+        """Every part outside its declared bounds (null is no value of any: it has a default)."""
+        unset = [f.name for f in declared(DDRSSettings) if getattr(self, f.name) is None]
+        return [f"{name} must be set (got None)" for name in unset] + bound_problems(self)

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainables.kernel.cert_ids import DECISION_RADII, DEFAULT_DELTA, CertId, Envelope
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.field_types import type_problems
 from trainables.kernel.final_points import FINAL_PARTS, FinalPoints, final_id
@@ -29,15 +30,6 @@ from trainables.kernel.settings import (
 )
 
 STRATEGIES = ("full", "envelope")  # certification strategies (CertifySpec.strategy)
-ENVELOPE_MARK = "_envelope"  # begins the cert_id segment of strategy envelope (`strategy_tag`)
-
-
-def strategy_of(cert_id: str) -> str:
-    """The strategy a cert_id names: `envelope` when it carries `strategy_tag`, else `full`."""
-    return "envelope" if ENVELOPE_MARK in cert_id else "full"
-
-
-DECISION_RADII = tuple(round(0.25 * t, 10) for t in range(10))  # envelope's default: 0:2.25:0.25
 ENVELOPE_ONLY = ("delta", "pilots", "radii")  # the settings only strategy envelope reads
 # (`radii` is read by the final step too: the radii its candidates are chosen at)
 
@@ -81,7 +73,7 @@ class CertifySpec:
         Settings(DDRS_PARTS),
     )
     # How the base classifier is run (trainables.runtime). All three can change the votes, so
-    # any non-default value is part of cert_id (see there).
+    # any non-default value is part of cert_id (see `cert`).
     precision: str = setting(
         "fp32",
         "Numeric precision of the base classifier's forward passes (autocast; fp16 "
@@ -107,7 +99,9 @@ class CertifySpec:
         OneOf(STRATEGIES),
     )
     delta: float = setting(
-        0.01, "envelope: the chance a pruned model would have won, at most.", Between(0, 0.5)
+        DEFAULT_DELTA,
+        "envelope: the chance a pruned model would have won, at most.",
+        Between(0, 0.5),
     )
     pilots: tuple[int, ...] | None = setting(
         None,
@@ -177,47 +171,45 @@ class CertifySpec:
         return self.radii if self.radii is not None else DECISION_RADII
 
     @property
-    def strategy_tag(self) -> str:
-        """The cert_id segment of the envelope strategy ("" under full): `_envelope`, then
-        `-delta-<δ>` and `-pilots-<a>-<b>…` where they are not the defaults."""
-        if self.strategy == "full":
-            return ""
-        delta = "" if self.delta == 0.01 else f"-delta-{self.delta:g}"
-        pilots = "" if self.pilots is None else "-pilots-" + "-".join(map(str, self.pilots))
-        default = self.radii is None or tuple(self.radii) == DECISION_RADII
-        radii = "" if default else "-radii-" + "-".join(f"{r:g}" for r in self.decision_radii)
-        return f"{ENVELOPE_MARK}{delta}{pilots}{radii}"
-
-    @property
     def draws_id(self) -> str:
         """What seeds a model's draws (`certify_points`): the cert_id without the strategy, so
         the `envelope` strategy certifies a point with the draws `full` takes for it."""
-        tag = self.strategy_tag
-        return self.cert_id[: len(self.cert_id) - len(tag)] if tag else self.cert_id
+        return self.cert.without_strategy().text
+
+    @property
+    def cert(self) -> CertId:
+        """The typed cert_id: what names these settings' files (`trainables.kernel.cert_ids`
+        spells and reads it); new settings give new files, old rows stay.
+
+        Only what changes the rows is in it. The run settings at their defaults (fp32, NCHW,
+        eager) add nothing, so every id written before they existed still names its files;
+        otherwise each is, because each can change the votes: a certificate is of the base
+        classifier as it was run, and rows of different runs must not pool. bf16/fp16
+        obviously; channels_last and compile too: measured on this project's AVX2 CPU
+        (oneDNN), both give logits that differ from NCHW eager ones in the last bits, so a
+        vote near a decision boundary can flip."""
+        envelope = None
+        if self.strategy == "envelope":
+            radii = None if self.radii is None or self.radii == DECISION_RADII else self.radii
+            envelope = Envelope(self.delta, self.pilots, radii)
+        return CertId(
+            n=self.n,
+            alpha=self.alpha,
+            sigma=self.sigma,
+            n0=self.n0,
+            skip=self.skip,
+            max_points=self.max_points,
+            precision=self.precision,
+            channels_last=self.channels_last,
+            compile=self.compile,
+            envelope=envelope,
+            ddrs=self.ddrs,
+        )
 
     @property
     def cert_id(self) -> str:
-        """Names the settings in file paths; new settings give new files, old rows stay.
-
-        The defaults (fp32, NCHW, eager) add nothing, so every id written before these settings
-        existed still names its files. Otherwise `_prec-<p>`, `_cl` and `_compiled` are added,
-        because each can change the votes: a certificate is of the base classifier as it was
-        run, and rows of different runs must not pool. bf16/fp16 obviously; channels_last and
-        compile too: measured on this project's AVX2 CPU (oneDNN), both give logits that differ
-        from NCHW eager ones in the last bits, so a vote near a decision boundary can flip."""
-        sigma = "train" if self.sigma is None else f"{self.sigma:g}"
-        mp = "all" if self.max_points is None else self.max_points
-        fixed = (
-            f"sigma-{sigma}_n0-{self.n0}_n-{self.n}_alpha-{self.alpha:g}_skip-{self.skip}_max-{mp}"
-        )
-        fixed += "".join(f"_{t}" for t in self.run_tags) + self.strategy_tag
-        return fixed if self.ddrs is None else f"{fixed}_{self.ddrs.tag}"
-
-    @property
-    def run_tags(self) -> tuple[str, ...]:
-        """The cert_id segments of the non-default run settings (none at the defaults)."""
-        tags = () if self.precision == "fp32" else (f"prec-{self.precision}",)
-        return tags + ("cl",) * self.channels_last + ("compiled",) * self.compile
+        """Names the settings in file paths (`cert`, spelled)."""
+        return self.cert.text
 
     @property
     def setting_id(self) -> str:  # what the sharded-stage engine calls it
@@ -274,6 +266,11 @@ class FinalStep(CertifySpec):
     @property
     def cert_id(self) -> str:
         return final_id(self.selection_id, self.report)
+
+    @property
+    def draws_id(self) -> str:
+        """Its own draws (seeded by its cert_id): the report points certified afresh."""
+        return self.cert_id
 
     def test_points(self, num_test: int) -> list[int]:
         return self.report.indices(num_test)

@@ -14,7 +14,11 @@ A row names, once, everything the rest of the code knows about a method:
   `FromScratch`: the SmoothAdv code's models trained from scratch differ from its fine-tuned
   ones). Under DDRS training `PROTOCOL` itself replaces it whatever the method: the DDRS
   code's input layer and schedule, and the shared numbers (deviation 31).
-- `attacks`: the attacks it accepts (the first is the default where it has one).
+- `attacks`: the attacks it accepts (the first is the default where it has one), and
+  `attack_settings`: the settings of `settings` it uses only with one of them (SmoothAdv's
+  DDN's two with attack ddn).
+- `checks`: what it refuses beyond each setting's declared bounds (SmoothMix: its one-step
+  adversary needs two steps), a function of the trial returning its problems.
 - `splits_batch`: as their reference code does, SmoothAdv, SmoothMix and consistency training
   split each loader batch of B inputs into m_train chunks of B/m inputs, each becoming m noisy
   copies, one optimizer step per chunk; MACER and stability training take one step per batch
@@ -23,29 +27,36 @@ A row names, once, everything the rest of the code knows about a method:
   their defaults, its DDRS script's (MotasemAlfarra/Data_Dependent_Randomized_Smoothing); DDRS
   training (a σ_x per input) supports the methods that have them: the paper's three. A DDRS
   setting a method's row does not name is None (no part of its trial_id), as a method setting.
-- `label`: its name in the papers' tables and figures.
+- `label`: its name in the papers' tables and figures (`method_label`), with the attack
+  where `labels_attack` (SmoothAdv-PGD, SmoothAdv-DDN).
 - `passes`: forward+backward passes of the network per training input in one epoch, from m
   (`m_train`, 1 where unused) and T (the attack's steps; 0 in an epoch without an attack):
   what the dry run prices (`sweeper.plan.cost.step_passes`).
 - `module`, `function`: its loss, `trainables.methods.<module>.<function>(model, x, y, ctx)`
-  (see `base`). This package's front (this table) is pure Python, so the control plane
-  validates a grid without torch; the loss module (and torch) is imported when a trial trains.
+  (see `base`, whose `loss_of` imports it). This package's front (this table) is pure Python
+  and imports nothing of the project (the trial's configuration imports it), so the control
+  plane validates a grid without torch; the loss module (and torch) is imported when a trial
+  trains.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    import torch
 
-    from trainables.kernel.config import TrialConfig
-    from trainables.methods.base import StepContext, StepOutput
+class Trial(Protocol):
+    """What the table reads of a trial (a `trainables.kernel.config.TrialConfig`)."""
 
-    LossFunction = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, StepContext], StepOutput]
+    @property
+    def m_train(self) -> int | None: ...
+    @property
+    def train_multi_noise(self) -> bool | None: ...
+    @property
+    def mix_step(self) -> int | None: ...
+    @property
+    def steps(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -80,21 +91,28 @@ class Method:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     protocol: Mapping[str, Any] = field(default_factory=dict)
     attacks: tuple[str, ...] = ()
+    attack_settings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     ddrs: Mapping[str, Any] = field(default_factory=dict)  # DDRS settings and defaults
+    checks: Callable[[Trial], list[str]] | None = None
+    labels_attack: bool = False  # its label names the attack: SmoothAdv-PGD
 
-    def chunks(self, cfg: TrialConfig) -> int:
+    def used(self, attack: str | None) -> frozenset[str]:
+        """The settings a trial of this method with `attack` trains with: `settings` but those
+        of its other attacks (`attack_settings`)."""
+        other = {n for a, names in self.attack_settings.items() if a != attack for n in names}
+        return frozenset(self.settings) - other
+
+    def problems(self, cfg: Trial) -> list[str]:
+        """What this method refuses of `cfg` beyond the declared bounds (`checks`)."""
+        return [] if self.checks is None else self.checks(cfg)
+
+    def chunks(self, cfg: Trial) -> int:
         """Optimizer steps per loader batch: m_train (one per chunk of about B/m inputs) for a
         method that splits its batches, but 1 for SmoothAdv with train_multi_noise false (its
         loss attacks the m chunks itself); 1 for the other methods."""
         if not self.splits_batch or cfg.train_multi_noise is False:
             return 1
         return cfg.m_train or 1
-
-    @property
-    def loss(self) -> LossFunction:
-        """The method's loss function (imports its module, and torch)."""
-        module = importlib.import_module(f"trainables.methods.{self.module}")
-        return cast("LossFunction", getattr(module, self.function))
 
 
 @dataclass(frozen=True)
@@ -131,11 +149,25 @@ PROTOCOL: Mapping[str, Any] = {
     "normalize_input": True,
     "scale_input": True,
 }
+
+
 # SmoothAdv's input layer (Hadisalman/smoothing-adversarial README, "Very Important": the
 # mapping of its published models to their layer): its from-scratch CIFAR-10 and ImageNet
 # models, the PGD baselines included, were trained by the first commit's architectures.py
 # (3911bd8, l. 33: `get_input_center_layer`, x − μ); the ImageNet32 pre-trained, fine-tuned and
 # self-trained ones by cc80077's (HEAD l. 36: `get_normalize_layer`, (x − μ)/s).
+def _one_step_adversary(cfg: Trial) -> list[str]:
+    """SmoothMix's one-step adversary (mix_step 1) is taken at the start of step 2 by the
+    reference code: with one step it never is, and the trial would train as mix_step 0."""
+    if cfg.mix_step == 1 and cfg.steps == 1:
+        return [
+            "mix_step 1 (the one-step adversary) needs steps >= 2 for method 'smoothmix': "
+            "the reference code takes it at the start of step 2, so with steps 1 it trains "
+            "exactly as mix_step 0; set mix_step: 0 or steps >= 2"
+        ]
+    return []
+
+
 _SMOOTHADV_INPUT = {"scale_input": FromScratch(("cifar10", "imagenet"), scratch=False, other=True)}
 # DDRS training follows its own code (MotasemAlfarra/Data_Dependent_Randomized_Smoothing,
 # CIFAR10/train_macer.py and train_smooth_adv.py), whose input layer and schedule are
@@ -192,7 +224,8 @@ _ROWS = (
         "smoothadv", ("m_train", "train_multi_noise", *ATTACK_SETTINGS, *DDN_SETTINGS),
         "smoothadv", "loss", splits_batch=True, defaults={"train_multi_noise": True},
         label="SmoothAdv", passes=lambda m, t: m * (t + 1),  # T attack steps on m copies
-        attacks=ATTACKS, ddrs=_DDRS_SMOOTHADV, protocol=_SMOOTHADV_INPUT,
+        attacks=ATTACKS, attack_settings={"ddn": DDN_SETTINGS}, ddrs=_DDRS_SMOOTHADV,
+        protocol=_SMOOTHADV_INPUT, labels_attack=True,
     ),
     Method(
         "vanilla_pgd", ATTACK_SETTINGS, "vanilla_pgd", "loss_vanilla",
@@ -209,7 +242,7 @@ _ROWS = (
         splits_batch=True, label="SmoothMix",
         passes=lambda m, t: m * (t + 2),  # T ascent steps on m copies, m clean + m mixed
         defaults={"eta": 5.0, "mix_step": 0, "mix_detach": False, "mix_alpha": SigmaTimes(2.0)},
-        protocol=_JEONG,
+        protocol=_JEONG, checks=_one_step_adversary,
     ),
     Method(  # Zhai et al. 2020: RuntianZ/macer main.py (_MACER)
         "macer", ("m_train", "lam", "macer_beta", "macer_gamma", "macer_deferred"), "macer",
@@ -236,3 +269,14 @@ METHOD_SETTINGS = frozenset(name for row in _ROWS for name in row.settings)
 DDRS_METHODS = tuple(row.name for row in _ROWS if row.ddrs)
 # Methods that attack with ε (SmoothAdv and the PGD baselines): no attack in an epoch with ε = 0.
 EPSILON_METHODS = tuple(row.name for row in _ROWS if "epsilon" in row.settings)
+
+
+def method_label(method: Any, attack: Any = None) -> str:
+    """A method's name in the papers' tables and figures (its row's `label`), with its attack
+    where the row says so (`labels_attack`: SmoothAdv-DDN); a name of no row as it is."""
+    row = REGISTRY.get(method) if isinstance(method, str) else None
+    if row is None:
+        return str(method)
+    if row.labels_attack and isinstance(attack, str):
+        return f"{row.label}-{attack.upper()}"
+    return row.label

@@ -9,13 +9,27 @@ The model is in train mode when a method is called; attacks switch to eval thems
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 if TYPE_CHECKING:  # annotations only: the config imports the method table (this package)
     from trainables.kernel.config import TrialConfig
+    from trainables.methods import Method
+
+    LossFunction = Callable[
+        [torch.nn.Module, torch.Tensor, torch.Tensor, "StepContext"], "StepOutput"
+    ]
+
+
+def loss_of(method: Method) -> LossFunction:
+    """A method's loss function, `trainables.methods.<module>.<function>` of its row (imports
+    its module, and torch; looked up at each call, as the row's name says)."""
+    module = importlib.import_module(f"trainables.methods.{method.module}")
+    return cast("LossFunction", getattr(module, method.function))
 
 
 @dataclass(frozen=True)
