@@ -16,7 +16,6 @@ from typer.core import TyperGroup
 
 from sweeper.cli.display import TerminalConsole, console_width, echo, printable
 from sweeper.cli.usage import usage_line
-from sweeper.report.formats import COLUMN_LABELS
 from sweeper.results.credentials import redact_args
 from sweeper.results.storage import Experiment
 from sweeper.run.driving import RayLost
@@ -225,17 +224,6 @@ class LazyConsole:
 
 
 console = cast(TerminalConsole, LazyConsole())
-# The envelope's columns the terminal shows, headed as everywhere (`COLUMN_LABELS`) but for
-# the plain radius, its winner and m.
-DISPLAY = {
-    **{c: COLUMN_LABELS.get(c, c) for c in ("certified_accuracy", "clean_acc", "method")},
-    **{c: COLUMN_LABELS.get(c, c) for c in ("attack", "sigma", "epsilon", "steps", "acr")},
-    **{c: COLUMN_LABELS.get(c, c) for c in ("models", "lam", "eta", "max_radius")},
-    "radius": "radius",
-    "trial_id": "winner",
-    "m_train": "m",
-}
-
 Storage = Annotated[
     str, typer.Option("--storage", help="Results location: a path or a URI (s3://...).")
 ]

@@ -15,7 +15,6 @@ from sweeper.api.envelope_view import envelope_read, group_of, plot_cover
 from sweeper.api.selection import filter_rows, models_of
 from sweeper.cli import display
 from sweeper.cli.common import (
-    DISPLAY,
     Digits,
     LatestExperiment,
     Only,
@@ -48,6 +47,7 @@ from sweeper.cli.uncertainty_view import (
 )
 from sweeper.plan.grid import NONE, parse_only
 from sweeper.report.formats import DIGITS, FORMATS
+from sweeper.results.columns import ENVELOPE_PRIORITY, SCREEN_LABELS
 from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
 WithEmpirical = Annotated[
@@ -202,7 +202,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
     elif fmt == "table":
         columns = [
             display.Column(
-                c if c == "trial_id" else DISPLAY.get(c, c),
+                c if c == "trial_id" else SCREEN_LABELS.get(c, c),
                 text[c].tolist(),
                 c not in rows or rows[c].dtype.kind in "fiu",
                 frozenset(best.get(c, ())),
@@ -336,24 +336,6 @@ def load_selected(
     return exp, results, frame
 
 
-ENVELOPE_PRIORITY = [
-    "radius",
-    "certified_accuracy",
-    "trial_id",
-    "ci",
-    "empirical_accuracy",
-    "clean_acc",
-    "method",
-    "sigma",
-    "acr",
-    "attack",
-    "epsilon",
-    "steps",
-    "m_train",
-    "models",
-]
-
-
 def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
     """The envelope in `fmt`: no winner where nothing is certified (null in csv/json, - else).
     csv/json carry the interval and the runner-up comparison as numbers; the table and
@@ -372,16 +354,16 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     if fmt == "markdown":
         display.echo(to_markdown(text))
     else:
-        shown = {**DISPLAY, "empirical_accuracy": "emp. acc", "ci": CI_HEADER}
         group = [] if table.columns[0] == "radius" else [table.columns[0]]
         cols = [
             c
             for c in text.columns
-            if (c in shown or c in group) and not text[c].isin(["", "-"]).all()
+            if (c in ENVELOPE_PRIORITY or c in group) and not text[c].isin(["", "-"]).all()
         ]
         numeric = {c: c in table and table[c].dtype.kind in "fiu" for c in cols}
-        columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), numeric[c]) for c in cols]
-        priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
+        heading = {c: SCREEN_LABELS.get(c, str(c)) for c in cols}
+        columns = [display.Column(heading[c], text[c].tolist(), numeric[c]) for c in cols]
+        priority = [heading[c] for c in [*group, *ENVELOPE_PRIORITY] if c in heading]
         display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
     uncertainty_note(table)
     covered_note(table)
