@@ -267,23 +267,10 @@ Digits = Annotated[
 ]
 
 
-def warn_left_out(invalid: list[str], exp: Experiment) -> None:
-    """Result files that failed validation: each named on stderr with why, and their rows
-    left out (never a number from them); --strict exits 1 after the output. A results file
-    that is no readable Parquet is bad input: exit 2 naming each (a damaged cache is only
-    named: its models are read from their files)."""
-    caches = tuple(f"{exp.cache_path(stage)}: " for stage in ("certify", "empirical"))
-    corrupt = [
-        line for line in invalid if ": not a readable " in line and not line.startswith(caches)
-    ]
-    if corrupt:
-        fail(
-            [
-                f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
-                "empirical` recomputes what is missing)"
-                for line in corrupt
-            ]
-        )
+def warn_left_out(invalid: list[str]) -> None:
+    """Result files that failed validation (a corrupt one stopped the read already:
+    `selection.corrupt_files`): each named on stderr with why, and their rows left out (never
+    a number from them); --strict exits 1 after the output."""
     for line in invalid:
         echo(f"warning: left out {line}", err=True)
     if invalid:

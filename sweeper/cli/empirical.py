@@ -7,8 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sweeper.api.running import attack_finished
-from sweeper.api.sweep import Sweep, attack_plan
+from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
     ExperimentOpt,
@@ -58,8 +57,6 @@ def empirical(
     sweep = Sweep(
         space, storage=storage, experiment=experiment, only=only, smoke=smoke, data_dir=data_dir
     )
-    request = sweep.request(address=launch.address, max_trials=launch.max_trials)
-    plan, spec = attack_plan(request, overrides, problems)
-    ran = attack_finished(space, plan, spec, launch, watchers())
+    ran = sweep.attack(options=launch, overrides=overrides, watchers=watchers(), problems=problems)
     if ran.outcome is not None:
         _report(ran.outcome, len(ran.trials), ran.settings)

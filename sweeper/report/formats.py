@@ -3,10 +3,16 @@ constants, so that listing the commands (`sweeper --help`) imports neither panda
 matplotlib. Headings and which columns are measured fractions (shown with DIGITS decimals in
 every table and report) come from the column catalog, `results.columns`."""
 
-from sweeper.results.columns import COLUMN_LABELS, FRACTIONS, is_fraction
+from sweeper.results.columns import (
+    COLUMN_LABELS,
+    ENVELOPE_PRIORITY,
+    FRACTIONS,
+    SCREEN_LABELS,
+    is_fraction,
+)
 
 __all__ = ["COLUMN_LABELS", "DIGITS", "FIGURE_FORMATS", "FORMATS", "FRACTIONS", "LINF_RADII_255"]
-__all__ += ["is_fraction"]
+__all__ += ["ENVELOPE_PRIORITY", "SCREEN_LABELS", "is_fraction"]
 
 FORMATS = ("table", "csv", "json", "markdown")
 DIGITS = 3  # decimals of every measured fraction (accuracy, ACR, abstention) shown to people

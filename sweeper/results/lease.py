@@ -74,11 +74,16 @@ class Holder:
     heartbeat: float
     token: str
     released: float | None = None  # when the holder let go (None: still held, or it died)
+    # the slice of the sweep it runs (`--only`, `Sweep(only=...)`; None: all of it), which
+    # `sweeper status` and `Sweep.status()` count while it runs
+    only: str | None = None
 
     @classmethod
-    def me(cls, command: str) -> Holder:
+    def me(cls, command: str, only: str | None = None) -> Holder:
         now = time.time()
-        return cls(os.getpid(), socket.gethostname(), command, now, now, uuid.uuid4().hex)
+        return cls(
+            os.getpid(), socket.gethostname(), command, now, now, uuid.uuid4().hex, only=only
+        )
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
@@ -159,6 +164,8 @@ def _holder(doc: Any) -> Holder:
             type(value) not in (int, float) or not 0 <= value <= LAST_TIME  # NaN fails too
         ):
             raise ValueError(f"{key} {value!r} is not a time")
+    if doc.get("only") is not None and not isinstance(doc["only"], str):
+        raise ValueError(f"only {doc['only']!r} is not a slice (--only's text)")
     fields = {k: doc[k] for k in Holder.__dataclass_fields__ if k in doc}
     # a lease written before credentials were refused may hold some: never shown as stored
     fields["command"] = " ".join(redact_args(doc["command"].split()))
@@ -197,9 +204,13 @@ class Lease:
     called with it (by default: SIGINT to this process)."""
 
     def __init__(
-        self, exp: Experiment, command: str, on_lost: Callable[[Holder | None], None] | None = None
+        self,
+        exp: Experiment,
+        command: str,
+        on_lost: Callable[[Holder | None], None] | None = None,
+        only: str | None = None,
     ):
-        self.exp, self.me = exp, Holder.me(command)
+        self.exp, self.me = exp, Holder.me(command, only)
         self.on_lost = on_lost or _interrupt
         self.took_over: Holder | None = None  # the gone holder we replaced, if any
         self.lost: Holder | None = None
