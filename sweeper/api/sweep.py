@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sweeper.api import reading, running
+from sweeper.api.experiments import existing_experiment, latest_experiment
 from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, price_plan
 from sweeper.api.reading import Reading
 from sweeper.api.running import Ran
@@ -32,60 +33,19 @@ from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.param_space import ParamSpace
 from sweeper.plan.spec import EmpiricalSpec, SearchSpec
 from sweeper.plan.sweep_plan import Plan, PlanError, PlanRequest, make_plan
-from sweeper.results.storage import (
-    DEFAULT_STORAGE,
-    Experiment,
-    check_storage,
-    experiments,
-    plain_name_problem,
-)
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.sweep_run import finished_trials
-from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from sweeper.ingest.importer import ImportReport
     from sweeper.results.verification import Verification
 
 log = logging.getLogger(__name__)
-
-
-def _experiment_names(storage: str) -> list[str]:
-    check_storage(storage)
-    return [n for n in experiments(storage) if plain_name_problem(n, "") is None]
-
-
-def latest_experiment(storage: str) -> Experiment:
-    """The most recently written experiment under `storage`; ProblemsError if there is none
-    (saying so when `storage` is itself an experiment's folder)."""
-    names = _experiment_names(storage)
-    if names:
-        return Experiment(storage, names[-1])
-    if fileio.exists(fileio.join(storage, "sweep.json")):
-        parent, _, name = storage.rstrip("/").rpartition("/")
-        raise ProblemsError(
-            [
-                f"--storage {storage} is an experiment, not a storage of experiments: pass "
-                f"--storage {parent or '.'} --experiment {name}"
-            ]
-        )
-    raise ProblemsError(
-        [f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"]
-    )
-
-
-def existing_experiment(storage: str, name: str) -> Experiment:
-    """Experiment `name` under `storage` for reading it; ProblemsError listing the experiments
-    there if it does not exist."""
-    exp = Experiment(storage, name)
-    if fileio.exists(exp.root):
-        return exp
-    names = _experiment_names(storage)
-    there = f"the experiments there: {', '.join(names[-12:])}" if names else "there are none"
-    raise ProblemsError([f"no experiment {name!r} under --storage {storage} ({there})"])
 
 
 def attack_plan(
@@ -330,6 +290,44 @@ class Sweep:
         under the experiment's reports/; the locations written."""
         read = self.read(attested_only=attested_only)
         return read.write_report(read.report(radii, figure_formats, linf_255, attested_only))
+
+    def compact(self) -> list[str]:
+        """Fold each complete model's shards into one file and refresh the caches (`sweeper
+        compact`), holding the experiment as a run does; a line per stage of what was done.
+        `ProblemsError` if a symlink is inside the experiment (nothing done) or a model cannot
+        be compacted (its shards are kept)."""
+        from sweeper.results.inventory import sign_if_keyed
+        from sweeper.results.lease import Lease
+        from sweeper.run.certify_stage import CERTIFY
+        from sweeper.run.compaction import compact_all
+        from sweeper.run.empirical_stage import EMPIRICAL
+
+        exp = self.exp()
+        try:
+            with Lease(exp, "sweeper compact"):
+                if links := exp.link_problems():  # never read nor written through
+                    raise ProblemsError(links)
+                lines = compact_all(exp, [CERTIFY, EMPIRICAL])
+                sign_if_keyed(exp)
+        except RuntimeError as e:  # a model that cannot be compacted: its shards are kept
+            raise ProblemsError(
+                [f"{e}: its shards are kept; re-run `sweeper certify` or `sweeper empirical`"]
+            ) from None
+        return lines
+
+    def import_logs(
+        self, directory: str, sets: Sequence[str] = (), max_rows: int | None = None
+    ) -> ImportReport:
+        """Import the reference code's certification logs under `directory` as models of this
+        Sweep's `experiment` (`sweeper import`; `sets`: key=value the directory names do not
+        give; `max_rows`: per log). `IngestError` (a ProblemsError) when nothing can be."""
+        from sweeper.ingest.importer import import_logs
+        from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
+
+        if self.experiment is None:
+            raise ProblemsError(["import_logs needs an experiment: Sweep(experiment=...)"])
+        exp = Experiment(self.storage, self.experiment)
+        return import_logs(directory, exp, list(sets), max_rows or DEFAULT_MAX_ROWS)
 
     def verify(self, public_key: str | None = None) -> Verification:
         """What in the experiment is attested, unattested and failed (`sweeper verify`),

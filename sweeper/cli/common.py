@@ -14,11 +14,9 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
+from sweeper.api.surface import Experiment, RayLost, redact_args
 from sweeper.cli.display import TerminalConsole, console_width, echo, printable
 from sweeper.cli.usage import usage_line
-from sweeper.results.credentials import redact_args
-from sweeper.results.storage import Experiment
-from sweeper.run.driving import RayLost
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from sweeper.api.surface import DEFAULT_STORAGE, EmpiricalSpec, LaunchOptions
 from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
@@ -19,9 +20,6 @@ from sweeper.cli.common import (
 )
 from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import SpaceSmoke, given, settings_options, with_options
-from sweeper.plan.spec import EmpiricalSpec
-from sweeper.results.storage import DEFAULT_STORAGE
-from sweeper.run.launch_options import LaunchOptions
 
 
 def _report(outcome, trials: int, settings: Sequence[str]) -> None:
