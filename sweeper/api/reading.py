@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sweeper.api.empirical_view import Empirical
+    from sweeper.api.selection import Coverage
     from sweeper.report.build import Report
     from sweeper.report.figures import Cover
     from sweeper.results.certify_rows import Results
@@ -72,7 +73,7 @@ class Reading:
         """The rows read (the slice of the sound models), one per certified test point."""
         return self.frame
 
-    def coverage(self) -> selection.Coverage:
+    def coverage(self) -> Coverage:
         """What the read covers: models, trials, points; planned trials without results."""
         return selection.coverage(self.exp, self.results, self.frame)
 

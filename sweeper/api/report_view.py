@@ -48,7 +48,7 @@ def build(
     space = (read_sweep(read.exp) or {}).get("space") or {}
     batch = space.get("certify", {}).get("batch_size")
     section = index_sections(read, grid)
-    models = set(frame.groupby(["trial_id", "cert_id"]).groups)
+    models = {(str(t), str(c)) for t, c in zip(frame["trial_id"], frame["cert_id"], strict=True)}
     section += attestation_section(results.attestations, models, attested_only)
     unattested = results.attestations.unattested if results.attestations else frozenset()
     dims = dataset_dims(frame["dataset"].unique())

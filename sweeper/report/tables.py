@@ -24,7 +24,8 @@ import pandas as pd
 from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
-from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from sweeper.results.columns import SUMMARY_COLUMNS
+from sweeper.results.envelope import certified_accuracy, model_table
 from trainables.methods import REGISTRY
 
 if TYPE_CHECKING:
