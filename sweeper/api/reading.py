@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sweeper.api import selection
@@ -177,9 +178,14 @@ class Reading:
 
     # ------------------------------------------------------------------ per trial
     def trials(self) -> list[TrialResult]:
-        """Every trial of the sweep (sweep.json's, in its order) and every other trial with
-        rows (imported ones), as Tune's results; reads each trial.json."""
-        return trial_results(self)
+        """Every trial of the sweep (sweep.json's, in its order; the slice's) and every other
+        trial with rows (imported ones), as Tune's results; each trial.json read once, on the
+        first call."""
+        return list(self._trials)
+
+    @cached_property
+    def _trials(self) -> tuple[TrialResult, ...]:
+        return tuple(trial_results(self))
 
     def __iter__(self) -> Iterator[TrialResult]:
         return iter(self.trials())
