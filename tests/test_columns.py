@@ -109,3 +109,19 @@ def test_every_per_model_table_column_is_in_the_catalog(storage):  # noqa: F811
     unknown = [c for c in table.columns if not known(c)]
     assert unknown == []
     assert isinstance(table, pd.DataFrame) and "r=0.25_ci_low" in table.columns
+
+
+def test_every_report_table_heading_is_a_catalog_label(storage):  # noqa: F811
+    """The report's tables head their columns from the catalog (`report.build.HEADERS`): no
+    heading is a raw column name the catalog does not know."""
+    from sweeper import Sweep
+
+    built = Sweep(storage=str(storage), experiment="exp").read().report([0.0, 0.5], ("svg",))
+    labels = {c.label for c in CATALOG} | {"", "m_train"}  # sections, quantities; as papers
+    headings = set()
+    for f in built.files:
+        if f.name.endswith(".md") and f.name != "index.md":
+            header = next(line for line in f.data.decode().splitlines() if line.startswith("|"))
+            headings |= {h.strip() for h in header.strip("|").split("|")}
+    assert {"σ", "ACR", "trial_id", "models", "r=0.5", "ℓ∞ 8/255"} <= headings
+    assert [h for h in headings if h not in labels and not h.startswith(("r=", "ℓ∞ "))] == []
