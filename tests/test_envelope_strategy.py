@@ -464,3 +464,28 @@ def test_after_a_probe_the_full_step_draws_only_the_rest_and_counts_the_probe():
     assert m.exact_from == 0
     with pytest.raises(ValueError):
         ledger.record_probe("m", [])  # once only
+
+
+def test_a_tie_it_would_lose_on_clean_accuracy_does_not_keep_a_model_alive():
+    """A model whose bound only ties the envelope at a radius, with a clean accuracy (its
+    bound at r = 0) below the winner's there, cannot win it by the tie rule: it is pruned.
+    With a clean bound equal to the winner's it is not (the next rule could favour it), nor
+    when the decision grid does not start at 0 (its first count is no clean accuracy)."""
+    ledger = Ledger(S)
+    first_level = int(ledger.thresholds(0.25)[0])  # certifies r = 0 only
+    counts = [S.n] * 5 + [first_level] * 5
+    for name, j in (("a", 1), ("b", 2)):
+        ledger.arrive(name, j, 0.25, np.arange(10), np.zeros(10, np.int64))
+        ledger.record_pilot(name, 1, [PilotRow(name, 1, i, 0, 1_000, 1_000) for i in range(10)])
+        ledger.record_pilot(name, 2, [])
+    ledger.record_full("a", [FullRow("a", i, c) for i, c in enumerate(counts)], 0)
+    a, b, envelope = ledger.models["a"].certified, ledger.models["b"], ledger.envelope()
+    assert a[0] == 10 and a[1] == 5 and a[-1] == 0
+    assert list(ledger.clean()) == [10 if c else 0 for c in a]
+    b.upper_curve = np.minimum(a, 9)  # ties "a" from r = 0.25 on, its clean accuracy ≤ 9
+    assert could_win_from(b.upper_curve, envelope) == 1  # alive on the tie alone ...
+    assert ledger.pruned(b, envelope)  # ... which it would lose: 9 < 10 at r = 0
+    b.upper_curve = a.copy()  # the same clean accuracy: the next rule decides, not pruned
+    assert not ledger.pruned(b, envelope) and ledger.status("b") == "piloted"
+    shifted = Ledger(dataclasses.replace(S, radii=RADII[1:]))
+    assert shifted.clean() is None  # no clean accuracy on a grid from 0.25

@@ -19,7 +19,6 @@ from sweeper.plan.search_spec import SEARCH_ONLY
 from sweeper.plan.spaces import parse_spec
 from sweeper.plan.spec import CertifySpec, EmpiricalSpec, SearchSpec
 from sweeper.run.launch_options import LaunchOptions
-from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.settings import (
     AtLeast,
     Between,
@@ -122,7 +121,7 @@ def test_every_setting_is_an_option_with_its_declared_help(command, cls, block, 
 def test_every_setting_means_the_same_in_yaml_and_on_the_command_line(command, cls, block, f):
     hint = typing.get_type_hints(cls)[f.name]
     if isinstance(f.metadata["bound"], Settings):
-        return _nested_settings(command, f)
+        return _nested_settings(command, f, hint)
     value, typed = sample(f, hint)
     args = [flag_of(f)] if isinstance(value, bool) and value else [flag_of(f), typed]
     if isinstance(value, bool) and not value:
@@ -145,22 +144,30 @@ def _yaml(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-def _nested_settings(command: list[str], f: dataclasses.Field) -> None:
-    """`--ddrs` alone: the defaults; `--ddrs-<part> v`: that part; YAML `ddrs: {part: v}` alike."""
-    assert set(f.metadata["bound"].parts) == {p.name for p in dataclasses.fields(DDRSSettings)}
-    assert given(CertifySpec, parsed_options(command, [flag_of(f)]))[0] == {f.name: DDRSSettings()}
+def _nested_settings(command: list[str], f: dataclasses.Field, hint) -> None:
+    """`--ddrs` alone: the defaults; `--ddrs-<part> v`: that part; YAML `ddrs: {part: v}` alike
+    (and so for `final`)."""
+    nested = next(a for a in typing.get_args(hint) if a is not type(None))
+    assert set(f.metadata["bound"].parts) == {p.name for p in dataclasses.fields(nested)}
+    assert given(CertifySpec, parsed_options(command, [flag_of(f)]))[0] == {f.name: nested()}
     assert given(CertifySpec, parsed_options(command, []))[0] == {}
-    for part in dataclasses.fields(DDRSSettings):
-        value = part.default * 3
+    for part in dataclasses.fields(nested):
+        value = _part_sample(part.default)
         option = f"--{f.name}-{part.name}".replace("_", "-")
-        expected = DDRSSettings(**{part.name: value})
-        assert given(CertifySpec, parsed_options(command, [option, str(value)]))[0] == {
-            f.name: expected
-        }
+        expected = nested(**{part.name: value})
+        args = [option] if value is True else [option, str(value)]
+        assert given(CertifySpec, parsed_options(command, args))[0] == {f.name: expected}
         spec, problems = parse_spec(
             "x", {"grids": [{"name": "g"}], "certify": {f.name: {part.name: value}}}
         )
-        assert problems == [] and spec.certify.ddrs == expected
+        assert problems == [] and getattr(spec.certify, f.name) == expected
+
+
+def _part_sample(default):
+    """A value of a nested part other than its default."""
+    if isinstance(default, bool):
+        return not default
+    return 7 if default is None else (default * 3 or 3)
 
 
 @pytest.mark.parametrize(

@@ -38,9 +38,9 @@ def envelope_of(frame: pd.DataFrame, radii: Sequence[float], by: str | None) -> 
     with no winner where its accuracy is 0 (`report.render.no_winner`: the same in `Sweep` and
     every format alike); EnvelopeError for a `by` that is no column."""
     from sweeper.report.render import no_winner
-    from sweeper.results import envelope as env
+    from sweeper.results.final_numbers import envelope_with_final
 
-    return no_winner(env.envelope(frame, list(radii), group_of(frame, by)))
+    return no_winner(envelope_with_final(frame, list(radii), group_of(frame, by)))
 
 
 def envelope_read(

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sweeper.api.final_run import FinalPlan, final_of_plan, final_plan
 from sweeper.plan import throughput
 from sweeper.plan.cost import SEARCH_SHARE as SEARCH_SHARE  # the dry run names it
 from sweeper.plan.cost import (
@@ -137,6 +138,7 @@ class CertifyPreview:
     done: list[str]  # trial_ids certified (envelope: or pruned) under every setting
     partly: dict[str, tuple[int, int]]  # trial_id -> (shards written, shards planned)
     left_hours: float  # certification device-hours still to spend
+    final: FinalPreview | None = None  # the final step (`--final`), priced
 
     @property
     def to_start(self) -> int:
@@ -157,7 +159,46 @@ def preview_certify(plan: Plan, ready: list[TrialConfig], cpu_only: bool = False
         for cost in priced.cost.costs:
             written, planned = partly.get(cost.trial.trial_id, (0, 1))
             left += cost.certify_hours * (1 - written / planned)
-    return CertifyPreview(plan, priced, ready, settings, done, partly, left)
+    final = preview_final(plan, ready, cpu_only) if plan.spec.certify.final else None
+    return CertifyPreview(plan, priced, ready, settings, done, partly, left, final)
+
+
+@dataclass(frozen=True)
+class FinalPreview:
+    """The final step in the dry run: what it would re-certify from the selection's rows as
+    they are (`chosen`), the device-hours of those not done (`hours`) and of one model on the
+    report points (`per_model`, with its forwards: a selection not yet complete can add
+    models)."""
+
+    chosen: FinalPlan
+    hours: float
+    per_model: float
+    forwards: float
+
+    def lines(self, device: str) -> list[str]:
+        """The dry run's lines (`device`: GPU or core)."""
+        found = self.chosen.lines()
+        todo = len(self.chosen.todo)
+        found.append(
+            f"final step left ≈ {self.hours:.3g} {device}-hours for {todo} models "
+            f"({self.forwards:.3g} forwards per model, ≈ {self.per_model:.3g} {device}-hours each)"
+        )
+        return found
+
+
+def preview_final(plan: Plan, ready: list[TrialConfig], cpu_only: bool) -> FinalPreview | None:
+    """The final step's dry run (None: no final step, or no finished model to price)."""
+    chosen = final_plan(plan, ready)
+    if chosen is None or not ready:
+        return None
+    step_plan = final_of_plan(plan, chosen.step)
+    todo = chosen.todo
+    priced = price_plan(replace(step_plan, trials=todo or ready[:1]), cpu_only)
+    costs = [] if priced.cost is None else priced.cost.costs
+    hours = sum(c.certify_hours for c in costs) if todo else 0.0
+    per_model = max((c.certify_hours for c in costs), default=0.0)
+    forwards = max((c.certify_forwards for c in costs), default=0.0)
+    return FinalPreview(chosen, hours, per_model, forwards)
 
 
 def _certified(

@@ -5,8 +5,9 @@ can fail one `ProblemsError`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sweeper.api.final_run import final_of_plan, final_plan, merged
 from sweeper.plan.param_space import ParamSpace
 from sweeper.plan.run_settings import precision_problem
 from sweeper.plan.spec import EmpiricalSpec, Resources
@@ -28,6 +29,9 @@ from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 
+if TYPE_CHECKING:
+    from sweeper.run.outcome import Outcome
+
 
 @dataclass(frozen=True)
 class Ran:
@@ -41,6 +45,7 @@ class Ran:
     outcome: Any = None
     settings: tuple[str, ...] = ()
     searched: SearchAccount | None = None  # under the envelope search: what it trained
+    final: bool = False  # whether the final step ran (its failures are in `outcome`)
 
 
 def resources_of(plan: Plan, options: LaunchOptions) -> Resources:
@@ -74,6 +79,8 @@ def run_grid(
     resources = resources_of(plan, options)
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
+    if plan.spec.certify.final is not None:
+        watchers.note(FINAL_LATER)
     if request.restarting and (moved := restart(plan.exp, watchers.holder)) is not None:
         watchers.note(f"previous experiment moved to {moved}")
     states = trial_states(plan.exp, plan.trials)
@@ -110,6 +117,10 @@ def _nothing_to_certify(plan: Plan, trials: list, watchers: Watchers) -> bool:
     return done
 
 
+FINAL_LATER = (
+    "certify.final: the final step needs every model's selection: once the sweep is trained, "
+    "`sweeper certify SPACE` certifies it (run grid certifies the selection only)"
+)
 ENVELOPE_SOUNDNESS = (
     "strategy envelope: every model on the envelope is certified with exact CERTIFY(n0, n, "
     "alpha); the chance that a pruned model would have won at some radius is at most "
@@ -131,9 +142,36 @@ def certify_finished(request: PlanRequest, options: LaunchOptions, watchers: Wat
     if plan.spec.certify.strategy == "envelope":
         watchers.note(ENVELOPE_SOUNDNESS.format(delta=plan.spec.certify.delta))
     sweep_run.declare_settings(plan, watchers.holder)  # before: rows certified earlier count
-    if _nothing_to_certify(plan, ready, watchers):
-        return Ran(plan, ready)
-    return Ran(plan, ready, sweep_run.certify(plan, ready, resources, options, watchers))
+    outcome = None
+    if not _nothing_to_certify(plan, ready, watchers):
+        outcome = sweep_run.certify(plan, ready, resources, options, watchers)
+    if outcome is not None and (outcome.failures or outcome.interrupted):
+        if plan.spec.certify.final is not None:
+            watchers.note("final step: not begun, the selection did not finish (see above)")
+        return Ran(plan, ready, outcome)
+    final = certify_final(plan, ready, resources, options, watchers)
+    return Ran(plan, ready, merged(outcome, final), final=final is not None)
+
+
+def certify_final(
+    plan: Plan,
+    ready: list[TrialConfig],
+    resources: Resources,
+    options: LaunchOptions,
+    watchers: Watchers,
+) -> Outcome | None:
+    """The final step after the selection (`final_run`): each envelope winner and the models
+    within its interval re-certified on the report points; None when the plan has no final
+    step or nothing is left to do (said so)."""
+    chosen = final_plan(plan, ready)
+    if chosen is None:
+        return None
+    for line in chosen.lines():
+        watchers.note(line)
+    if not chosen.todo:
+        return None
+    final = final_of_plan(plan, chosen.step)
+    return sweep_run.certify(final, chosen.todo, resources, options, watchers)
 
 
 def attack_finished(

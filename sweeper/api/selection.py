@@ -72,9 +72,15 @@ def filter_rows(frame: pd.DataFrame, selection: dict[str, Any]) -> pd.DataFrame:
 
 
 def _of_strategy(frame: pd.DataFrame, strategy: str) -> pd.DataFrame:
-    """The rows certified under a setting of `strategy` (`--only strategy=envelope`)."""
+    """The rows certified under a setting of `strategy` (`--only strategy=envelope`), and the
+    final step's rows of those settings (issue 40: certified `full`, they report on them)."""
+    from sweeper.results.final_numbers import selection_base
+    from trainables.kernel.final_points import final_of
+
     settings = frame["cert_id"].unique()
-    keep = [c for c in settings if strategy_of(c) == strategy]
+    keep = [c for c in settings if strategy_of(c) == strategy and final_of(c) is None]
+    bases = {selection_base(c) for c in keep}
+    keep += [c for c in settings if (f := final_of(c)) is not None and f[0] in bases]
     if not keep and not frame.empty:
         there = sorted({strategy_of(c) for c in settings})
         raise ProblemsError(
@@ -254,13 +260,25 @@ def model_table(
 
     table = per_model_table(frame, radii) if not frame.empty else None
     if table is not None:
-        table = with_exact_from(exp, table)
+        table = with_step(with_exact_from(exp, table))
     rows = with_pruned(table, pruned(exp, frame, selection, radii), radii)
     if rows is None:
         raise ProblemsError(
             ["no certification results to tabulate (check --only, or run `sweeper certify`)"]
         )
     return rows
+
+
+def with_step(table: pd.DataFrame) -> pd.DataFrame:
+    """`sweeper table`'s rows with `step` (selection or final: the final step's models on the
+    report points, issue 40) when the read holds a final step's rows; as they are otherwise."""
+    from trainables.kernel.final_points import is_final
+
+    final = [is_final(str(c)) for c in table["cert_id"]]
+    if not any(final):
+        return table
+    step = ["final" if f else "selection" for f in final]
+    return table.assign(step=step)
 
 
 def attested_rows(results: Results, frame: pd.DataFrame, attested_only: bool) -> pd.DataFrame:

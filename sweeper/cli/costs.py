@@ -89,8 +89,13 @@ def certify_dry_run_report(preview: CertifyPreview, data_dir: str | None) -> Non
     table.add_row("settings", ", ".join(preview.settings))
     table.add_row("storage", plan.exp.root)
     console.print(table, markup=False, highlight=False)
+    if preview.final is not None:  # the final step (`--final`), priced
+        for line in preview.final.lines("GPU" if priced.kind == "gpu" else "core"):
+            console.print(line, highlight=False)
     if not priced.trials:
-        console.print("nothing to do: every finished model is certified with these settings")
+        final_left = preview.final is not None and preview.final.chosen.todo
+        said = "the selection is done" if final_left else "nothing to do"
+        console.print(f"{said}: every finished model is certified with these settings")
         return
     dry_run_data(priced, data_dir)
     device = "GPU" if priced.kind == "gpu" else "core"

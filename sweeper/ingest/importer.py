@@ -95,6 +95,7 @@ from trainables.kernel import fileio
 from trainables.kernel.attestation import load_signing_key, sha256_file
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ConfigError
+from trainables.kernel.final_points import FinalPoints, final_id
 
 _SNIFF_BYTES = 4096
 _LOG_NAME = re.compile(r"(sigma|noise)_.*|.*\.(tsv|log)", re.IGNORECASE)  # reported if empty
@@ -240,6 +241,8 @@ def _model(log: Path, root: Path, exp: Experiment, sets: tuple[dict, dict], max_
     sigma_cert = _sigma_cert(cert.pop("sigma_cert", None), values.get("sigma_cert"), cfg.sigma)
     # The bound follows from exactly the σ_cert, n and α the rows are stored with.
     cert_id = f"imported-sigma-{sigma_cert:g}-n-{cert['n']}-alpha-{cert['alpha']:g}"
+    if cert.pop("final", False):  # a final step's log (`--set final=true`): its own cert_id
+        cert_id = final_id(cert_id, FinalPoints())
     limits = LogLimits.of(max_rows, cfg.dataset, cert["n"], cert["alpha"], sigma_cert)
     constants = {"smoothing": "fixed", **cert}
     # A finished model's file, read through the experiment's cache like a compacted sweep model

@@ -4,7 +4,9 @@ A key is a TrialConfig field or a certification setting (n0, n, alpha: default t
 100, 100000, 0.001; sigma_cert: default the σ in the log's name, else the training σ); a value
 is a YAML scalar, and a word that reads as a number (1e-3) is that number. The certification
 settings are stored with the rows and bound their radii, so each is checked here: n0 and n
-integers >= 1, alpha in (0, 1), sigma_cert > 0.
+integers >= 1, alpha in (0, 1), sigma_cert > 0. `final=true`: the logs are a final step's
+re-certifications on the report points (issue 40; their cert_id ends `_final-skip-1-max-all`,
+beside the selection's logs of the same models imported without it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 
 PAPER_CERTIFY = {"n0": 100, "n": 100_000, "alpha": 0.001}
-CERT_KEYS = ("n0", "n", "alpha", "sigma_cert")
+CERT_KEYS = ("n0", "n", "alpha", "sigma_cert", "final")
 TRIAL_KEYS = tuple(sorted(f.name for f in fields(TrialConfig)))
 
 
@@ -83,6 +85,8 @@ def _cert_problems(cert: dict[str, Any]) -> list[str]:
     alpha = cert["alpha"]
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         p.append(f"--set alpha: must be a number in (0, 1) (got {alpha!r})")
+    if cert.get("final", False) not in (True, False):
+        p.append(f"--set final: must be true or false (got {cert['final']!r})")
     s = cert.get("sigma_cert")
     if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
         p.append(f"--set sigma_cert: must be a number > 0 (got {s!r})")

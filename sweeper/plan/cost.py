@@ -87,9 +87,9 @@ def training_work(cfg: TrialConfig) -> tuple[float, float]:
 
 
 def certified_points(dataset: str, spec: CertifySpec) -> int:
-    """Every `skip`-th test point, at most `max_points` (`storage.index_chunks`)."""
-    points = math.ceil(TEST_SIZE[dataset] / spec.skip)
-    return points if spec.max_points is None else min(points, spec.max_points)
+    """Every `skip`-th test point, at most `max_points` (`storage.index_chunks`); a final
+    step's report points (`FinalStep.test_points`)."""
+    return len(spec.test_points(TEST_SIZE[dataset]))
 
 
 # The dry run's assumption for the `envelope` strategy (issue 28): the share of models

@@ -33,6 +33,7 @@ from sweeper.plan.spec import (
 from sweeper.results.credentials import space_credentials_problems
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.errors import ProblemsError
+from trainables.kernel.final_points import final_value
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_KEYS = (
@@ -367,6 +368,12 @@ def _dataclass(cls, value: Any, where: str, problems: list[str]):
     kwargs = {k: v for k, v in value.items() if k in names}
     if cls is CertifySpec and "ddrs" in kwargs:
         kwargs["ddrs"] = _ddrs(kwargs["ddrs"], f"{where}.ddrs", problems)
+    if cls is CertifySpec and "final" in kwargs:
+        final = final_value(kwargs["final"])
+        if isinstance(final, str):
+            problems.append(f"{where}.final {final}")
+            final = None
+        kwargs["final"] = final
     obj = cls(**kwargs)
     problems.extend(f"{where}.{p}" for p in obj.problems())
     return obj

@@ -10,6 +10,7 @@ import dataclasses
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from sweeper.plan.grid import MAX_TRIALS, expand, parse_only, select
 from sweeper.plan.param_space import ParamSpace, load
@@ -32,6 +33,7 @@ from sweeper.results.sweep_file import read_sweep
 from trainables.kernel import fileio
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 from trainables.kernel.errors import ConfigError, ProblemsError
+from trainables.kernel.final_points import final_value
 from trainables.kernel.trial_status import read_status
 
 
@@ -67,6 +69,16 @@ class PlanRequest:
     max_trials: int = MAX_TRIALS  # --max-trials: more trials than this are refused unexpanded
 
 
+def _final_override(overrides: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """`overrides` with `final` as a space says it (Python's `{"final": "all"}` or a dict)
+    made FinalPoints; what is wrong with it added to `problems`."""
+    if "final" in overrides:
+        final = final_value(overrides["final"])
+        problems += [f"certify option: final {final}"] if isinstance(final, str) else []
+        overrides["final"] = None if isinstance(final, str) else final
+    return overrides
+
+
 def make_plan(req: PlanRequest) -> Plan:
     """Validate everything that can be checked without Ray; raise PlanError with every problem.
     Credentials in --data-dir are refused first, alone with the address's problems: no later
@@ -80,7 +92,8 @@ def make_plan(req: PlanRequest) -> Plan:
         raise PlanError(e.problems + problems) from None
     spec = spec.smoked() if req.smoke else spec
     if req.certify_overrides:
-        certify = dataclasses.replace(spec.certify, **req.certify_overrides)
+        overrides = _final_override(dict(req.certify_overrides), problems)
+        certify = dataclasses.replace(spec.certify, **overrides)
         problems += [f"certify option: {p}" for p in certify.problems()]
         problems += [_idle_flag(k, req.space) for k in certify.idle(req.certify_overrides)]
         spec = dataclasses.replace(spec, certify=certify)

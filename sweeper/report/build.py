@@ -223,9 +223,12 @@ def _envelope_files(
         "of each column in bold (Gaussian baselines included). " + ENVELOPE_RULE,
         per_model_tables(frame, radii),
     )
+    quantities = [("certified_accuracy", "certified accuracy"), ("clean_acc", "winner clean acc.")]
+    if "final_accuracy" in summary:  # the final step (issue 40): the winner on the report points
+        quantities.append(("final_accuracy", "final: winner on the report points"))
     envelope = wide_table(
         summary,
-        [("certified_accuracy", "certified accuracy"), ("clean_acc", "winner clean acc.")],
+        quantities,
         "Upper envelope per ℓ2 radius, with the winner's clean accuracy (best method in bold)",
         bold=True,
     )

@@ -32,7 +32,7 @@ NOT_WINNER = {
     "max_radius",
     "covered",
 }
-COUNTS = {"points", "models"}  # integers that are no schema column
+COUNTS = {"points", "models", "final_points"}  # integers that are no schema column
 
 
 def cell(value, column=None, digits: int = DIGITS) -> str:

@@ -26,6 +26,8 @@ from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.columns import SUMMARY_COLUMNS
 from sweeper.results.envelope import certified_accuracy, model_table
+from sweeper.results.final_numbers import envelope_with_final
+from trainables.kernel.final_points import final_of
 from trainables.methods import REGISTRY
 
 if TYPE_CHECKING:
@@ -186,9 +188,9 @@ def envelope_summary(
     the envelope strategy's guarantee covers each number (`covered`; True without it)."""
     parts = []
     if frame["method"].nunique() > 1:
-        per = env.envelope(frame, radii, by="method")
+        per = envelope_with_final(frame, radii, by="method")
         parts.append(per.assign(group=per["method"].to_numpy()))
-    parts.append(env.envelope(frame, radii).assign(group=ALL))
+    parts.append(envelope_with_final(frame, radii).assign(group=ALL))
     for part in parts:
         part["covered"] = True
         if cover is None:
@@ -336,6 +338,16 @@ def linf_table(summary: pd.DataFrame, dataset: str, dim: int) -> PaperTable:
 _CERT_ID = re.compile(r"_skip-(\d+)_max-(\w+?)(?:_|$)")
 
 
+def _points_said(cert_id: str) -> list[str]:
+    """Which test points a setting certified: the selection's skip and max_points, or the
+    final step's report points (`final_points`)."""
+    if (final := final_of(cert_id)) is not None:
+        return [f"final step on {final[1].describe()} (selection: {final[0]})"]
+    if m := _CERT_ID.search(cert_id):
+        return [f"skip = {m[1]}", f"max_points = {m[2]}"]
+    return []
+
+
 def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
     """One line per certification setting: n0, n, α, which test points (skip, at most how
     many), the batch size when known, how many models and points, and per training σ the
@@ -345,8 +357,7 @@ def settings_lines(frame: pd.DataFrame, batch: int | None = None) -> list[str]:
     for cert_id, part in models.groupby("cert_id", sort=True):
         first = part.iloc[0]
         said = [f"n0 = {first['n0']:g}", f"n = {first['n']:g}", f"α = {first['alpha']:g}"]
-        if m := _CERT_ID.search(str(cert_id)):
-            said += [f"skip = {m[1]}", f"max_points = {m[2]}"]
+        said += _points_said(str(cert_id))
         if batch is not None:
             said.append(f"batch_size = {batch}")
         models_ = f"{len(part)} model{'s' * (len(part) != 1)}"

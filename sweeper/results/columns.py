@@ -73,6 +73,12 @@ CATALOG = (
     Column("status", "status"),  # the per-model table's pruned models
     Column("exact_from", "exact_from", instead="≥ before the numbers below it"),
     Column("strategy", "strategy"),
+    # the final step (issue 40): the winner and the best candidate on the report points
+    Column("final_accuracy", "final cert. acc", fraction=True, screen="final", priority=17),
+    Column("final_best", "final best", fraction=True, priority=18),
+    Column("final_best_trial_id", "final best model", priority=19),
+    Column("final_points", "final points", instead="the settings line on stderr (its points)"),
+    Column("final_cert_id", "final cert_id", instead="the settings line on stderr"),
 )
 BY_NAME = {c.name: c for c in CATALOG}
 # Per-radius columns of the per-model and report tables (`r=0.25`, `r=0.25_ci_low`,

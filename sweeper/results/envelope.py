@@ -23,6 +23,7 @@ from sweeper.results.certify_rows import MODEL_KEY, SCHEMA
 from sweeper.results.columns import SUMMARY_COLUMNS
 from sweeper.results.envelope_uncertainty import LEVEL, PointReach, clopper_pearson
 from trainables.kernel.certificates import max_radius
+from trainables.kernel.final_points import is_final
 from trainables.kernel.settings import parse_list
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
@@ -90,6 +91,7 @@ class _LastFrame:
 
 
 _LAST = _LastFrame()
+_SPLIT = _LastFrame()  # apart from _LAST: the selection frame it returns is _LAST's next frame
 
 
 def _models(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
@@ -179,8 +181,29 @@ def certified_accuracy(frame: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     return pd.DataFrame({r: acc[:, np.searchsorted(levels, r)] for r in radii})
 
 
+def split_final(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(the selection rows, the final step's rows or None): a final step's rows (its cert_id
+    `..._final-...`, `final_points`) never compete in an envelope; `final_numbers` sets its
+    numbers beside the selection's. The same frame gives the same objects (cached)."""
+    split: tuple[pd.DataFrame, pd.DataFrame | None] = _SPLIT.get(frame, "split", _split)
+    return split
+
+
+def _split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    if "cert_id" not in frame or frame.empty:
+        return frame, None
+    finals = [c for c in frame["cert_id"].unique() if is_final(str(c))]
+    if not finals:
+        return frame, None
+    mask = frame["cert_id"].isin(finals).to_numpy()
+    return frame[~mask].reset_index(drop=True), frame[mask].reset_index(drop=True)
+
+
 def envelope(frame: pd.DataFrame, radii: list[float], by: str | None = None) -> pd.DataFrame:
-    """Per radius (and per value of column `by`): the best certified accuracy and its model."""
+    """Per radius (and per value of column `by`): the best certified accuracy and its model,
+    among the selection's models (a final step's rows never compete: `split_final`; the views
+    set its numbers beside: `final_numbers.envelope_with_final`)."""
+    frame = split_final(frame)[0]
     if frame.empty:
         raise EnvelopeError(
             "no certification results yet: run `sweeper run grid <space>` or "
@@ -282,5 +305,5 @@ def _max_radii(frame: pd.DataFrame) -> np.ndarray:
 
 
 def envelope_curve(frame: pd.DataFrame, radii: np.ndarray) -> np.ndarray:
-    """The envelope's accuracy at many radii (for plots)."""
-    return certified_accuracy(frame, list(radii)).max(axis=0).to_numpy()
+    """The envelope's accuracy at many radii (for plots), over the selection's models."""
+    return certified_accuracy(split_final(frame)[0], list(radii)).max(axis=0).to_numpy()

@@ -25,7 +25,7 @@ A row's own n, α or σ cannot vouch for itself, so each check takes its truth f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,7 @@ from sweeper.results.sweep_file import declared
 from sweeper.results.trial_records import trial_configs
 from trainables.kernel.catalog import STANDARD_TEST_SIZE
 from trainables.kernel.certificates import lower_confidence_bound, radius_of_bound
+from trainables.kernel.final_points import final_of
 from trainables.kernel.stage_settings import ENVELOPE_MARK
 
 OWN = re.compile(
@@ -61,6 +62,8 @@ class Setting:
     skip: int = 1
     max_points: float = np.inf
     ddrs_min_sigma: float | None = None
+    start: int = 0  # a final step's range (`final_points`): [start, stop)
+    stop: float = np.inf
 
     @property
     def imported(self) -> bool:
@@ -69,7 +72,15 @@ class Setting:
 
 def setting_of(cert_id: str) -> Setting | None:
     """The setting `cert_id` names, or None if it names none (not a spelling the driver or
-    the importer writes, or values no setting takes: n < 1, α outside (0, 1), σ ≤ 0, ...)."""
+    the importer writes, or values no setting takes: n < 1, α outside (0, 1), σ ≤ 0, ...). A
+    final step's (`final_points.final_of`): its selection's setting on the report points."""
+    if (final := final_of(cert_id)) is not None:
+        selection, points = setting_of(final[0]), final[1]
+        if selection is None or selection.ddrs_min_sigma is not None:
+            return None
+        top = np.inf if points.max_points is None else points.max_points
+        stop = np.inf if points.stop is None else points.stop
+        return replace(selection, skip=points.skip, max_points=top, start=points.start, stop=stop)
     if m := IMPORTED.fullmatch(cert_id):
         setting = Setting(int(m["n"]), _number(m["alpha"]), _number(m["sigma"]))
         spelled = f"imported-sigma-{setting.sigma:g}-n-{setting.n}-alpha-{setting.alpha:g}"
@@ -94,7 +105,8 @@ def most_points(cert_id: str, dataset: str | None) -> int:
     setting = setting_of(cert_id)
     if setting is None or setting.imported:
         return size
-    return int(min(-(-size // setting.skip), setting.max_points))
+    span = max(0, int(min(size, setting.stop)) - setting.start)
+    return int(min(-(-span // setting.skip), setting.max_points))
 
 
 def _own_spelling(s: Setting, m: re.Match) -> str:
@@ -185,6 +197,8 @@ def _per_row(settings: list[Setting], trial_sigma: list[float], frag: np.ndarray
         ),
         "skip": column([s.skip for s in settings]),
         "max": column([s.max_points for s in settings]),
+        "start": column([s.start for s in settings]),
+        "stop": column([s.stop for s in settings]),
         "ddrs": column(
             [np.nan if s.ddrs_min_sigma is None else s.ddrs_min_sigma for s in settings]
         ),
@@ -206,8 +220,10 @@ def _point_checks(table: pa.Table, per: dict) -> list[Check]:
     names = list(STANDARD_TEST_SIZE)
     where = pc.index_in(table.column("dataset"), value_set=pa.array(names)).fill_null(-1)
     size = np.array([*STANDARD_TEST_SIZE.values(), 0])[where.to_numpy(zero_copy_only=False)]
-    skip = np.maximum(per["skip"], 1)
-    off = ~per["imported"] & ((idx % skip != 0) | (idx // skip >= per["max"]))
+    skip, start = np.maximum(per["skip"], 1), per["start"]
+    step = (idx - start) % skip != 0
+    outside = (idx < start) | (idx >= per["stop"]) | ((idx - start) // skip >= per["max"])
+    off = ~per["imported"] & (step | outside)
     return [
         (idx >= size, "a test point outside the data set's test split"),
         (off, "a test point off the grid its cert_id names (every skip-th, at most max)"),
@@ -228,7 +244,7 @@ def _gap_checks(
     models = {m: k for k, m in enumerate(seen)}
     model = np.array([models[f.model] for f in files] + [0])[frag]
     last = np.full(len(models), -1)
-    np.maximum.at(last, model, _ints(table, "idx") // np.maximum(per["skip"], 1))
+    np.maximum.at(last, model, (_ints(table, "idx") - per["start"]) // np.maximum(per["skip"], 1))
     gap = np.bincount(model, minlength=len(models)) < last + 1
     bad = gap[model] & np.array([*finished, False])[frag] & ~per["imported"]
     return [(bad, "a finished model with a gap in its grid (points missing before its last)")]

@@ -139,7 +139,11 @@ def index_chunks(
 ) -> list[tuple[int, ...]]:
     """Every `skip`-th test point, at most `max_points` of them (the paper: every 20th, 500),
     cut into shards of `shard_size`; certification and the empirical stage split alike."""
-    indices = list(range(0, num_test, skip))[:max_points]
+    return chunked(list(range(0, num_test, skip))[:max_points], shard_size)
+
+
+def chunked(indices: list[int], shard_size: int) -> list[tuple[int, ...]]:
+    """Test points `indices` cut into shards of `shard_size` (a setting's `test_points`)."""
     return [tuple(indices[i : i + shard_size]) for i in range(0, len(indices), shard_size)]
 
 

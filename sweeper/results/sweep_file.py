@@ -188,6 +188,7 @@ def space_settings(space: Any) -> set[str] | None:
     import dataclasses
 
     from trainables.kernel.ddrs_settings import DDRSSettings
+    from trainables.kernel.final_points import final_value
     from trainables.kernel.stage_settings import CertifySpec
 
     block = space.get("certify") if isinstance(space, dict) else None
@@ -198,7 +199,11 @@ def space_settings(space: Any) -> set[str] | None:
         kwargs = {k: v for k, v in block.items() if k in names}
         if isinstance(kwargs.get("ddrs"), dict):
             kwargs["ddrs"] = DDRSSettings(**kwargs["ddrs"])
-        return {spec.cert_id for spec in CertifySpec(**kwargs).variants()}
+        final = final_value(kwargs.get("final"))
+        kwargs["final"] = None if isinstance(final, str) else final
+        spec = CertifySpec(**kwargs)
+        step = [] if spec.final_step is None else [spec.final_step.cert_id]
+        return {*(variant.cert_id for variant in spec.variants()), *step}
     except (TypeError, ValueError, AttributeError):
         return None
 

@@ -11,8 +11,9 @@ those records, so a run resumed from the persisted rows decides the same. Steps:
    then `pilots[0]` draws on the points whose ĉ is their label (the others count at no radius);
 2. the envelope E so far is the best count per grid radius over fully certified models; a
    model whose upper bound U (`envelope_bounds.point_levels`, summed per radius) is below E at
-   every radius is pruned (strictly: a tie could win on the tie rule; but a radius where U is 0
-   is no win: the envelope's value there is 0 whoever reports it);
+   every radius is pruned (strictly: a tie could win on the tie rule, unless the model's
+   clean accuracy, at most U at r = 0, is below the tied winner's, exact: `bar`; a radius
+   where U is 0 is no win: the envelope's value there is 0 whoever reports it);
 3. of the live models, the most promising (largest plug-in gain over E, then largest upper
    gain, then arrival) gets its next pilot stage (`PILOT`) only on the points that can reach
    the smallest grid radius t_min at which the model could still win (U(t) ≥ E(t)), leaving
@@ -221,10 +222,26 @@ class Ledger:
         curves = [m.certified for m in self.models.values() if m.certified is not None]
         return np.max(curves, axis=0) if curves else np.zeros(self.T, np.int64)
 
-    def pruned(self, m: Model, envelope: np.ndarray) -> bool:
+    def clean(self) -> np.ndarray | None:
+        """Per grid radius, the clean accuracy (the count at r = 0) of the model that wins it
+        by the tie rule among the certified ones with the envelope's count there (0 where
+        none certifies anything): what a model tied with it must beat. None when the grid
+        does not start at 0 (its first count is then no clean accuracy)."""
+        if self.settings.radii[0] != 0:
+            return None
+        envelope = self.envelope()
+        best = np.zeros(self.T, np.int64)
+        for m in self.models.values():
+            if m.certified is not None:
+                tied = (m.certified == envelope) & (envelope > 0)
+                best[tied] = np.maximum(best[tied], m.certified[0])
+        return best
+
+    def pruned(self, m: Model, envelope: np.ndarray, clean: np.ndarray | None = None) -> bool:
         if m.certified is not None or m.upper_curve is None:
             return False
-        return could_win_from(m.upper_curve, envelope) == len(envelope)
+        clean = self.clean() if clean is None else clean  # (None again: no tie rule used)
+        return could_win_from(m.upper_curve, bar(m.upper_curve, envelope, clean)) == len(envelope)
 
     def status(self, model: str) -> str:
         """'waiting' (no pilot yet), 'piloted', 'pruned' or 'certified'."""
@@ -237,6 +254,17 @@ class Ledger:
 
 
 # --------------------------------------------------------------------------- decisions
+def bar(upper: np.ndarray, envelope: np.ndarray, clean: np.ndarray | None) -> np.ndarray:
+    """What a model's count must reach at each grid radius to win there: the envelope, or
+    one more where a tie would lose the tie rule (its clean accuracy, at most `upper[0]`,
+    below the winner's there, `Ledger.clean`: exact, a certified model's curve is `full`'s).
+    Sound whenever the bounds hold, and it only rises as models are certified: a larger
+    count, or the same count with a larger clean accuracy."""
+    if clean is None:
+        return envelope
+    return envelope + ((upper[0] < clean) & (envelope > 0))
+
+
 def could_win_from(upper: np.ndarray, envelope: np.ndarray) -> int:
     """t_min: the first grid radius at which the upper bound reaches the envelope (a tie could
     win on the tie rule) with at least one point (no point certified is no win);
@@ -254,13 +282,14 @@ def promise(m: Model, envelope: np.ndarray) -> tuple[int, int, int]:
     return (-gain, -upper_gain, m.arrival)
 
 
-def next_step(m: Model, envelope: np.ndarray, s: Settings) -> Step:
+def next_step(m: Model, envelope: np.ndarray, s: Settings, clean=None) -> Step:
     """The live model's next step: its next pilot stage on the points that can reach t_min;
     once every pilot is drawn, the probe of its ambiguous points (`ambiguous`) if its
     pilot's plug-in curve is below the envelope (it may yet be pruned); then its full
     certification of every point that could count at some grid radius, but those the probe
     drew (module docstring, step 3)."""
     assert m.upper is not None and m.upper_curve is not None and m.guess is not None
+    envelope = bar(m.upper_curve, envelope, clean)  # `clean`: ties it would lose left out
     t_min = could_win_from(m.upper_curve, envelope)
     reach = m.upper > t_min
     if m.stage < len(s.pilots):
@@ -309,15 +338,15 @@ def decide(ledger: Ledger, busy: Mapping[str, str] | None = None, slots: int = 1
         for m in models
         if m.stage == 0 and m.name not in busy
     ]
-    envelope = ledger.envelope()
+    envelope, clean = ledger.envelope(), ledger.clean()
     live = [m for m in models if m.stage > 0 and m.certified is None and m.name not in busy]
-    live = [m for m in live if not ledger.pruned(m, envelope)]
+    live = [m for m in live if not ledger.pruned(m, envelope, clean)]
     hoped = _speculative(ledger, busy, envelope)
     running = sum(kind in (PILOT, PROBE, FULL) for kind in busy.values())  # not a failed one
     for m in sorted(live, key=lambda m: promise(m, envelope)):
         if running >= slots:
             break
-        step = next_step(m, envelope, s)
+        step = next_step(m, envelope, s, clean)
         if step.kind == FULL and running:
             assert m.plug_in is not None
             if not (m.plug_in > hoped).any():

@@ -66,6 +66,9 @@ class EnvelopeFull:
     def shard_size(self) -> int:
         return self.spec.shard_size
 
+    def test_points(self, num_test: int) -> list[int]:
+        return self.spec.test_points(num_test)
+
 
 def _smooth(exp: Experiment, trial_id: str, spec: CertifySpec, cpus: float):
     """(the smoothed classifier, the resolved settings, the test set, the device)."""

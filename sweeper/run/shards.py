@@ -38,7 +38,7 @@ from sweeper.results.shard_counts import Progress as Progress  # what is on stor
 from sweeper.results.shard_counts import all_compacted as all_compacted
 from sweeper.results.shard_counts import progress
 from sweeper.results.stage_table import write_table
-from sweeper.results.storage import Experiment, index_chunks
+from sweeper.results.storage import Experiment, chunked
 from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
@@ -68,7 +68,7 @@ class Event:
 
 def plan(cfg: TrialConfig, stage: str, setting: Setting, num_test: int) -> list[Shard]:
     """The shards of one model under one setting."""
-    chunks = index_chunks(num_test, setting.skip, setting.max_points, setting.shard_size)
+    chunks = chunked(setting.test_points(num_test), setting.shard_size)
     return [
         Shard(stage, cfg.trial_id, setting.setting_id, k, len(chunks), c)
         for k, c in enumerate(chunks)

@@ -32,6 +32,8 @@ class Setting(Identified, Protocol):
     @property
     def shard_size(self) -> int: ...
 
+    def test_points(self, num_test: int) -> list[int]: ...
+
 
 @dataclass(frozen=True)
 class Shard:

@@ -36,11 +36,18 @@ def certify_settings(plan: Plan) -> list[str]:
     return [spec.setting_id for spec in plan.spec.certify.variants()]
 
 
+def declared_ids(plan: Plan) -> list[str]:
+    """The setting_ids a plan declares in sweep.json: those it certifies every model with and
+    its final step's (`CertifySpec.final_step`), so the final rows count."""
+    step = plan.spec.certify.final_step
+    return certify_settings(plan) + ([] if step is None else [step.setting_id])
+
+
 def settings_with(plan: Plan) -> list[str]:
     """The settings sweep.json declares (`sweep_file.declared`: its space's and those recorded
     by earlier runs) and the plan's: a run grid with other certify settings keeps the rows of
     the earlier ones counted."""
-    return sorted({*declared_settings(read_sweep(plan.exp)), *certify_settings(plan)})
+    return sorted({*declared_settings(read_sweep(plan.exp)), *declared_ids(plan)})
 
 
 def declare_settings(plan: Plan, holder: str) -> None:
@@ -49,10 +56,10 @@ def declare_settings(plan: Plan, holder: str) -> None:
     only rows under settings it declares."""
     from sweeper.results.lease import Lease
 
-    if set(certify_settings(plan)) <= set(declared_settings(read_sweep(plan.exp))):
+    if set(declared_ids(plan)) <= set(declared_settings(read_sweep(plan.exp))):
         return
     with Lease(plan.exp, holder):
-        record_settings(plan.exp, certify_settings(plan))
+        record_settings(plan.exp, declared_ids(plan))
 
 
 def all_certified(plan: Plan, trials: list[TrialConfig]) -> bool:

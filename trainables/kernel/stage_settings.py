@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from trainables.kernel.ddrs_settings import DDRSSettings
 from trainables.kernel.field_types import type_problems
+from trainables.kernel.final_points import FINAL_PARTS, FinalPoints, final_id
 from trainables.kernel.run_modes import ESTIMATORS, PRECISIONS
 from trainables.kernel.settings import (
     AtLeast,
@@ -38,6 +39,7 @@ def strategy_of(cert_id: str) -> str:
 
 DECISION_RADII = tuple(round(0.25 * t, 10) for t in range(10))  # envelope's default: 0:2.25:0.25
 ENVELOPE_ONLY = ("delta", "pilots", "radii")  # the settings only strategy envelope reads
+# (`radii` is read by the final step too: the radii its candidates are chosen at)
 
 # The DDRS settings as `sweeper certify --ddrs-<part>` says them: their own declarations.
 DDRS_PARTS = {f.name: f.metadata["help"] for f in declared(DDRSSettings)}
@@ -119,6 +121,16 @@ class CertifySpec:
         ListOf(float, 0, null_ok=True),
     )
 
+    # The papers' reporting protocol (issue 40; docs/guide/final-step.md): after the selection,
+    # re-certify each envelope winner and every model within its confidence interval (at the
+    # radii `radii`) on the report points. `sweeper certify --final`, `final: all` in a space.
+    final: FinalPoints | None = setting(
+        None,
+        "Then re-certify each envelope winner, and the models within its confidence interval, "
+        "on the report points (every test point unless the parts say otherwise).",
+        Settings(FINAL_PARTS),
+    )
+
     def __post_init__(self) -> None:  # YAML and the CLI give a list (or one number)
         for name in ("pilots", "radii"):
             value = getattr(self, name)
@@ -129,6 +141,8 @@ class CertifySpec:
 
     def problems(self) -> list[str]:
         found = type_problems(self) or bound_problems(self)
+        if not found and self.final is not None and self.ddrs is not None:
+            found.append("final does not take ddrs (certify DDRS without final)")
         if found or self.strategy != "envelope":
             return found
         stages = self.pilot_stages
@@ -144,7 +158,10 @@ class CertifySpec:
     def idle(self, given: Iterable[str]) -> list[str]:
         """Which of the `given` setting names this strategy never reads (the envelope's own
         under `full`): set, they would change nothing, so the planners refuse them."""
-        return [] if self.strategy == "envelope" else [k for k in ENVELOPE_ONLY if k in given]
+        if self.strategy == "envelope":
+            return []
+        read = ("radii",) if self.final is not None else ()
+        return [k for k in ENVELOPE_ONLY if k in given and k not in read]
 
     @property
     def pilot_stages(self) -> tuple[int, ...]:
@@ -217,11 +234,49 @@ class CertifySpec:
         setting's `cert_id`."""
         return self if self.sigma is not None else dataclasses.replace(self, sigma=train_sigma)
 
+    def test_points(self, num_test: int) -> list[int]:
+        """The test points certified, of a split of `num_test`: every `skip`-th from 0, at
+        most `max_points` (`storage.index_chunks`)."""
+        return list(range(0, num_test, self.skip))[: self.max_points]
+
+    @property
+    def final_step(self) -> FinalStep | None:
+        """The final step's setting (None without `final`): this one's n0, n, α, σ and run
+        settings, strategy full, on the report points."""
+        if self.final is None:
+            return None
+        base = dataclasses.replace(self, strategy="full", final=None)
+        return FinalStep(
+            **{f.name: getattr(base, f.name) for f in declared(CertifySpec)}, report=self.final
+        )
+
     def points(self, available: int) -> int:
         """Test points per forward batch, of `available` left (`points_per_batch`; null:
         batch_size // n0, so the n0 stage fills a batch)."""
         p = self.points_per_batch or max(1, self.batch_size // self.n0)
         return max(1, min(p, available))
+
+
+@dataclass(frozen=True)
+class FinalStep(CertifySpec):
+    """The final step's setting: the selection's CertifySpec (strategy full, no `final`)
+    certified on the `report` points, under a cert_id of its own (`final_points.final_id`: the
+    selection's, then the points' tag), so its rows never pool with the selection's."""
+
+    report: FinalPoints = dataclasses.field(default_factory=FinalPoints)
+
+    @property
+    def selection_id(self) -> str:
+        """The selection's cert_id without strategy tag: what the final cert_id begins with."""
+        selection: str = CertifySpec.cert_id.fget(self)  # type: ignore[attr-defined]
+        return selection
+
+    @property
+    def cert_id(self) -> str:
+        return final_id(self.selection_id, self.report)
+
+    def test_points(self, num_test: int) -> list[int]:
+        return self.report.indices(num_test)
 
 
 @dataclass(frozen=True)
@@ -299,3 +354,7 @@ class EmpiricalSetting:
     @property
     def setting_id(self) -> str:  # what the sharded-stage engine calls it
         return self.emp_id
+
+    def test_points(self, num_test: int) -> list[int]:
+        """Every `skip`-th test point, at most `max_points` (the certification's)."""
+        return list(range(0, num_test, self.skip))[: self.max_points]
