@@ -39,6 +39,8 @@ def test_the_views_lists_are_the_catalogs():
         "max_radius",
         "ci_low",
         "ci_high",
+        "final_accuracy",
+        "final_best",
     } == FRACTIONS
     assert is_fraction("r=0.25_ci_low") and not is_fraction("sigma")
     assert SUMMARY_COLUMNS == [
@@ -50,12 +52,15 @@ def test_the_views_lists_are_the_catalogs():
         "m_train",
         "sigma_cert",
     ]
-    assert ENVELOPE_PRIORITY[:6] == [
+    assert ENVELOPE_PRIORITY[:9] == [
         "radius",
         "certified_accuracy",
         "trial_id",
         "ci",
         "empirical_accuracy",
+        "final_accuracy",
+        "final_best",
+        "final_best_trial_id",
         "clean_acc",
     ]
     assert ENVELOPE_PRIORITY[-1] == "max_radius"
@@ -101,7 +106,8 @@ def test_the_terminal_shows_every_envelope_column_with_a_priority_when_wide(atta
         "max r",
         "emp. acc",
     ]
-    assert {columns.SCREEN_LABELS[c] for c in ENVELOPE_PRIORITY} - set(headings) == {"λ", "η"}
+    absent = {"λ", "η", "final", "final best", "final best model"}  # no MACER, no final step
+    assert {columns.SCREEN_LABELS[c] for c in ENVELOPE_PRIORITY} - set(headings) == absent
 
 
 def test_every_per_model_table_column_is_in_the_catalog(storage):  # noqa: F811

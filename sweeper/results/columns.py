@@ -23,7 +23,7 @@ class Column:
     label: str
     fraction: bool = False  # measured (not set): DIGITS decimals in every table and report
     screen: str | None = None  # the terminal's heading, when not `label`
-    priority: int | None = None  # the envelope's terminal table: lower kept first
+    priority: float | None = None  # the envelope's terminal table: lower kept first
     instead: str = ""  # how the envelope's terminal table shows it without a column
     setting: bool = False  # a model's setting the envelope copies to its winner's row
 
@@ -73,10 +73,11 @@ CATALOG = (
     Column("status", "status"),  # the per-model table's pruned models
     Column("exact_from", "exact_from", instead="≥ before the numbers below it"),
     Column("strategy", "strategy"),
-    # the final step (issue 40): the winner and the best candidate on the report points
-    Column("final_accuracy", "final cert. acc", fraction=True, screen="final", priority=17),
-    Column("final_best", "final best", fraction=True, priority=18),
-    Column("final_best_trial_id", "final best model", priority=19),
+    # the final step (issue 40): the winner and the best candidate on the report points (the
+    # papers' numbers: kept right after the selection's own, when there is a final step)
+    Column("final_accuracy", "final cert. acc", fraction=True, screen="final", priority=4.1),
+    Column("final_best", "final best", fraction=True, priority=4.2),
+    Column("final_best_trial_id", "final best model", priority=4.3),
     Column("final_points", "final points", instead="the settings line on stderr (its points)"),
     Column("final_cert_id", "final cert_id", instead="the settings line on stderr"),
 )
