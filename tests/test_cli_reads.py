@@ -238,8 +238,9 @@ def test_an_invalid_file_is_named_and_left_out(storage, capsys):
     assert strict.stdout == skipped.stdout
     assert strict.stderr.splitlines()[-1].startswith("error: --strict: 1 files and 0 models")
     capsys.readouterr()
-    _, results, _ = load_selected(str(storage), "exp", None, [])  # as the commands do
-    assert [line.partition(": ")[0] for line in results.invalid] == [bad]
+    read = load_selected(str(storage), "exp", None, [])  # as the commands do
+    assert [line.partition(": ")[0] for line in read.left_out] == [bad]
+    assert read.left_out == read.results.invalid
     assert capsys.readouterr().err.startswith(f"warning: left out {bad}: ")
 
 
@@ -310,12 +311,13 @@ def test_models_missing_shards_are_counted_and_the_first_ten_named(tmp_path):
 
 def test_an_empty_selection_is_zero_models(storage, capsys):
     """What `load_selected` returns for an experiment with no rows (the commands stop there)."""
+    from sweeper.api.reading import Reading
     from sweeper.cli.read_notes import print_coverage
     from sweeper.results.certify_rows import load_results
 
     exp = Experiment(str(storage), "exp")
     results = load_results(exp)
-    print_coverage(exp, results, results.frame.iloc[:0])
+    print_coverage(Reading(exp, results, results.frame.iloc[:0], 0))
     assert capsys.readouterr().err.splitlines() == ["0 models, 0 certified points"]
 
 

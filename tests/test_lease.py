@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -388,6 +389,7 @@ DAMAGED = {
     "since a word": json.dumps({**LEASE, "since": "yesterday"}),
     "since 1e300": json.dumps({**LEASE, "since": 1e300}),
     "heartbeat 1e12": json.dumps({**LEASE, "heartbeat": 1e12}),  # forged: refused, named
+    "only a list": json.dumps({**LEASE, "only": ["sigma=0.5"]}),
 }
 
 
@@ -405,6 +407,21 @@ def test_a_damaged_lease_json_is_one_line_naming_it(tmp_path, kind):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.stderr.startswith(f"error: {line}") and result.stderr.count("\n") == 1
     assert fix in result.stderr
+
+
+def test_the_lease_records_the_slice_its_holder_runs(tmp_path):
+    """Issue 41: the slice a driver runs is the lease's `only` (what `sweeper status` and
+    `Sweep.status()` count), not words of its command line; none for the whole sweep."""
+    exp = _experiment(str(tmp_path))
+    with Lease(exp, "sweeper run grid x --storage s", only="sigma=0.5"):
+        doc = json.loads(Path(exp.lease_json).read_text())
+        assert doc["only"] == "sigma=0.5" and read_holder(exp).only == "sigma=0.5"
+    assert read_holder(exp).only == "sigma=0.5"  # released, still saying what it ran
+    with Lease(exp, "sweeper run grid x --only sigma=0.25"):
+        assert read_holder(exp).only is None  # the command's words are no slice
+    old = {k: v for k, v in LEASE.items()}  # written before the field: the whole sweep
+    fileio.write_bytes_atomic(exp.lease_json, json.dumps(old).encode())
+    assert read_holder(exp).only is None
 
 
 # ------------------------------------------------------------------------ two real drivers

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from sweeper.results import lease as lease_module
-from sweeper.results import lease_s3
+from sweeper.results import lease_holder, lease_s3
 from sweeper.results.lease import LAST_TIME, Holder, Lease, LeaseHeld, read_holder
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
@@ -114,7 +114,7 @@ def test_a_driver_whose_lease_was_taken_over_learns_it_at_its_next_renewal(
     """A holder paused beyond STALE_S (on another host, so only its heartbeat speaks for it)
     loses the lease to a newcomer; its next renewal is refused, it stops, and its release
     leaves the newcomer's lease alone."""
-    monkeypatch.setattr(lease_module, "STALE_S", 0.5)
+    monkeypatch.setattr(lease_holder, "STALE_S", 0.5)  # what `Holder.alive` reads
     exp = _experiment()
     lost: list[Holder | None] = []
     paused = Lease(exp, "sweeper run grid a", on_lost=lost.append)

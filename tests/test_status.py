@@ -57,9 +57,14 @@ def _state(exp, cfg, state, epoch, epoch_time=None, updated=NOW - 5000):
 
 
 def _lease(
-    exp: Experiment, released: bool, now: float = NOW, command: str = "sweeper run grid x"
+    exp: Experiment,
+    released: bool,
+    now: float = NOW,
+    command: str = "sweeper run grid x",
+    only: str | None = None,
 ) -> None:
     doc = {
+        "only": only,
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "command": command,
@@ -293,11 +298,15 @@ def test_the_run_log_at_80_columns_is_an_event_a_line_and_the_summary_once(
 
 
 def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_path, capsys):
-    """Issue 30 item 2: while `run grid --only sigma=0.5` runs (its lease names the command),
-    `status`, its JSON and the run's own progress count the 2 trials of the slice (B
-    certifying, E blocked), never the sweep's 7: their epochs, rows and ETAs alone."""
+    """Issue 30 item 2: while `run grid --only sigma=0.5` runs (its lease records the slice,
+    issue 41), `status`, its JSON, `Sweep.status()` and the run's own progress count the 2
+    trials of the slice (B certifying, E blocked), never the sweep's 7: their epochs, rows
+    and ETAs alone."""
+    from sweeper.api.sweep import Sweep
+
     exp = known_experiment(tmp_path)
-    _lease(exp, False, command="sweeper run grid known --only sigma=0.5 --storage s")
+    # the slice is the lease's `only`, not words of its command line
+    _lease(exp, False, command="sweeper run grid known --storage s", only="sigma=0.5")
     args = ["status", "--storage", exp.storage, "--experiment", "known"]
     out = runner.invoke(app, args)
     assert out.exit_code == 0, out.output
@@ -310,17 +319,22 @@ def test_the_run_of_a_slice_counts_the_slice_in_status_progress_and_etas(tmp_pat
     doc = json.loads(runner.invoke(app, [*args, "--format", "json"]).stdout)
     assert doc["slice"] == {"trials": 2, "of": 7, "only": "sigma=0.5"}
     assert doc["summary"]["trials"] == 2 and doc["summary"]["rows"] == [5, 20]
+    report = Sweep(storage=exp.storage, experiment="known").status()
+    assert (report.status.only, report.status.sweep_trials, report.summary.trials) == (
+        "sigma=0.5",
+        7,
+        2,
+    )
     with RunDisplay(exp) as display:
         display(Event("trial_started", B.trial_id))
     assert "known: slice 2 of 7 trials (--only sigma=0.5): blocked 1" in capsys.readouterr().out
-    _lease(exp, True, command="sweeper run grid known --only sigma=0.5")  # the run ended
+    _lease(exp, True, command="sweeper run grid known", only="sigma=0.5")  # the run ended
     out = runner.invoke(app, args)
     assert out.stdout.splitlines()[0].startswith("known: 7 trials: ")
-    # a run of `sweeper.Sweep(..., only=...)` names its slice in the lease the same way
-    from sweeper.api.sweep import Sweep
-
-    holder = Sweep("known", storage=exp.storage, only="sigma=0.5")._watchers().holder
-    _lease(exp, False, command=holder)
+    assert Sweep(storage=exp.storage, experiment="known").status().status.only is None
+    # a run of `sweeper.Sweep(..., only=...)` records its slice in the lease the same way
+    watching = Sweep("known", storage=exp.storage, only="sigma=0.5")._watchers()
+    _lease(exp, False, command=watching.holder, only=watching.only)
     out = runner.invoke(app, args)
     assert out.stdout.splitlines()[0].startswith("known: slice 2 of 7 trials (--only sigma=0.5)")
 

@@ -4,17 +4,24 @@ the shipped table). Neither torch nor Ray is imported."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sweeper.api.final_run import FinalPlan, final_of_plan, final_plan
 from sweeper.plan import throughput
+from sweeper.plan.cost import SEARCH_SHARE as SEARCH_SHARE  # the dry run names it
 from sweeper.plan.cost import (
+    Devices,
+    Group,
     SearchCost,
     SweepCost,
+    WallClock,
+    groups,
     price_sweep,
     search_cost,
     strategy_certify_hours,
+    wall_clock,
 )
 from sweeper.plan.spec import Resources
 from sweeper.plan.sweep_plan import Plan, is_finished, needed_data, trial_states
@@ -50,6 +57,11 @@ class PricedPlan:
     outlook: Outlook | None = None
     # under the envelope search: its expected device-hours beside the grid's (plan.cost)
     search: SearchCost | None = None
+
+    def wall_clock(self, capacity: Devices) -> WallClock | None:
+        """How long the sweep takes on `capacity` (None: it cannot host one trial)."""
+        assert self.cost is not None, "a plan without a selected trial has no cost"
+        return wall_clock(self.cost, self.resources, self.kind, capacity)
 
     @property
     def trials(self) -> list[TrialConfig]:
@@ -223,3 +235,45 @@ def _shards_written(files: list[StageFile]) -> tuple[int, int]:
         return 0, 1
     count = shards[-1].count or 1
     return len({f.index for f in shards if f.count == count}), count
+
+
+def cost_groups(cost: SweepCost) -> list[Group]:
+    """The trials priced alike, one group each (the dry run's table: `plan.cost.groups`)."""
+    return groups(cost.costs)
+
+
+def devices(kind: str, address: str | None, gpus: int | None) -> Devices | None:
+    """What the wall-clock estimate assumes: `gpus` GPUs (--gpus, on a sweep of GPU trials);
+    the cluster's own at `address`; else this machine's CPUs for a sweep on CPUs (a local Ray
+    uses them all); None: nothing to assume. `LaunchError` if the cluster cannot be reached."""
+    if address is not None:
+        return cluster_devices(address, gpus)
+    if gpus is not None:
+        return Devices(gpus, None, f"{gpus} GPUs (--gpus)")
+    if kind == "cpu":
+        cores = os.cpu_count() or 1
+        return Devices(0, cores, f"this machine's {cores} CPU cores")
+    return None
+
+
+def cluster_devices(address: str, gpus: int | None) -> Devices:
+    """The connected cluster's GPUs and CPUs now (the only place the dry run imports Ray)."""
+    from sweeper.run.launch import ray_cluster
+
+    with ray_cluster(address):
+        import ray
+
+        total = ray.cluster_resources()
+    have = total.get("GPU", 0.0)
+    where = f"the cluster at {address} ({have:g} GPUs, {total.get('CPU', 0):g} CPUs now)"
+    if gpus is not None:
+        return Devices(gpus, total.get("CPU"), f"{gpus} GPUs (--gpus) on {where}")
+    return Devices(have, total.get("CPU", 0.0), where)
+
+
+def record_throughput(name: str, kind: str, rates: dict, smoke: bool) -> Path:
+    """Store `sweeper bench`'s figures measured on device `name` for the dry runs
+    ($SWEEPER_THROUGHPUT, else ~/.cache/sweeper/throughput.json); the file written."""
+    path = throughput.figures_path()
+    throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
+    return path

@@ -213,3 +213,10 @@ def experiment_status(reader: StatusReader) -> Status:
         raise ProblemsError(
             [f"cannot read the experiment at {reader.exp.root} ({type(e).__name__}: {e})"]
         ) from None
+
+
+def failures_log(exp: Experiment) -> str | None:
+    """Where a run's failures' full texts are (`failures.json`'s log; None: no failure)."""
+    from sweeper.results.failures import read_failures
+
+    return read_failures(exp)[1]

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sweeper.plan.grid import only_value, parse_only, value_matches
+from sweeper.plan.grid import NONE, only_value, parse_only, value_matches
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import read_sweep
 from trainables.kernel.cert_ids import ENVELOPE_MARK, strategy_of
 from trainables.kernel.errors import ProblemsError
+
+__all__ = ["NONE"]  # how --only and the views spell a missing value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +29,11 @@ def only_selection(only: str | None) -> dict[str, Any]:
     if problems:
         raise ProblemsError(problems)
     return selection
+
+
+def only_problems(only: str | None) -> list[str]:
+    """What is wrong with `--only`'s text (none: it parses)."""
+    return parse_only(only)[1]
 
 
 def load(exp: Experiment, selection: dict[str, Any], columns: list[str] | None = None) -> Results:
@@ -110,6 +117,19 @@ def _spelled(value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return only_value(None)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def corrupt_files(exp: Experiment, invalid: list[str]) -> list[str]:
+    """The results files left out (`invalid`, "path: why") that are no readable Parquet, one
+    problem each: bad input, not a file to leave out quietly (a damaged cache is none: its
+    models are read from their files)."""
+    caches = tuple(f"{exp.cache_path(stage)}: " for stage in ("certify", "empirical"))
+    return [
+        f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
+        "empirical` recomputes what is missing)"
+        for line in invalid
+        if ": not a readable " in line and not line.startswith(caches)
+    ]
 
 
 def sound_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:

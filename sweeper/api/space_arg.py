@@ -86,3 +86,11 @@ def space_spec(space: str | ParamSpace) -> SweepSpec:
         return load(space)
     except SpecError as e:
         raise PlanError(e.problems) from None
+
+
+def shipped_spaces() -> list[Any]:
+    """The spaces shipped with sweeper, each one's summary (`sweeper spaces`:
+    `plan.space_list.shipped_summaries`)."""
+    from sweeper.plan.space_list import shipped_summaries
+
+    return list(shipped_summaries())

@@ -20,96 +20,32 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sweeper.api import running, selection
-from sweeper.api.envelope_view import envelope_read
+from sweeper.api import reading, running
+from sweeper.api.experiments import existing_experiment, latest_experiment
 from sweeper.api.pricing import CertifyPreview, PricedPlan, preview_certify, price_plan
+from sweeper.api.reading import Reading
 from sweeper.api.running import Ran
 from sweeper.api.space_arg import space_of, space_spec
+from sweeper.api.status_report import StatusReport, status_report
 from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.param_space import ParamSpace
 from sweeper.plan.spec import EmpiricalSpec, SearchSpec
 from sweeper.plan.sweep_plan import Plan, PlanError, PlanRequest, make_plan
-from sweeper.results.storage import (
-    DEFAULT_STORAGE,
-    Experiment,
-    check_storage,
-    experiments,
-    plain_name_problem,
-)
+from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 from sweeper.run.driving import Watchers
 from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.sweep_run import finished_trials
-from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sweeper.results.certify_rows import Results
-    from sweeper.results.status import Status
-    from sweeper.results.summary import Summary
+    from sweeper.ingest.importer import ImportReport
     from sweeper.results.verification import Verification
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Selected:
-    """An experiment's rows as the read commands take them: `results` (every validated row,
-    `invalid` files named), `frame` (the `--only` slice, sound models only), `unsound` (the
-    data-dependent models left out awaiting their memory pass)."""
-
-    exp: Experiment
-    results: Results
-    frame: pd.DataFrame
-    unsound: int
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    """`sweeper status`: each trial's state (`status`, its `left_out` result files read) and
-    the summary (throughput, ETAs, resource-hours)."""
-
-    status: Status
-    summary: Summary
-
-
-def _experiment_names(storage: str) -> list[str]:
-    check_storage(storage)
-    return [n for n in experiments(storage) if plain_name_problem(n, "") is None]
-
-
-def latest_experiment(storage: str) -> Experiment:
-    """The most recently written experiment under `storage`; ProblemsError if there is none
-    (saying so when `storage` is itself an experiment's folder)."""
-    names = _experiment_names(storage)
-    if names:
-        return Experiment(storage, names[-1])
-    if fileio.exists(fileio.join(storage, "sweep.json")):
-        parent, _, name = storage.rstrip("/").rpartition("/")
-        raise ProblemsError(
-            [
-                f"--storage {storage} is an experiment, not a storage of experiments: pass "
-                f"--storage {parent or '.'} --experiment {name}"
-            ]
-        )
-    raise ProblemsError(
-        [f"no experiments under --storage {storage}: run `sweeper run grid <space>` first"]
-    )
-
-
-def existing_experiment(storage: str, name: str) -> Experiment:
-    """Experiment `name` under `storage` for reading it; ProblemsError listing the experiments
-    there if it does not exist."""
-    exp = Experiment(storage, name)
-    if fileio.exists(exp.root):
-        return exp
-    names = _experiment_names(storage)
-    there = f"the experiments there: {', '.join(names[-12:])}" if names else "there are none"
-    raise ProblemsError([f"no experiment {name!r} under --storage {storage} ({there})"])
 
 
 def attack_plan(
@@ -245,7 +181,7 @@ class Sweep:
             certify_overrides=overrides,
             search_overrides=search_overrides(search),
         )
-        return running.run_grid(request, launch, retrain, watchers or self._watchers())
+        return running.run_grid(request, launch, retrain, self._watchers(watchers))
 
     def certify(
         self,
@@ -261,7 +197,7 @@ class Sweep:
         request = self.request(
             address=launch.address, max_trials=launch.max_trials, certify_overrides=overrides
         )
-        return running.certify_finished(request, launch, watchers or self._watchers())
+        return running.certify_finished(request, launch, self._watchers(watchers))
 
     def attack(
         self,
@@ -270,21 +206,24 @@ class Sweep:
         options: LaunchOptions | None = None,
         overrides: dict[str, Any] | None = None,
         watchers: Watchers | None = None,
+        problems: Sequence[str] = (),
     ) -> Ran:
         """SmoothAdv-PGD, then PREDICT, on every finished model (`sweeper empirical`), with
-        the space's `empirical` block changed by `overrides` (fields of `EmpiricalSpec`)."""
+        the space's `empirical` block changed by `overrides` (fields of `EmpiricalSpec`);
+        `problems`: those the caller found in its overrides already, listed with the plan's
+        in one PlanError."""
         launch = _options(options, address)
         request = self.request(address=launch.address, max_trials=launch.max_trials)
-        plan, spec = attack_plan(request, overrides or {})
-        return running.attack_finished(
-            request.space, plan, spec, launch, watchers or self._watchers()
-        )
+        plan, spec = attack_plan(request, overrides or {}, problems)
+        return running.attack_finished(request.space, plan, spec, launch, self._watchers(watchers))
 
-    def _watchers(self) -> Watchers:
-        """Nobody watching; the lease names this Sweep with its `--only` slice (so `sweeper
-        status` from elsewhere counts the slice while it runs, as for the command line)."""
+    def _watchers(self, watchers: Watchers | None = None) -> Watchers:
+        """`watchers` (default: nobody watching, the lease naming this Sweep), with this
+        Sweep's `only` recorded in the lease: `sweeper status` and `Sweep.status()` from
+        elsewhere count the slice while it runs, as for the command line."""
         only = f" --only {self.only}" if self.only else ""
-        return Watchers(holder=f"sweeper.Sweep (Python){only}")
+        watchers = watchers or Watchers(holder=f"sweeper.Sweep (Python){only}")
+        return dataclasses.replace(watchers, only=self.only)
 
     # ------------------------------------------------------------------ reading
     def exp(self) -> Experiment:
@@ -301,61 +240,94 @@ class Sweep:
 
     def read(
         self, columns: list[str] | None = None, pruned_ok: bool = False, attested_only: bool = False
-    ) -> Selected:
-        """The experiment's certification rows, the `--only` slice of the sound models
-        (`pruned_ok`: a slice of pruned models only is no row, not an error; `attested_only`:
-        of the models resting on attested files only, `selection.attested_rows`)."""
-        chosen = selection.only_selection(self.only)
-        exp = self.exp()
-        results = selection.load(exp, chosen, columns)
-        attested = selection.attested_rows(results, results.frame, attested_only)
-        rows = selection.only_rows(exp, attested, chosen, pruned_ok)
-        frame, unsound = selection.sound_rows(rows)
-        return Selected(exp, results, frame, unsound)
+    ) -> Reading:
+        """The experiment's results, read once, as a `Reading` (Tune's `ResultGrid`): the
+        validated rows, the `only` slice of the sound models, the files left out and why, and
+        every view of them (`envelope`, `table`, `coverage`, the per-trial results).
+        `columns`: read only these (and the slice's); `pruned_ok`: a slice of pruned models
+        only is no row, not an error; `attested_only`: the models resting on attested files
+        only (`selection.attested_rows`). `ProblemsError` if it cannot be read."""
+        return reading.read(self.exp(), self.only, columns, pruned_ok, attested_only)
 
     def status(self) -> StatusReport:
-        """Where the sweep stands (`sweeper status`): states, shards, throughput, ETAs; under
-        the envelope strategy the models certified and pruned (`Status.envelope`)."""
-        from sweeper.results.status import StatusReader, envelope_verdicts
-        from sweeper.results.summary import summarize
-
-        reader = StatusReader(self.exp())
-        st = running.experiment_status(reader)
-        st.left_out = list(dict.fromkeys([*(st.left_out or []), *left_out(reader.exp)]))
-        st.envelope = envelope_verdicts(reader.exp)
-        return StatusReport(st, summarize(st))
+        """Where the sweep stands (`sweeper status`): states, shards, throughput, ETAs; while
+        a driver runs a slice (its lease's `only`), that slice's; under the envelope strategy
+        the models certified and pruned (`Status.envelope`)."""
+        return status_report(self.exp())
 
     def envelope(
         self, radii: Sequence[float], by: str | None = None, attested_only: bool = False
     ) -> pd.DataFrame:
         """The upper envelope of certified accuracy over the models, and who got it, at each
-        radius (per `by` group): `sweeper envelope`'s numbers; under the envelope strategy its
-        soundness logged (`envelope_records.soundness_lines`), after an envelope search what it
-        trained, skipped and audited, and that it has no guarantee. With a key to check
-        attestations, an `attested` column says whether each winner rests on attested files
-        (`attested_only`: only such models compete)."""
-        from sweeper.results import envelope as env
-        from sweeper.results.envelope_records import soundness_lines
-
-        selected = self.read(env.read_columns(by, "smoothing"), attested_only=attested_only)
-        cert_ids = selected.frame["cert_id"].unique().tolist() if len(selected.frame) else []
-        for line in soundness_lines(selected.exp, cert_ids, list(radii)):
+        radius (per `by` group): `sweeper envelope`'s numbers (`Reading.envelope`); under the
+        envelope strategy its soundness logged (`Reading.guarantee_notes`), after an envelope
+        search what it trained, skipped and audited, and that it has no guarantee. With a key
+        to check attestations, an `attested` column says whether each winner rests on
+        attested files (`attested_only`: only such models compete)."""
+        read = self.read(read_columns(by), attested_only=attested_only)
+        for line in read.guarantee_notes(radii):
             log.info("envelope strategy: %s", line)
-        searched = selection.search_account(selected.exp, selected.results.frame)
+        searched = read.search()
         for line in searched.lines() if searched is not None else []:
             log.info("envelope search: %s", line)
-        chosen = selection.only_selection(self.only)
-        return envelope_read(selected.exp, selected.results, selected.frame, radii, by, chosen)
+        return read.envelope(radii, by)
 
     def table(self, radii: Sequence[float], attested_only: bool = False) -> pd.DataFrame:
-        """One row per model: certified accuracy per radius, ACR, points (`sweeper table`);
-        under the envelope strategy also its pruned models (`status` `pruned`, their upper
-        bounds in the `r=..._upper` columns, their accuracies null); with a key, `attested`
-        (`attested_only`: attested models only, as `envelope`)."""
-        chosen = selection.only_selection(self.only)
-        selected = self.read(pruned_ok=True, attested_only=attested_only)
-        rows = selection.model_table(selected.exp, selected.frame, chosen, list(radii))
-        return selection.mark_attested(rows, selected.results)
+        """One row per model: certified accuracy per radius, ACR, points (`sweeper table`,
+        `Reading.table`); under the envelope strategy also its pruned models (`status`
+        `pruned`, their upper bounds in the `r=..._upper` columns, their accuracies null);
+        with a key, `attested` (`attested_only`: attested models only, as `envelope`)."""
+        return self.read(pruned_ok=True, attested_only=attested_only).table(radii)
+
+    def report(
+        self,
+        radii: Sequence[float],
+        figure_formats: Sequence[str] = ("png", "pdf"),
+        linf_255: Sequence[float] = (1.0, 2.0, 4.0, 8.0),
+        attested_only: bool = False,
+    ) -> list[str]:
+        """Write the paper-style tables and figures (`sweeper report`, `Reading.report`)
+        under the experiment's reports/; the locations written."""
+        read = self.read(attested_only=attested_only)
+        return read.write_report(read.report(radii, figure_formats, linf_255, attested_only))
+
+    def compact(self) -> list[str]:
+        """Fold each complete model's shards into one file and refresh the caches (`sweeper
+        compact`), holding the experiment as a run does; a line per stage of what was done.
+        `ProblemsError` if a symlink is inside the experiment (nothing done) or a model cannot
+        be compacted (its shards are kept)."""
+        from sweeper.results.inventory import sign_if_keyed
+        from sweeper.results.lease import Lease
+        from sweeper.run.certify_stage import CERTIFY
+        from sweeper.run.compaction import compact_all
+        from sweeper.run.empirical_stage import EMPIRICAL
+
+        exp = self.exp()
+        try:
+            with Lease(exp, "sweeper compact"):
+                if links := exp.link_problems():  # never read nor written through
+                    raise ProblemsError(links)
+                lines = compact_all(exp, [CERTIFY, EMPIRICAL])
+                sign_if_keyed(exp)
+        except RuntimeError as e:  # a model that cannot be compacted: its shards are kept
+            raise ProblemsError(
+                [f"{e}: its shards are kept; re-run `sweeper certify` or `sweeper empirical`"]
+            ) from None
+        return lines
+
+    def import_logs(
+        self, directory: str, sets: Sequence[str] = (), max_rows: int | None = None
+    ) -> ImportReport:
+        """Import the reference code's certification logs under `directory` as models of this
+        Sweep's `experiment` (`sweeper import`; `sets`: key=value the directory names do not
+        give; `max_rows`: per log). `IngestError` (a ProblemsError) when nothing can be."""
+        from sweeper.ingest.importer import import_logs
+        from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
+
+        if self.experiment is None:
+            raise ProblemsError(["import_logs needs an experiment: Sweep(experiment=...)"])
+        exp = Experiment(self.storage, self.experiment)
+        return import_logs(directory, exp, list(sets), max_rows or DEFAULT_MAX_ROWS)
 
     def verify(self, public_key: str | None = None) -> Verification:
         """What in the experiment is attested, unattested and failed (`sweeper verify`),
@@ -366,15 +338,23 @@ class Sweep:
         return verify_experiment(self.exp(), public_key_from(public_key))
 
 
-def left_out(exp: Experiment) -> list[str]:
-    """The result files left out, "path: why"; one line naming why if they cannot be read."""
-    from sweeper.results.certify_rows import ResultsError
-    from sweeper.results.status import left_out as files_left_out
+def read_columns(by: str | None = None) -> list[str]:
+    """The results columns the envelope reads (with `by`'s): `Sweep.read(columns)`'s
+    projection of the 80-odd columns for `envelope`."""
+    from sweeper.results import envelope as env
+
+    return env.read_columns(by, "smoothing")
+
+
+def parse_radii(text: str) -> list[float]:
+    """`--radii`'s syntax: `0:2.25:0.25` (start:stop:step, stop included) or `0,0.5,1`, each
+    radius >= 0; ProblemsError saying what is expected."""
+    from sweeper.results import envelope as env
 
     try:
-        return files_left_out(exp)
-    except ResultsError as e:
-        return [str(e)]
+        return env.parse_radii(text)
+    except env.EnvelopeError as e:
+        raise ProblemsError([str(e)]) from None
 
 
 def search_overrides(search: str | dict[str, Any] | SearchSpec | None) -> dict[str, Any] | None:

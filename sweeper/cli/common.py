@@ -14,12 +14,9 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
+from sweeper.api.surface import Experiment, RayLost, redact_args
 from sweeper.cli.display import TerminalConsole, console_width, echo, printable
 from sweeper.cli.usage import usage_line
-from sweeper.report.formats import COLUMN_LABELS
-from sweeper.results.credentials import redact_args
-from sweeper.results.storage import Experiment
-from sweeper.run.driving import RayLost
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
@@ -225,17 +222,6 @@ class LazyConsole:
 
 
 console = cast(TerminalConsole, LazyConsole())
-# The envelope's columns the terminal shows, headed as everywhere (`COLUMN_LABELS`) but for
-# the plain radius, its winner and m.
-DISPLAY = {
-    **{c: COLUMN_LABELS.get(c, c) for c in ("certified_accuracy", "clean_acc", "method")},
-    **{c: COLUMN_LABELS.get(c, c) for c in ("attack", "sigma", "epsilon", "steps", "acr")},
-    **{c: COLUMN_LABELS.get(c, c) for c in ("models", "lam", "eta", "max_radius")},
-    "radius": "radius",
-    "trial_id": "winner",
-    "m_train": "m",
-}
-
 Storage = Annotated[
     str, typer.Option("--storage", help="Results location: a path or a URI (s3://...).")
 ]
@@ -279,23 +265,10 @@ Digits = Annotated[
 ]
 
 
-def warn_left_out(invalid: list[str], exp: Experiment) -> None:
-    """Result files that failed validation: each named on stderr with why, and their rows
-    left out (never a number from them); --strict exits 1 after the output. A results file
-    that is no readable Parquet is bad input: exit 2 naming each (a damaged cache is only
-    named: its models are read from their files)."""
-    caches = tuple(f"{exp.cache_path(stage)}: " for stage in ("certify", "empirical"))
-    corrupt = [
-        line for line in invalid if ": not a readable " in line and not line.startswith(caches)
-    ]
-    if corrupt:
-        fail(
-            [
-                f"corrupt results file {line}: move it away (`sweeper certify` or `sweeper "
-                "empirical` recomputes what is missing)"
-                for line in corrupt
-            ]
-        )
+def warn_left_out(invalid: list[str]) -> None:
+    """Result files that failed validation (a corrupt one stopped the read already:
+    `selection.corrupt_files`): each named on stderr with why, and their rows left out (never
+    a number from them); --strict exits 1 after the output."""
     for line in invalid:
         echo(f"warning: left out {line}", err=True)
     if invalid:

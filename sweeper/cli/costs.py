@@ -4,19 +4,25 @@ run needs neither (Ray only to ask a cluster given with --address for its size).
 
 from __future__ import annotations
 
-import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from sweeper.api.pricing import CertifyPreview, PricedPlan
+from sweeper.api.pricing import (
+    SEARCH_SHARE,
+    CertifyPreview,
+    PricedPlan,
+    cost_groups,
+    devices,
+    record_throughput,
+)
 from sweeper.cli.common import app, console, fail
 from sweeper.cli.display import echo
-from sweeper.plan import throughput
-from sweeper.plan.cost import Devices, SearchCost, SweepCost, groups, wall_clock
-from sweeper.plan.spec import Resources
 from trainables.kernel.catalog import ARCHS
+
+if TYPE_CHECKING:
+    from sweeper.plan.cost import Devices, SearchCost, SweepCost
 
 
 def dry_run_report(
@@ -34,11 +40,14 @@ def dry_run_report(
     _print_strategies(priced, device)
     if priced.search is not None:
         _print_search(priced.search, device)
-    capacity = _devices(priced.kind, address, gpus)
+    if priced.kind == "cpu" and gpus is not None:
+        console.print("(--gpus does not apply: the trials ask for no GPU)")
+        gpus = None
+    capacity = devices(priced.kind, address, gpus)
     if capacity is None:
         console.print("wall-clock: pass --gpus N (or --address of a cluster) for an estimate")
         return
-    _print_wall_clock(priced.cost, priced.resources, priced.kind, capacity)
+    _print_wall_clock(priced, capacity)
 
 
 def dry_run_data(priced: PricedPlan, data_dir: str | None) -> None:
@@ -151,7 +160,7 @@ def _print_groups(sweep: SweepCost, device: str) -> None:
     """One row per group of alike trials: their label without the words every label shares
     (those go in the title), how many, their passes, each one's training and certification,
     and the row's total. At 80 columns the numbers fit whole beside a label of 18 letters."""
-    found = groups(sweep.costs)
+    found = cost_groups(sweep)
     labels, common = _distinct_words([g.label for g in found])
     every = f"; every trial: {common}" if common else ""
     table = Table(
@@ -232,8 +241,6 @@ def _print_strategies(
 
 def _print_search(cost: SearchCost, device: str) -> None:
     """The envelope search's expected cost beside the grid's, and the budget's effect."""
-    from sweeper.plan.cost import SEARCH_SHARE
-
     train, certify = cost.search
     full = sum(cost.full)
     console.print(
@@ -252,42 +259,9 @@ def _print_search(cost: SearchCost, device: str) -> None:
         )
 
 
-def _devices(kind: str, address: str | None, gpus: int | None) -> Devices | None:
-    """GPUs given with --gpus; the cluster's own with --address; else this machine's CPUs for
-    a sweep on CPUs (a local Ray uses them all)."""
-    if kind == "cpu" and gpus is not None:
-        console.print("(--gpus does not apply: the trials ask for no GPU)")
-        gpus = None
-    if address is not None:
-        return _cluster_devices(address, gpus)
-    if gpus is not None:
-        return Devices(gpus, None, f"{gpus} GPUs (--gpus)")
-    if kind == "cpu":
-        cores = os.cpu_count() or 1
-        return Devices(0, cores, f"this machine's {cores} CPU cores")
-    return None
-
-
-def _cluster_devices(address: str, gpus: int | None) -> Devices:
-    """The connected cluster's GPUs and CPUs now (the only place the dry run imports Ray)."""
-    from sweeper.run.launch import LaunchError, ray_cluster
-
-    try:
-        with ray_cluster(address):
-            import ray
-
-            total = ray.cluster_resources()
-    except LaunchError as e:
-        fail(e.problems)
-    have = total.get("GPU", 0.0)
-    where = f"the cluster at {address} ({have:g} GPUs, {total.get('CPU', 0):g} CPUs now)"
-    if gpus is not None:
-        return Devices(gpus, total.get("CPU"), f"{gpus} GPUs (--gpus) on {where}")
-    return Devices(have, total.get("CPU", 0.0), where)
-
-
-def _print_wall_clock(sweep: SweepCost, resources: Resources, kind: str, capacity: Devices) -> None:
-    wall = wall_clock(sweep, resources, kind, capacity)
+def _print_wall_clock(priced: PricedPlan, capacity: Devices) -> None:
+    resources, kind = priced.resources, priced.kind
+    wall = priced.wall_clock(capacity)
     if wall is None:
         need = f"cpu={resources.cpu:g}" + (f", gpu={resources.gpu:g}" if kind == "gpu" else "")
         console.print(
@@ -343,8 +317,7 @@ def bench(
     if unknown:
         fail([f"--arch: unknown architecture {a!r} (valid: {', '.join(ARCHS)})" for a in unknown])
     name, kind, rates = _measure(list(dict.fromkeys(archs)), smoke, repeats)
-    path = throughput.figures_path()
-    throughput.write_measured(path, kind, throughput.device_entry(name, rates, smoke))
+    path = record_throughput(name, kind, rates, smoke)
     console.print(
         f"figures written to {path}: dry runs of sweeps on "
         f"{'GPUs' if kind == 'gpu' else 'CPUs'} price with them"

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
+from sweeper.api.surface import data_credentials_problem
 from sweeper.cli.common import app, fail, sweeper_command
 from sweeper.cli.display import echo
-from sweeper.results.credentials import data_credentials_problem
 from trainables.data_cache import PSEUDO
 from trainables.kernel.catalog import DATASETS
 

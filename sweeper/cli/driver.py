@@ -11,11 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from sweeper.api.surface import LaunchOptions, Resources, Watchers
 from sweeper.cli.common import command_line, console, ray_lost
 from sweeper.cli.display import echo
-from sweeper.plan.spec import Resources
-from sweeper.run.driving import Watchers
-from sweeper.run.launch_options import LaunchOptions
 
 if TYPE_CHECKING:
     from rich.status import Status

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sweeper.api.running import attack_finished
-from sweeper.api.sweep import Sweep, attack_plan
+from sweeper.api.surface import DEFAULT_STORAGE, EmpiricalSpec, LaunchOptions
+from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
     ExperimentOpt,
@@ -20,9 +20,6 @@ from sweeper.cli.common import (
 )
 from sweeper.cli.driver import TASKS, finish, launch_options, watchers
 from sweeper.cli.options import SpaceSmoke, given, settings_options, with_options
-from sweeper.plan.spec import EmpiricalSpec
-from sweeper.results.storage import DEFAULT_STORAGE
-from sweeper.run.launch_options import LaunchOptions
 
 
 def _report(outcome, trials: int, settings: Sequence[str]) -> None:
@@ -58,8 +55,6 @@ def empirical(
     sweep = Sweep(
         space, storage=storage, experiment=experiment, only=only, smoke=smoke, data_dir=data_dir
     )
-    request = sweep.request(address=launch.address, max_trials=launch.max_trials)
-    plan, spec = attack_plan(request, overrides, problems)
-    ran = attack_finished(space, plan, spec, launch, watchers())
+    ran = sweep.attack(options=launch, overrides=overrides, watchers=watchers(), problems=problems)
     if ran.outcome is not None:
         _report(ran.outcome, len(ran.trials), ran.settings)

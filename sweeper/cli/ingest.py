@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sweeper.api.surface import DEFAULT_MAX_ROWS, DEFAULT_STORAGE
+from sweeper.api.sweep import Sweep
 from sweeper.cli.common import Storage, app, fail
 from sweeper.cli.display import echo, plural, terminal_width
-from sweeper.ingest.log_reader import DEFAULT_MAX_ROWS
-from sweeper.ingest.sets import IngestError
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment
 
 if TYPE_CHECKING:
     from sweeper.ingest.importer import ImportReport, Model
@@ -78,13 +77,10 @@ def import_(
                 "put the logs beside it, or a new name)"
             ]
         )
-    from sweeper.ingest.importer import import_logs  # pyarrow: only when importing
-
-    exp = Experiment(storage, experiment)
-    try:
-        report = import_logs(directory, exp, sets or [], max_rows)
-    except IngestError as e:
-        fail(e.problems)
+    report = Sweep(storage=storage, experiment=experiment).import_logs(
+        directory, sets or [], max_rows
+    )
+    exp = report.experiment
     _print_report(report, verbose)
     if not report.imported and not report.already:
         echo(

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
+from sweeper.api.surface import DEFAULT_STORAGE
 from sweeper.cli.common import LatestExperiment, Storage, app, fail, resolve_experiment
 from sweeper.cli.display import echo
-from sweeper.results.storage import DEFAULT_STORAGE
 
 key_app = typer.Typer(
     help="The key that signs a sweep's results (attestations).", no_args_is_help=True

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
+from sweeper.api.surface import data_credentials_problem
 from sweeper.cli.common import app, fail
 from sweeper.cli.display import echo
-from sweeper.results.credentials import data_credentials_problem
 from trainables.kernel.catalog import DATASETS
 
 

@@ -6,31 +6,30 @@ marking it); and `--strict`'s exit when files or models were left out."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from sweeper.api import selection
 from sweeper.cli import display
-from sweeper.results.storage import Experiment
+
+if TYPE_CHECKING:
+    from sweeper.api.reading import Reading
 
 
-def exit_if_left_out(results, strict: bool) -> None:
+def exit_if_left_out(read: Reading, strict: bool) -> None:
     """--strict: exit 1, after the output, when any file or model was left out (each named
     on stderr already)."""
-    frame = results.frame
-    unsound = frame.loc[~frame["sound"], ["trial_id", "cert_id"]].drop_duplicates()
-    if strict and (results.invalid or len(unsound)):
-        left = f"{len(results.invalid)} files and {len(unsound)} models were left out"
+    files, models = len(read.left_out), read.unsound_models
+    if strict and (files or models):
+        left = f"{files} files and {models} models were left out"
         display.echo(f"error: --strict: {left} (named above)", err=True)
         raise typer.Exit(1)
 
 
-def print_settings(frame) -> None:
+def print_settings(read: Reading) -> None:
     """The certification settings and each σ's largest certifiable radius, on stderr."""
-    from sweeper.report.tables import settings_lines
-
-    if len(frame):
-        for line in settings_lines(frame):
-            display.echo(f"certified with {line} (n/a: beyond it)", err=True)
+    for line in read.settings_lines():
+        display.echo(f"certified with {line} (n/a: beyond it)", err=True)
 
 
 def beyond_note(beyond: list[str]) -> None:
@@ -43,9 +42,9 @@ def beyond_note(beyond: list[str]) -> None:
         )
 
 
-def print_coverage(exp: Experiment, results, frame) -> None:
-    """What was read (`selection.coverage`), on stderr."""
-    c = selection.coverage(exp, results, frame)
+def print_coverage(read: Reading) -> None:
+    """What was read (`Reading.coverage`), on stderr."""
+    c = read.coverage()
     per = (
         ""
         if c.models == c.trials
@@ -55,8 +54,8 @@ def print_coverage(exp: Experiment, results, frame) -> None:
         )
     )
     display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
-    pruned = pruned_without_rows(exp, results.frame)
-    searched = selection.search_account(exp, results.frame)
+    pruned = read.pruned_without_rows()
+    searched = read.search()
     skipped = searched.skipped if searched is not None and searched.stopped else 0
     if c.unlisted:
         listed = ", ".join(c.unlisted[:10]) + (", …" if len(c.unlisted) > 10 else "")
@@ -90,14 +89,6 @@ def print_coverage(exp: Experiment, results, frame) -> None:
             f"results): {listed}",
             err=True,
         )
-
-
-def pruned_without_rows(exp: Experiment, frame) -> int:
-    """Trials the envelope strategy pruned that have no certified rows (done, not missing)."""
-    from sweeper.results.envelope_records import pruned
-
-    ids = {tid for tid, _ in pruned(exp)}
-    return len(ids - set(frame["trial_id"])) if ids else 0
 
 
 def partial_note(rows) -> None:

@@ -6,16 +6,14 @@ imports torch or Ray (tests/test_cli_speed.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sweeper.api import selection
-from sweeper.api.envelope_view import envelope_read, group_of, plot_cover
-from sweeper.api.selection import filter_rows, models_of
+from sweeper.api.sweep import DEFAULT_STORAGE
 from sweeper.cli import display
 from sweeper.cli.common import (
-    DISPLAY,
     Digits,
     LatestExperiment,
     Only,
@@ -46,9 +44,11 @@ from sweeper.cli.uncertainty_view import (
     uncertainty_note,
     uncertainty_texts,
 )
-from sweeper.plan.grid import NONE, parse_only
-from sweeper.report.formats import DIGITS, FORMATS
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment
+from sweeper.report.formats import DIGITS, ENVELOPE_PRIORITY, FORMATS, SCREEN_LABELS
+from trainables.kernel.errors import ProblemsError
+
+if TYPE_CHECKING:
+    from sweeper.api.reading import Reading
 
 WithEmpirical = Annotated[
     bool,
@@ -85,54 +85,46 @@ def envelope(
     digits: Digits = DIGITS,
 ) -> None:
     """Upper-envelope certified accuracy over every model of an experiment, and who got it."""
-    from sweeper.results import envelope as env
+    from sweeper.api.sweep import read_columns
 
     grid, problems = _envelope_options(fmt, radius, radii, plot)
-    columns = env.read_columns(by, "smoothing")
-    exp, results, frame = load_selected(
-        storage, experiment, only, problems, columns, attested_only=attested_only
+    read = load_selected(
+        storage, experiment, only, problems, read_columns(by), attested_only=attested_only
     )
-    try:
-        table = envelope_read(exp, results, frame, grid, by, parse_only(only)[0])
-    except env.EnvelopeError as e:
-        fail([str(e)])
-    by = group_of(frame, by)
-    overlay = _empirical_overlay(exp, table, by, only) if empirical else None
-    table, curve = overlay or (table, None)
-    _print_table(table, fmt, f"upper envelope of {exp.name}", wide, digits)
-    _print_notes(exp, results, frame, grid)
-    attestation_note(results, table, attested_only)
+    table = read.envelope(grid, by)
+    by = read.group(by)
+    curve = None
+    if empirical:
+        table, curve = _empirical_overlay(read, table, by)
+    _print_table(table, fmt, f"upper envelope of {read.exp.name}", wide, digits)
+    _print_notes(read, grid)
+    attestation_note(read.results, table, attested_only)
     if plot:
-        cover = plot_cover(exp, frame, parse_only(only)[0], by)
-        _plot(exp, frame, plot, by, curve, grid, cover)
-    exit_if_left_out(results, strict)
+        _plot(read, plot, by, curve, grid)
+    exit_if_left_out(read, strict)
 
 
-def _print_notes(exp: Experiment, results, frame, grid: list[float]) -> None:
-    """On stderr: the settings, the envelope strategy's soundness (`soundness_lines`, one
-    line per `_envelope` setting), what was read."""
-    from sweeper.results.envelope_records import soundness_lines
-
-    print_settings(frame)
-    for line in soundness_lines(exp, frame["cert_id"].unique().tolist(), grid):
+def _print_notes(read: Reading, grid: list[float]) -> None:
+    """On stderr: the settings, the envelope strategy's soundness (one line per `_envelope`
+    setting: `Reading.guarantee_notes`), what was read."""
+    print_settings(read)
+    for line in read.guarantee_notes(grid):
         display.echo(f"envelope strategy, {line}", err=True)
-    print_coverage(exp, results, frame)
+    print_coverage(read)
 
 
-def _plot(
-    exp: Experiment, frame, plot: str, by: str | None, curve, grid: list[float], cover
-) -> None:
+def _plot(read: Reading, plot: str, by: str | None, curve, grid: list[float]) -> None:
     """`--plot`: the envelope (per `by` group, the empirical curve) from 0 to the largest radius."""
     from sweeper.report.render import plot_envelope
 
     plot_envelope(
-        frame,
+        read.frame,
         plot,
         by,
-        title=f"{exp.name}: {models_of(frame)} models",
+        title=f"{read.exp.name}: {read.models()} models",
         empirical=curve,
         radii=grid,
-        cover=cover,
+        cover=read.plot_cover(by),
     )
     display.echo(f"figure written to {plot}", err=True)
 
@@ -161,27 +153,20 @@ def table(
     then the other hyperparameters and each radius's 95% CI, as many as fit (--wide: all);
     without --radii, the radii past the last one any model certifies a point at are left out
     (csv, json and markdown hold them all)."""
-    from trainables.kernel.errors import ProblemsError
-
     problems = _format_problems(fmt)
     grid = radii_option(radii, problems)
-    exp, results, frame = load_selected(
+    read = load_selected(
         storage, experiment, only, problems, pruned_ok=True, attested_only=attested_only
     )
-    try:
-        rows = selection.model_table(exp, frame, parse_only(only)[0], grid)
-    except ProblemsError as e:
-        fail(e.problems)
-    rows, beyond = radii_that_matter(rows, fmt == "table" and radii is None)
-    rows = selection.mark_attested(rows, results)
-    _print_model_table(rows, fmt, exp.name, wide, digits)
+    rows, beyond = radii_that_matter(read.table(grid), fmt == "table" and radii is None)
+    _print_model_table(rows, fmt, read.exp.name, wide, digits)
     beyond_note(beyond)
     model_interval_note(rows)
     partial_note(rows)
-    print_settings(frame)
-    print_coverage(exp, results, frame)
-    attestation_note(results, rows, attested_only)
-    exit_if_left_out(results, strict)
+    print_settings(read)
+    print_coverage(read)
+    attestation_note(read.results, rows, attested_only)
+    exit_if_left_out(read, strict)
 
 
 def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> None:
@@ -202,7 +187,7 @@ def _print_model_table(rows, fmt: str, name: str, wide: bool, digits: int) -> No
     elif fmt == "table":
         columns = [
             display.Column(
-                c if c == "trial_id" else DISPLAY.get(c, c),
+                c if c == "trial_id" else SCREEN_LABELS.get(c, c),
                 text[c].tolist(),
                 c not in rows or rows[c].dtype.kind in "fiu",
                 frozenset(best.get(c, ())),
@@ -244,36 +229,20 @@ def _envelope_options(
     return ([radius] if radius is not None else radii_option(radii, problems)), problems
 
 
-def _empirical_overlay(exp: Experiment, table, by: str | None, only: str | None):
-    """(the envelope table with `empirical_accuracy`, the empirical envelope curve)."""
-    from sweeper.results import empirical_rows as emp
-    from sweeper.results.certify_rows import ResultsError
-
-    try:
-        loaded = emp.load_empirical(exp)
-    except ResultsError as e:
-        fail([str(e)])
-    warn_left_out(loaded.invalid, exp)
-    frame = filter_rows(loaded.frame, parse_only(only)[0])  # parsed without problems already
-    if frame.empty:
-        fail(
-            [
-                f"no empirical robustness results in {exp.name} (check --only, or run "
-                "`sweeper empirical <space>`)"
-            ]
-        )
-    models = frame["trial_id"].nunique()
+def _empirical_overlay(read: Reading, table, by: str | None):
+    """(the envelope table with `empirical_accuracy`, the empirical envelope curve), what was
+    attacked said on stderr."""
+    got = read.empirical(table, by)
+    warn_left_out(got.left_out)
     display.echo(
-        f"empirical: {display.plural(models, 'model')}, {len(frame)} attacked points; accuracy "
-        "under each model's "
+        f"empirical: {display.plural(got.models, 'model')}, {got.points} attacked points; "
+        "accuracy under each model's "
         "strongest attack (lowest over m_test), best model per radius",
         err=True,
     )
-    if loaded.missing_shards:
-        display.echo(
-            f"{len(loaded.missing_shards)} empirical settings are missing shards", err=True
-        )
-    return emp.overlay(table, frame, by), emp.empirical_envelope(frame)
+    if got.missing_shards:
+        display.echo(f"{got.missing_shards} empirical settings are missing shards", err=True)
+    return got.table, got.curve
 
 
 def _format_problems(fmt: str) -> list[str]:
@@ -281,12 +250,12 @@ def _format_problems(fmt: str) -> list[str]:
 
 
 def radii_option(text: str | None, problems: list[str]) -> list[float]:
-    from sweeper.results import envelope as env
+    from sweeper.api.sweep import parse_radii
 
     try:
-        return env.parse_radii(text or "0:2.25:0.25")
-    except env.EnvelopeError as e:
-        problems.append(str(e))
+        return parse_radii(text or "0:2.25:0.25")
+    except ProblemsError as e:
+        problems.extend(e.problems)
         return []
 
 
@@ -298,34 +267,23 @@ def load_selected(
     columns: list[str] | None = None,
     pruned_ok: bool = False,
     attested_only: bool = False,
-):
-    """(experiment, results, rows selected by --only, sound models only); exits 2 on any
-    problem so far (`pruned_ok`: an --only that keeps only pruned models is none, and selects
-    no row); a results file that fails validation is named and left out, and so are the
-    data-dependent models awaiting their memory pass. `columns`: read only these (and the
-    --only columns), not every results column."""
-    from sweeper.results.certify_rows import ResultsError
-    from trainables.kernel.errors import ProblemsError
+) -> Reading:
+    """The experiment's results read through the front door (`Sweep.read`); exits 2 on any
+    problem so far, with those of --only (`pruned_ok`: an --only that keeps only pruned models
+    is none, and selects no row); the results files left out (failing validation) named, and
+    the data-dependent models awaiting their memory pass counted, on stderr. `columns`: read
+    only these (and the --only columns), not every results column."""
+    from sweeper.api.sweep import Sweep
 
-    chosen, only_problems = parse_only(only)
-    if problems or only_problems:
-        fail(problems + only_problems)
+    problems = [*problems, *selection.only_problems(only)]
+    if problems:
+        fail(problems)
     exp = resolve_experiment(storage, experiment)
-    try:
-        results = selection.load(exp, chosen, columns)
-    except ResultsError as e:
-        fail([str(e)])
-    warn_left_out(results.invalid, exp)
-    gone = results.attestations.inventory if results.attestations else ()
-    if results.frame.empty and gone:  # not "no results yet": the signed ones are gone
-        fail([*gone, "run `sweeper verify` for every file, and restore them from a copy"])
-    try:
-        attested = selection.attested_rows(results, results.frame, attested_only)
-    except ProblemsError as e:
-        fail(e.problems)
-    rows = selection.only_rows(exp, attested, chosen, pruned_ok)
-    frame, unsound = selection.sound_rows(rows)
-    if unsound:
+    read = Sweep(storage=exp.storage, experiment=exp.name, only=only).read(
+        columns, pruned_ok, attested_only
+    )
+    warn_left_out(read.left_out)
+    if unsound := read.unsound:
         display.echo(
             f"{display.plural(unsound, 'data-dependent model')} "
             f"{'awaits its' if unsound == 1 else 'await their'} memory pass and "
@@ -333,25 +291,7 @@ def load_selected(
             "re-run `sweeper certify <space> --ddrs` to finish them",
             err=True,
         )
-    return exp, results, frame
-
-
-ENVELOPE_PRIORITY = [
-    "radius",
-    "certified_accuracy",
-    "trial_id",
-    "ci",
-    "empirical_accuracy",
-    "clean_acc",
-    "method",
-    "sigma",
-    "acr",
-    "attack",
-    "epsilon",
-    "steps",
-    "m_train",
-    "models",
-]
+    return read
 
 
 def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = DIGITS) -> None:
@@ -363,7 +303,9 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
 
     if table.columns[0] != "radius":  # --by: a group without the setting (attack) is `none`
         key = table.columns[0]
-        table = table.assign(**{key: table[key].astype(object).where(table[key].notna(), NONE)})
+        table = table.assign(
+            **{key: table[key].astype(object).where(table[key].notna(), selection.NONE)}
+        )
     if fmt in ("csv", "json"):
         display.echo(render(no_winner(table), fmt).rstrip("\n"))
         return
@@ -372,16 +314,16 @@ def _print_table(table, fmt: str, title: str, wide: bool = False, digits: int = 
     if fmt == "markdown":
         display.echo(to_markdown(text))
     else:
-        shown = {**DISPLAY, "empirical_accuracy": "emp. acc", "ci": CI_HEADER}
         group = [] if table.columns[0] == "radius" else [table.columns[0]]
         cols = [
             c
             for c in text.columns
-            if (c in shown or c in group) and not text[c].isin(["", "-"]).all()
+            if (c in ENVELOPE_PRIORITY or c in group) and not text[c].isin(["", "-"]).all()
         ]
         numeric = {c: c in table and table[c].dtype.kind in "fiu" for c in cols}
-        columns = [display.Column(shown.get(c, str(c)), text[c].tolist(), numeric[c]) for c in cols]
-        priority = [shown.get(c, str(c)) for c in [*group, *ENVELOPE_PRIORITY, *cols]]
+        heading = {c: SCREEN_LABELS.get(c, str(c)) for c in cols}
+        columns = [display.Column(heading[c], text[c].tolist(), numeric[c]) for c in cols]
+        priority = [heading[c] for c in [*group, *ENVELOPE_PRIORITY] if c in heading]
         display.print_table(title, columns, list(dict.fromkeys(priority)), wide)
     uncertainty_note(table)
     covered_note(table)

@@ -6,50 +6,13 @@ from typing import Annotated
 
 import typer
 
-from sweeper.api import selection
-from sweeper.api.envelope_view import plot_cover
-from sweeper.cli.common import LatestExperiment, Only, Storage, app, fail
+from sweeper.api.sweep import DEFAULT_STORAGE
+from sweeper.cli.common import LatestExperiment, Only, Storage, app
 from sweeper.cli.display import echo
 from sweeper.cli.options import AttestedOnly, Strict
 from sweeper.cli.read_notes import attestation_note, exit_if_left_out, print_coverage
 from sweeper.cli.reads import load_selected, radii_option
-from sweeper.plan.grid import parse_only
 from sweeper.report.formats import FIGURE_FORMATS, LINF_RADII_255
-from sweeper.results.storage import DEFAULT_STORAGE
-from sweeper.results.sweep_file import read_sweep
-
-
-def _index_sections(exp, frame, only: str | None, grid: list[float]) -> list[str]:
-    """The index's sections on the models the envelope strategy pruned and, after an envelope
-    search, on what it trained, skipped and audited (markdown lines)."""
-    from sweeper.report.pruned import pruned_section
-
-    delta = " with probability ≥ 1 − δ"
-    section = pruned_section(selection.pruned(exp, frame, parse_only(only)[0], grid), grid, delta)
-    searched = selection.search_account(exp, frame)
-    if searched is not None:
-        section += ["## Envelope search", "", *(f"- {s}" for s in searched.lines()), ""]
-    return section
-
-
-def _built(exp, results, frame, asked: tuple, attested_only: bool):
-    """The report of `frame` as asked (--only, radii, figure formats, ℓ∞ radii), its index
-    saying what the envelope strategy pruned, what a search trained and what rests on
-    unattested files (marked † among the winners)."""
-    from sweeper.report.attestation_section import attestation_section
-    from sweeper.report.build import build_report
-
-    only, grid, figure_formats, linf_255 = asked
-    batch = ((read_sweep(exp) or {}).get("space") or {}).get("certify", {}).get("batch_size")
-    section = _index_sections(exp, frame, only, grid)
-    models = set(frame.groupby(["trial_id", "cert_id"]).groups)
-    section += attestation_section(results.attestations, models, attested_only)
-    unattested = results.attestations.unattested if results.attestations else frozenset()
-    dims = dataset_dims(frame["dataset"].unique())
-    cover = plot_cover(exp, frame, parse_only(only)[0], "method")
-    return build_report(
-        frame, grid, dims, figure_formats, linf_255, exp.name, batch, section, unattested, cover
-    )
 
 
 def _formats(text: str, problems: list[str]) -> tuple[str, ...]:
@@ -72,13 +35,6 @@ def _linf(text: str, problems: list[str]) -> tuple[float, ...]:
     except ValueError:
         problems.append(f"--linf {text!r}: expected ℓ∞ radii > 0 in units of 1/255, e.g. 1,2,4,8")
         return ()
-
-
-def dataset_dims(datasets) -> dict[str, int]:
-    """Input dimension d (C·H·W) per known data set."""
-    from trainables.kernel.catalog import INPUT_DIM
-
-    return {d: INPUT_DIM[d] for d in datasets if d in INPUT_DIM}
 
 
 Formats = Annotated[
@@ -107,27 +63,16 @@ def report(
     """Paper-style tables (markdown and LaTeX) and figures of an experiment, written under
     <experiment>/reports/ (a slice chosen with --only: reports/only-<slice>/); prints the
     files written. See reports/index.md."""
-    from sweeper.report.build import write_report
-
     problems: list[str] = []
     figure_formats = _formats(formats, problems)
     grid = list(dict.fromkeys(radii_option(radii, problems)))
     linf_255 = _linf(linf, problems)
-    exp, results, frame = load_selected(
-        storage, experiment, only, problems, attested_only=attested_only
-    )
-    if frame.empty:
-        fail(
-            [
-                f"no certification results to report in {exp.name} (check --only, or run "
-                "`sweeper certify <space>`)"
-            ]
-        )
-    built = _built(exp, results, frame, (only, grid, figure_formats, linf_255), attested_only)
-    for location in write_report(built, exp.report_dir(only)):
+    read = load_selected(storage, experiment, only, problems, attested_only=attested_only)
+    built = read.report(grid, figure_formats, linf_255, attested_only)
+    for location in read.write_report(built):
         echo(location)
     for note in built.notes:
         echo(f"note: {note}", err=True)
-    print_coverage(exp, results, frame)
-    attestation_note(results, frame, attested_only)
-    exit_if_left_out(results, strict)
+    print_coverage(read)
+    attestation_note(read.results, read.frame, attested_only)
+    exit_if_left_out(read, strict)

@@ -10,6 +10,16 @@ import typer
 from rich.table import Table
 
 from sweeper.api.running import Ran
+from sweeper.api.surface import (
+    DEFAULT_STORAGE,
+    CertifySpec,
+    Experiment,
+    LaunchOptions,
+    Plan,
+    Resources,
+    SearchSpec,
+    is_finished,
+)
 from sweeper.api.sweep import Sweep
 from sweeper.cli.common import (
     DataDir,
@@ -36,14 +46,10 @@ from sweeper.cli.options import (
     settings_options,
     with_options,
 )
-from sweeper.plan.spec import CertifySpec, Resources, SearchSpec
-from sweeper.plan.sweep_plan import Plan, is_finished
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment
-from sweeper.run.launch_options import LaunchOptions
 from trainables.kernel import fileio
 
 if TYPE_CHECKING:
-    from sweeper.run.launch import Outcome
+    from sweeper.run.launch import Outcome  # what `Ran.outcome` holds
 
 
 def _shown(location: str) -> str:
@@ -93,10 +99,10 @@ def _report_outcome(outcome: Outcome, exp: Experiment, space: str) -> None:
 
 def failure_notes(exp: Experiment, space: str, failures: list[tuple[str, str, str]]) -> list[str]:
     """Where the failures' full texts are; how to retrain a trial whose checkpoint is broken."""
-    from sweeper.results.failures import read_failures
+    from sweeper.api.running import failures_log
 
     notes = []
-    if failures and (log := read_failures(exp)[1]) is not None:
+    if failures and (log := failures_log(exp)) is not None:
         notes.append(f"full error texts: {log}")
     broken = [
         tid for tid, stage, line in failures if stage == "certify" and "checkpoint" in line.lower()
@@ -115,9 +121,9 @@ def failure_notes(exp: Experiment, space: str, failures: list[tuple[str, str, st
 def spaces() -> None:
     """List the search spaces shipped with sweeper: each one's trials and resources per trial
     on a line, its description whole under it, wrapped at the terminal's width."""
-    from sweeper.plan.space_list import shipped_summaries
+    from sweeper.api.space_arg import shipped_spaces
 
-    for line in space_lines(shipped_summaries(), console.width):
+    for line in space_lines(shipped_spaces(), console.width):
         echo(line)
 
 

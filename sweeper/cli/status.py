@@ -13,58 +13,24 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from sweeper.api.sweep import Sweep
+from sweeper.api.status_report import StatusReport, StatusWatch
+from sweeper.api.sweep import DEFAULT_STORAGE, Sweep
 from sweeper.cli.common import LatestExperiment, Storage, app, console, fail, resolve_experiment
 from sweeper.cli.display import echo, screen_width
 from sweeper.cli.options import Strict
 from sweeper.cli.status_view import as_json, summary_lines, view
-from sweeper.results.status import Status, StatusReader, restrict
-from sweeper.results.storage import DEFAULT_STORAGE, Experiment
-from sweeper.results.summary import summarize
 from trainables.kernel.errors import ProblemsError
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
+    from sweeper.results.status import Status
+    from sweeper.results.storage import Experiment
+
 FORMATS = ("table", "json")
 UNFINISHED = ("pending", "training", "interrupted", "certifying", "trained")
 PLAIN_SUMMARY_S = 60.0  # a log file gets the summary lines this often, beside the events
-
-
-def _status_or_exit(reader: StatusReader) -> Status:
-    """The experiment's status (of the running slice: `running_slice`), or one `error:` line
-    and exit 2."""
-    from sweeper.api.running import experiment_status
-
-    try:
-        return running_slice(experiment_status(reader))
-    except ProblemsError as e:
-        fail(e.problems)
-
-
-def driver_only(command: str) -> str | None:
-    """The `--only` of a driver's command line as its lease names it (None: none)."""
-    words = command.split()
-    for word, after in zip(words, [*words[1:], ""], strict=True):
-        if word == "--only" and after:
-            return after
-        if word.startswith("--only="):
-            return word.removeprefix("--only=")
-    return None
-
-
-def running_slice(st: Status) -> Status:
-    """While a driver runs a slice of the sweep (`run grid --only ...`, `certify --only ...`),
-    the status of that slice: its trials alone in every count and ETA (`restrict`)."""
-    from sweeper.plan.grid import parse_only, select
-
-    only = driver_only(st.driver.command) if st.driver is not None else None
-    chosen, problems = parse_only(only)
-    if not chosen or problems:
-        return st
-    picked, _ = select(st.configs, chosen)
-    return restrict(st, {c.trial_id for c in picked}, str(only))
 
 
 @app.command()
@@ -94,11 +60,10 @@ def status(
         fail(problems)
     exp = resolve_experiment(storage, experiment)
     if watch:
-        watch_status(StatusReader(exp), everything, interval)
+        watch_status(StatusWatch(exp), everything, interval)
         return
     report = Sweep(storage=exp.storage, experiment=exp.name).status()
-    st = running_slice(report.status)
-    summary = report.summary if st is report.status else summarize(st)
+    st, summary = report.status, report.summary
     if fmt == "json":
         echo(json.dumps(as_json(st, summary, everything), indent=1))
     else:
@@ -112,13 +77,13 @@ def sweep_ended(st: Status, driver_seen: bool) -> bool:
     return not any(t.state in UNFINISHED for t in st.trials) or (driver_seen and st.driver is None)
 
 
-def watch_status(reader: StatusReader, everything: bool, interval: float) -> None:
+def watch_status(reader: StatusWatch, everything: bool, interval: float) -> None:
     """Refresh the view every `interval` seconds until `sweep_ended` or Ctrl-C (exit 0): in
     place on a terminal, else (a log file) the summary lines stamped, one block per refresh."""
     from rich.live import Live
 
-    def plain(st: Status) -> None:
-        print_stamped(summary_lines(summarize(st), st))
+    def plain(report: StatusReport) -> None:
+        print_stamped(summary_lines(report.summary, report.status))
 
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     seen = False
@@ -126,12 +91,16 @@ def watch_status(reader: StatusReader, everything: bool, interval: float) -> Non
         if live is not None:
             live.start()
         while True:
-            st = _status_or_exit(reader)
+            try:
+                report = reader.read()
+            except ProblemsError as e:
+                fail(e.problems)
+            st = report.status
             seen = seen or st.driver is not None
             if live is not None:
-                live.update(view(st, summarize(st), everything, st.space), refresh=True)
+                live.update(view(st, report.summary, everything, st.space), refresh=True)
             else:
-                plain(st)
+                plain(report)
             if sweep_ended(st, seen):
                 break
             time.sleep(interval)
@@ -148,7 +117,7 @@ class RunDisplay:
     printed above it; elsewhere one plain line per event and the summary every minute."""
 
     def __init__(self, exp: Experiment, interval: float = 5.0):
-        self.reader = StatusReader(exp)
+        self.reader = StatusWatch(exp)
         self.interval = interval
         self.terminal = console.is_terminal
         self.live: Live | None = None
@@ -176,9 +145,9 @@ class RunDisplay:
             if time.monotonic() >= self._next or not self._view:
                 start = time.monotonic()
                 try:
-                    st = running_slice(self.reader.read())
-                    self._view = view(st, summarize(st), False, st.space)
-                except (OSError, ValueError, KeyError, TypeError) as e:  # sweep.json not yet there
+                    report = self.reader.read()
+                    self._view = view(report.status, report.summary, False, report.status.space)
+                except (OSError, ProblemsError) as e:  # sweep.json not yet there
                     self._view = f"status not readable yet ({type(e).__name__}: {e})"
                 cost = time.monotonic() - start
                 self._next = time.monotonic() + max(self.interval, 20 * cost)
@@ -196,11 +165,11 @@ class RunDisplay:
 
     def _plain_summary(self) -> None:
         try:
-            st = running_slice(self.reader.read())
-        except (OSError, ValueError, KeyError, TypeError):
+            report = self.reader.read()
+        except (OSError, ProblemsError):
             return
         self._next = time.monotonic() + PLAIN_SUMMARY_S
-        print_stamped(summary_lines(summarize(st), st))
+        print_stamped(summary_lines(report.summary, report.status))
 
 
 def print_stamped(lines: list[str]) -> None:

@@ -12,9 +12,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sweeper.api.surface import ATTENTION, Status, Summary, TrialRow
 from sweeper.cli.display import screen_width, terminal_width
-from sweeper.results.status import ATTENTION, Status, TrialRow
-from sweeper.results.summary import Summary
 
 ATTENTION_ROWS = 20  # trials listed under the summary (the rest: `--all`): fits 40 lines
 

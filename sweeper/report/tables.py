@@ -23,7 +23,8 @@ import pandas as pd
 from sweeper.report.formats import LINF_RADII_255
 from sweeper.results import envelope as env
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
-from sweeper.results.envelope import SUMMARY_COLUMNS, certified_accuracy, model_table
+from sweeper.results.columns import SUMMARY_COLUMNS
+from sweeper.results.envelope import certified_accuracy, model_table
 from sweeper.results.final_numbers import envelope_with_final
 from trainables.kernel.cert_ids import CertId
 from trainables.kernel.final_points import final_of

@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sweeper.results.certify_rows import MODEL_KEY, SCHEMA
+from sweeper.results.columns import SUMMARY_COLUMNS
 from sweeper.results.envelope_uncertainty import LEVEL, PointReach, clopper_pearson
 from trainables.kernel.certificates import max_radius
 from trainables.kernel.final_points import is_final
 from trainables.kernel.settings import parse_list
 
 IDENTITY_COLUMNS = [f.name for f in SCHEMA if f.name not in MODEL_KEY]
-SUMMARY_COLUMNS = ["method", "attack", "sigma", "epsilon", "steps", "m_train", "sigma_cert"]
 # What `sweeper envelope` reads of each row (with the --by and --only columns): a projection
 # of the 80-odd results columns, most of a 6,440-model read's time otherwise. n0, n and alpha:
 # the certification settings it states and the largest radius they allow (`max_radii`); idx:

@@ -1,7 +1,8 @@
 """One driver per experiment: a lease that `sweeper run grid`, `certify` and `empirical` hold
 for their whole run, so two drivers never race on an experiment's trials and shards.
 
-`<experiment>/lease.json` says who holds it (pid, host, command, since, heartbeat); a thread
+`<experiment>/lease.json` says who holds it (`lease_holder`: pid, host, command, the slice it
+runs, since, heartbeat); a thread
 rewrites it every `HEARTBEAT_S`. How the lease is taken depends on the storage:
 
 - A local or shared path (NFS/EFS): an exclusive `flock` on `<experiment>/.lease.lock`, held
@@ -38,25 +39,31 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict
 
-from sweeper.results.credentials import redact_args
+from sweeper.results.lease_holder import (
+    LAST_TIME,
+    LEASE_JSON_MAX,
+    STALE_S,
+    Holder,
+    held_message,
+    holder_of,
+    parse_lease,
+    read_holder,
+)
 from sweeper.results.lease_lock import LeaseError, open_lock, relock, still_there
 from sweeper.results.lease_s3 import ConditionalObject, conditional_object
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 from trainables.kernel.errors import ProblemsError
 
+__all__ = ["LAST_TIME", "LEASE_JSON_MAX", "STALE_S", "Holder", "held_message", "read_holder"]
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = float(os.environ.get("SWEEPER_LEASE_HEARTBEAT_S", "30"))
-STALE_S = float(os.environ.get("SWEEPER_LEASE_STALE_S", "300"))  # no heartbeat for 5 min: gone
 SETTLE_S = float(os.environ.get("SWEEPER_LEASE_SETTLE_S", "2"))
 LOCK_ATTEMPTS = 20  # `.lease.lock` removed under us this often in a row: someone keeps at it
 
@@ -65,104 +72,8 @@ class LeaseHeld(ProblemsError):
     """Another live driver holds the experiment."""
 
 
-@dataclass(frozen=True)
-class Holder:
-    pid: int
-    host: str
-    command: str
-    since: float
-    heartbeat: float
-    token: str
-    released: float | None = None  # when the holder let go (None: still held, or it died)
-
-    @classmethod
-    def me(cls, command: str) -> Holder:
-        now = time.time()
-        return cls(os.getpid(), socket.gethostname(), command, now, now, uuid.uuid4().hex)
-
-    def describe(self) -> str:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        return f"pid {self.pid} on host {self.host} since {since}"
-
-    def alive(self, now: float | None = None) -> bool:
-        """Is the holder still there? Not once released; on this host, while its pid lives;
-        elsewhere, while its heartbeat is under STALE_S old and neither it nor `since` is over
-        STALE_S ahead (a skewed clock or a forged time keeps it at most 2 * STALE_S)."""
-        if self.released is not None:
-            return False
-        if self.host == socket.gethostname():
-            return _pid_alive(self.pid)
-        now = time.time() if now is None else now
-        if max(self.since, self.heartbeat) > now + STALE_S:
-            return False
-        return now - self.heartbeat < STALE_S
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        pass
-    return True
-
-
 def _interrupt(_: Holder | None) -> None:
     os.kill(os.getpid(), signal.SIGINT)  # stop like Ctrl-C: Tune saves state, exit 130
-
-
-def read_holder(exp: Experiment) -> Holder | None:
-    """Who holds (or last held) the experiment's lease; None if nobody (or it cannot be read
-    right now); LeaseError naming it if it is no lease, or no regular file of LEASE_JSON_MAX."""
-    try:
-        return _parse(exp, fileio.read_bytes(exp.lease_json, LEASE_JSON_MAX))
-    except fileio.UnreadableFileError as e:  # a FIFO would block every command forever
-        raise LeaseError(e.problems) from None
-    except OSError:
-        return None
-
-
-def _parse(exp: Experiment, raw: bytes) -> Holder:
-    """The Holder in a lease.json's bytes; LeaseError naming the file and the fix if none."""
-    try:
-        return _holder(json.loads(raw))
-    except ValueError as e:  # JSONDecodeError too
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise LeaseError(
-            [
-                f"cannot read the lease {exp.lease_json} ({why}): if no sweeper command is running "
-                f"on experiment {exp.name!r}, delete it and re-run"
-            ]
-        ) from None
-
-
-# A lease's timestamps: seconds since the epoch, before the year 5000 (`describe` prints them).
-LAST_TIME = 95_617_584_000.0
-LEASE_JSON_MAX = 2**20  # bytes: a lease is ~300 (pid, host, command line, times, a token)
-
-
-def _holder(doc: Any) -> Holder:
-    """The Holder a lease.json's document says; ValueError saying what is wrong with it."""
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    missing = [k for k in ("pid", "host", "command", "since", "heartbeat", "token") if k not in doc]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)}")
-    if type(doc["pid"]) is not int or doc["pid"] <= 0:
-        raise ValueError(f"pid {doc['pid']!r} is not a process id")
-    if not all(isinstance(doc[k], str) for k in ("host", "command", "token")):
-        raise ValueError("host, command and token must be strings")
-    for key in ("since", "heartbeat", "released"):
-        value = doc.get(key)
-        if value is not None and (
-            type(value) not in (int, float) or not 0 <= value <= LAST_TIME  # NaN fails too
-        ):
-            raise ValueError(f"{key} {value!r} is not a time")
-    fields = {k: doc[k] for k in Holder.__dataclass_fields__ if k in doc}
-    # a lease written before credentials were refused may hold some: never shown as stored
-    fields["command"] = " ".join(redact_args(doc["command"].split()))
-    return Holder(**fields)
 
 
 def _current(exp: Experiment) -> Holder | None:
@@ -171,16 +82,6 @@ def _current(exp: Experiment) -> Holder | None:
         return read_holder(exp)
     except LeaseError:
         return None
-
-
-def held_message(exp: Experiment, holder: Holder | None) -> str:
-    who = "another driver that is starting"
-    if holder is not None:
-        who = f"{holder.describe()} (`{holder.command}`)"
-    return (
-        f"experiment {exp.name!r} is in use by {who}: wait for it to end, stop it (Ctrl-C; "
-        "re-running resumes), or pass another --experiment"
-    )
 
 
 def _flock(fd: int) -> None:
@@ -197,9 +98,13 @@ class Lease:
     called with it (by default: SIGINT to this process)."""
 
     def __init__(
-        self, exp: Experiment, command: str, on_lost: Callable[[Holder | None], None] | None = None
+        self,
+        exp: Experiment,
+        command: str,
+        on_lost: Callable[[Holder | None], None] | None = None,
+        only: str | None = None,
     ):
-        self.exp, self.me = exp, Holder.me(command)
+        self.exp, self.me = exp, Holder.me(command, only)
         self.on_lost = on_lost or _interrupt
         self.took_over: Holder | None = None  # the gone holder we replaced, if any
         self.lost: Holder | None = None
@@ -270,7 +175,7 @@ class Lease:
         """Create the lease object, or replace a gone holder's: each PUT is conditional on
         the version read, so of drivers racing for it one lands. The holder replaced."""
         found = obj.read()
-        previous = None if found is None else _parse(self.exp, found[0])
+        previous = None if found is None else parse_lease(self.exp, found[0])
         if previous is not None and previous.alive():
             raise LeaseHeld([held_message(self.exp, previous)])
         body = self._body()
@@ -289,14 +194,14 @@ class Lease:
         if found is None:
             return None, ""
         try:
-            return _parse(self.exp, found[0]), found[1]
+            return parse_lease(self.exp, found[0]), found[1]
         except LeaseError:
             return None, found[1]
 
     def _ours(self, raw: bytes) -> bool:
         """Is this version of the lease object one that we wrote, and not let go of?"""
         with contextlib.suppress(ValueError):
-            holder = _holder(json.loads(raw))
+            holder = holder_of(json.loads(raw))
             return holder.token == self.me.token and holder.released is None
         return False
 

@@ -205,6 +205,10 @@ class StatusReader:
         st.left_out = linked or None  # the result files' own, read apart (`left_out`)
         return st
 
+    def trial_docs(self) -> dict[str, dict]:
+        """trial_id -> its trial.json as the last `read` found it (config, state, metrics)."""
+        return {str(doc.get("trial_id", "")): doc for _, doc in self._trials.values()}
+
     def _configs(self) -> tuple[list[TrialConfig], dict, tuple[str, float]]:
         try:
             raw = sweep_bytes(self.exp)

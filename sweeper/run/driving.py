@@ -74,6 +74,7 @@ class Watchers:
     states)`, the plan of a run about to start, with each selected trial's trial.json."""
 
     holder: str = "sweeper.Sweep (Python)"
+    only: str | None = None  # the slice run (`--only`), recorded in the lease for `status`
     progress: Callable[[Experiment], AbstractContextManager[Callable[[Any], None]]] = field(
         default=_logged_progress
     )
@@ -229,7 +230,7 @@ def driving(
         raise ProblemsError(links)
     display = watchers.waiting()
     try:
-        with Lease(exp, watchers.holder) as lease, ray_cluster(address):
+        with Lease(exp, watchers.holder, only=watchers.only) as lease, ray_cluster(address):
             if lease.took_over is not None:
                 watchers.warn(f"took over the lease of {lease.took_over.describe()}, which is gone")
             try:
