@@ -6,14 +6,43 @@ then written under the experiment's reports/ (a slice's: reports/only-<slice>/).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sweeper.report.formats import LINF_RADII_255
 from sweeper.results.sweep_file import read_sweep
 
 if TYPE_CHECKING:
-    from sweeper.api.reading import Reading
+    import pandas as pd
+
     from sweeper.report.build import Report
+    from sweeper.report.figures import Cover
+    from sweeper.results.certify_rows import Results
+    from sweeper.results.search_records import SearchAccount
+    from sweeper.results.storage import Experiment
+
+
+class Reading(Protocol):
+    """What the report reads of a `reading.Reading` (a protocol, so that this module, which
+    `reading` imports, imports nothing of it)."""
+
+    @property
+    def exp(self) -> Experiment: ...
+
+    @property
+    def frame(self) -> pd.DataFrame: ...
+
+    @property
+    def results(self) -> Results: ...
+
+    @property
+    def only(self) -> str | None: ...
+
+    def pruned(self, radii: Sequence[float]) -> pd.DataFrame: ...
+
+    def search(self) -> SearchAccount | None: ...
+
+    def plot_cover(self, by: str | None) -> Cover | None: ...
+
 
 FIGURES = ("png", "pdf")
 

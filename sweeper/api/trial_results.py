@@ -6,7 +6,7 @@ and its certification per setting."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sweeper.plan.grid import select
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
@@ -17,7 +17,25 @@ from trainables.kernel.errors import ProblemsError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sweeper.api.reading import Reading
+    from sweeper.results.certify_rows import Results
+    from sweeper.results.storage import Experiment
+
+
+class Reading(Protocol):
+    """What these functions read of a `reading.Reading` (a protocol, so that this module,
+    which `reading` imports, imports nothing of it)."""
+
+    @property
+    def exp(self) -> Experiment: ...
+
+    @property
+    def frame(self) -> pd.DataFrame: ...
+
+    @property
+    def results(self) -> Results: ...
+
+    @property
+    def selection(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
