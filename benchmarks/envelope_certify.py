@@ -39,17 +39,8 @@ import numpy as np
 import pandas as pd
 
 from sweeper.run import envelope_bounds as eb
-from sweeper.run.envelope_planner import (
-    FULL,
-    PROBE,
-    SELECT,
-    FullRow,
-    Ledger,
-    PilotRow,
-    Settings,
-    Step,
-    decide,
-)
+from sweeper.run.envelope_ledger import FullRow, Ledger, PilotRow, Settings
+from sweeper.run.envelope_planner import COMPLETE, FULL, PROBE, SELECT, Step, decide
 
 RADII = tuple(round(0.25 * t, 10) for t in range(10))  # 0:2.25:0.25
 COLUMNS = ["model", "sigma", "idx", "label", "top", "p_top"]
@@ -179,10 +170,12 @@ def run_step(ledger: Ledger, step: Step, truth: Truth, draws: Draws, pos: dict) 
     """Record what the step would compute from the simulated draws; its forward passes."""
     s, j = ledger.settings, truth.models.index(step.model)
     at = np.array([pos[i] for i in step.idx], np.int64)
-    if step.kind in (PROBE, FULL):
+    if step.kind in (PROBE, FULL, COMPLETE):
         rows = [FullRow(step.model, int(truth.idx[p]), int(draws.nA[j, p])) for p in at]
         if step.kind == PROBE:
             ledger.record_probe(step.model, rows)
+        elif step.kind == COMPLETE:
+            ledger.record_complete(step.model, rows)
         else:
             ledger.record_full(step.model, rows, step.from_level)
         return len(at) * s.n

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_envelope_run import certify_envelope
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -28,7 +29,6 @@ from sweeper.results.certify_rows import load_results
 from sweeper.results.envelope import envelope
 from sweeper.results.storage import Experiment
 from sweeper.results.sweep_file import write_sweep
-from sweeper.run.envelope_run import certify_envelope
 from sweeper.run.envelope_stage import PILOT_SCHEMA, labels_task
 from sweeper.run.envelope_storage import full_refusal, pilot_refusal
 from trainables.attestations import attest_training
@@ -143,10 +143,10 @@ def _copy(exp: Experiment, where: Path) -> Experiment:
 
 def _run(exp, trials, spec):
     tasks = Local()
+    sizer = lambda d, _: 450  # noqa: E731  (every model on the same 450-point split)
     outcome, ledger = certify_envelope(
-        exp, trials, spec, Resources(cpu=1, gpu=0), lambda e: None, tasks=tasks,
-        sizer=lambda d, _: 450,
-    )  # fmt: skip
+        exp, trials, spec, Resources(cpu=1, gpu=0), lambda e: None, tasks=tasks, sizer=sizer
+    )
     return outcome, ledger, tasks
 
 

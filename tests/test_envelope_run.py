@@ -30,7 +30,8 @@ from sweeper.results.sweep_file import write_sweep
 from sweeper.run import envelope_bounds as eb
 from sweeper.run import shards
 from sweeper.run.certify_stage import CERTIFY
-from sweeper.run.envelope_run import RADII, certify_envelope
+from sweeper.run.envelope_run import RADII, EnvelopeCertifier
+from sweeper.run.outcome import Outcome
 from trainables.attestations import attest_training
 from trainables.kernel.cert_ids import CertId
 from trainables.kernel.trial_status import write_status
@@ -129,6 +130,19 @@ def trained(tmp_path_factory, signing_key):
         )
         write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", state.epoch, state.history[-1])
     return space, spec, exp, trials
+
+
+def certify_envelope(exp, trials, spec, resources, on_event, **kw) -> tuple[Outcome, object]:
+    """`sweeper certify`'s way: `trials` (finished) all arriving at once, in the order given,
+    certified under the envelope strategy until every model is certified or pruned."""
+    certifier = EnvelopeCertifier(exp, spec, resources, on_event, declared=len(trials), **kw)
+    for cfg in trials:
+        certifier.submit(cfg)
+    certifier.wait()
+    certifier.finish()
+    outcome = Outcome()
+    outcome.failures += certifier.failure_rows()
+    return outcome, certifier.ledger
 
 
 def _run(exp, trials, spec, **kw):
@@ -232,9 +246,9 @@ def _covered_numbers_are_fulls(exp: Experiment, statuses: dict[str, str]) -> Non
         assert c.label == e.label and c.covered is not None
         assert np.allclose(c.accuracy[c.covered], e.accuracy[c.covered]), c.label
         dotted += int((~c.covered).sum())
-    # what is outside the guarantee, if any, is drawn dotted (certified models are exact at
-    # every radius: only a pruned model's bound can leave a number uncovered; the exact cases
-    # of both are tests/test_envelope_view.py's)
+    # what is outside the guarantee, if any, is drawn dotted (a pruned model's bound, or a
+    # certified model's count below its exact_from; the exact cases of both are
+    # tests/test_envelope_view.py's)
     lines = draw_figure(drawn).axes[0].get_lines()
     assert any(line.get_linestyle() == ":" for line in lines) == bool(dotted)
     # the report: the winners' table marks exactly the uncovered numbers ≥
@@ -306,7 +320,6 @@ def test_models_arriving_one_by_one_are_certified_between_arrivals_and_keep_thei
     from pathlib import Path
 
     from sweeper.results.envelope_records import settled
-    from sweeper.run.envelope_run import EnvelopeCertifier
 
     _, spec, exp, trials = trained
     env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.05)
@@ -390,8 +403,6 @@ def test_a_pilot_lost_with_its_node_runs_again_without_spending_the_error_budget
     death is charged to its own budget (failures.json `retried`), not to the errors."""
     import json
     from pathlib import Path
-
-    from sweeper.run.envelope_run import EnvelopeCertifier
 
     _, spec, exp, trials = trained
     env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.07)

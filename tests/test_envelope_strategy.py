@@ -17,18 +17,23 @@ import pytest
 from scipy.stats import beta, binom
 
 from sweeper.run import envelope_bounds as eb
-from sweeper.run.envelope_planner import (
-    FULL,
-    PILOT,
-    PROBE,
-    SELECT,
+from sweeper.run.envelope_ledger import (
     SKIPPED,
     FullRow,
     Ledger,
     PilotRow,
     Settings,
-    ambiguous,
     could_win_from,
+)
+from sweeper.run.envelope_planner import (
+    COMPLETE,
+    FULL,
+    PILOT,
+    PROBE,
+    SELECT,
+    Step,
+    ambiguous,
+    completions,
     decide,
     next_step,
 )
@@ -140,6 +145,10 @@ def play(ledger, rates, cAHat=None, until=None, log=None):
                 rows = [FullRow(step.model, i, int(rate[at[i]] * S.n)) for i in step.idx]
                 call = ("full", step.model, rows, step.from_level)
                 ledger.record_full(step.model, rows, step.from_level)
+            elif step.kind == COMPLETE:
+                rows = [FullRow(step.model, i, int(rate[at[i]] * S.n)) for i in step.idx]
+                call = ("complete", step.model, rows)
+                ledger.record_complete(step.model, rows)
             else:
                 rows = [
                     PilotRow(
@@ -181,6 +190,8 @@ def replay(log):
             ledger.record_pilot(call[1], call[2], call[3])
         elif call[0] == "probe":
             ledger.record_probe(call[1], call[2])
+        elif call[0] == "complete":
+            ledger.record_complete(call[1], call[2])
         else:
             ledger.record_full(call[1], call[2], call[3])
     return ledger
@@ -489,3 +500,46 @@ def test_a_tie_it_would_lose_on_clean_accuracy_does_not_keep_a_model_alive():
     assert not ledger.pruned(b, envelope) and ledger.status("b") == "piloted"
     shifted = Ledger(dataclasses.replace(S, radii=RADII[1:]))
     assert shifted.clean() is None  # no clean accuracy on a grid from 0.25
+
+
+def _tied_pair(gap: int):
+    """ "a" certified on all 10 points (clean accuracy 10, 5 points from r = 0.25 on); "b"
+    certified from r = 0.25 on with the same 5 points there (a tie with "a"), its other
+    points skipped, `gap` of them with a bound that could count at r = 0."""
+    ledger = Ledger(S)
+    first_level = int(ledger.thresholds(0.25)[0])  # certifies r = 0 only
+    for name, j in (("a", 1), ("b", 2)):
+        ledger.arrive(name, j, 0.25, np.arange(10), np.zeros(10, np.int64))
+        ledger.record_pilot(name, 1, [PilotRow(name, 1, i, 0, 1_000, 1_000) for i in range(10)])
+        ledger.record_pilot(name, 2, [])
+    counts = [S.n] * 5 + [first_level] * 5
+    ledger.record_full("a", [FullRow("a", i, c) for i, c in enumerate(counts)], 0)
+    b = ledger.models["b"]
+    b.upper[5:] = [1] * gap + [0] * (5 - gap)
+    rows = [FullRow("b", i, S.n if i < 5 else SKIPPED) for i in range(10)]
+    ledger.record_full("b", rows, 1)
+    return ledger, first_level
+
+
+def test_a_tie_the_model_could_win_on_clean_accuracy_is_completed_and_one_it_loses_is_not():
+    """Step 5 of the planner: "b" ties "a" from r = 0.25 on with a clean accuracy of 5 to 10
+    (its skipped points could count at r = 0): the tie rule could favour it, so once nothing
+    else is to do its skipped points are drawn (COMPLETE, CERTIFY's n estimation draws) and
+    its curve becomes full's at every radius. With a clean accuracy of at most 9 it surely
+    loses the tie (10 for "a"): nothing is drawn. Not while anything else runs."""
+    ledger, first_level = _tied_pair(gap=5)
+    b = ledger.models["b"]
+    assert b.exact_from == 1 and list(b.certified[:3]) == [5, 5, 5]
+    assert completions(ledger) == [b]
+    assert decide(ledger, {"c": PILOT}) == []  # something else may still break the tie
+    steps = decide(ledger)
+    assert steps == [Step(COMPLETE, "b", len(S.pilots) + 2, tuple(range(5, 10)), S.n)]
+    ledger.record_complete("b", [FullRow("b", i, first_level) for i in range(5, 10)])
+    assert b.exact_from == 0 and list(b.certified[:3]) == [10, 5, 5]
+    assert np.array_equal(b.certified, ledger.models["a"].certified)
+    assert completions(ledger) == [] and decide(ledger) == []
+    loses, _ = _tied_pair(gap=4)
+    assert completions(loses) == [] and decide(loses) == []
+    shifted, _ = _tied_pair(gap=5)
+    shifted.settings = dataclasses.replace(S, radii=RADII[1:])
+    assert completions(shifted) == []  # no clean accuracy breaks a tie on a grid from 0.25

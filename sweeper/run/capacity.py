@@ -220,3 +220,13 @@ def capacity_for(
 
 def _nodes(view: ClusterView) -> int:
     return view.autoscaler.nodes if view.autoscaler is not None else len(view.nodes)
+
+
+def cluster_slots(resources: Resources) -> int:
+    """How many steps' tasks the Ray cluster (initialized) holds at once at `resources` each."""
+    import ray
+
+    total = ray.cluster_resources()
+    if resources.gpu:
+        return max(1, int(total.get("GPU", 0) / resources.gpu))
+    return max(1, int(total.get("CPU", 1) / max(resources.cpu, 1e-6)))

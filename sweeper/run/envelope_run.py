@@ -1,13 +1,14 @@
 """The `envelope` certification strategy's driver (issue 28): `EnvelopeCertifier` certifies
-models as they arrive, `sweeper run grid`'s as trials finish and `sweeper certify`'s all at once
-(`certify_envelope`); it offers the interface of the sharded-stage engine's `StageRunner`
-(submit, poll, wait, finish, cancel), so the launcher drives either.
+models as they arrive, `sweeper run grid`'s as trials finish and `sweeper certify`'s all at
+once; it offers the interface of the sharded-stage engine's `StageRunner` (submit, poll, wait,
+finish, cancel), so the launcher drives either.
 
 A model that arrives gets its selection and first pilot (SELECT, one task). Once no selection
 is pending, `envelope_planner.decide` names the next steps of the most promising live models,
-a further pilot stage (PILOT, one task) or a certification (FULL: the stage CERTIFY's shards,
-run by the sharded-stage engine, `envelope_stage.ENVELOPE_CERTIFY`), while fewer than `slots`
-steps run, until every model is certified or pruned. A step whose files exist computes
+a further pilot stage or the probe (PILOT, PROBE: one task each), a certification (FULL: the
+stage CERTIFY's shards, run by the sharded-stage engine, `envelope_stage.ENVELOPE_CERTIFY`) or,
+once none is left, a tie completion (COMPLETE: one task, `envelope_completion`), while fewer
+than `slots` steps run, until every model is certified or pruned. A step whose files exist computes
 nothing: a run stopped at any point and started again reads back what was done, once checked
 (`envelope_storage`): each point's label is the data set's (`envelope_stage.labels_task`;
 no file on storage gives one) and every decision is recomputed from the counts, never read
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -36,17 +38,10 @@ from sweeper.plan.spec import Resources
 from sweeper.results.failures import FailureLog
 from sweeper.results.storage import Experiment
 from sweeper.run import shards
+from sweeper.run.envelope_completion import Completions
 from sweeper.run.envelope_driver import Driver
-from sweeper.run.envelope_planner import (
-    FULL,
-    PROBE,
-    SELECT,
-    SKIPPED,
-    Ledger,
-    Settings,
-    Step,
-    decide,
-)
+from sweeper.run.envelope_ledger import SKIPPED, Ledger, Settings
+from sweeper.run.envelope_planner import COMPLETE, FULL, PROBE, SELECT, Step, decide
 from sweeper.run.envelope_stage import EnvelopeFull, labels_task, pilot_task
 from sweeper.run.envelope_storage import (
     Arrivals,
@@ -57,7 +52,6 @@ from sweeper.run.envelope_storage import (
     probe_rows,
     record_verdicts,
 )
-from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Retries, classify, task_budget
 from trainables.kernel import fileio
 from trainables.kernel.catalog import NUM_CLASSES
@@ -126,6 +120,7 @@ class EnvelopeCertifier:
         self.reading: dict[Any, tuple] = {}  # a labels task's handle -> its key
         self.waiting: dict[tuple, list[tuple[Step, tuple | None]]] = {}  # key -> selections waiting
         self.fulls: dict[str, tuple[Step, shards.StageRunner]] = {}
+        self.completions = Completions(self.d)  # COMPLETE steps running
         self.slots, self.max_steps, self.started = max(1, slots), max_steps, 0
 
     # -------------------------------------------------------------------- the interface
@@ -143,8 +138,10 @@ class EnvelopeCertifier:
     def poll(self, timeout: float = 0) -> None:
         """Record every step that has ended (waiting at most `timeout` seconds for one), then
         start what `decide` names."""
-        if self.pilots or self.reading:
-            for handle in self.d.tasks.wait([*self.pilots, *self.reading], timeout):
+        if self.pilots or self.reading or self.completions.running:
+            for handle in self.d.tasks.wait(
+                [*self.pilots, *self.reading, *self.completions.running], timeout
+            ):
                 self._ended(handle)
         for name, (_, runner) in list(self.fulls.items()):
             runner.poll(0 if self.pilots or self.reading else timeout / len(self.fulls))
@@ -155,7 +152,7 @@ class EnvelopeCertifier:
     def wait(self, poll_every: float = 0.5) -> None:
         """Run until every model is certified, pruned or failed (or `max_steps` started)."""
         self._advance()
-        while self.pilots or self.reading or self.fulls:
+        while self.pilots or self.reading or self.fulls or self.completions.running:
             self.poll(poll_every)
 
     def finish(self) -> None:
@@ -163,12 +160,13 @@ class EnvelopeCertifier:
         record_verdicts(self.d.exp, self.d.spec.cert_id, self.ledger)
 
     def cancel(self) -> None:
-        for handle in [*self.pilots, *self.reading]:
+        for handle in [*self.pilots, *self.reading, *self.completions.running]:
             self.d.tasks.cancel(handle)
         for _, runner in self.fulls.values():
             runner.cancel()
         self.pilots.clear()
         self.reading.clear()
+        self.completions.running.clear()
         self.waiting.clear()
         self.fulls.clear()
 
@@ -198,6 +196,8 @@ class EnvelopeCertifier:
             if not self.fulls[step.model][1].pending:
                 self._end_full(step.model)
             return
+        if step.kind == COMPLETE:
+            return self._complete(step)
         assert points is not None or step.kind != SELECT  # `submit` gives a SELECT's points
         self._pilot(step, points)
 
@@ -244,8 +244,10 @@ class EnvelopeCertifier:
         self.waiting.setdefault(key, []).append((step, points))
 
     def _ended(self, handle: Any) -> None:
-        """Record the pilot or labels task `handle`, ended (failed: run again within its
-        budgets, else recorded; labels read: the selections waiting for them go on)."""
+        """Record the task `handle`, ended (failed: run again within its budgets, else
+        recorded; labels read: the selections waiting for them go on)."""
+        if handle in self.completions.running:
+            return self._end_complete(handle)
         key = self.reading.pop(handle, None)
         steps = self.waiting.pop(key, []) if key is not None else [self.pilots.pop(handle)]
         try:
@@ -262,13 +264,10 @@ class EnvelopeCertifier:
             self._start(step, points)
 
     def _chat(self, model: str) -> dict[int, int]:
-        m = self.ledger.models[model]
-        assert m.cAHat is not None
-        return dict(zip(m.idx.tolist(), m.cAHat.tolist(), strict=True))
+        return self.ledger.models[model].classes()
 
     def _model_labels(self, model: str) -> dict[int, int]:
-        m = self.ledger.models[model]
-        return dict(zip(m.idx.tolist(), m.labels.tolist(), strict=True))
+        return self.ledger.models[model].label_of()
 
     def _full_points(self, step: Step) -> tuple[tuple[int, int, bool], ...]:
         """(idx, ĉ, drawn) of every point of the model: drawn if the step asks it or the probe
@@ -278,7 +277,7 @@ class EnvelopeCertifier:
 
     def _probed(self, model: str) -> tuple[int, ...]:
         m = self.ledger.models[model]
-        return () if m.probe is None else tuple(m.idx[m.probe != SKIPPED].tolist())
+        return tuple(m.known(m.probe))
 
     def _record_pilot(self, step: Step, table: pa.Table, labels: dict | None) -> None:
         """Record pilot rows: a task's (`labels` None: at a selection, the data set's labels
@@ -305,84 +304,59 @@ class EnvelopeCertifier:
     def _end_full(self, model: str) -> None:
         step, runner = self.fulls.pop(model)
         runner.finish()
-        probe = self.ledger.models[model].probe
-        known = (
-            {}
-            if probe is None
-            else dict(zip(self._probed(model), probe[probe != SKIPPED].tolist(), strict=True))
-        )
-        table, why = self.d.full_rows(self.configs[model], self._model_labels(model), known)
+        m = self.ledger.models[model]
+        table, why = self.d.full_rows(self.configs[model], m.label_of(), m.known(m.probe))
         if table is None:  # the engine recorded why, or the rows were refused
             if why:
                 self.failure_log.add(model, "certify", why)
             self.busy[model] = FAILED
             return
         self.busy.pop(model, None)
-        self.ledger.record_full(model, full_rows(model, table), step.from_level)
+        # a completion's counts (a run resumed after one) are recorded where it completes
+        own = {*step.idx, *self._probed(model)}
+        rows = [r if r.idx in own else replace(r, nA=SKIPPED) for r in full_rows(model, table)]
+        self.ledger.record_full(model, rows, step.from_level)
+
+    def _complete(self, step: Step) -> None:
+        """A COMPLETE step: recorded at once if its counts are on storage, else its task."""
+        cfg, m = self.configs[step.model], self.ledger.models[step.model]
+        if (table := self.completions.start(step, cfg, m)) is not None:
+            self._record_complete(step, table)
+
+    def _end_complete(self, handle: Any) -> None:
+        step = self.completions.running.pop(handle)
+        try:
+            self.d.tasks.get(handle)
+        except Exception as e:
+            if not self._again(step, None, e):
+                self._failed(step, f"completion: {e or type(e).__name__}")
+            return
+        table = self.completions.rows(self.configs[step.model], self.ledger.models[step.model])
+        if table is None:
+            return self._failed(step, "completion: its rows were refused (see the warning)")
+        self._record_complete(step, table)
+
+    def _record_complete(self, step: Step, table: pa.Table) -> None:
+        self.busy.pop(step.model, None)
+        wanted = set(step.idx)
+        rows = [r for r in full_rows(step.model, table) if r.idx in wanted]
+        self.ledger.record_complete(step.model, rows)
+        self.d.on_event(shards.Event("shard_done", step.model, "certify completion"))
 
     def _again(self, step: Step, points: tuple | None, error: Exception) -> bool:
-        """Whether the pilot task that failed with `error` was submitted again (its node lost,
-        or its worker crashed, within the budgets; an exception of its code is not retried)."""
-        key = (step.model, "certify", self.d.spec.cert_id, f"pilot {step.stage}")
+        """Whether the task of `step` that failed with `error` was submitted again (its node
+        lost, or its worker crashed, within the budgets; an exception of its code is not)."""
+        part = f"{'completion' if step.kind == COMPLETE else 'pilot'} {step.stage}"
+        key = (step.model, "certify", self.d.spec.cert_id, part)
         if not self.retries.charge(key, step.model, "certify", classify(error)):
             return False
-        log.warning(
-            "trial %s: pilot %d failed (%s): submitted again", step.model, step.stage, error
-        )
+        log.warning("trial %s: %s failed (%s): submitted again", step.model, part, error)
         self._start(step, points)
         return True
 
     def _failed(self, step: Step, text: str) -> None:
         self.failure_log.add(step.model, "certify", text)
         self.busy[step.model] = FAILED
-
-
-def cluster_slots(resources: Resources) -> int:
-    """How many steps' tasks the Ray cluster (initialized) holds at once at `resources` each."""
-    import ray
-
-    total = ray.cluster_resources()
-    if resources.gpu:
-        return max(1, int(total.get("GPU", 0) / resources.gpu))
-    return max(1, int(total.get("CPU", 1) / max(resources.cpu, 1e-6)))
-
-
-def certify_envelope(
-    exp: Experiment,
-    trials: list[TrialConfig],
-    spec: CertifySpec,
-    resources: Resources,
-    on_event: Callable[[shards.Event], None],
-    *,
-    tasks: shards.Tasks | None = None,
-    sizer: Callable[[str, str | None], int] = shards.test_size,
-    slots: int = 1,
-    max_steps: int | None = None,
-) -> tuple[Outcome, Ledger]:
-    """Certify `trials` (finished) under the envelope strategy, all arriving at once in the
-    order given; Ray must be initialized unless `tasks` says where tasks run."""
-    certifier = EnvelopeCertifier(
-        exp,
-        spec,
-        resources,
-        on_event,
-        tasks=tasks,
-        sizer=sizer,
-        slots=slots,
-        max_steps=max_steps,
-        declared=len(trials),
-    )
-    outcome = Outcome()
-    for cfg in trials:
-        certifier.submit(cfg)
-    try:
-        certifier.wait()
-    except KeyboardInterrupt:
-        certifier.cancel()
-        outcome.interrupted = True
-    certifier.finish()
-    outcome.failures += certifier.failure_rows()
-    return outcome, certifier.ledger
 
 
 Certifier = shards.StageRunner | EnvelopeCertifier  # what certifies models as they arrive

@@ -215,7 +215,7 @@ def full_shard(exp: Experiment, shard: Shard, setting: EnvelopeFull, cpus: float
     nA = dict(zip([p[0] for p in drawn], votes, strict=True))
     nA.update(probe_counts(exp, shard.trial_id, setting.spec, [p for p in mine if p[0] in probed]))
     per_point = (time.perf_counter() - t0) / max(1, len(drawn))
-    rows = [_row(p, nA.get(p[0]), settings, per_point) for p in mine]
+    rows = [row_of(p, nA.get(p[0]), settings, per_point) for p in mine]
     cols = {k: [r[k] for r in rows] for k in COLUMNS}
     return _table(exp, shard, setting.spec, cfg, cols, device)
 
@@ -226,7 +226,7 @@ COLUMNS = (
 )
 
 
-def _row(point: tuple, nA: int | None, settings: CertifySpec, per_point: float) -> dict:
+def row_of(point: tuple, nA: int | None, settings: CertifySpec, per_point: float) -> dict:
     """CERTIFY's row of a drawn point (nA: its votes for ĉ among n), else a not-estimated one."""
     from trainables.kernel.certificates import ABSTAIN, certificate_from_counts
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from sweeper.results.attested_rows import attestation_problem
 from sweeper.results.envelope_records import write_record
 from sweeper.results.storage import Experiment
-from sweeper.run.envelope_planner import SKIPPED, FullRow, Ledger, PilotRow
+from sweeper.run.envelope_ledger import SKIPPED, FullRow, Ledger, PilotRow
 from trainables.kernel import fileio
 from trainables.kernel.stage_settings import CertifySpec
 

@@ -333,7 +333,7 @@ def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) 
 
 def _search_slots(resources: Resources, options: LaunchOptions) -> int:
     """Trials trained at once under the envelope search (`search_tune.search_slots`)."""
-    from sweeper.run.envelope_run import cluster_slots
+    from sweeper.run.capacity import cluster_slots
 
     return search_slots(cluster_slots(resources), options.max_concurrent)
 
@@ -361,7 +361,8 @@ def _certifier(
     known up front: the envelope strategy's δ is split over them; full certification's progress
     counts their shards from its first event, if `certain` they all come)."""
     if certify.strategy == "envelope":
-        from sweeper.run.envelope_run import EnvelopeCertifier, cluster_slots
+        from sweeper.run.capacity import cluster_slots
+        from sweeper.run.envelope_run import EnvelopeCertifier
 
         slots, count = cluster_slots(resources), len(declared)
         return EnvelopeCertifier(
