@@ -115,3 +115,27 @@ def test_the_completion_task_is_idempotent_attested_and_refuses_a_changed_file(
     pq.write_table(done.set_column(j, done.schema.field(j), pa.array(changed, pa.int64())), path)
     with pytest.raises(RuntimeError, match="cannot complete"):
         complete_task(exp, name, env, points, count, 1)
+
+
+@pytest.mark.e2e
+def test_completions_run_as_ray_tasks_and_their_rows_pass_the_reader(
+    ray_session,
+    trained,  # noqa: F811
+    signing_env,
+    monkeypatch,
+):
+    """On the session's Ray, whose workers sign: each completion a Ray task, its rewritten
+    compacted rows attested by the worker and accepted by the reader."""
+    _, spec, exp, trials = trained
+    env = dataclasses.replace(spec.certify, strategy="envelope", delta=0.05)
+    monkeypatch.setattr(envelope_planner, "completions", _every_partial_model)
+    args = (exp, trials, env, _res(), lambda e: None)
+    _, ledger = certify_envelope(*args, sizer=lambda d, _: 450)
+    completed = [m for m in ledger.models.values() if m.certified is not None and m.from_level]
+    assert completed and all(m.exact_from == 0 for m in completed)
+    read = load_results(exp)
+    assert read.invalid == []
+    mine = read.frame[read.frame.cert_id == env.cert_id].set_index(["trial_id", "idx"])
+    for m in completed:
+        reach = m.idx[(m.upper > 0) & (m.cAHat == m.labels)]
+        assert mine.loc[m.name, "count"][reach].notna().all()
