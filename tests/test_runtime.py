@@ -204,9 +204,13 @@ def test_certify_flags_are_validated_like_the_space(tmp_path):
         app, ["certify", "digits", "--precision", "fp64", "--storage", str(tmp_path)]
     )
     assert result.exit_code == 2
-    assert "error: certify option: unknown precision 'fp64' (valid: fp32, bf16, fp16)" in (
-        result.stderr
-    )
+    assert "error: unknown --precision 'fp64' (valid: fp32, bf16, fp16)" in result.stderr
+    for flags, said in [
+        (["--n0", "0"], "error: --n0 must be an integer >= 1 (got 0)"),
+        (["--final-skip", "0"], "error: --final-skip must be an integer >= 1 (got 0)"),
+    ]:  # each named by the flag typed, before anything is written
+        result = CliRunner().invoke(app, ["certify", "digits", *flags, "--storage", str(tmp_path)])
+        assert result.exit_code == 2 and said in result.stderr, result.stderr
     help_text = CliRunner().invoke(app, ["certify", "--help"]).output
     for flag in ("--precision", "--channels-last", "--no-compile"):
         assert flag in help_text

@@ -153,11 +153,22 @@ def given(cls: type, options: dict[str, Any]) -> tuple[dict[str, Any], list[str]
             parts = {p: v for p, v in parts.items() if v is not None}
             if options.get(f.name) or parts:
                 values[f.name] = _nested_type(hints[f.name])(**parts)
+                problems += [_part_flag(f, q) for q in values[f.name].problems()]
         elif options.get(f.name) is not None:
             parsed = _parse(f, hints[f.name], options[f.name], problems)
             if parsed is not None:  # None: malformed, and said so in `problems`
                 values[f.name] = parsed
+                problems += bound.problems(flag_of(f), parsed)  # named as typed
     return values, problems
+
+
+def _part_flag(f: dataclasses.Field, problem: str) -> str:
+    """A nested setting's problem ("skip must be ...") named by the flag typed
+    (`--final-skip must be ...`)."""
+    for part in f.metadata["bound"].parts:
+        if problem.startswith(f"{part} "):
+            return flag_of(f) + "-" + part.replace("_", "-") + problem[len(part) :]
+    return f"{flag_of(f)}: {problem}"
 
 
 def _parse(f: dataclasses.Field, hint: Any, value: Any, problems: list[str]) -> Any:

@@ -95,9 +95,9 @@ def certified_points(dataset: str, spec: CertifySpec) -> int:
 # The dry run's assumption for the `envelope` strategy (issue 28): the share of models
 # certified fully (n draws after every pilot stage) is not known before the pilots; 0.02 is
 # what the SmoothAdv benchmark's 26.8x fewer forward passes implies (its probes, partial
-# certifications and completions counted as that share of full ones), where pilots resolve a point's radius
-# level (n = 100,000). Where they cannot, the share is larger: the
-# dry run's `shares` per σ (`sweeper.run.envelope_outlook`). The pilot is priced on every point
+# certifications and completions counted as that share of full ones), where pilots resolve a
+# point's radius level (n = 100,000). Where they cannot, the share is larger: the dry run's
+# `shares` per σ (`sweeper.run.envelope_outlook`). The pilot is priced on every point
 # (a ceiling: only points whose selected class is their label are drawn).
 ENVELOPE_FULL_SHARE = 0.02
 Shares = Mapping[float, float]  # certification σ -> share of its models certified fully
