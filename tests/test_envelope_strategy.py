@@ -530,6 +530,9 @@ def test_a_tie_the_model_could_win_on_clean_accuracy_is_completed_and_one_it_los
     ledger, first_level = _tied_pair(gap=5)
     b = ledger.models["b"]
     assert b.exact_from == 1 and list(b.certified[:3]) == [5, 5, 5]
+    # what the envelope search learns: the pilot's estimate below exact_from (all 1,000 votes
+    # of 1,000: each skipped point at its plug-in level, which counts at r = 0), exact from it
+    assert list(ledger.estimate(b)[:3]) == [10, 5, 5]
     assert completions(ledger) == [b]
     assert decide(ledger, {"c": PILOT}) == []  # something else may still break the tie
     steps = decide(ledger)

@@ -198,6 +198,20 @@ class Ledger:
         skipped = (m.counts == SKIPPED) & (m.cAHat == m.labels)
         m.exact_from = int(m.upper[skipped].max()) if skipped.any() else 0
 
+    def estimate(self, m: Model) -> np.ndarray:
+        """A certified model's likeliest count per grid radius: its certified count where
+        exact, below its `exact_from` with each point left out at its pilot's plug-in level
+        (what the envelope search learns from; never a certificate)."""
+        assert m.certified is not None and m.counts is not None
+        assert m.guess is not None and m.upper is not None
+        if not m.exact_from:
+            return m.certified
+        lv = eb.levels(m.counts, self.thresholds(m.sigma))
+        left = m.counts == SKIPPED
+        lv[left] = np.minimum(m.guess[left], m.upper[left])
+        lv[m.cAHat != m.labels] = 0
+        return np.concatenate([eb.curve(lv, self.T)[: m.exact_from], m.certified[m.exact_from :]])
+
     # ----------------------------------------------------------------- derived state
     def envelope(self) -> np.ndarray:
         """Best certified count per grid radius over fully certified models (0 if none)."""

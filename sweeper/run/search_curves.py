@@ -5,8 +5,9 @@ certification produces it during a run (`Curves.ready`) or as an earlier run lef
 - strategy `full`: the model's certified accuracy at each radius as the envelope computes it
   (`results.envelope.certified_accuracy`), from its compacted rows, read through the reader's
   validation (`results.validation.read_valid`);
-- strategy `envelope`: a certified model's certified counts per grid radius; a pruned model's
-  upper bounds (it cannot reach the envelope: all the search needs to know), from the
+- strategy `envelope`: a certified model's certified counts per grid radius (below the radius
+  it was certified from, its pilot's estimate for the points left out: `Ledger.estimate`); a
+  pruned model's upper bounds (it cannot reach the envelope: all the search needs to know), from the
   certifier's ledger, which recomputes an earlier run's models from their rows as they arrive
   (a record on storage, `envelope.json`, is never read back).
 
@@ -101,13 +102,13 @@ class Curves:
 
 
 def _ledger_curve(ledger: Any, trial_id: str) -> np.ndarray | None:
-    """A settled model's curve from the envelope certifier's ledger: certified counts, or a
-    pruned model's upper bounds, per grid radius over its points."""
+    """A settled model's curve from the envelope certifier's ledger: certified counts (their
+    estimate where inexact), or a pruned model's upper bounds, per grid radius over its points."""
     status = ledger.status(trial_id)
     m = ledger.models[trial_id]
     points = max(len(m.idx), 1)
     if status == "certified":
-        return np.asarray(m.certified, dtype=np.float64) / points
+        return np.asarray(ledger.estimate(m), dtype=np.float64) / points
     if status == "pruned":
         return np.asarray(m.upper_curve, dtype=np.float64) / points
     return None
