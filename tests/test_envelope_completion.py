@@ -18,7 +18,9 @@ from test_envelope_run import Local, _res, certify_envelope, trained  # noqa: F4
 
 from sweeper.results.attested_rows import attestation_problem
 from sweeper.results.certify_rows import load_results
+from sweeper.results.digests import file_digest
 from sweeper.results.envelope_records import read_records
+from sweeper.results.reader import _cache_records
 from sweeper.run import envelope_planner, shards
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.envelope_completion import complete_task
@@ -56,7 +58,13 @@ def test_a_completion_counts_what_full_counts_and_a_resumed_run_reads_it_back(
     full = frame[frame.cert_id == spec.certify.cert_id].set_index(["trial_id", "idx"])
     mine = frame[frame.cert_id == env.cert_id].set_index(["trial_id", "idx"])
     records = {k[0]: r for k, r in read_records(exp).items() if k[1] == env.cert_id}
+    covers = _cache_records(exp.cache_path("certify"))[0]  # refreshed: each file read again
     for m in completed:
+        cfg = next(t for t in trials if t.trial_id == m.name)
+        path = exp.compacted_path(
+            "certify", m.name, env.cert_id, len(shards.plan(cfg, "certify", env, 450))
+        )
+        assert covers[exp.relative(path)][1] == file_digest(Path(path).read_bytes())
         reach = m.idx[(m.upper > 0) & (m.cAHat == m.labels)]
         counts = mine.loc[m.name, "count"]
         assert counts[reach].notna().all() and not skipped(m).any()
@@ -115,6 +123,7 @@ def test_the_completion_task_is_idempotent_attested_and_refuses_a_changed_file(
     pq.write_table(done.set_column(j, done.schema.field(j), pa.array(changed, pa.int64())), path)
     with pytest.raises(RuntimeError, match="cannot complete"):
         complete_task(exp, name, env, points, count, 1)
+    Path(path).write_bytes(before)  # the module's storage as it was, for the tests after
 
 
 @pytest.mark.e2e

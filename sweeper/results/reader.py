@@ -307,16 +307,23 @@ def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) 
     return lookup[codes[0], codes[1]] if len(codes[0]) else np.zeros(0, dtype=np.int64)
 
 
-def refresh_cache(exp: Experiment, stage: StageTable) -> int:
+def refresh_cache(
+    exp: Experiment, stage: StageTable, rewritten: frozenset[str] = frozenset()
+) -> int:
     """Fold every valid compacted file into the stage's cache (atomically), each recorded with
     its size and the digest of its bytes as validated, the cache's columns with theirs; with
     a key, files whose attestation fails left out, and the statement signed (`signed_cache`).
-    Returns how many models the cache holds. Only the driver holding the lease calls this."""
+    `rewritten`: paths of files written again since (an envelope strategy's tie completion),
+    read again whatever the cache says of them (a key holder's read trusts a covered file of
+    the same size). Returns how many models the cache holds. Only the driver holding the
+    lease calls this."""
     compacted = one_compacted([f for f in exp.stage_files(stage.name) if f.kind == "compacted"])[0]
     if not compacted:
         return 0
     cols = [f.name for f in stage.schema]
     cached, covered, _, vouched = _from_cache(exp, stage, compacted, (cols, cols))
+    covered = covered - rewritten
+    vouched = {p: v for p, v in vouched.items() if p not in rewritten}
     new = [f for f in compacted if f.path not in covered]
     if not new:
         return len(covered)

@@ -31,13 +31,14 @@ from sweeper.results.attested_rows import (
     statement_of,
     unsigned_metadata,
 )
+from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_driver import Driver
-from sweeper.run.envelope_ledger import Model
+from sweeper.run.envelope_ledger import FullRow, Model
 from sweeper.run.envelope_planner import Step
 from sweeper.run.envelope_stage import ENVELOPE_CERTIFY, pilot_task, row_of
-from sweeper.run.envelope_storage import checked, probe_refusal, read_table
+from sweeper.run.envelope_storage import checked, full_rows, probe_refusal, read_table
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.stage_settings import CertifySpec
 
@@ -166,6 +167,7 @@ class Completions:
     def __init__(self, driver: Driver):
         self.d = driver
         self.running: dict[Any, Step] = {}  # task handle -> its step
+        self.rewritten: set[str] = set()  # compacted files a completion counted from
 
     def start(self, step: Step, cfg: TrialConfig, m: Model) -> pa.Table | None:
         """The model's rows if they hold the step's counts already, else None (its task
@@ -178,6 +180,22 @@ class Completions:
         args = (self.d.exp, step.model, self.d.spec, points, len(self.d.shard_plan(cfg)))
         self.running[self.d.submit(complete_task, *args, self.d.resources.cpu)] = step
         return None
+
+    def counted(self, step: Step, cfg: TrialConfig, table: pa.Table) -> list[FullRow]:
+        """The completion's counts in the model's rows `table` (checked: `rows`)."""
+        plan = len(self.d.shard_plan(cfg))
+        path = self.d.exp.compacted_path(
+            ENVELOPE_CERTIFY.name, cfg.trial_id, self.d.spec.cert_id, plan
+        )
+        self.rewritten.add(path)
+        wanted = set(step.idx)
+        return [r for r in full_rows(step.model, table) if r.idx in wanted]
+
+    def refresh(self) -> None:
+        """The stage's cache, with the files completions wrote again read again (a key
+        holder's read takes a covered file of the same size as the cache holds it)."""
+        if self.rewritten:
+            refresh_cache(self.d.exp, ENVELOPE_CERTIFY, frozenset(self.rewritten))
 
     def rows(self, cfg: TrialConfig, m: Model) -> pa.Table | None:
         """The model's compacted rows if they pass `full_refusal` with every count the ledger

@@ -158,6 +158,7 @@ class EnvelopeCertifier:
     def finish(self) -> None:
         """Write each model's verdict, bounds and curves (`results.envelope_records`)."""
         record_verdicts(self.d.exp, self.d.spec.cert_id, self.ledger)
+        self.completions.refresh()
 
     def cancel(self) -> None:
         for handle in [*self.pilots, *self.reading, *self.completions.running]:
@@ -338,8 +339,7 @@ class EnvelopeCertifier:
 
     def _record_complete(self, step: Step, table: pa.Table) -> None:
         self.busy.pop(step.model, None)
-        wanted = set(step.idx)
-        rows = [r for r in full_rows(step.model, table) if r.idx in wanted]
+        rows = self.completions.counted(step, self.configs[step.model], table)
         self.ledger.record_complete(step.model, rows)
         self.d.on_event(shards.Event("shard_done", step.model, "certify completion"))
 
