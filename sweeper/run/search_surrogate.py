@@ -42,7 +42,7 @@ from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 LENGTH_SCALES = (0.1, 1.0)
 SIGNAL_VARIANCES = (1e-2, 1.0)
 NOISE_LEVELS = (1e-6, 1e-2)
-RESTARTS = 1  # the optimiser's seeded restarts per fit
+RESTARTS = 0  # the optimiser's random restarts per tuning (`Process`)
 TUNED_MODELS = 64  # observations a radius's hyperparameters are tuned on (`Tuned`)
 GROUP_FIELD = "sigma"  # the initial design covers each training σ
 NOT_FEATURES = frozenset({"seed", "init_from", *ENVIRONMENT_FIELDS})
@@ -144,7 +144,8 @@ class Process:
 
     The hyperparameters are those of `kernel` when given (conditioning only: a Cholesky
     factorisation), else chosen by maximising the marginal likelihood of these observations
-    (`tune`). Deterministic: the optimiser's restarts are seeded."""
+    (one L-BFGS run from the initial values below; `RESTARTS` more from seeded random ones).
+    Deterministic: the same observations give the same process."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None):
         from sklearn.exceptions import ConvergenceWarning
