@@ -25,7 +25,14 @@ with the defaults of scikit-learn it stopped at half the cost and missed the env
 Features are read off the universe itself (`Features`): every hyperparameter that varies over
 the grid except the seed and the environment's fields; a numeric one in log scale when all its
 values are positive, scaled to [0, 1]; any other one-hot, null being a value of its own (a
-Gaussian baseline has no ε: its ε is a separate indicator)."""
+Gaussian baseline has no ε: its ε is a separate indicator).
+
+What a decision costs (issue 37's control plane; docs/guide/envelope-search.md): the fits and
+predictions run on one BLAS thread (`one_thread`); a radius's process is kept while its models
+are, its hyperparameters while their tuning sample is (`Tuned`); the optimiser runs once from
+fixed initial values (`RESTARTS`: a seeded restart doubled a tuning's CPU; without it the
+replay on the published logs stops where it did on 8 of 10 seeds, one seed 0.1% of the cost
+later and one two models earlier, still missing by 0.024 where it missed by 0.022)."""
 
 from __future__ import annotations
 
@@ -190,16 +197,24 @@ def tuning_rank(trial_id: str) -> bytes:
 
 
 class Tuned:
-    """The hyperparameters of each radius's process, tuned on at most `TUNED_MODELS` of its
-    observations: the first in `tuning_rank` order, a pseudo-random sample that a new model
-    changes only when it ranks among them (about TUNED_MODELS/n of arrivals once n models
-    are fitted). Every observation is then conditioned on with them.
+    """Each radius's process kept between decisions, so that a decision is cheap while the
+    process stays a function of the observations alone (a resumed driver that observes the
+    same curves proposes the same points; `tests/test_envelope_search.py`):
 
-    Why: re-tuning on every model at every decision grows as n³ per optimiser step (2.4 s per
-    decision near 500 models, `benchmarks/sweep_scale.py --search`); a sample of 64 estimates
-    a handful of length scales as well. Why a fixed order rather than "the models fitted when
-    last tuned": the kernel stays a function of the observations alone, so a resumed driver
-    that observes the same curves makes the same proposals."""
+    - a radius whose models are the same as at the last fit (the new model's σ does not reach
+      it) keeps its process: nothing is tuned or factorised again;
+    - otherwise its hyperparameters are tuned on at most `TUNED_MODELS` of its models, the
+      first in `tuning_rank` order (a fixed pseudo-random sample), and kept while that sample
+      is unchanged; every model is then conditioned on with them (one Cholesky factorisation).
+
+    Why not re-tune only when a radius's model count crosses a geometric milestone (×1.25,
+    ×1.5): a sample that is a function of the observation set changes whenever a new model
+    ranks among it, with chance k/(n+1) for k of n models, milestones or not. Counted on the
+    published grid's 461 models revealed in random order (10 radii, 3 orders): 1,477
+    re-tunings with k = min(n, 64), 1,427 with k on a ×1.25 ladder, 1,373 on ×1.5, 2,182
+    before radii were kept. Re-tuning only at the crossings (130–226) would make the kernel
+    depend on the order the curves arrived in. A tuning of 64 models costs 25–40 ms of CPU on
+    one BLAS thread (`one_thread`), one L-BFGS run (`RESTARTS`)."""
 
     def __init__(self) -> None:
         self._kernels: dict[int, tuple[tuple[str, ...], Any]] = {}  # radius -> (subset, kernel)
