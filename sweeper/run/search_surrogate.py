@@ -306,10 +306,12 @@ class Surrogate:
         reach = np.stack([self.reach.get(g, every) for g in groups]) if groups else None
         with one_thread():
             for r, process in enumerate(self.processes):
-                rows = np.flatnonzero(reach[:, r]) if reach is not None else []
-                if isinstance(process, Process) and len(rows):
+                rows = np.flatnonzero(reach[:, r]) if reach is not None else np.zeros(0, int)
+                if not len(rows):
+                    continue
+                if isinstance(process, Process):
                     mean[rows, r], std[rows, r] = process.predict(x[rows])
-                elif len(rows):
+                else:
                     mean[rows, r] = process  # too little to fit: what was seen, no spread
         return mean, std
 
