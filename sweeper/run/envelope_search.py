@@ -167,12 +167,19 @@ class EnvelopeSearch:
     # ------------------------------------------------------------------ the surrogate
     def predict(self, trial_ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray] | None]:
         """Per point, (mean, std) of its curve under the surrogate (None: no surrogate yet)."""
+        both = self._predicted(trial_ids)
+        if both is None:
+            return dict.fromkeys(trial_ids)
+        mean, std = both
+        return {t: (mean[i], std[i]) for i, t in enumerate(trial_ids)}
+
+    def _predicted(self, trial_ids: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mean, std) of the points' curves, a row per point (None: no surrogate yet)."""
         surrogate = self._surrogate()
         if surrogate is None or not trial_ids:
-            return dict.fromkeys(trial_ids)
+            return None
         groups = [group_of(self.universe[t]) for t in trial_ids]
-        mean, std = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
-        return {t: (mean[i], std[i]) for i, t in enumerate(trial_ids)}
+        return surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
 
     def _surrogate(self) -> Surrogate | None:
         """The surrogate of the models that did not diverge, refitted only when they change;
@@ -200,12 +207,10 @@ class EnvelopeSearch:
     def gains(self, trial_ids: list[str], pending: set[str]) -> dict[str, float]:
         """Each point's expected gain of the envelope at any radius (0 without a process)."""
         best = self.believed_envelope(pending)
-        surrogate = self._surrogate()
-        if surrogate is None or not trial_ids:
+        both = self._predicted(trial_ids)
+        if both is None:
             return dict.fromkeys(trial_ids, 0.0)
-        groups = [group_of(self.universe[t]) for t in trial_ids]
-        mean, std = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
-        gain = expected_improvement(mean, std, best).max(axis=1)  # every point at once
+        gain = expected_improvement(*both, best).max(axis=1)  # every point at once
         return dict(zip(trial_ids, gain.tolist(), strict=True))
 
     # ------------------------------------------------------------------ the audit
