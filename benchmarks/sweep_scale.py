@@ -26,7 +26,9 @@ so 8 trials (cpu 2, gpu 0.25 each) and 8 certification tasks run at once on this
    twice across every results file on storage.
 4. (with --search) The same plan under `--search envelope` (its searcher, cost and curves the
    sweep's own, in another experiment): the trials it trained and its wall time per trained
-   trial against bare Tune's. The stand-in's curves have no structure to learn (random counts),
+   trial against bare Tune's, and the CPU time the searcher itself spent in Tune's calls
+   (its record's `deciding`: curves read, decisions, the record written) per proposal, a
+   figure a shared machine's load does not inflate as it does wall time. The stand-in's curves have no structure to learn (random counts),
    so this times the control plane, not the search's economy.
 5. (with --attested) Everything signed as a keyed sweep signs it (a key made for the run, in
    the environment of the harness and its drivers): the stand-in trainable writes a stand-in
@@ -209,6 +211,12 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
         )
         report["sweep_s"] = time.perf_counter() - start
         report["trained"] = len(outcome.completed)
+        if search:  # the searcher's own account of its CPU (search_records: `deciding`)
+            from sweeper.results.search_records import read_search
+
+            record = read_search(exp) or {}
+            report["deciding"] = record.get("deciding")
+            report["proposals"] = len(record.get("proposals", []))
         sign_if_keyed(exp)  # as a driver does, letting go (with --attested)
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
     report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -404,10 +412,13 @@ def searched_line(storage: str, trials: int, bare: float) -> None:
     subprocess.run(_driver(storage, "cifar10-search", trials, False, out, True), check=True)
     driven = json.loads(Path(out).read_text())
     trained = max(driven["trained"], 1)
+    deciding = driven.get("deciding") or {"calls": 0, "cpu_s": 0.0}
+    proposals = max(driven.get("proposals", 0), 1)
     print(
         f"search: {driven['trained']} of {trials} trials trained, sweep {driven['sweep_s']:.1f} s, "
         f"overhead {driven['sweep_s'] / trained:.3f} s/trial trained (bare Tune {bare:.3f} s), "
-        f"failures {driven['failures']}"
+        f"failures {driven['failures']}; the searcher's CPU {deciding['cpu_s']:.1f} s in "
+        f"{deciding['calls']} calls, {deciding['cpu_s'] / proposals:.3f} s per proposal"
     )
 
 

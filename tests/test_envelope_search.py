@@ -240,3 +240,95 @@ def test_the_audit_is_deterministic_alternates_and_keeps_to_its_allowance():
     assert sum(costs[tid] for tid, _ in picks[1:]) <= 30.0
     # the first pick is taken whatever it costs: an audit is never empty
     assert len(search.audit_picks(allowance=0.0, seed_text="exp")) == 1
+
+
+# ------------------------------------------------------------------------ the cost of deciding
+def searched(trials, truth, models: int) -> EnvelopeSearch:
+    """A search that has trained its first `models` proposals."""
+    search = EnvelopeSearch(trials, {t.trial_id: cost(t) for t in trials}, RADII, 0.002)
+    for _ in range(models):
+        tid = search.decide(set()).trial_id
+        search.observe(tid, truth[tid])
+    return search
+
+
+def test_a_decision_is_remembered_until_an_observation_or_the_pending_set_changes(monkeypatch):
+    """Tune asks for a trial again and again while the search waits: nothing new, nothing
+    refitted or predicted; a new observation or pending trial decides afresh."""
+    from sweeper.run import search_surrogate
+
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    search = searched(trials, truth, 12)
+    predictions: list[int] = []
+    real = search_surrogate.Surrogate.predict
+    monkeypatch.setattr(
+        search_surrogate.Surrogate,
+        "predict",
+        lambda self, x, groups: predictions.append(len(x)) or real(self, x, groups),
+    )
+    first = search.decide(set())
+    assert predictions and first.kind == "train"
+    predictions.clear()
+    assert search.decide(set()) == first and predictions == []
+    assert search.decide({first.trial_id}).trial_id != first.trial_id  # pending: decided anew
+    assert predictions
+    predictions.clear()
+    search.observe(first.trial_id, truth[first.trial_id])
+    after = search.decide(set())
+    assert predictions and after.trial_id != first.trial_id
+
+
+def test_a_radius_whose_models_did_not_change_keeps_its_process(monkeypatch):
+    """A model whose σ cannot reach a radius changes nothing there: that radius's process is
+    not fitted again, and predicts as a fresh search of the same observations does."""
+    from sweeper.run import search_surrogate
+
+    fits: list[int] = []
+    real = search_surrogate.Process.__init__
+
+    def counted(self, x, y, points, kernel=None):
+        fits.append(len(x))
+        real(self, x, y, points, kernel)
+
+    monkeypatch.setattr(search_surrogate.Process, "__init__", counted)
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    for t in trials:  # σ = 0.25 cannot certify at the last radius
+        truth[t.trial_id][-1] = 0.0 if t.sigma == 0.25 else truth[t.trial_id][-1]
+    costs = {t.trial_id: cost(t) for t in trials}
+    search = EnvelopeSearch(trials, costs, RADII, 0.0)
+    low = [t.trial_id for t in trials if t.sigma == 0.25]
+    high = [t.trial_id for t in trials if t.sigma == 0.5]
+    for tid in low[:4] + high[:4]:
+        search.observe(tid, truth[tid])
+    left = search.untrained(set())
+    search.predict(left)
+    fits.clear()
+    search.observe(low[4], truth[low[4]])
+    kept = search.predict(left)
+    assert len(fits) == len(RADII) - 1  # every radius but the last, which σ = 0.25 cannot reach
+    fresh = EnvelopeSearch(trials, costs, RADII, 0.0)
+    for tid in [*low[:5], *high[:4]]:
+        fresh.observe(tid, truth[tid])
+    for a, b in zip(kept.values(), fresh.predict(left).values(), strict=True):
+        np.testing.assert_allclose(a[0], b[0], atol=1e-9)
+        np.testing.assert_allclose(a[1], b[1], atol=1e-9)
+
+
+def test_the_surrogate_fits_and_predicts_on_one_blas_thread(monkeypatch):
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+    real = GaussianProcessRegressor.fit
+
+    def fit(self, x, y):
+        seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+        return real(self, x, y)
+
+    monkeypatch.setattr(GaussianProcessRegressor, "fit", fit)
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    searched(trials, truth, 8)
+    assert seen and set(seen) == {1}

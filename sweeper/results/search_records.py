@@ -6,7 +6,12 @@ by the run (`sweeper.run.search_tune`) after every proposal and when it stops, r
      "unit": "GPU-hours" | "core-hours", "universe": N,
      "proposals": [{"trial_id", "phase": "search" | "audit", "why", "gain", "cost"}, ...],
      "stopped": null | {"reason", "gain", "spent", "models"},
-     "audit": null | {"trials": [...], "before": [...], "after": [...], "raised": [...]}}
+     "audit": null | {"trials": [...], "before": [...], "after": [...], "raised": [...]},
+     "deciding": {"calls", "cpu_s"}}
+
+`deciding`: Tune's calls for a trial in the run that wrote the record and the CPU seconds they
+took in the driver (reading curves, deciding, writing this record; not certification's poll):
+the control plane's cost of the search (`benchmarks/sweep_scale.py --search`).
 
 The record explains decisions; it decides nothing that a reader counts: every number a view
 shows comes from the certification rows. The search has no guarantee, and the views say so."""

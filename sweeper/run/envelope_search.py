@@ -66,6 +66,7 @@ class EnvelopeSearch:
     ):
         self.universe = {t.trial_id: t for t in universe}
         self.order = [t.trial_id for t in universe]
+        self.position = {t: i for i, t in enumerate(self.order)}  # ties go to the grid's order
         self.costs, self.radii = costs, list(radii)
         self.tolerance, self.budget, self.chance = tolerance, budget, chance
         self.points = points  # test points per certified curve: the noise of an accuracy
@@ -75,15 +76,19 @@ class EnvelopeSearch:
         self.failed: set[str] = set()
         self._fit: tuple[tuple[str, ...], Surrogate | None] | None = None
         self._tuned = Tuned()
+        self._seen = 0  # observations and failures so far: what a remembered decision is of
+        self._decided: tuple[tuple[int, frozenset[str]], Decision] | None = None
 
     # ------------------------------------------------------------------ what is known
     def observe(self, trial_id: str, curve: np.ndarray | list[float]) -> None:
         if trial_id in self.universe:
             self.curves[trial_id] = np.asarray(curve, dtype=np.float64)
+            self._seen += 1
 
     def fail(self, trial_id: str) -> None:
         """A trial that failed for good: never proposed again, never fitted."""
         self.failed.add(trial_id)
+        self._seen += 1
 
     def envelope(self, among: set[str] | None = None) -> np.ndarray:
         """The envelope at each radius of the observed models (of `among`, if given)."""
@@ -104,7 +109,14 @@ class EnvelopeSearch:
     # ------------------------------------------------------------------ deciding
     def decide(self, pending: set[str]) -> Decision:
         """The next step, a pure function of the observations and `pending` (trials proposed
-        whose curves have not arrived)."""
+        whose curves have not arrived); remembered until either changes, since Tune asks again
+        and again while the search waits."""
+        key = (self._seen, frozenset(pending))
+        if self._decided is None or self._decided[0] != key:
+            self._decided = (key, self._decide(pending))
+        return self._decided[1]
+
+    def _decide(self, pending: set[str]) -> Decision:
         left = self.untrained(pending)
         affordable = [t for t in left if self._fits_budget(t, pending)]
         if not left:
@@ -115,7 +127,7 @@ class EnvelopeSearch:
         worth = [t for t in affordable if gains[t] > self.tolerance]
         if worth:
             best = max(
-                worth, key=lambda t: (gains[t] / max(self.costs[t], 1e-12), -self.order.index(t))
+                worth, key=lambda t: (gains[t] / max(self.costs[t], 1e-12), -self.position[t])
             )
             return Decision("train", best, gains[best], "expected gain per cost")
         if pending:
@@ -133,33 +145,41 @@ class EnvelopeSearch:
         """The initial design: in the σ with fewest models (under MIN_FIT), its cheapest point
         first, then the cheapest of those far from the points it has."""
         groups: dict[object, list[str]] = {}
+        candidates_set = set(candidates)
         for t in self.order:
             groups.setdefault(group_of(self.universe[t]), []).append(t)
         have = {*self.curves, *self.failed, *pending}
         open_groups = []
         for g, members in groups.items():
             chosen = [t for t in members if t in have]
-            free = [t for t in members if t in candidates]
+            free = [t for t in members if t in candidates_set]
             if len(chosen) < MIN_FIT and free:
                 open_groups.append((len(chosen), list(groups).index(g), chosen, free))
         if not open_groups:
             return None
         _, _, chosen, free = min(open_groups, key=lambda o: (o[0], o[1]))
         if not chosen:
-            return min(free, key=lambda t: (self.costs[t], self.order.index(t)))
+            return min(free, key=lambda t: (self.costs[t], self.position[t]))
         far = {t: min(float(np.linalg.norm(self.x[t] - self.x[c])) for c in chosen) for t in free}
         spread = [t for t in free if far[t] >= 0.5 * max(far.values())]
-        return min(spread, key=lambda t: (self.costs[t], self.order.index(t)))
+        return min(spread, key=lambda t: (self.costs[t], self.position[t]))
 
     # ------------------------------------------------------------------ the surrogate
     def predict(self, trial_ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray] | None]:
         """Per point, (mean, std) of its curve under the surrogate (None: no surrogate yet)."""
+        both = self._predicted(trial_ids)
+        if both is None:
+            return dict.fromkeys(trial_ids)
+        mean, std = both
+        return {t: (mean[i], std[i]) for i, t in enumerate(trial_ids)}
+
+    def _predicted(self, trial_ids: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mean, std) of the points' curves, a row per point (None: no surrogate yet)."""
         surrogate = self._surrogate()
         if surrogate is None or not trial_ids:
-            return dict.fromkeys(trial_ids)
+            return None
         groups = [group_of(self.universe[t]) for t in trial_ids]
-        mean, std = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
-        return {t: (mean[i], std[i]) for i, t in enumerate(trial_ids)}
+        return surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
 
     def _surrogate(self) -> Surrogate | None:
         """The surrogate of the models that did not diverge, refitted only when they change;
@@ -187,10 +207,11 @@ class EnvelopeSearch:
     def gains(self, trial_ids: list[str], pending: set[str]) -> dict[str, float]:
         """Each point's expected gain of the envelope at any radius (0 without a process)."""
         best = self.believed_envelope(pending)
-        out = {}
-        for t, guess in self.predict(trial_ids).items():
-            out[t] = 0.0 if guess is None else float(expected_improvement(*guess, best).max())
-        return out
+        both = self._predicted(trial_ids)
+        if both is None:
+            return dict.fromkeys(trial_ids, 0.0)
+        gain = expected_improvement(*both, best).max(axis=1)  # every point at once
+        return dict(zip(trial_ids, gain.tolist(), strict=True))
 
     # ------------------------------------------------------------------ the audit
     def audit_picks(self, allowance: float, seed_text: str) -> list[tuple[str, str]]:
@@ -206,7 +227,7 @@ class EnvelopeSearch:
             t: (-np.inf if g is None else float((g[0] + 2 * g[1] - best).max()))
             for t, g in self.predict(left).items()
         }
-        by_upper = sorted(left, key=lambda t: (-upper[t], self.order.index(t)))
+        by_upper = sorted(left, key=lambda t: (-upper[t], self.position[t]))
         seed = int.from_bytes(hashlib.sha256(seed_text.encode()).digest()[:8], "little")
         shuffled = [left[i] for i in np.random.default_rng(seed).permutation(len(left))]
         picks: list[tuple[str, str]] = []

@@ -25,7 +25,14 @@ with the defaults of scikit-learn it stopped at half the cost and missed the env
 Features are read off the universe itself (`Features`): every hyperparameter that varies over
 the grid except the seed and the environment's fields; a numeric one in log scale when all its
 values are positive, scaled to [0, 1]; any other one-hot, null being a value of its own (a
-Gaussian baseline has no ε: its ε is a separate indicator)."""
+Gaussian baseline has no ε: its ε is a separate indicator).
+
+What a decision costs (issue 37's control plane; docs/guide/envelope-search.md): the fits and
+predictions run on one BLAS thread (`one_thread`); a radius's process is kept while its models
+are, its hyperparameters while their tuning sample is (`Tuned`); the optimiser runs once from
+fixed initial values (`RESTARTS`: a seeded restart doubled a tuning's CPU; without it the
+replay on the published logs stops where it did on 8 of 10 seeds, one seed 0.1% of the cost
+later and one two models earlier, still missing by 0.024 where it missed by 0.022)."""
 
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 LENGTH_SCALES = (0.1, 1.0)
 SIGNAL_VARIANCES = (1e-2, 1.0)
 NOISE_LEVELS = (1e-6, 1e-2)
-RESTARTS = 1  # the optimiser's seeded restarts per fit
+RESTARTS = 0  # the optimiser's random restarts per tuning (`Process`)
 TUNED_MODELS = 64  # observations a radius's hyperparameters are tuned on (`Tuned`)
 GROUP_FIELD = "sigma"  # the initial design covers each training σ
 NOT_FEATURES = frozenset({"seed", "init_from", *ENVIRONMENT_FIELDS})
@@ -144,7 +151,8 @@ class Process:
 
     The hyperparameters are those of `kernel` when given (conditioning only: a Cholesky
     factorisation), else chosen by maximising the marginal likelihood of these observations
-    (`tune`). Deterministic: the optimiser's restarts are seeded."""
+    (one L-BFGS run from the initial values below; `RESTARTS` more from seeded random ones).
+    Deterministic: the same observations give the same process."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None):
         from sklearn.exceptions import ConvergenceWarning
@@ -189,21 +197,42 @@ def tuning_rank(trial_id: str) -> bytes:
 
 
 class Tuned:
-    """The hyperparameters of each radius's process, tuned on at most `TUNED_MODELS` of its
-    observations: the first in `tuning_rank` order, a pseudo-random sample that a new model
-    changes only when it ranks among them (about TUNED_MODELS/n of arrivals once n models
-    are fitted). Every observation is then conditioned on with them.
+    """Each radius's process kept between decisions, so that a decision is cheap while the
+    process stays a function of the observations alone (a resumed driver that observes the
+    same curves proposes the same points; `tests/test_envelope_search.py`):
 
-    Why: re-tuning on every model at every decision grows as n³ per optimiser step (2.4 s per
-    decision near 500 models, `benchmarks/sweep_scale.py --search`); a sample of 64 estimates
-    a handful of length scales as well. Why a fixed order rather than "the models fitted when
-    last tuned": the kernel stays a function of the observations alone, so a resumed driver
-    that observes the same curves makes the same proposals."""
+    - a radius whose models are the same as at the last fit (the new model's σ does not reach
+      it) keeps its process: nothing is tuned or factorised again;
+    - otherwise its hyperparameters are tuned on at most `TUNED_MODELS` of its models, the
+      first in `tuning_rank` order (a fixed pseudo-random sample), and kept while that sample
+      is unchanged; every model is then conditioned on with them (one Cholesky factorisation).
+
+    Why not re-tune only when a radius's model count crosses a geometric milestone (×1.25,
+    ×1.5): a sample that is a function of the observation set changes whenever a new model
+    ranks among it, with chance k/(n+1) for k of n models, milestones or not. Counted on the
+    published grid's 461 models revealed in random order (10 radii, 3 orders): 1,477
+    re-tunings with k = min(n, 64), 1,427 with k on a ×1.25 ladder, 1,373 on ×1.5, 2,182
+    before radii were kept. Re-tuning only at the crossings (130–226) would make the kernel
+    depend on the order the curves arrived in. A tuning of 64 models costs 25–40 ms of CPU on
+    one BLAS thread (`one_thread`), one L-BFGS run (`RESTARTS`)."""
 
     def __init__(self) -> None:
         self._kernels: dict[int, tuple[tuple[str, ...], Any]] = {}  # radius -> (subset, kernel)
+        self._fitted: dict[int, tuple[tuple[tuple[str, ...], bytes], Process]] = {}
 
     def process(self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int):
+        """Radius `r`'s process of the models `ids` (features `x`, accuracies `y`): the last
+        one again if they are the same (a model whose σ does not reach `r` changes nothing
+        there), else conditioned on them with the kernel of their tuning sample."""
+        key = (tuple(ids), y.tobytes())
+        known = self._fitted.get(r)
+        if known is not None and known[0] == key:
+            return known[1]
+        process = self._process(r, ids, x, y, points)
+        self._fitted[r] = (key, process)
+        return process
+
+    def _process(self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int):
         if len(ids) <= TUNED_MODELS:
             return Process(x, y, points)  # tuned on all of them: nothing to gain by reuse
         order = sorted(range(len(ids)), key=lambda i: tuning_rank(ids[i]))[:TUNED_MODELS]
@@ -213,6 +242,16 @@ class Tuned:
             known = (subset, Process(x[order], y[order], points).kernel)
             self._kernels[r] = known
         return Process(x, y, points, kernel=known[1])
+
+
+def one_thread() -> Any:
+    """BLAS on one thread while the surrogate fits and predicts (a context manager). Its
+    matrices are small (tens to hundreds of rows), where OpenBLAS's threads cost more than they
+    give, and a driver shares its cores with Ray's workers: measured on 2 busy cores, one
+    64-row `cho_solve` took 5.5 ms of CPU on two threads (spinning) against 0.1 ms on one."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1, "blas")
 
 
 class Surrogate:
@@ -236,6 +275,18 @@ class Surrogate:
         for g, curve in zip(groups, curves, strict=True):
             self.reach[g] = self.reach.get(g, np.zeros(curves.shape[1], bool)) | (curve > 0)
         self.processes: list[Process | float] = []  # a float: every model alike there
+        with one_thread():
+            self._fit(x, curves, groups, points, ids, tuned)
+
+    def _fit(
+        self,
+        x: np.ndarray,
+        curves: np.ndarray,
+        groups: list[object],
+        points: int,
+        ids: list[str],
+        tuned: Tuned,
+    ) -> None:
         for r in range(curves.shape[1]):
             rows = [i for i, g in enumerate(groups) if self.reach[g][r]]
             values = curves[rows, r]
@@ -249,13 +300,19 @@ class Surrogate:
 
     def predict(self, x: np.ndarray, groups: list[object]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, std), each (points × radii); zero where a point's σ cannot reach."""
-        mean, std = np.zeros((len(x), len(self.processes))), np.zeros((len(x), len(self.processes)))
-        for r, process in enumerate(self.processes):
-            rows = [i for i, g in enumerate(groups) if self.reach.get(g, np.ones(r + 1, bool))[r]]
-            if isinstance(process, Process) and rows:
-                mean[rows, r], std[rows, r] = process.predict(x[rows])
-            elif rows and not isinstance(process, Process):
-                mean[rows, r] = process  # too little to fit: what was seen, no spread
+        radii = len(self.processes)
+        mean, std = np.zeros((len(x), radii)), np.zeros((len(x), radii))
+        every = np.ones(radii, bool)  # a σ not observed yet reaches every radius
+        reach = np.stack([self.reach.get(g, every) for g in groups]) if groups else None
+        with one_thread():
+            for r, process in enumerate(self.processes):
+                rows = np.flatnonzero(reach[:, r]) if reach is not None else np.zeros(0, int)
+                if not len(rows):
+                    continue
+                if isinstance(process, Process):
+                    mean[rows, r], std[rows, r] = process.predict(x[rows])
+                else:
+                    mean[rows, r] = process  # too little to fit: what was seen, no spread
         return mean, std
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,7 @@ class EnvelopeSearcher(Searcher):
         self.started: set[str] = set()
         self.done = False  # FINISHED returned: nothing more to train
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
+        self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         self._resume_record(read_search(exp))
 
     def _resume_record(self, doc: dict[str, Any] | None) -> None:
@@ -129,8 +131,11 @@ class EnvelopeSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         if self.poll is not None:  # Tune may block in this call: certification goes on
             self.poll()
+        start = time.thread_time()  # this thread's: Ray's own threads in the driver left out
         self.collect()
         ours = self._next()
+        self.deciding["calls"] += 1
+        self.deciding["cpu_s"] += time.thread_time() - start
         if ours is None or ours == Searcher.FINISHED:
             return ours
         self.running[trial_id] = ours
@@ -246,6 +251,7 @@ class EnvelopeSearcher(Searcher):
                 "proposals": self.proposals,
                 "stopped": self.stopped,
                 "audit": self.audit,
+                "deciding": {**self.deciding, "cpu_s": round(self.deciding["cpu_s"], 3)},
             },
         )
 
