@@ -245,7 +245,7 @@ def _driver(
 
 def time_reads(exp: Experiment, radii: list[float]) -> dict[str, float]:
     """Seconds of work of envelope, status and report (imports done before timing)."""
-    from sweeper.cli.reports import dataset_dims
+    from sweeper.api.report_view import dataset_dims
     from sweeper.report.build import build_report, write_report
     from sweeper.results.certify_rows import load_results
     from sweeper.results.envelope import envelope, read_columns
