@@ -318,10 +318,10 @@ def test_cli_bad_input_exits_2_with_one_line_each(setup, tmp_path):
     before = sorted(p for p in Path(exp.root).rglob("*"))
     for args, fragment in [
         (["--epsilons", "0.2x"], "--epsilons '0.2x'"),
-        (["--m-test", "0"], "empirical option: m_test"),
-        (["--estimator", "nope"], "unknown estimator 'nope'"),
-        (["--steps", "0"], "steps must be"),
-        (["--alpha", "1.5"], "alpha must be"),
+        (["--m-test", "0"], "--m-test: every value must be an integer >= 1"),
+        (["--estimator", "nope"], "unknown --estimator 'nope'"),
+        (["--steps", "0"], "--steps must be"),
+        (["--alpha", "1.5"], "--alpha must be"),
         (["--only", "sigma=0.5"], "has finished training"),
         (["--only", "nosuch=1"], "nosuch"),
         (["--address", "127.0.0.1:1"], "127.0.0.1:1"),

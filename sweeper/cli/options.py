@@ -152,13 +152,17 @@ def given(cls: type, options: dict[str, Any]) -> tuple[dict[str, Any], list[str]
             parts = {p: options.get(f"{f.name}_{p}") for p in bound.parts}
             parts = {p: v for p, v in parts.items() if v is not None}
             if options.get(f.name) or parts:
-                values[f.name] = _nested_type(hints[f.name])(**parts)
-                problems += [_part_flag(f, q) for q in values[f.name].problems()]
+                nested = _nested_type(hints[f.name])(**parts)
+                wrong = [_part_flag(f, q) for q in nested.problems()]
+                values.update({} if wrong else {f.name: nested})
+                problems += wrong
         elif options.get(f.name) is not None:
             parsed = _parse(f, hints[f.name], options[f.name], problems)
-            if parsed is not None:  # None: malformed, and said so in `problems`
-                values[f.name] = parsed
-                problems += bound.problems(flag_of(f), parsed)  # named as typed
+            # None: malformed, said so in `problems`; out of bounds: named as typed, and
+            # not passed on (a later check would say it again, by the setting's name)
+            wrong = [] if parsed is None else bound.problems(flag_of(f), parsed)
+            values.update({} if parsed is None or wrong else {f.name: parsed})
+            problems += wrong
     return values, problems
 
 
