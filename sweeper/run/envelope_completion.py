@@ -183,11 +183,7 @@ class Completions:
 
     def counted(self, step: Step, cfg: TrialConfig, table: pa.Table) -> list[FullRow]:
         """The completion's counts in the model's rows `table` (checked: `rows`)."""
-        plan = len(self.d.shard_plan(cfg))
-        path = self.d.exp.compacted_path(
-            ENVELOPE_CERTIFY.name, cfg.trial_id, self.d.spec.cert_id, plan
-        )
-        self.rewritten.add(path)
+        self.rewritten.add(self.d.compacted(cfg))
         wanted = set(step.idx)
         return [r for r in full_rows(step.model, table) if r.idx in wanted]
 

@@ -62,14 +62,18 @@ class Driver:
         runner.submit(cfg)
         return runner
 
+    def compacted(self, cfg: TrialConfig) -> str:
+        """Where the model's compacted certification rows are (its FULL step's)."""
+        plan = len(self.shard_plan(cfg))
+        return self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
+
     def full_rows(
         self, cfg: TrialConfig, labels: dict[int, int], probed: dict[int, int]
     ) -> tuple[Any, str]:
         """(the model's compacted certification rows, None if there are none (its FULL step
         failed: the engine recorded why) or they fail `full_refusal` with the data set's
         `labels` and the counts the probe drew, `probed`; why they were refused)."""
-        plan = len(self.shard_plan(cfg))
-        path = self.exp.compacted_path("certify", cfg.trial_id, self.spec.cert_id, plan)
+        path = self.compacted(cfg)
         if not fileio.exists(path):
             return None, ""
         why = partial(full_refusal, labels=labels, n=self.spec.n, probed=probed)
