@@ -8,6 +8,7 @@ unattested: they still read, marked as such."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 
@@ -32,8 +33,12 @@ def config_digest(cfg: TrialConfig) -> str:
     return sha256_bytes(canonical(cfg.to_dict()))
 
 
+@functools.cache
 def code_version() -> str:
-    """The code a statement was made by: sweeper's and torch's package versions."""
+    """The code a statement was made by: sweeper's and torch's package versions. Read once per
+    process: they are the versions of the code this process imported (a `pip install` during a
+    run changes what is on disk, not what runs), and reading a distribution's metadata parses
+    its files again each time (a shard's signing spent a tenth of its time there)."""
     versions = []
     for package in ("sweeper", "torch"):
         try:
