@@ -14,7 +14,7 @@ from ray.tune.search import Searcher
 from sweeper.plan.search_spec import SearchSpec
 from sweeper.results.search_records import account, read_search
 from sweeper.results.storage import Experiment
-from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, Slots, search_slots
 from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
 
@@ -54,11 +54,19 @@ def trained(searcher, curves, tune_id) -> None:
     curves.certified.add(ours)
 
 
-def test_search_slots_leave_a_quarter_to_certification():
-    assert search_slots(1, None) == 1
-    assert search_slots(2, None) == 1
-    assert search_slots(8, None) == 6
-    assert search_slots(8, 3) == 3
+def test_search_slots_keep_a_quarter_for_certification_only_while_curves_are_awaited():
+    assert search_slots(1, None) == Slots(1, 1, 0)  # one slot: certification between trials
+    assert search_slots(2, None) == Slots(2, 2, 1)
+    assert search_slots(8, None) == Slots(8, 8, 2)
+    assert search_slots(8, 3) == Slots(8, 3, 2)
+    two, eight = search_slots(2, None), search_slots(8, None)
+    assert two.open(1, 0) and not two.open(2, 0)  # nothing awaited: both slots train
+    assert not two.open(1, 1) and two.open(0, 1)  # a curve awaited: one slot is certification's
+    assert eight.open(6, 1) and not eight.open(7, 1)  # one awaited: one slot kept
+    assert eight.open(5, 5) and not eight.open(6, 5)  # the reserve is at most a quarter
+    assert search_slots(1, None).open(0, 3)  # a single slot is never held back
+    capped = search_slots(8, 3)
+    assert capped.open(2, 4) and not capped.open(3, 0)  # --max-concurrent bounds the trials
 
 
 def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path):
@@ -73,6 +81,19 @@ def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path
     assert [p["trial_id"] for p in doc["proposals"]] == [first]
     assert doc["proposals"][0]["why"] == "initial design" and doc["stopped"] is None
     assert searcher.pending == {first}
+
+
+def test_it_holds_a_trial_back_while_a_curve_is_awaited_on_its_slots(tmp_path):
+    """On 2 slots both train while no curve is due; once a trial has finished and its curve
+    is awaited, the next waits for it (certification has the freed slot)."""
+    searcher, curves, _exp = make(tmp_path, grid())
+    searcher.slots = search_slots(2, None)
+    assert searcher.suggest("a") is not None and searcher.suggest("b") is not None
+    assert searcher.suggest("c") is None  # both slots train
+    searcher.on_trial_complete("a")  # trained; its curve is due
+    assert searcher.suggest("c") is None  # the freed slot is certification's
+    curves.certified.add(next(iter(searcher.awaiting)))
+    assert searcher.suggest("c") is not None  # the curve arrived: the slot trains again
 
 
 def test_a_failed_trial_is_never_proposed_again(tmp_path):

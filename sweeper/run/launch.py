@@ -39,7 +39,7 @@ from sweeper.run.launch_options import LaunchOptions
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_slots
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, Slots, search_slots
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
@@ -302,7 +302,8 @@ def run_sweep(
             curves.certifier = certifier
             searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
             searcher.poll = certifier.poll
-            options = replace(options, max_concurrent=_search_slots(resources, options))
+            searcher.slots = _search_slots(resources, options)
+            options = replace(options, max_concurrent=searcher.slots.cap)
         else:
             searcher = stage_searcher(exp, to_train, finished, handed)
         shrink = (room, len(to_train)) if room is not None else None
@@ -331,7 +332,7 @@ def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) 
         searcher.finish()
 
 
-def _search_slots(resources: Resources, options: LaunchOptions) -> int:
+def _search_slots(resources: Resources, options: LaunchOptions) -> Slots:
     """Trials trained at once under the envelope search (`search_tune.search_slots`)."""
     from sweeper.run.capacity import cluster_slots
 

@@ -1,7 +1,7 @@
 """The envelope search as a Ray Tune `Searcher` (issue 37; docs/guide/envelope-search.md):
 `EnvelopeSearcher` proposes, one trial at a time, what `envelope_search.EnvelopeSearch` decides
-from the curves certification has produced (`search_curves`); Tune's `ConcurrencyLimiter`
-bounds how many train at once, leaving room for certification (`search_slots`).
+from the curves certification has produced (`search_curves`); it holds back a trial while the
+slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bounds the rest.
 
 Its state is on storage: the models trained and their certification rows (the observations,
 read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
@@ -48,12 +48,28 @@ class SearchPlan:
     points: int = 500  # test points a model is certified on (the noise of its accuracy)
 
 
-def search_slots(trial_slots: int, asked: int | None) -> int:
-    """Trials trained at once under the search: a quarter of the cluster's trial slots (at
-    least one) is left to certification, so curves arrive while others train; `asked`
-    (--max-concurrent) lowers it further."""
-    room = max(1, trial_slots - max(1, trial_slots // 4))
-    return min(room, asked) if asked else room
+@dataclass(frozen=True)
+class Slots:
+    """How many trials the search trains at once: at most `cap`, and while models await their
+    curves, `reserve` of the cluster's `total` trial slots (one per awaiting model) left free so
+    their certification starts. With no curve awaited every slot trains: a small machine is not
+    left half idle (on 2 slots a fixed reservation trained one trial at a time)."""
+
+    total: int
+    cap: int
+    reserve: int
+
+    def open(self, running: int, awaiting: int) -> bool:
+        """Whether another trial may start beside `running` while `awaiting` curves are due."""
+        return running < self.cap and running < self.total - min(self.reserve, awaiting)
+
+
+def search_slots(trial_slots: int, asked: int | None) -> Slots:
+    """The search's `Slots` on a cluster of `trial_slots`: a quarter of them (at least one, none
+    of a single slot) kept for certification while curves are awaited; `asked`
+    (--max-concurrent) caps the trials."""
+    reserve = max(1, trial_slots // 4) if trial_slots > 1 else 0
+    return Slots(trial_slots, min(trial_slots, asked) if asked else trial_slots, reserve)
 
 
 class EnvelopeSearcher(Searcher):
@@ -93,6 +109,7 @@ class EnvelopeSearcher(Searcher):
         self.started: set[str] = set()
         self.done = False  # FINISHED returned: nothing more to train
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
+        self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         self._resume_record(read_search(exp))
 
@@ -133,7 +150,9 @@ class EnvelopeSearcher(Searcher):
             self.poll()
         start = time.thread_time()  # this thread's: Ray's own threads in the driver left out
         self.collect()
-        ours = self._next()
+        # While curves are due, certification's slots are held back: asked again as one ends.
+        room = self.slots is None or self.slots.open(len(self.running), len(self.awaiting))
+        ours = self._next() if room else None
         self.deciding["calls"] += 1
         self.deciding["cpu_s"] += time.thread_time() - start
         if ours is None or ours == Searcher.FINISHED:
