@@ -13,8 +13,12 @@ its curves handed over as certification would) built by the sweep's own `search_
 the dry run's device-hours of the space's figures, training and certification); its record is
 written to a temporary experiment.
 
-Seed 0 replays the logs as they are; seed k > 0 a bootstrap of the test points (the same
-resample for every model: the envelope's noise). Per seed: the share of the universe's training
+The trials run `--concurrent` at once, as Tune runs them under the search, a trial's curve
+revealed when it finishes; seed k replays the logs as they are with its own finishing order
+(each trial takes its cost times a seeded log-normal factor; seed 0: its cost exactly), the
+randomness a sweep on a cluster has. `--bootstraps B` also replays on B bootstraps of the test
+points (the same resample for every model: the envelope's own noise, which no search can
+foresee), reported on a line of their own. Per replay: the share of the universe's training
 cost spent when the search stops by itself, whether its envelope is then within 0.02 of the true
 one at every radius and exact, and the share spent when it first is within 0.02. Baselines: 200
 random orders (mean share to within 0.02) and cheapest-first. Then each σ searched alone (the
@@ -40,11 +44,12 @@ from sweeper.plan.search_spec import SearchSpec
 from sweeper.plan.spaces import load_space
 from sweeper.plan.throughput import SHIPPED
 from sweeper.results.storage import Experiment
-from sweeper.run.search_tune import EnvelopeSearcher, search_plan
+from sweeper.run.search_tune import EnvelopeSearcher, search_plan, search_slots
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
 WITHIN = 0.02
+EIGHT = search_slots(8, None)  # a node of 8 GPUs under the search: 2 certify while curves are due
 
 
 @dataclass(frozen=True)
@@ -117,28 +122,72 @@ class Revealed:
 
 
 def replay(
-    u: Universe, truth: dict[str, np.ndarray], spec: SearchSpec, trials=None, known=()
+    u: Universe,
+    truth: dict[str, np.ndarray],
+    spec: SearchSpec,
+    trials=None,
+    known=(),
+    lanes: Lanes | None = None,
 ) -> dict:
-    """One search over `trials` (default: the universe) through the sweep's own searcher;
-    `known`: trials of the universe trained before it began (observed, never proposed)."""
+    """One search over `trials` (default: the universe) through the sweep's own searcher, as
+    Tune drives it: while a slot of `lanes` is free it asks for a trial; a trial's curve is
+    revealed when it finishes (`Lanes.duration` after it started); `known`: trials of the
+    universe trained before it began (observed, never proposed). `order`: the trials in the
+    order they finished."""
     trials = trials or u.trials
+    lanes = lanes or Lanes(1, 0)
     plan = search_plan(spec, [*trials, *known], u.certify, gpu=True)
     with tempfile.TemporaryDirectory() as tmp:
         exp = Experiment(tmp, "replay")
         Path(exp.root).mkdir(parents=True)
         curves = Revealed(truth, {t.trial_id for t in known})
         searcher = EnvelopeSearcher(exp, plan, trials, list(known), curves, TuneTrials({}))  # type: ignore[arg-type]
-        order, phases = [], {}
-        for k in range(2 * len(trials) + 2):
-            if searcher.suggest(str(k)) == Searcher.FINISHED:
-                break
-            ours = searcher.running[str(k)]
-            searcher.on_trial_complete(str(k))
-            curves.certified.add(ours)
-            order.append(ours)
+        order = _drive(searcher, curves, lanes, u.train_hours)
         phases = {p["trial_id"]: p["phase"] for p in searcher.proposals}
     searched = [t for t in order if phases.get(t) == "search"]
     return {"order": order, "searched": searched, "stopped": searcher.stopped}
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """How a replay's trials run: `slots` at once (Tune's concurrency under the search), each
+    taking its training cost times a log-normal factor (`jitter` its σ; seeded by `seed`):
+    which finishes first, and so what the searcher knows when it is asked again, varies as on
+    a cluster. One slot without jitter is one trial at a time in the searcher's order."""
+
+    slots: int
+    seed: int
+    jitter: float = 0.3
+
+    def durations(self, hours: dict[str, float]) -> dict[str, float]:
+        rng = np.random.default_rng(self.seed)
+        ids = sorted(hours)
+        factor = np.exp(self.jitter * rng.standard_normal(len(ids))) if self.seed else 1.0
+        return dict(zip(ids, (np.array([hours[t] for t in ids]) * factor).tolist(), strict=True))
+
+
+def _drive(searcher: EnvelopeSearcher, curves: Revealed, lanes: Lanes, hours) -> list[str]:
+    took = lanes.durations(hours)
+    running: dict[str, tuple[float, str]] = {}  # Tune's id -> (finish time, trial id)
+    order: list[str] = []
+    now, asked, finished = 0.0, 0, False
+    while True:
+        while not finished and len(running) < lanes.slots:
+            suggested = searcher.suggest(str(asked))
+            if suggested == Searcher.FINISHED:
+                finished = True
+            if suggested is None or finished:
+                break
+            ours = searcher.running[str(asked)]
+            running[str(asked)] = (now + took[ours], ours)
+            asked += 1
+        if not running:
+            return order
+        first = min(running, key=lambda k: (running[k][0], int(k)))
+        now, ours = running.pop(first)
+        searcher.on_trial_complete(first)
+        curves.certified.add(ours)
+        order.append(ours)
 
 
 def share_to(order: list[str], u: Universe, truth, ids: set[str], tol: float) -> float | None:
@@ -154,13 +203,15 @@ def share_to(order: list[str], u: Universe, truth, ids: set[str], tol: float) ->
     return None
 
 
-def one_seed(u: Universe, spec: SearchSpec, radii, seed: int) -> dict:
-    """One replay: the search's stop and error, and both again with its audit's models (the
-    sweep trains them too: the envelope it reports is of every model trained)."""
-    truth = u.curves(radii, None if seed == 0 else u.bootstrap(seed))
+def one_seed(u: Universe, spec: SearchSpec, radii, lanes: Lanes, bootstrap: bool) -> dict:
+    """One replay (its trials run on `lanes`; on the logs as they are, or on a bootstrap of
+    their test points seeded as the lanes are): the search's stop and error, and both again
+    with its audit's models (the sweep trains them too: the envelope it reports is of every
+    model trained)."""
+    truth = u.curves(radii, u.bootstrap(lanes.seed) if bootstrap else None)
     ids = set(truth)
     start = time.perf_counter()
-    run = replay(u, truth, spec)
+    run = replay(u, truth, spec, lanes=lanes)
     best = np.max(list(truth.values()), axis=0)
     total = sum(u.train_hours.values())
 
@@ -168,7 +219,7 @@ def one_seed(u: Universe, spec: SearchSpec, radii, seed: int) -> dict:
         return float(np.abs(best - np.max([truth[t] for t in trained], axis=0)).max())
 
     return {
-        "seed": seed,
+        "seed": lanes.seed,
         "stop": sum(u.train_hours[t] for t in run["searched"]) / total,
         "error": error(run["searched"]),
         "with_audit": sum(u.train_hours[t] for t in run["order"]) / total,
@@ -195,7 +246,7 @@ def _random_share(u: Universe, truth, ids: set[str], orders: int = 200) -> float
     return float(np.mean([s for s in shares if s is not None]))
 
 
-def per_sigma(u: Universe, spec: SearchSpec, radii) -> list[str]:
+def per_sigma(u: Universe, spec: SearchSpec, radii, lanes: Lanes) -> list[str]:
     """Each σ searched alone (the universe cut to it), then held out (the other σ's models
     trained already, fitted; only its own proposed): its share of that σ's cost and its own
     envelope's largest error."""
@@ -208,7 +259,7 @@ def per_sigma(u: Universe, spec: SearchSpec, radii) -> list[str]:
         best = np.max([truth[t] for t in ids], axis=0)
         cost = sum(u.train_hours[t] for t in ids)
         for how, known in (("alone", []), ("held out", others)):
-            run = replay(u, truth, spec, trials, known)
+            run = replay(u, truth, spec, trials, known, lanes)
             found = np.max([truth[t] for t in run["searched"]], axis=0)
             share = sum(u.train_hours[t] for t in run["searched"]) / cost
             lines.append(
@@ -241,7 +292,25 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--logs", help="a tree of published CERTIFY logs (e.g. data/certify/cifar10)")
     p.add_argument("--space", default="cifar10-published", help="the grid the logs are of")
-    p.add_argument("--seeds", type=int, default=5, help="seed 0: the logs; k > 0: bootstraps")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=5,
+        help="replays on the logs as they are, each with its own finishing order of the "
+        "trials (seed 0: every trial takes its cost exactly)",
+    )
+    p.add_argument(
+        "--concurrent",
+        type=int,
+        default=EIGHT.total - EIGHT.reserve,
+        help="trials trained at once (default: 8 slots, 2 of them certifying)",
+    )
+    p.add_argument(
+        "--bootstraps",
+        type=int,
+        default=0,
+        help="also replays on bootstraps of the test points (the envelope's own noise)",
+    )
     p.add_argument("--tolerance", type=float, default=SearchSpec().tolerance)
     p.add_argument(
         "--audit",
@@ -262,24 +331,51 @@ def main(argv=None) -> int:
     u = smoke_universe() if args.smoke else load_logs(args.logs, args.space)
     spec = SearchSpec(mode="envelope", tolerance=args.tolerance, audit=args.audit)
     radii = list(u.certify.decision_radii)  # type: ignore[attr-defined]
-    results = []
-    for seed in range(args.seeds):
-        r = one_seed(u, spec, radii, seed)
-        results.append(r)
-        within = "-" if r["to_within"] is None else f"{r['to_within']:.0%}"
-        print(
-            f"seed {seed}: {r['models']} models, stopped at {r['stop']:.1%} "
-            f"({r['reason']}), largest error {r['error']:.3f}; with its audit ({r['audited']} "
-            f"models) {r['with_audit']:.1%}, error {r['audit_error']:.3f}; within {WITHIN} at "
-            f"{within}; random {r['random']:.0%}, cheapest-first {r['cheapest']:.0%} "
-            f"({r['seconds']:.0f} s)",
-            flush=True,
-        )
+    print(f"{args.concurrent} trials at once; the tolerance {args.tolerance}", flush=True)
+    results = [
+        _reported(one_seed(u, spec, radii, Lanes(args.concurrent, seed), False), "seed")
+        for seed in range(args.seeds)
+    ]
+    resampled = [
+        _reported(one_seed(u, spec, radii, Lanes(args.concurrent, b), True), "bootstrap")
+        for b in range(1, args.bootstraps + 1)
+    ]
     if not args.no_per_sigma:
-        for line in per_sigma(u, spec, radii):
+        for line in per_sigma(u, spec, radii, Lanes(args.concurrent, 0)):
             print(line, flush=True)
+    if resampled:
+        print(
+            f"on {len(resampled)} bootstraps of the test points: {outcome(resampled, args.audit)}"
+        )
     print(summary(u, results, args.audit))
     return 0
+
+
+def _reported(r: dict, label: str) -> dict:
+    within = "-" if r["to_within"] is None else f"{r['to_within']:.0%}"
+    print(
+        f"{label} {r['seed']}: {r['models']} models, stopped at {r['stop']:.1%} "
+        f"({r['reason']}), largest error {r['error']:.3f}; with its audit ({r['audited']} "
+        f"models) {r['with_audit']:.1%}, error {r['audit_error']:.3f}; within {WITHIN} at "
+        f"{within}; random {r['random']:.0%}, cheapest-first {r['cheapest']:.0%} "
+        f"({r['seconds']:.0f} s)",
+        flush=True,
+    )
+    return r
+
+
+def outcome(results: list[dict], audit: float) -> str:
+    """Where the replays stopped and how close they came, with the audit's models when
+    `audit` (the sweep trains them too)."""
+    stop, error = ("with_audit", "audit_error") if audit else ("stop", "error")
+    k = len(results)
+    median = statistics.median(r[stop] for r in results)
+    w = sum(r[error] <= WITHIN + 1e-12 for r in results)
+    e = sum(r[error] <= 1e-12 for r in results)
+    return (
+        f"stopped at {median:.0%} of the training cost (median), within {WITHIN} at every "
+        f"radius in {w}/{k}, exact in {e}/{k}"
+    )
 
 
 def summary(u: Universe, results: list[dict], audit: float) -> str:
@@ -290,21 +386,11 @@ def summary(u: Universe, results: list[dict], audit: float) -> str:
     x = f"{statistics.median(to):.0%}" if to else "never"
     rnd = statistics.mean(r["random"] for r in results)
     cheap = statistics.mean(r["cheapest"] for r in results if r["cheapest"] is not None)
-
-    def outcome(stop: str, error: str) -> str:
-        median = statistics.median(r[stop] for r in results)
-        w = sum(r[error] <= WITHIN + 1e-12 for r in results)
-        e = sum(r[error] <= 1e-12 for r in results)
-        return (
-            f"stopped at {median:.0%} of the training cost (median), within {WITHIN} at every "
-            f"radius in {w}/{k}, exact in {e}/{k}"
-        )
-
-    last = outcome("with_audit", "audit_error") if audit else outcome("stop", "error")
-    alone = f"the search alone (no audit): {outcome('stop', 'error')}\n" if audit else ""
+    alone = f"the search alone (no audit): {outcome(results, 0.0)}\n" if audit else ""
     return (
-        f"{alone}envelope search: {len(u.trials)} models, {k} seeds; {last}; to within "
-        f"{WITHIN}: search {x}, random {rnd:.0%}, cheapest-first {cheap:.0%}"
+        f"{alone}envelope search: {len(u.trials)} models, {k} seeds; "
+        f"{outcome(results, audit)}; to within {WITHIN}: search {x}, random {rnd:.0%}, "
+        f"cheapest-first {cheap:.0%}"
     )
 
 

@@ -92,7 +92,11 @@ def test_envelope_search_replay_runs_the_sweeps_searcher_and_prints_the_issues_l
             str(REPO / "benchmarks" / "envelope_search.py"),
             "--smoke",
             "--seeds",
+            "2",
+            "--bootstraps",
             "1",
+            "--concurrent",
+            "3",
             "--no-per-sigma",
         ],
         env=ENV,
@@ -101,9 +105,11 @@ def test_envelope_search_replay_runs_the_sweeps_searcher_and_prints_the_issues_l
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    *_, alone, last = done.stdout.splitlines()
+    _, lanes, *_, resampled, alone, last = done.stdout.splitlines()
+    assert lanes.startswith("3 trials at once"), lanes
+    assert resampled.startswith("on 1 bootstraps of the test points: stopped at "), resampled
     assert alone.startswith("the search alone (no audit): stopped at "), alone
-    assert last.startswith("envelope search: 34 models, 1 seeds; stopped at "), last
+    assert last.startswith("envelope search: 34 models, 2 seeds; stopped at "), last
     assert "within 0.02 at every radius in " in last and "cheapest-first " in last
 
 
