@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from sweeper.api.rows_read import RowsRead
 from sweeper.report.formats import LINF_RADII_255
 from sweeper.results.sweep_file import read_sweep
 
@@ -16,23 +17,12 @@ if TYPE_CHECKING:
 
     from sweeper.report.build import Report
     from sweeper.report.figures import Cover
-    from sweeper.results.certify_rows import Results
     from sweeper.results.search_records import SearchAccount
-    from sweeper.results.storage import Experiment
 
 
-class Reading(Protocol):
+class Reading(RowsRead, Protocol):
     """What the report reads of a `reading.Reading` (a protocol, so that this module, which
     `reading` imports, imports nothing of it)."""
-
-    @property
-    def exp(self) -> Experiment: ...
-
-    @property
-    def frame(self) -> pd.DataFrame: ...
-
-    @property
-    def results(self) -> Results: ...
 
     @property
     def only(self) -> str | None: ...

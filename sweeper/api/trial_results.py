@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sweeper.api.rows_read import RowsRead
 from sweeper.plan.grid import select
 from sweeper.results.certify_rows import MODEL_KEY, identity_fields
 from sweeper.results.status import Status, StatusReader
@@ -17,22 +18,10 @@ from trainables.kernel.errors import ProblemsError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sweeper.results.certify_rows import Results
-    from sweeper.results.storage import Experiment
 
-
-class Reading(Protocol):
+class Reading(RowsRead, Protocol):
     """What these functions read of a `reading.Reading` (a protocol, so that this module,
     which `reading` imports, imports nothing of it)."""
-
-    @property
-    def exp(self) -> Experiment: ...
-
-    @property
-    def frame(self) -> pd.DataFrame: ...
-
-    @property
-    def results(self) -> Results: ...
 
     @property
     def selection(self) -> dict[str, Any]: ...

@@ -129,9 +129,26 @@ def attestation_problem(
     if key is None:
         return None
     try:
-        statement = statement_of(table, key.public)
+        statement = placed_statement(table, key.public, step, (trial_id, setting_id), expected)
     except AttestationError as e:
         return str(e)
+    return None if statement is not None else "not attested, and a signing key is set"
+
+
+def placed_statement(
+    table: pa.Table,
+    public: PublicKey,
+    step: str,
+    model: tuple[str, str],
+    expected: dict[str, object] | None = None,
+) -> Statement | None:
+    """The rows' statement, verified with `public` and placed (`place_problem`) as `step`'s of
+    this `model` (trial_id, setting_id) with the `expected` settings; None when the rows carry
+    none; AttestationError saying why it cannot be theirs."""
+    statement = statement_of(table, public)
     if statement is None:
-        return "not attested, and a signing key is set"
-    return place_problem(said_by(statement), step, (trial_id, setting_id), None, expected)
+        return None
+    problem = place_problem(said_by(statement), step, model, None, expected)
+    if problem:
+        raise AttestationError(problem)
+    return statement

@@ -23,12 +23,10 @@ from typing import Any
 import pyarrow as pa
 
 from sweeper.results.attested_rows import (
-    place_problem,
+    placed_statement,
     points_digest,
     rows_digest,
-    said_by,
     signed,
-    statement_of,
     unsigned_metadata,
 )
 from sweeper.results.reader import refresh_cache
@@ -93,17 +91,9 @@ def _attested(table: pa.Table, path: str, trial_id: str, cert_id: str):
     if key is None:
         return None
     try:
-        statement = statement_of(table, key.public)
+        return placed_statement(table, key.public, "compact", (trial_id, cert_id))
     except AttestationError as e:
         raise RuntimeError(f"cannot complete {path}: {e}") from None
-    problem = (
-        None
-        if statement is None
-        else place_problem(said_by(statement), "compact", (trial_id, cert_id))
-    )
-    if problem:
-        raise RuntimeError(f"cannot complete {path}: {problem}")
-    return statement
 
 
 def _draws(exp, trial_id: str, spec: CertifySpec, points, label: dict, cpus: float) -> pa.Table:
