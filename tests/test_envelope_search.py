@@ -207,6 +207,37 @@ def test_pending_points_are_not_proposed_and_waiting_is_not_stopping():
     assert search.decide(set()).reason == "exhausted"
 
 
+def test_a_pending_point_is_believed_at_its_prediction_so_its_neighbour_is_a_smaller_bet():
+    """Kriging believer: conditioning on a pending model at its predicted curve leaves every
+    prediction's mean where it was (it is what the process expected) and narrows the spread
+    beside it, so a neighbour's expected gain falls: it is no longer the same bet twice."""
+    trials = grid()
+    truth = {t.trial_id: landscape(t) for t in trials}
+    search = EnvelopeSearch(trials, {t.trial_id: cost(t) for t in trials}, RADII, 0.002)
+    for _ in range(8):
+        tid = search.decide(set()).trial_id
+        search.observe(tid, truth[tid])
+    a = search.universe[search.decide(set()).trial_id]
+    b = next(  # a's neighbour along m_train
+        t
+        for t in trials
+        if t.trial_id not in search.curves
+        and t != a
+        and (t.sigma, t.epsilon, t.steps) == (a.sigma, a.epsilon, a.steps)
+    )
+    alone = search.predict([b.trial_id, a.trial_id])
+    believer, best = search._believed({a.trial_id})
+    mean, std = believer.predict(
+        np.stack([search.x[b.trial_id], search.x[a.trial_id]]), [b.sigma] * 2
+    )
+    np.testing.assert_allclose(mean[0], alone[b.trial_id][0], atol=1e-6)
+    np.testing.assert_allclose(best, np.maximum(search.envelope(), alone[a.trial_id][0]))
+    assert (std[0] <= alone[b.trial_id][1] + 1e-9).all() and (std[0] < alone[b.trial_id][1]).any()
+    assert std[1].max() < alone[a.trial_id][1].max()  # a itself: nearly known now
+    before = search.gains([b.trial_id], set())[b.trial_id]
+    assert search.gains([b.trial_id], {a.trial_id})[b.trial_id] < before
+
+
 def test_the_budget_stops_the_search_before_a_point_would_pass_it():
     trials = grid()
     truth = {t.trial_id: landscape(t) for t in trials}

@@ -6,8 +6,9 @@ replay on the published logs (`benchmarks/envelope_search.py`) drives that same 
 A point's expected gain is the expected improvement of the envelope at any grid radius:
 max over r of E[max(0, Y_r − E_r)], Y_r its certified accuracy at r under the surrogate (a
 Gaussian process per radius over every σ, `search_surrogate`) and E_r the envelope of the
-trained models at r (raised to the predicted curve of every model still training or being
-certified, so points proposed together are not the same bet). The search trains the point
+trained models at r. Models still training or being certified count at their predicted
+curves (a kriging believer): the envelope is raised to them and the surrogate conditioned on
+them, so points proposed together are not the same bet. The search trains the point
 of largest gain per unit of cost (the dry run's device-hours) while that gain exceeds
 `tolerance` and the `budget` allows, after an initial design of `MIN_FIT` points per σ
 (cheapest first, then spread out). The gain uses the std of the model's accuracy itself, not
@@ -196,20 +197,41 @@ class EnvelopeSearch:
         self._fit = (fitted, surrogate)
         return surrogate
 
-    def believed_envelope(self, pending: set[str]) -> np.ndarray:
-        """The envelope with every pending model at its predicted curve (kriging believer)."""
-        best = self.envelope()
-        for guess in self.predict(sorted(pending - set(self.curves))).values():
-            if guess is not None:
-                best = np.maximum(best, guess[0])
-        return best
+    def _believed(self, pending: set[str]) -> tuple[Surrogate, np.ndarray] | None:
+        """A kriging believer: the surrogate conditioned also on every pending model at its
+        predicted curve, and the envelope raised to those curves (None: no surrogate yet)."""
+        surrogate = self._surrogate()
+        if surrogate is None:
+            return None
+        under_way = sorted(pending - set(self.curves))
+        if not under_way:
+            return surrogate, self.envelope()
+        guessed = surrogate.predict(
+            np.stack([self.x[t] for t in under_way]),
+            [group_of(self.universe[t]) for t in under_way],
+        )[0]
+        fitted = self._fit[0] if self._fit is not None else ()
+        ids = [*fitted, *under_way]
+        believer = Surrogate(
+            np.stack([self.x[t] for t in ids]),
+            np.concatenate([np.stack([self.curves[t] for t in fitted]), guessed]),
+            [group_of(self.universe[t]) for t in ids],
+            self.points,
+            ids,
+            self._tuned,
+            believed=len(under_way),
+        )
+        return believer, np.maximum(self.envelope(), guessed.max(axis=0))
 
     def gains(self, trial_ids: list[str], pending: set[str]) -> dict[str, float]:
-        """Each point's expected gain of the envelope at any radius (0 without a process)."""
-        best = self.believed_envelope(pending)
-        both = self._predicted(trial_ids)
-        if both is None:
+        """Each point's expected gain of the envelope at any radius (0 without a process),
+        under the kriging believer of the `pending` models (`_believed`)."""
+        believed = self._believed(pending) if trial_ids else None
+        if believed is None:
             return dict.fromkeys(trial_ids, 0.0)
+        surrogate, best = believed
+        groups = [group_of(self.universe[t]) for t in trial_ids]
+        both = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
         gain = expected_improvement(*both, best).max(axis=1)  # every point at once
         return dict(zip(trial_ids, gain.tolist(), strict=True))
 

@@ -150,11 +150,13 @@ class Process:
     white kernel takes what more there is (the training seed).
 
     The hyperparameters are those of `kernel` when given (conditioning only: a Cholesky
-    factorisation), else chosen by maximising the marginal likelihood of these observations
-    (one L-BFGS run from the initial values below; `RESTARTS` more from seeded random ones).
+    factorisation; `offset`, the constant mean, too: a believer's, so that its pending models
+    at their predicted accuracy move no prediction's mean), else chosen by maximising the
+    marginal likelihood of these observations (one L-BFGS run from the initial values below;
+    `RESTARTS` more from seeded random ones).
     Deterministic: the same observations give the same process."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None):
+    def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None, offset=None):
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
@@ -167,7 +169,7 @@ class Process:
             tuned: dict[str, Any] = {"n_restarts_optimizer": RESTARTS, "random_state": 0}
         else:
             tuned = {"optimizer": None}
-        self.offset = float(y.mean())
+        self.offset = float(y.mean()) if offset is None else float(offset)
         self.gp = GaussianProcessRegressor(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
         with warnings.catch_warnings():
             # a length scale at its bound (an axis that does not matter) is an answer here
@@ -220,22 +222,38 @@ class Tuned:
         self._kernels: dict[int, tuple[tuple[str, ...], Any]] = {}  # radius -> (subset, kernel)
         self._fitted: dict[int, tuple[tuple[tuple[str, ...], bytes], Process]] = {}
 
-    def process(self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int):
+    def process(
+        self,
+        r: int,
+        ids: list[str],
+        x: np.ndarray,
+        y: np.ndarray,
+        points: int,
+        believed: int = 0,
+    ):
         """Radius `r`'s process of the models `ids` (features `x`, accuracies `y`): the last
         one again if they are the same (a model whose σ does not reach `r` changes nothing
-        there), else conditioned on them with the kernel of their tuning sample."""
+        there), else conditioned on them with the kernel of their tuning sample. The last
+        `believed` rows are pending models at their predicted accuracy (`Surrogate`'s
+        believer): conditioned on, never tuned on, and their process not kept."""
         key = (tuple(ids), y.tobytes())
         known = self._fitted.get(r)
         if known is not None and known[0] == key:
             return known[1]
-        process = self._process(r, ids, x, y, points)
-        self._fitted[r] = (key, process)
+        process = self._process(r, ids, x, y, points, len(ids) - believed)
+        if not believed:
+            self._fitted[r] = (key, process)
         return process
 
-    def _process(self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int):
-        if len(ids) <= TUNED_MODELS:
+    def _process(
+        self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int, real: int
+    ):
+        if real < len(ids):  # a believer: the kernel of the observed models' process
+            seen = self.process(r, ids[:real], x[:real], y[:real], points)
+            return Process(x, y, points, kernel=seen.kernel, offset=seen.offset)
+        if real <= TUNED_MODELS:
             return Process(x, y, points)  # tuned on all of them: nothing to gain by reuse
-        order = sorted(range(len(ids)), key=lambda i: tuning_rank(ids[i]))[:TUNED_MODELS]
+        order = sorted(range(real), key=lambda i: tuning_rank(ids[i]))[:TUNED_MODELS]
         subset = tuple(ids[i] for i in order)
         known = self._kernels.get(r)
         if known is None or known[0] != subset:
@@ -260,7 +278,10 @@ class Surrogate:
     certified anything there; beyond, its accuracy is a structural zero (a model cannot
     certify beyond σ·Φ⁻¹(α^(1/n))), predicted exactly, not fitted. A σ not yet observed is
     taken to reach every radius. `points`: the test points each accuracy is a mean over;
-    `ids`: the models' trial ids and `tuned` the hyperparameters kept between fits (`Tuned`)."""
+    `ids`: the models' trial ids and `tuned` the hyperparameters kept between fits (`Tuned`);
+    `believed`: how many of the last rows are pending models at their predicted curves (a
+    kriging believer: conditioned on with the observed models' kernels, so a point beside one
+    already under way is not proposed as the same bet)."""
 
     def __init__(
         self,
@@ -270,13 +291,15 @@ class Surrogate:
         points: int,
         ids: list[str],
         tuned: Tuned,
+        believed: int = 0,
     ):
         self.reach: dict[object, np.ndarray] = {}
-        for g, curve in zip(groups, curves, strict=True):
+        real = len(ids) - believed
+        for g, curve in zip(groups[:real], curves[:real], strict=True):
             self.reach[g] = self.reach.get(g, np.zeros(curves.shape[1], bool)) | (curve > 0)
         self.processes: list[Process | float] = []  # a float: every model alike there
         with one_thread():
-            self._fit(x, curves, groups, points, ids, tuned)
+            self._fit(x, curves, groups, points, ids, tuned, real)
 
     def _fit(
         self,
@@ -286,15 +309,19 @@ class Surrogate:
         points: int,
         ids: list[str],
         tuned: Tuned,
+        real: int,
     ) -> None:
+        every = np.ones(curves.shape[1], bool)  # a σ not observed yet reaches every radius
         for r in range(curves.shape[1]):
-            rows = [i for i, g in enumerate(groups) if self.reach[g][r]]
+            rows = [i for i, g in enumerate(groups) if self.reach.get(g, every)[r]]
             values = curves[rows, r]
-            fit = len(rows) >= 2 and len(set(values)) > 1
-            same = float(values.mean()) if len(rows) else 0.0
+            observed = [i for i in rows if i < real]
+            fit = len(observed) >= 2 and len(set(curves[observed, r])) > 1
+            same = float(curves[observed, r].mean()) if observed else 0.0
             if fit:
                 kept = [ids[i] for i in rows]
-                self.processes.append(tuned.process(r, kept, x[rows], values, points))
+                believed = len(rows) - len(observed)
+                self.processes.append(tuned.process(r, kept, x[rows], values, points, believed))
             else:
                 self.processes.append(same)
 
