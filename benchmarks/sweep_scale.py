@@ -173,7 +173,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
     # function into every shard task (a tenth of the driver's time at 644 trials).
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    import sweep_scale as standins
+    import sweep_scale as standins  # type: ignore[import-not-found]  # itself, as a module
 
     ray.init(
         address="local",
