@@ -179,8 +179,13 @@ class EnvelopeSearch:
         surrogate = self._surrogate()
         if surrogate is None or not trial_ids:
             return None
-        groups = [group_of(self.universe[t]) for t in trial_ids]
-        return surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
+        return surrogate.predict(*self._inputs(trial_ids))
+
+    def _inputs(self, trial_ids: list[str]) -> tuple[np.ndarray, list[object]]:
+        """A surrogate's inputs for these points: their features and their σ."""
+        return np.stack([self.x[t] for t in trial_ids]), [
+            group_of(self.universe[t]) for t in trial_ids
+        ]
 
     def _surrogate(self) -> Surrogate | None:
         """The surrogate of the models that did not diverge, refitted only when they change;
@@ -206,10 +211,7 @@ class EnvelopeSearch:
         under_way = sorted(pending - set(self.curves))
         if not under_way:
             return surrogate, self.envelope()
-        guessed = surrogate.predict(
-            np.stack([self.x[t] for t in under_way]),
-            [group_of(self.universe[t]) for t in under_way],
-        )[0]
+        guessed = surrogate.predict(*self._inputs(under_way))[0]
         fitted = self._fit[0] if self._fit is not None else ()
         ids = [*fitted, *under_way]
         believer = Surrogate(
@@ -230,8 +232,7 @@ class EnvelopeSearch:
         if believed is None:
             return dict.fromkeys(trial_ids, 0.0)
         surrogate, best = believed
-        groups = [group_of(self.universe[t]) for t in trial_ids]
-        both = surrogate.predict(np.stack([self.x[t] for t in trial_ids]), groups)
+        both = surrogate.predict(*self._inputs(trial_ids))
         gain = expected_improvement(*both, best).max(axis=1)  # every point at once
         return dict(zip(trial_ids, gain.tolist(), strict=True))
 
