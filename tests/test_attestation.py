@@ -705,3 +705,51 @@ def test_a_keyed_read_of_the_signed_cache_checks_no_covered_file_again(
     # without the key nothing is skipped: the checked path reads every file
     monkeypatch.delenv(att.KEY_ENV)
     assert load_results(exp).attestations is None
+
+
+def test_a_refresh_takes_its_own_compaction_s_statement_and_checks_a_file_changed_since(
+    tmp_path, signing_env, monkeypatch
+):
+    """A compaction returns the digest of the file it wrote and what its statement says; a
+    refresh given it (`known`, as the run's driver passes its tasks' results: through Ray,
+    not the storage) verifies no statement of those bytes again, and does verify a file
+    whose bytes are no longer those: rows changed under the old statement fail, left out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sweeper.results import attestation_reads, attested_rows
+    from sweeper.results.certify_rows import CERTIFY_ROWS
+    from sweeper.results.reader import refresh_cache
+    from sweeper.results.sweep_file import write_sweep
+    from sweeper.run import shards
+    from sweeper.run.certify_stage import CERTIFY
+    from sweeper.run.compaction import compact
+    from trainables.kernel.trial_status import write_status
+
+    spec, exp, cfg = _trained(tmp_path)
+    write_sweep(exp, {"space": {}, "trials": [cfg.to_dict()]})
+    write_status(exp.trial_dir(cfg.trial_id), cfg, "finished", 1, {})
+    planned = shards.plan(cfg, "certify", spec.certify, 450)
+    for shard in planned:
+        shards.run_shard(exp, CERTIFY, shard, spec.certify, 1)
+    setting = type("S", (), {"setting_id": planned[0].setting_id})()
+    done = compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    target = exp.compacted_path("certify", cfg.trial_id, setting.setting_id, len(planned))
+    assert done.digest == att.sha256_bytes(Path(target).read_bytes())
+    statement = attested_rows.statement_of(pq.read_table(target), signing_env.public)
+    assert statement is not None and done.said == attested_rows.said_by(statement)
+    assert done.key_id == signing_env.key_id and done.rows == len(planned) * 10
+    verified: list[str] = []
+    real = attestation_reads.statement_of
+    monkeypatch.setattr(
+        attestation_reads, "statement_of", lambda t, k: verified.append("file") or real(t, k)
+    )
+    assert refresh_cache(exp, CERTIFY_ROWS, known={done.digest: done.said}) == 1
+    assert verified == []
+    table = pq.read_table(target)
+    i = table.schema.get_field_index("time_s")
+    changed = table.set_column(i, table.schema.field(i), pa.array([9.0] * table.num_rows))
+    pq.write_table(changed, target)  # its statement kept, its rows not those signed
+    Path(exp.cache_path("certify")).unlink()
+    assert refresh_cache(exp, CERTIFY_ROWS, known={done.digest: done.said}) == 0
+    assert verified == ["file"]

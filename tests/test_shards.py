@@ -118,7 +118,7 @@ def certified(exp: Experiment) -> dict:
 # ------------------------------------------------------------------------------ compaction
 def test_compaction_folds_verifies_then_deletes_the_shards(exp):
     before = certified(exp)
-    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4
+    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2).rows == 4
     folder = Path(exp.setting_dir("certify", A.trial_id, CID))
     assert sorted(p.name for p in folder.iterdir()) == ["compacted-of-00002.parquet"]
     table = pq.read_table(folder / "compacted-of-00002.parquet")
@@ -126,7 +126,7 @@ def test_compaction_folds_verifies_then_deletes_the_shards(exp):
     assert table.schema.remove_metadata().equals(SCHEMA)
     assert json.loads(table.schema.metadata[b"sweeper.config"]) == A.to_dict()
     assert certified(exp) == before  # the same rows, now from one file
-    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2) == 4  # idempotent
+    assert compaction.compact(exp, CERTIFY, A.trial_id, SPEC, 2).rows == 4  # idempotent
 
 
 def test_a_crash_between_writing_and_deleting_is_recovered(exp):
@@ -226,7 +226,7 @@ def test_compaction_runs_the_ddrs_memory_pass_and_results_carry_its_certificates
     table = shard_table(A, "exp", dd.cert_id, constants, cols, {"config": A.to_dict()})
     write(exp, A, 0, 2, table.slice(0, 3), dd.cert_id)
     write(exp, A, 1, 2, table.slice(3), dd.cert_id)
-    assert compaction.compact(exp, CERTIFY, A.trial_id, dd, 2) == 5
+    assert compaction.compact(exp, CERTIFY, A.trial_id, dd, 2).rows == 5
 
     compacted = pq.read_table(exp.compacted_path("certify", A.trial_id, dd.cert_id, 2))
     results = load_results(exp)
@@ -782,7 +782,8 @@ def test_the_cache_is_refreshed_after_16_models_then_when_a_quarter_of_it_is_new
     """81 models compacted before the run (not cached), then 41 compacted by it: the cache is
     rewritten at the run's 16th compaction (97 models), then once 97 // 4 = 24 more are
     compacted (121), and by finish() for the last one: a number of rewrites logarithmic in
-    the models, each reader opening one file for nearly all of them."""
+    the models, each reader opening one file for nearly all of them. (A refresh runs on a
+    thread of its own, `cache_refresh`: here each is waited for as it starts.)"""
     small = CertifySpec(n0=10, n=1000, alpha=0.001, skip=1, max_points=2, shard_size=2)
     models = [replace(A, epochs=k) for k in range(1, 123)]
     bench.models.update({cfg.trial_id: cfg for cfg in models})
@@ -796,6 +797,7 @@ def test_the_cache_is_refreshed_after_16_models_then_when_a_quarter_of_it_is_new
 
     def on_event(event: shards.Event) -> None:
         if event.kind == "compacted":
+            runner.caches.collect(wait=True)
             cached.append(bench.cached_models())
 
     runner = bench.runner(bench.work(small), InProcess(), on_event)

@@ -55,9 +55,19 @@ def signed(
     table: pa.Table, key: SigningKey, step: str, inputs: dict[str, str], settings: dict
 ) -> pa.Table:
     """`table` with its statement (`step` made these rows from `inputs`) in its metadata."""
+    return signed_with(table, key, step, inputs, settings)[0]
+
+
+def signed_with(
+    table: pa.Table, key: SigningKey, step: str, inputs: dict[str, str], settings: dict
+) -> tuple[pa.Table, Statement]:
+    """`signed`, and the statement it carries (what its writer can vouch for)."""
     statement = Statement(step, inputs, {"rows": rows_digest(table)}, settings, code_version())
     meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != ATTESTATION}
-    return table.replace_schema_metadata({**meta, ATTESTATION: canonical(key.sign(statement))})
+    signed_table = table.replace_schema_metadata(
+        {**meta, ATTESTATION: canonical(key.sign(statement))}
+    )
+    return signed_table, statement
 
 
 def unsigned_metadata(metadata: dict | None) -> dict:

@@ -19,7 +19,7 @@ never merged (`StageRows.invalid`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -308,15 +308,19 @@ def _model_index(table: pa.Table, setting_column: str, models: list[StageFile]) 
 
 
 def refresh_cache(
-    exp: Experiment, stage: StageTable, rewritten: frozenset[str] = frozenset()
+    exp: Experiment,
+    stage: StageTable,
+    rewritten: frozenset[str] = frozenset(),
+    known: Mapping[str, dict] | None = None,
 ) -> int:
     """Fold every valid compacted file into the stage's cache (atomically), each recorded with
     its size and the digest of its bytes as validated, the cache's columns with theirs; with
     a key, files whose attestation fails left out, and the statement signed (`signed_cache`).
     `rewritten`: paths of files written again since (an envelope strategy's tie completion),
     read again whatever the cache says of them (a key holder's read trusts a covered file of
-    the same size). Returns how many models the cache holds. Only the driver holding the
-    lease calls this."""
+    the same size). `known`: statements this process vouches for by their files' digests
+    (`attestation_reads.check_files`). Returns how many models the cache holds. Only the
+    driver holding the lease calls this, one call at a time (`sweeper.run.cache_refresh`)."""
     compacted = one_compacted([f for f in exp.stage_files(stage.name) if f.kind == "compacted"])[0]
     if not compacted:
         return 0
@@ -334,7 +338,7 @@ def refresh_cache(
     bad = {p.partition(": ")[0] for p in invalid}
     key, unattested = load_signing_key(), None
     if key is not None:  # what the signed cache records of each file's attestation
-        unattested, failed = _attestations(exp, compacted, vouched, key)
+        unattested, failed = _attestations(exp, compacted, vouched, key, known)
         bad |= failed
     kept = [f for f in compacted if f.path in covered and f.path not in bad]
     covers = {exp.relative(f.path): old[exp.relative(f.path)] for f in kept}
@@ -360,12 +364,12 @@ def _without(table: pa.Table, stage: StageTable, files: list[StageFile], bad=fro
     return table.filter(pa.array(np.isin(_model_index(table, stage.setting_column, files), keep)))
 
 
-def _attestations(exp: Experiment, compacted: list[StageFile], vouched: dict, key):
+def _attestations(exp: Experiment, compacted: list[StageFile], vouched: dict, key, known):
     """(the covered-to-be files resting on no attestation, relative paths; the paths whose
     attestation fails, left out of the cache): a file the old signed cache vouched for as it
-    recorded, every other one checked (`attestation_reads.check_files`)."""
+    recorded, every other one checked (`attestation_reads.check_files`, `known` its memo's)."""
     todo = [f for f in compacted if f.path not in vouched]
-    checked = check_files(exp, todo, key.public)
+    checked = check_files(exp, todo, key.public, known)
     failed = {line.partition(": ")[0] for line in checked.failed}
     unattested = {exp.relative(p) for p, attested in vouched.items() if not attested}
     unattested |= {exp.relative(f.path) for f in todo if f.model in checked.unattested}

@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 from sweeper.results.attested_rows import (
     place_problem,
     said_by,
-    signed,
+    signed_with,
     statement_of,
     unsigned_metadata,
 )
+from sweeper.results.digests import file_digest
 from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
@@ -37,10 +38,28 @@ from trainables.kernel.attestation import (
 log = logging.getLogger(__name__)
 
 
-def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int) -> int:
+@dataclass(frozen=True)
+class Compacted:
+    """What a compaction wrote, as its task returns it to the driver (through Ray, not the
+    storage): its `rows`, the SHA-256 of the file's bytes, and, when signed, what its
+    statement says (`said_by`) under the key `key_id`. The driver's cache refresh takes that
+    statement as verified while the file's bytes have this digest (`refresh_cache`'s
+    `vouched`): the worker that signed the rows need not be second-guessed by the process
+    that started it, only the storage in between."""
+
+    rows: int
+    digest: str
+    said: dict | None = None
+    key_id: str | None = None
+
+
+def compact(
+    exp: Experiment, stage: Stage, trial_id: str, setting: Identified, count: int
+) -> Compacted:
     """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
-    the file, then delete the shards (and a legacy memory file). Idempotent; returns rows."""
+    the file, then delete the shards (and a legacy memory file). Idempotent."""
     sid = setting.setting_id
+    statement: Statement | None = None
     target = exp.compacted_path(stage.name, trial_id, sid, count)
     files = exp.stage_files(stage.name, within=exp.setting_dir(stage.name, trial_id, sid))
     shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
@@ -67,19 +86,22 @@ def compact(exp: Experiment, stage: Stage, trial_id: str, setting: Identified, c
             made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
             if stage.finish is not None:  # e.g. the DDRS memory pass, attested with the rows
                 made["finish"] = f"{stage.finish.__module__}.{stage.finish.__qualname__}"
-            table = signed(table, key, "compact", inputs, made)
+            table, statement = signed_with(table, key, "compact", inputs, made)
         write_table(table, target)
         rows = table.num_rows
     else:
         _check_footers([f for f in files if f.path == target], stage)
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
         if key := load_signing_key():
-            _check_attested(target, "compact", (trial_id, sid), None, key)
+            statement = _check_attested(target, "compact", (trial_id, sid), None, key)
     _verify(target, rows, stage.schema)
+    digest = file_digest(fileio.read_bytes(target))
     for f in files:
         if f.kind in ("shard", "memory"):
             fileio.delete(f.path)
-    return rows
+    if statement is None or key is None:
+        return Compacted(rows, digest)
+    return Compacted(rows, digest, said_by(statement), key.key_id)
 
 
 def _index(f: StageFile) -> int:

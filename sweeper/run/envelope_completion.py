@@ -29,9 +29,9 @@ from sweeper.results.attested_rows import (
     signed,
     unsigned_metadata,
 )
-from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment
+from sweeper.run.cache_refresh import refresh
 from sweeper.run.envelope_driver import Driver
 from sweeper.run.envelope_ledger import FullRow, Model
 from sweeper.run.envelope_planner import Step
@@ -181,7 +181,7 @@ class Completions:
         """The stage's cache, with the files completions wrote again read again (a key
         holder's read takes a covered file of the same size as the cache holds it)."""
         if self.rewritten:
-            refresh_cache(self.d.exp, ENVELOPE_CERTIFY, frozenset(self.rewritten))
+            refresh(self.d.exp, ENVELOPE_CERTIFY, frozenset(self.rewritten))
 
     def rows(self, cfg: TrialConfig, m: Model) -> pa.Table | None:
         """The model's compacted rows if they pass `full_refusal` with every count the ledger

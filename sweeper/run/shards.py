@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sweeper.plan.spec import Resources
 from sweeper.results.attested_rows import data_of, points_digest, signed
 from sweeper.results.failures import FailureLog
-from sweeper.results.reader import refresh_cache
 from sweeper.results.shard_counts import Progress as Progress  # what is on storage
 from sweeper.results.shard_counts import all_compacted as all_compacted
 from sweeper.results.shard_counts import progress
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, chunked
+from sweeper.run.cache_refresh import CacheRefresher
 from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
@@ -224,8 +223,7 @@ class StageRunner:
         self.retries = retries or Retries(task_budget(), failure_log)
         self.pending: dict[Any, Job] = {}
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
-        self.fresh: Counter = Counter()  # stage -> models compacted since its cache was refreshed
-        self.cached: Counter = Counter()  # stage -> models in its cache after the last refresh
+        self.caches = CacheRefresher(exp)  # the stages' caches, refreshed off this loop
         self.done = 0
         self.planned: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
 
@@ -315,13 +313,13 @@ class StageRunner:
         for handle in self.tasks.wait(list(self.pending), timeout):
             task = self.pending.pop(handle)
             try:
-                self.tasks.get(handle)
+                result = self.tasks.get(handle)
             except Exception as e:  # reported in the outcome, grouped per model and stage
                 if not self._again(task, e):
                     self._fail(task.trial_id, task.work.stage.name, str(e) or type(e).__name__)
                 continue
             if task.shard is None:
-                self._compacted(task.work, task.trial_id)
+                self._compacted(task.work, task.trial_id, result)
             else:
                 self._shard_done(task.work, task.shard)
 
@@ -333,25 +331,13 @@ class StageRunner:
             self._submit_compaction(work, shard.trial_id, shard.count)
         self._emit("shard_done", shard.trial_id, f"{shard.stage} {shard.index + 1}/{shard.count}")
 
-    def _compacted(self, work: Work, trial_id: str) -> None:
-        self.fresh[work.stage.name] += 1
-        if self.fresh[work.stage.name] >= max(16, self.cached[work.stage.name] // 4):
-            self.refresh(work.stage)  # geometric: the cache is rewritten O(log models) times
+    def _compacted(self, work: Work, trial_id: str, result: object) -> None:
+        self.caches.compacted(work.stage, result)  # readers then open one file
         self._emit("compacted", trial_id, f"{work.stage.name} {work.setting.setting_id}")
-
-    def refresh(self, stage: Stage) -> None:
-        """Fold the compacted models into the stage's cache (readers then open one file)."""
-        try:
-            self.cached[stage.name] = refresh_cache(self.exp, stage)
-        except OSError as e:  # a cache is an optimization: readers fall back to the files
-            log.warning("could not refresh the %s cache: %s", stage.name, e)
-        self.fresh[stage.name] = 0
 
     def finish(self) -> None:
         """Once every task has ended: the caches hold every compacted model."""
-        for stage in {w.stage.name: w.stage for w in self.work}.values():
-            if self.fresh[stage.name]:
-                self.refresh(stage)
+        self.caches.finish(list({w.stage.name: w.stage for w in self.work}.values()))
 
     def _fail(self, trial_id: str, stage: str, text: str) -> None:
         failure = self.failure_log.add(trial_id, stage, text)
@@ -376,3 +362,4 @@ class StageRunner:
         for handle in self.pending:
             self.tasks.cancel(handle)
         self.pending.clear()
+        self.caches.close()
