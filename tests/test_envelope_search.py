@@ -238,6 +238,23 @@ def test_a_pending_point_is_believed_at_its_prediction_so_its_neighbour_is_a_sma
     assert search.gains([b.trial_id], {a.trial_id})[b.trial_id] < before
 
 
+def test_the_believer_s_update_is_the_process_fitted_to_observed_and_pending_models_together():
+    """`Believer` conditions a fitted process on pending models by an update of its Cholesky
+    factor: what scikit-learn's fit to both (the same kernel and constant mean) predicts,
+    means and spreads, for believed accuracies that are not the predicted ones too."""
+    from sweeper.run.search_process import Believer, Process
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(40, 3))
+    y = 0.3 + 0.4 * np.sin(3 * x[:, 0]) * x[:, 1] + 0.02 * rng.standard_normal(40)
+    seen = Process(x[:34], y[:34], points=500)
+    joint = Process(x, y, points=500, kernel=seen.kernel, offset=seen.offset)
+    believer = Believer(seen, x[34:], y[34:], points=500)
+    at = np.vstack([rng.uniform(size=(25, 3)), x[:3]])
+    for got, want in zip(believer.predict(at), joint.predict(at), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+
+
 def test_the_budget_stops_the_search_before_a_point_would_pass_it():
     trials = grid()
     truth = {t.trial_id: landscape(t) for t in trials}

@@ -65,9 +65,13 @@ class CacheRefresher:
         """A model of `stage` was compacted (`result`: its task's `Compacted`, whose
         statement a refresh takes as verified if signed with the key it checks with); starts
         a refresh on the thread when enough models are new and none is running."""
-        if isinstance(result, Compacted) and result.said is not None:
-            if self.key_id is not None and result.key_id == self.key_id:
-                self.known[result.digest] = result.said
+        if (
+            isinstance(result, Compacted)
+            and result.said is not None
+            and self.key_id is not None
+            and result.key_id == self.key_id
+        ):
+            self.known[result.digest] = result.said
         self.fresh[stage.name] += 1
         self.collect()
         if self._running is None and self.fresh[stage.name] >= self._due(stage.name):

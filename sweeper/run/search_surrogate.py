@@ -9,8 +9,9 @@ process per σ saw about ten models and was sure of what it had not seen. A σ's
 certify beyond σ·Φ⁻¹(α^(1/n)), so a radius's process is fitted only to the σ that reach it and
 the others are exact zeros there (`Surrogate`), not a cliff the kernel would have to bend to.
 
-The bounds are what keeps a process with few models honest (replayed on the published logs:
-with the defaults of scikit-learn it stopped at half the cost and missed the envelope by 0.06):
+The bounds (`search_process`) are what keep a process with few models honest (replayed on
+the published logs: with the defaults of scikit-learn it stopped at half the cost and missed
+the envelope by 0.06):
 - the noise is known, not fitted away: each accuracy is a mean over the certified test points
   (`points`: 500 in the published logs), variance p(1−p)/points (`alpha`); the white kernel
   adds at most 0.1² (training seeds);
@@ -38,18 +39,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from sweeper.run.search_process import Believer, Process, one_thread
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
-LENGTH_SCALES = (0.1, 1.0)
-SIGNAL_VARIANCES = (1e-2, 1.0)
-NOISE_LEVELS = (1e-6, 1e-2)
-RESTARTS = 0  # the optimiser's random restarts per tuning (`Process`)
 TUNED_MODELS = 64  # observations a radius's hyperparameters are tuned on (`Tuned`)
 GROUP_FIELD = "sigma"  # the initial design covers each training σ
 NOT_FEATURES = frozenset({"seed", "init_from", *ENVIRONMENT_FIELDS})
@@ -142,57 +139,6 @@ def group_of(trial: TrialConfig) -> object:
     return getattr(trial, GROUP_FIELD)
 
 
-class Process:
-    """One radius's Gaussian process over every grid point that can reach it (σ a feature):
-    accuracy = constant + Matérn-5/2 (one length scale per axis) + white noise, fitted to the
-    accuracies centred on their mean but not rescaled, so the bounds below are in accuracy
-    units. Each observation carries its known test-set noise p(1−p)/points (`alpha`); the
-    white kernel takes what more there is (the training seed).
-
-    The hyperparameters are those of `kernel` when given (conditioning only: a Cholesky
-    factorisation; `offset`, the constant mean, too: a believer's, so that its pending models
-    at their predicted accuracy move no prediction's mean), else chosen by maximising the
-    marginal likelihood of these observations (one L-BFGS run from the initial values below;
-    `RESTARTS` more from seeded random ones).
-    Deterministic: the same observations give the same process."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None, offset=None):
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
-
-        x = _columns(x)
-        if kernel is None:
-            kernel = ConstantKernel(1e-2, SIGNAL_VARIANCES) * Matern(
-                length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=LENGTH_SCALES, nu=2.5
-            ) + WhiteKernel(1e-4, NOISE_LEVELS)
-            tuned: dict[str, Any] = {"n_restarts_optimizer": RESTARTS, "random_state": 0}
-        else:
-            tuned = {"optimizer": None}
-        self.offset = float(y.mean()) if offset is None else float(offset)
-        self.gp = GaussianProcessRegressor(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
-        with warnings.catch_warnings():
-            # a length scale at its bound (an axis that does not matter) is an answer here
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            self.gp.fit(x, y - self.offset)
-
-    @property
-    def kernel(self) -> Any:
-        """The fitted kernel (its hyperparameters), to condition other observations on."""
-        return self.gp.kernel_
-
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, standard deviation) of the model's accuracy itself at each of `x`: the
-        white noise is left out, so a point next to an observed one has little to offer."""
-        mean, std = self.gp.predict(_columns(x), return_std=True)
-        noise = self.gp.kernel_.k2.noise_level
-        return mean + self.offset, np.sqrt(np.maximum(std**2 - noise, 1e-12))
-
-
-def _columns(x: np.ndarray) -> np.ndarray:
-    return x if x.shape[1] else np.zeros((len(x), 1))
-
-
 def tuning_rank(trial_id: str) -> bytes:
     """A fixed pseudo-random order of the grid's points (the tuning subset's)."""
     return hashlib.sha256(trial_id.encode()).digest()
@@ -248,9 +194,9 @@ class Tuned:
     def _process(
         self, r: int, ids: list[str], x: np.ndarray, y: np.ndarray, points: int, real: int
     ):
-        if real < len(ids):  # a believer: the kernel of the observed models' process
+        if real < len(ids):  # a believer: the observed models' process, conditioned further
             seen = self.process(r, ids[:real], x[:real], y[:real], points)
-            return Process(x, y, points, kernel=seen.kernel, offset=seen.offset)
+            return Believer(seen, x[real:], y[real:], points)
         if real <= TUNED_MODELS:
             return Process(x, y, points)  # tuned on all of them: nothing to gain by reuse
         order = sorted(range(real), key=lambda i: tuning_rank(ids[i]))[:TUNED_MODELS]
@@ -260,16 +206,6 @@ class Tuned:
             known = (subset, Process(x[order], y[order], points).kernel)
             self._kernels[r] = known
         return Process(x, y, points, kernel=known[1])
-
-
-def one_thread() -> Any:
-    """BLAS on one thread while the surrogate fits and predicts (a context manager). Its
-    matrices are small (tens to hundreds of rows), where OpenBLAS's threads cost more than they
-    give, and a driver shares its cores with Ray's workers: measured on 2 busy cores, one
-    64-row `cho_solve` took 5.5 ms of CPU on two threads (spinning) against 0.1 ms on one."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(1, "blas")
 
 
 class Surrogate:
@@ -297,7 +233,7 @@ class Surrogate:
         real = len(ids) - believed
         for g, curve in zip(groups[:real], curves[:real], strict=True):
             self.reach[g] = self.reach.get(g, np.zeros(curves.shape[1], bool)) | (curve > 0)
-        self.processes: list[Process | float] = []  # a float: every model alike there
+        self.processes: list[Process | Believer | float] = []  # a float: every model alike
         with one_thread():
             self._fit(x, curves, groups, points, ids, tuned, real)
 
@@ -336,7 +272,7 @@ class Surrogate:
                 rows = np.flatnonzero(reach[:, r]) if reach is not None else np.zeros(0, int)
                 if not len(rows):
                     continue
-                if isinstance(process, Process):
+                if not isinstance(process, float):
                     mean[rows, r], std[rows, r] = process.predict(x[rows])
                 else:
                     mean[rows, r] = process  # too little to fit: what was seen, no spread
