@@ -255,6 +255,28 @@ def test_the_believer_s_update_is_the_process_fitted_to_observed_and_pending_mod
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
 
 
+def test_a_process_conditioned_on_given_hyperparameters_skips_only_the_likelihood():
+    """With its kernel given, a radius's process predicts what scikit-learn's own regressor
+    fitted with that kernel predicts; the marginal likelihood it never reads is not computed.
+    Tuning (no kernel given) still maximises it."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    from sweeper.run.search_process import Process
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(30, 2))
+    y = 0.5 + 0.3 * np.cos(4 * x[:, 0]) * x[:, 1]
+    tuned = Process(x, y, points=500)
+    assert np.isfinite(tuned.gp.log_marginal_likelihood_value_)
+    given = Process(x, y, points=500, kernel=tuned.kernel)
+    assert math.isnan(given.gp.log_marginal_likelihood_value_)
+    plain = GaussianProcessRegressor(tuned.kernel, alpha=y * (1 - y) / 500 + 1e-6, optimizer=None)
+    plain.fit(x, y - given.offset)
+    at = rng.uniform(size=(12, 2))
+    mean, std = plain.predict(at, return_std=True)
+    np.testing.assert_allclose(given.gp.predict(at, return_std=True), (mean, std), atol=1e-12)
+
+
 def test_the_budget_stops_the_search_before_a_point_would_pass_it():
     trials = grid()
     truth = {t.trial_id: landscape(t) for t in trials}

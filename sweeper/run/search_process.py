@@ -4,6 +4,7 @@ models still under way at their predicted accuracy (`Believer`: the kriging beli
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -32,7 +33,6 @@ class Process:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, points: int, kernel: Any = None, offset=None):
         from sklearn.exceptions import ConvergenceWarning
-        from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
         x = columns(x)
@@ -44,7 +44,7 @@ class Process:
         else:
             tuned = {"optimizer": None}
         self.offset = float(y.mean()) if offset is None else float(offset)
-        self.gp = GaussianProcessRegressor(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
+        self.gp = regressor()(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
         with warnings.catch_warnings():
             # a length scale at its bound (an axis that does not matter) is an answer here
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -65,6 +65,23 @@ class Process:
     def noise(self) -> float:
         """The white kernel's level: the training seed's noise, not the model's accuracy."""
         return float(self.gp.kernel_.k2.noise_level)
+
+
+@functools.cache
+def regressor() -> Any:
+    """scikit-learn's `GaussianProcessRegressor`, except that a process whose hyperparameters
+    are given (`optimizer=None`: conditioning only) does not evaluate its log marginal
+    likelihood, which nothing here reads: scikit-learn computes it at every fit, a second
+    factorisation of every model, about half of conditioning a radius's process."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    class Conditioned(GaussianProcessRegressor):
+        def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
+            if self.optimizer is None and not eval_gradient:
+                return float("nan")
+            return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+
+    return Conditioned
 
 
 def columns(x: np.ndarray) -> np.ndarray:
