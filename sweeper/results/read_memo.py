@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -127,7 +128,8 @@ class ReadMemo:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            # one per process and thread: a run refreshes its caches on a thread of their own
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps({"digests": self.digests, "valid": self.valid}))
             os.replace(tmp, self.path)
         except OSError:
