@@ -180,3 +180,31 @@ def test_other_settings_continue_a_stopped_search(tmp_path):
     on, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=lower)
     got = on.suggest("y")
     assert got not in (None, Searcher.FINISHED) and on.running["y"] not in order
+
+
+def test_under_the_search_tune_keeps_no_trial_actor_for_reuse(tmp_path, monkeypatch):
+    """Tune waits on a searcher that waits for curves with no trial running; an actor it kept
+    for reuse would hold the room certification needs (Tune lets it go after 600 s). The
+    search's Tuner reuses no actor; every other run's does (a trial starts warm)."""
+    from ray import tune
+
+    from sweeper.run import launch
+    from sweeper.run.launch_options import LaunchOptions
+    from sweeper.run.stage_searcher import stage_searcher
+    from trainables.kernel.config import TrialConfig
+
+    class Callback(tune.Callback):
+        handed = TuneTrials({"c": 1})
+        certifier = None
+        retries = None
+
+    made: list[tune.TuneConfig] = []
+    real = tune.TuneConfig
+    monkeypatch.setattr(launch.tune, "TuneConfig", lambda **kw: made.append(real(**kw)) or made[-1])
+    monkeypatch.setattr(launch.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(launch, "run_budgets", lambda options, certifier: None)
+    searcher, _, exp = make(tmp_path, grid())
+    plain = stage_searcher(exp, [TrialConfig(dataset="digits", epochs=1)], [], Callback.handed)
+    for s in (searcher, plain):
+        launch._tuner(exp, s, 1, launch.Resources(), LaunchOptions(), Callback(), None)
+    assert [(c.search_alg, c.reuse_actors) for c in made] == [(searcher, False), (plain, True)]

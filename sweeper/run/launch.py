@@ -35,7 +35,7 @@ from sweeper.results.credentials import redact, scrub
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
-from sweeper.run.launch_options import LaunchOptions
+from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
 from sweeper.run.search_curves import Curves
@@ -238,36 +238,14 @@ def _tuner(
         search_alg=searcher,
         num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
-        reuse_actors=True,
+        # Under the search Tune can wait on its searcher with no trial running (curves due);
+        # an actor kept for reuse then holds the room certification needs, and Tune holds on
+        # to it for 600 s (measured on digits: 11 minutes of a 2-core machine idle).
+        reuse_actors=not isinstance(searcher, EnvelopeSearcher),
         trial_name_creator=callback.handed.name,
         trial_dirname_creator=callback.handed.dirname,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
-
-
-def trackers(exp: Experiment, options: LaunchOptions) -> list:
-    """Ray Tune's own loggers of the per-epoch curves: TensorBoard always (event files beside
-    each trial's progress.csv under `tune/`; tensorboardX imports torch into the driver, which
-    a training run loads anyway to size its test sets), MLflow and W&B when asked."""
-    from ray.tune.logger import TBXLoggerCallback
-
-    out: list = [TBXLoggerCallback()]
-    if options.mlflow:
-        from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-        if options.mlflow.startswith("file:"):  # asked for by name: MLflow 3 wants an opt-in
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-
-        out.append(
-            MLflowLoggerCallback(
-                tracking_uri=options.mlflow, experiment_name=exp.name, save_artifact=False
-            )
-        )
-    if options.wandb:
-        from ray.air.integrations.wandb import WandbLoggerCallback
-
-        out.append(WandbLoggerCallback(project=options.wandb, group=exp.name))
-    return out
 
 
 def run_sweep(

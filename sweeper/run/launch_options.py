@@ -2,7 +2,8 @@
 and after node losses, counted apart: `sweeper.run.retries`), GPUs, how long to wait for an
 autoscaler, which trackers besides TensorBoard get the curves, and how many trials a space
 may describe. Declared once (`setting`): the commands' options and their
---help are read from here. No Ray imported: the command line reads this at start-up.
+--help are read from here; the loggers they give Tune, `trackers`. No Ray imported at the
+module's level: the command line reads this at start-up.
 
 Credentials in --address or --mlflow are refused as the options are made (`CredentialsError`,
 before anything is written): Ray takes none in an address, Tune would keep the tracking URI
@@ -10,13 +11,18 @@ in its state (`tuner.pkl`), and the environment carries them instead."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sweeper.plan.grid import MAX_TRIALS
 from sweeper.plan.sweep_plan import address_credentials_problem
 from sweeper.results.credentials import credentials_problem, without_credentials
 from trainables.kernel.errors import ProblemsError
 from trainables.kernel.settings import AtLeast, NotBelow, setting
+
+if TYPE_CHECKING:
+    from sweeper.results.storage import Experiment
 
 
 class CredentialsError(ProblemsError):
@@ -91,3 +97,28 @@ def mlflow_problem(uri: str | None) -> str | None:
         "sweeper command, which logs to MLflow"
     )
     return credentials_problem("--mlflow", uri, "they would be stored in Ray Tune's state", fix)
+
+
+def trackers(exp: Experiment, options: LaunchOptions) -> list:
+    """Ray Tune's own loggers of the per-epoch curves: TensorBoard always (event files beside
+    each trial's progress.csv under `tune/`; tensorboardX imports torch into the driver, which
+    a training run loads anyway to size its test sets), MLflow and W&B when asked."""
+    from ray.tune.logger import TBXLoggerCallback
+
+    out: list = [TBXLoggerCallback()]
+    if options.mlflow:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        if options.mlflow.startswith("file:"):  # asked for by name: MLflow 3 wants an opt-in
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+        out.append(
+            MLflowLoggerCallback(
+                tracking_uri=options.mlflow, experiment_name=exp.name, save_artifact=False
+            )
+        )
+    if options.wandb:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        out.append(WandbLoggerCallback(project=options.wandb, group=exp.name))
+    return out
