@@ -7,8 +7,9 @@ one run.
 
 Both sweeps go through `sweeper.Sweep` on a local Ray (every core), each into its own
 experiment (`<space>-full`, `<space>-search`) under --storage; the search with the space's
-search settings and `--tolerance`. Re-running resumes what is there (its wall time is then of
-the rest only, and says so)."""
+search settings and `--tolerance`. Re-running resumes what is there: each run's wall time is
+kept beside the experiment (`<name>.wall.json`) and the sum printed, with the number of runs
+(a resumed run restarts Ray and re-reads storage, so the sum is an upper bound)."""
 
 from __future__ import annotations
 
@@ -27,15 +28,20 @@ RADII = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
 def run(space: str, storage: str, name: str, smoke: bool, search: dict | None) -> dict:
     sweep = Sweep(space, storage=storage, experiment=name, smoke=smoke)
     fresh = not Path(storage, name, "sweep.json").exists()
+    clock = Path(storage, f"{name}.wall.json")  # every run's seconds, beside the experiment
+    before = [] if fresh or not clock.exists() else json.loads(clock.read_text())
     start = time.perf_counter()
     sweep.run(search=search)
-    seconds = time.perf_counter() - start
+    runs = [*before, time.perf_counter() - start]
+    clock.write_text(json.dumps(runs))
+    seconds = sum(runs)
     st = experiment_status(sweep.exp())
     epochs = sum(t.epoch for t in st.trials)
     table = sweep.envelope(RADII)
     return {
         "seconds": seconds,
-        "fresh": fresh,
+        "fresh": fresh and len(runs) == 1,
+        "runs": len(runs),
         "trained": st.counts()["finished"],
         "trials": len(st.trials),
         "epochs": epochs,
@@ -62,7 +68,7 @@ def main(argv=None) -> int:
     full = run(args.space, args.storage, f"{args.space}-full", args.smoke, None)
     searched = run(args.space, args.storage, f"{args.space}-search", args.smoke, search)
     for label, r in (("full", full), ("search", searched)):
-        resumed = "" if r["fresh"] else " (resumed: the rest only)"
+        resumed = "" if r["fresh"] else f" (in {r['runs']} runs, resumed)"
         print(
             f"{label}: trained {r['trained']} of {r['trials']} trials, {r['epochs']} epochs, "
             f"{r['seconds'] / 60:.1f} min{resumed}"
