@@ -44,7 +44,7 @@ class Compacted:
     storage): its `rows`, the SHA-256 of the file's bytes, and, when signed, what its
     statement says (`said_by`) under the key `key_id`. The driver's cache refresh takes that
     statement as verified while the file's bytes have this digest (`refresh_cache`'s
-    `vouched`): the worker that signed the rows need not be second-guessed by the process
+    `known`): the worker that signed the rows need not be second-guessed by the process
     that started it, only the storage in between."""
 
     rows: int
