@@ -81,3 +81,18 @@ def test_a_second_run_trains_nothing_again(searched):
     for name, mtime in before.items():
         assert read_status(Path(exp.root, "trials", name))["state"] == "finished"
         assert after[name] == mtime
+
+
+def test_on_one_slot_the_search_waits_for_curves_between_tune_s_rounds(ray_session, tmp_path):
+    """A trial takes both CPUs, as certification does: Tune's room must be free while the
+    search awaits a curve (Tune's own wait held it for 600 s: the time limit fails this)."""
+    one_slot = SPACE.replace("cpu: 1", "cpu: 2").replace(
+        "epsilon: [0.25, 0.5, 1.0]", "epsilon: [0.5]"
+    )
+    space = write_space(tmp_path, one_slot.replace("m_train: [1, 2]", "m_train: [1]"), "one.yaml")
+    result = run_cli("run", "grid", space, "--storage", tmp_path / "store", "--experiment", "o")
+    assert result.exit_code == 0, result.output
+    exp = Experiment(str(tmp_path / "store"), "o")
+    record = json.loads(Path(exp.search_json).read_text())
+    assert record["stopped"]["reason"] == "exhausted" and len(record["proposals"]) == 2
+    assert len(list(Path(exp.tune_dir).glob("run-*"))) >= 2  # a round ended on the wait

@@ -14,7 +14,13 @@ from ray.tune.search import Searcher
 from sweeper.plan.search_spec import SearchSpec
 from sweeper.results.search_records import account, read_search
 from sweeper.results.storage import Experiment
-from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, Slots, search_slots
+from sweeper.run.search_tune import (
+    EnvelopeSearcher,
+    SearchPlan,
+    Slots,
+    search_rounds,
+    search_slots,
+)
 from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
 
@@ -208,3 +214,69 @@ def test_under_the_search_tune_keeps_no_trial_actor_for_reuse(tmp_path, monkeypa
     for s in (searcher, plain):
         launch._tuner(exp, s, 1, launch.Resources(), LaunchOptions(), Callback(), None)
     assert [(c.search_alg, c.reuse_actors) for c in made] == [(searcher, False), (plain, True)]
+
+
+class Certifying:
+    """Certification seen from between Tune's rounds: each poll certifies one awaited model
+    (`alive`), or nothing is left certifying; `stop` makes a poll a Ctrl-C."""
+
+    def __init__(self, searcher, curves, alive=True, stop=False):
+        self.searcher, self.curves, self.alive, self.stop = searcher, curves, alive, stop
+
+    def due(self) -> list[str]:
+        return sorted(self.searcher.awaiting - self.curves.certified)
+
+    def poll(self, timeout=0):
+        if self.stop:
+            raise KeyboardInterrupt
+        if self.alive and self.due():
+            self.curves.certified.add(self.due()[0])
+
+    @property
+    def in_flight(self) -> bool:
+        return self.alive and bool(self.due())
+
+
+def tune_round(searcher, rounds: list) -> None:
+    """One of Tune's rounds: what the searcher proposes trains, the oldest trial ending each
+    time the searcher has nothing to propose, until it says FINISHED."""
+    rounds.append([])
+    while (got := searcher.suggest(f"r{len(rounds)}-{len(rounds[-1])}")) != Searcher.FINISHED:
+        if got is not None:
+            rounds[-1].append(f"r{len(rounds)}-{len(rounds[-1])}")
+        else:
+            searcher.on_trial_complete(next(iter(searcher.running)))
+
+
+TWO = {"sigmas": (0.25,), "eps": (0.5,), "steps": (1,), "m": (1, 2)}  # the initial design
+
+
+def test_with_no_trial_of_its_own_in_tune_a_wait_ends_the_round_and_the_curves_start_the_next(
+    tmp_path,
+):
+    """Tune would block up to 600 s on a searcher returning None with no trial running, its
+    ended trials' room still held, which their certification needs: the search ends Tune's
+    round instead, awaits the curves, and a new round goes on from them."""
+    searcher, curves, exp = make(tmp_path, grid(**TWO), spec=SearchSpec("envelope", audit=0.0))
+    rounds: list[list[str]] = []
+    search_rounds(lambda k: tune_round(searcher, rounds), searcher, Certifying(searcher, curves))
+    assert [len(r) for r in rounds] == [2, 0]  # both trained, then the stop in a round of its own
+    assert searcher.done and not searcher.paused and not searcher.awaiting
+    assert read_search(exp)["stopped"]["reason"] == "exhausted"
+    assert set(searcher.search.curves) == set(searcher.started)
+
+
+def test_a_curve_that_cannot_come_counts_failed_and_ctrl_c_between_rounds_ends_the_run(tmp_path):
+    spec = SearchSpec("envelope", audit=0.0)
+    searcher, curves, _ = make(tmp_path, grid(**TWO), spec=spec)
+    rounds: list[list[str]] = []
+    search_rounds(
+        lambda k: tune_round(searcher, rounds), searcher, Certifying(searcher, curves, False)
+    )
+    assert len(rounds) == 2 and searcher.done
+    assert searcher.search.failed == searcher.started and not searcher.search.curves
+    searcher, curves, _ = make(tmp_path / "2", grid(**TWO), spec=spec)
+    rounds = []
+    stop = Certifying(searcher, curves, stop=True)
+    search_rounds(lambda k: tune_round(searcher, rounds), searcher, stop)
+    assert len(rounds) == 1 and searcher.paused and not searcher.done  # the run is interrupted

@@ -149,10 +149,15 @@ class EnvelopeCertifier:
                 self._end_full(name)
         self._advance()
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a step is still to end (polling can bring news)."""
+        return bool(self.pilots or self.reading or self.fulls or self.completions.running)
+
     def wait(self, poll_every: float = 0.5) -> None:
         """Run until every model is certified, pruned or failed (or `max_steps` started)."""
         self._advance()
-        while self.pilots or self.reading or self.fulls or self.completions.running:
+        while self.in_flight:
             self.poll(poll_every)
 
     def finish(self) -> None:

@@ -8,6 +8,7 @@ newest epoch on storage, and certifies only the shards that are missing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -39,7 +40,13 @@ from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, Slots, search_slots
+from sweeper.run.search_tune import (
+    EnvelopeSearcher,
+    SearchPlan,
+    Slots,
+    search_rounds,
+    search_slots,
+)
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
@@ -216,18 +223,20 @@ def _tuner(
     options: LaunchOptions,
     callback,
     trainable: Callable | None,
+    round_: int = 0,
 ):
     # Tune keeps one pending trial for custom searchers (200+ for grid search): a sweep needs
     # many, to pack trials on fractional GPUs and to give the autoscaler demand to act on.
     cpus = ray.cluster_resources().get("CPU", 1.0)
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(200, int(cpus * 1.1))))
-    callback.retries = run_budgets(options, callback.certifier)
+    if not round_:  # the budgets span the search's rounds
+        callback.retries = run_budgets(options, callback.certifier)
     trainable = tune.with_resources(
         tune.with_parameters(trainable or _run_trial(), experiment_root=exp.root),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
     run_config = tune.RunConfig(
-        name=time.strftime("run-%Y%m%d-%H%M%S"),
+        name=time.strftime("run-%Y%m%d-%H%M%S") + (f"-{round_}" if round_ else ""),
         storage_path=exp.tune_dir,
         verbose=0,
         # decides only for a trial not yet guarded (`retries.guard_trial`: budgets apart)
@@ -238,9 +247,8 @@ def _tuner(
         search_alg=searcher,
         num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
-        # Under the search Tune can wait on its searcher with no trial running (curves due);
-        # an actor kept for reuse then holds the room certification needs, and Tune holds on
-        # to it for 600 s (measured on digits: 11 minutes of a 2-core machine idle).
+        # Under the search an actor kept for reuse would take the room held back for the
+        # certification of the curves awaited (`Slots`) while other trials train.
         reuse_actors=not isinstance(searcher, EnvelopeSearcher),
         trial_name_creator=callback.handed.name,
         trial_dirname_creator=callback.handed.dirname,
@@ -286,10 +294,16 @@ def run_sweep(
             searcher = stage_searcher(exp, to_train, finished, handed)
         shrink = (room, len(to_train)) if room is not None else None
         callback = _SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
+        # under the search the searcher ends each round; Tune's count would end it unasked
+        samples = -1 if isinstance(searcher, EnvelopeSearcher) else len(to_train)
+        tuner = functools.partial(
+            _tuner, exp, searcher, samples, resources, options, callback, plane.trainable
+        )
         with _sigterm_as_sigint():
-            _tuner(
-                exp, searcher, len(to_train), resources, options, callback, plane.trainable
-            ).fit()
+            if isinstance(searcher, EnvelopeSearcher):
+                search_rounds(lambda k: tuner(k).fit(), searcher, certifier)
+            else:
+                tuner().fit()
         if isinstance(searcher, StageSearcher):
             outcome.blocked = searcher.blocked()
     outcome.interrupted = _interrupted(outcome, to_train, searcher)

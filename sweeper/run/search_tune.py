@@ -3,6 +3,12 @@
 from the curves certification has produced (`search_curves`); it holds back a trial while the
 slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bounds the rest.
 
+Tune runs in rounds (`search_rounds`): when the search waits for curves with none of its trials
+left in Tune, it ends the round instead of returning None, since Tune would then block in its
+searcher loop for up to 600 s without processing its actors' stops, holding the room of the
+trials that just ended, which their certification needs (on one slot, all of it). Between
+rounds the driver polls certification until the search has something to do.
+
 Its state is on storage: the models trained and their certification rows (the observations,
 read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
 A killed driver resumes: the trials it had proposed and not finished continue first from their
@@ -108,6 +114,7 @@ class EnvelopeSearcher(Searcher):
         self.running: dict[str, str] = {}  # Tune's trial id -> ours
         self.started: set[str] = set()
         self.done = False  # FINISHED returned: nothing more to train
+        self.paused = False  # FINISHED returned to end Tune's round: curves awaited
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
@@ -155,11 +162,33 @@ class EnvelopeSearcher(Searcher):
         ours = self._next() if room else None
         self.deciding["calls"] += 1
         self.deciding["cpu_s"] += time.thread_time() - start
+        if ours is None and not self.running:  # nothing of ours in Tune: end its round
+            self.paused = True
+            return Searcher.FINISHED
         if ours is None or ours == Searcher.FINISHED:
             return ours
         self.running[trial_id] = ours
         self.started.add(ours)
         return self.handed.hand(trial_id, self.trainable[ours])
+
+    def await_curves(self, certifier: Any, poll_every: float = 0.5) -> bool:
+        """Between Tune's rounds: poll `certifier` until the search no longer waits (True), or
+        False if interrupted (Ctrl-C). A curve that cannot come (nothing left certifying) counts
+        as a failed certification, as `collect` counts one."""
+        log.info("search: waiting for %d curves, no trial to train meanwhile", len(self.awaiting))
+        try:
+            while self.search.decide(self.pending - set(self.search.curves)).kind == "wait":
+                certifier.poll(poll_every)
+                self.collect()
+                if self.awaiting and not certifier.in_flight:
+                    log.warning("search: no certification left for %s", sorted(self.awaiting))
+                    for tid in self.awaiting:
+                        self.search.fail(tid)
+                    self.awaiting.clear()
+        except KeyboardInterrupt:
+            return False
+        self.paused = False
+        return True
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         ours = self.running.pop(trial_id, None)
@@ -273,6 +302,18 @@ class EnvelopeSearcher(Searcher):
                 "deciding": {**self.deciding, "cpu_s": round(self.deciding["cpu_s"], 3)},
             },
         )
+
+
+def search_rounds(fit: Callable[[int], None], searcher: EnvelopeSearcher, certifier: Any) -> None:
+    """Tune's rounds under the search: `fit(k)` runs round k; another starts once the curves
+    a round ended on have come (`EnvelopeSearcher.await_curves`), none after the search is
+    done or a round was interrupted (a trial of it still unfinished, or Ctrl-C meanwhile)."""
+    rounds = 0
+    while True:
+        fit(rounds)
+        if not searcher.paused or searcher.running or not searcher.await_curves(certifier):
+            return
+        rounds += 1
 
 
 def search_plan(

@@ -352,6 +352,11 @@ class StageRunner:
         """(trial_id, stage, "message (k tasks)") per model and stage whose tasks failed."""
         return [row for row in self.failure_log.rows() if row[1] != "train"]
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a task is still to end (polling can bring news)."""
+        return bool(self.pending)
+
     def wait(self, poll_every: float = 0.5) -> None:
         """Collect outcomes until no task is left (at most `poll_every` seconds per poll)."""
         while self.pending:
