@@ -34,19 +34,20 @@ SWEEPER = [sys.executable, "-c", "from sweeper.cli import app; app()"]
 
 # One trial of 8 epochs, each long enough (about a second: batches of 8, two noise draws per
 # input) that the kill, seen at the end of the first, lands before the last even on a loaded
-# machine (epochs of 0.1 s once finished before the node was gone); certification in 6 shards
-# of 5 points (every 15th of 450), each long enough (n: about a second) to be caught running
-# and still running when the kill lands (at n = 20,000 a shard once ended in between, and no
-# certification was lost).
+# machine (epochs of 0.1 s once finished before the node was gone); certification in 3 shards
+# of 5 points (every 30th of 450), each long enough (n = 50,000: some 10-20 s a shard with
+# both nodes busy) to be caught running and still running when the kill lands (with 6 shards
+# at n = 20,000 a shard once ended in between, and no certification was lost): the first two
+# run together, the kill lands once one is written, on the other or on the third.
 SPACE = """
 fixed: {dataset: digits, epochs: 8, batch_size: 8, m_train: 2, eval_subset: 30, method: gaussian}
 grids:
   - name: g
     axes: {sigma: [0.25]}
 resources: {cpu: 1, gpu: 0}
-certify: {n0: 16, n: 100000, alpha: 0.01, skip: 15, max_points: null, batch_size: 1000, shard_size: 5}
+certify: {n0: 16, n: 50000, alpha: 0.01, skip: 30, max_points: null, batch_size: 1000, shard_size: 5}
 """
-POINTS, SHARDS, EPOCHS = 30, 6, 8
+POINTS, EPOCHS = 15, 8
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_a_node_killed_mid_training_and_mid_certification_costs_no_work_and_no_e
     # every point certified exactly once
     frame = load_results(exp).frame
     assert len(frame) == POINTS and not frame.duplicated(["trial_id", "idx"]).any()
-    assert sorted(frame["idx"]) == list(range(0, 450, 15))
+    assert sorted(frame["idx"]) == list(range(0, 450, 30))
     # both losses charged to the node losses, none to the errors, nothing failed
     failures, _ = read_failures(exp)
     assert failures == {}
