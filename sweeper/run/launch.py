@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 # Tune's loggers are chosen explicitly (`trackers`), and the legacy reporter, which honours
@@ -38,7 +37,7 @@ from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
-from sweeper.run.retries import Budget, budget_tasks, guard_trial, run_budgets
+from sweeper.run.retries import Budget, budget_tasks, run_budgets
 from sweeper.run.search_curves import Curves
 from sweeper.run.search_tune import (
     EnvelopeSearcher,
@@ -51,11 +50,11 @@ from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
 from sweeper.run.stage_searcher import StageSearcher, stage_searcher
+from sweeper.run.trial_events import SweepCallback
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 from trainables.kernel.errors import ProblemsError
 from trainables.kernel.trial_hooks import FAULT_ENV
-from trainables.kernel.trial_status import read_status, write_status
 
 if TYPE_CHECKING:
     from sweeper.run.envelope_run import Certifier
@@ -115,87 +114,6 @@ def ray_cluster(address: str | None) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- Tune
-class _SweepCallback(tune.Callback):
-    """Reports trial events, certifies finished trials, records failures; guards each trial
-    with its budgets (`retries`: errors and node losses apart; `_tuner` sets them)."""
-
-    def __init__(
-        self,
-        exp: Experiment,
-        certifier: Certifier,
-        outcome: Outcome,
-        on_event: Callable[[Event], None],
-        handed: TuneTrials,
-        room: tuple[Capacity, int] | None = None,
-    ):
-        self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
-        self.handed = handed  # the TrialConfig of each of Tune's trials
-        self.room = room  # the autoscaler request and the number of trials to train
-        self.retries = run_budgets(LaunchOptions(), certifier)
-
-    def _shrink(self) -> None:
-        """Ask the autoscaler only for the trials still to come, so the cluster drains."""
-        if self.room is not None:
-            capacity, total = self.room
-            left = total - len(self.outcome.completed) - len(self.outcome.failed)
-            capacity.set(min(capacity.count, left))
-
-    def __getstate__(self) -> dict:
-        # Tune pickles its run config into the experiment state; the live certifier and the
-        # progress display stay in this process (resuming does not use Tune's state).
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
-    def on_trial_start(self, iteration, trials, trial, **info):
-        guard_trial(trial, self.retries, self.handed.name(trial))
-        self.on_event(Event("trial_started", self.handed.name(trial)))
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.on_event(Event("trial_epoch", self.handed.name(trial), f"{result.get('epoch')}"))
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        cfg = self.handed.of(trial)
-        self.outcome.completed.append(cfg.trial_id)
-        self._shrink()
-        self.on_event(Event("trial_finished", cfg.trial_id))
-        self.certifier.submit(cfg)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        cfg = self.handed.of(trial)
-        attempts = max(1, self.retries.errors(cfg.trial_id))  # not its node losses
-        failure = self.certifier.failure_log.add(
-            cfg.trial_id, "train", _error_text(trial), attempts
-        )
-        message = failure.line()
-        self.outcome.failures.append((cfg.trial_id, "train", message))
-        self._shrink()
-        status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"epoch": 0, "metrics": {}}
-        write_status(
-            self.exp.trial_dir(cfg.trial_id),
-            cfg,
-            "failed",
-            status["epoch"],
-            status["metrics"],
-            error=message,
-        )
-        self.on_event(Event("trial_failed", cfg.trial_id, message))
-
-    def on_step_end(self, iteration, trials, **info):
-        self.certifier.poll()  # the envelope search also polls it while Tune waits on it
-
-
-def _error_text(trial) -> str:
-    """The full text of a trial's error (Tune's error.txt: the traceback on the worker)."""
-    path = getattr(trial, "error_file", None) or ""
-    try:
-        text = Path(path).read_text().strip() if path else ""
-    except OSError:
-        text = ""
-    return text or "trial failed (see Ray Tune's error.txt under tune/)"
-
-
 @contextmanager
 def _sigterm_as_sigint() -> Iterator[None]:
     """A scheduler's SIGTERM stops the sweep like Ctrl-C does: Tune saves and returns."""
@@ -284,32 +202,54 @@ def run_sweep(
     if to_train:
         constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
         handed = TuneTrials(constants)
-        if search is not None and curves is not None:
-            curves.certifier = certifier
-            searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
-            searcher.poll = certifier.poll
-            searcher.slots = _search_slots(resources, options)
-            options = replace(options, max_concurrent=searcher.slots.cap)
-        else:
-            searcher = stage_searcher(exp, to_train, finished, handed)
+        searcher, options = _searcher(
+            exp, (to_train, finished), search, curves, certifier, handed, resources, options
+        )
         shrink = (room, len(to_train)) if room is not None else None
-        callback = _SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
+        callback = SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
         # under the search the searcher ends each round; Tune's count would end it unasked
         samples = -1 if isinstance(searcher, EnvelopeSearcher) else len(to_train)
         tuner = functools.partial(
             _tuner, exp, searcher, samples, resources, options, callback, plane.trainable
         )
-        with _sigterm_as_sigint():
-            if isinstance(searcher, EnvelopeSearcher):
-                search_rounds(lambda k: tuner(k).fit(), searcher, certifier)
-            else:
-                tuner().fit()
+        _fit(tuner, searcher, certifier)
         if isinstance(searcher, StageSearcher):
             outcome.blocked = searcher.blocked()
     outcome.interrupted = _interrupted(outcome, to_train, searcher)
     _settle(certifier, searcher, outcome.interrupted)
     outcome.failures += certifier.failure_rows()
     return outcome
+
+
+def _searcher(
+    exp: Experiment,
+    trials: tuple[list[TrialConfig], list[TrialConfig]],
+    search: SearchPlan | None,
+    curves: Curves | None,
+    certifier: Certifier,
+    handed: TuneTrials,
+    resources: Resources,
+    options: LaunchOptions,
+) -> tuple[StageSearcher | EnvelopeSearcher, LaunchOptions]:
+    """What Tune trains, of `trials` (to train, finished): every one, parents first, or what
+    the envelope `search` proposes, its slots capping the trials at once (in the options)."""
+    to_train, finished = trials
+    if search is None or curves is None:
+        return stage_searcher(exp, to_train, finished, handed), options
+    curves.certifier = certifier
+    searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
+    searcher.poll = certifier.poll
+    searcher.slots = _search_slots(resources, options)
+    return searcher, replace(options, max_concurrent=searcher.slots.cap)
+
+
+def _fit(tuner: Callable[..., tune.Tuner], searcher: Searcher, certifier: Certifier) -> None:
+    """Tune's run, or under the envelope search its rounds (`search_tune.search_rounds`)."""
+    with _sigterm_as_sigint():
+        if isinstance(searcher, EnvelopeSearcher):
+            search_rounds(lambda k: tuner(k).fit(), searcher, certifier)
+        else:
+            tuner().fit()
 
 
 def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) -> None:

@@ -304,7 +304,7 @@ class EnvelopeSearcher(Searcher):
         )
 
 
-def search_rounds(fit: Callable[[int], None], searcher: EnvelopeSearcher, certifier: Any) -> None:
+def search_rounds(fit: Callable[[int], object], searcher: EnvelopeSearcher, certifier: Any) -> None:
     """Tune's rounds under the search: `fit(k)` runs round k; another starts once the curves
     a round ended on have come (`EnvelopeSearcher.await_curves`), none after the search is
     done or a round was interrupted (a trial of it still unfinished, or Ctrl-C meanwhile)."""
