@@ -164,7 +164,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
     from sweeper.results.inventory import sign_if_keyed
     from sweeper.results.lease import Lease
     from sweeper.results.sweep_file import write_sweep
-    from sweeper.run.launch import DataPlane, run_sweep
+    from sweeper.run.launch import LOCAL_RAY, DataPlane, run_sweep
     from sweeper.run.launch_options import LaunchOptions
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
@@ -182,6 +182,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
         include_dashboard=False,
         log_to_driver=False,
         logging_level="ERROR",
+        _system_config=LOCAL_RAY,  # as the launcher's local Ray (`ray_cluster`)
     )
     report = {"bare_s": bare_tune(trials, storage) if bare else None}
     spec = load_space("cifar10")

@@ -73,6 +73,7 @@ def ray_session(signing_key):
     its workers hold the session's signing key."""
     ray = pytest.importorskip("ray")
     # address="local": a new Ray even if another process's `ray start` left its address behind
+    from sweeper.run.launch import LOCAL_RAY
     from trainables.kernel.attestation import KEY_ENV
 
     ray.init(
@@ -82,6 +83,7 @@ def ray_session(signing_key):
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {KEY_ENV: signing_key.pem().decode()}},
+        _system_config=LOCAL_RAY,  # as the launcher's local Ray (`ray_cluster`)
     )
     yield ray
     ray.shutdown()

@@ -266,3 +266,36 @@ def test_the_slurm_script_starts_ray_and_the_driver_with_a_token_only_its_user_r
     assert oct(token_file.parent.stat().st_mode & 0o777) == "0o700"
     assert not token_file.exists()  # removed when the job ends
     assert run_sbatch(tmp_path / "again")[1][0].split("token=")[1] != token
+
+
+def test_every_cluster_keeps_idle_workers_as_long_as_the_local_ray():
+    """`launch.IDLE_WORKER_MS` (a local Ray's `_system_config`) is what the nodes of the
+    cluster YAML, the RayJob and the Slurm script start Ray with."""
+    from sweeper.run.launch import IDLE_WORKER_MS, LOCAL_RAY
+
+    name = "idle_worker_killing_time_threshold_ms"
+    assert {name: IDLE_WORKER_MS} == LOCAL_RAY
+    setting = f"RAY_{name}={IDLE_WORKER_MS}"
+    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    assert f"--env {setting}" in config["docker"]["run_options"]
+    assert f"export {setting}\n" in SBATCH.read_text()
+    for pod_name, pod in pods(manifest()["spec"]).items():
+        for container in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if pod_name != "submitter":
+                assert env.get(f"RAY_{name}") == str(IDLE_WORKER_MS), (pod_name, env)
+
+
+def test_a_local_ray_keeps_idle_workers_and_a_joined_cluster_keeps_its_own(monkeypatch):
+    from sweeper.run import launch
+
+    calls: list[dict] = []
+    monkeypatch.setattr(launch.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(launch.ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(launch.ray, "shutdown", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for address in (None, "10.0.0.1:6379"):
+        with launch.ray_cluster(address):
+            pass
+    assert calls[0]["address"] == "local" and calls[0]["_system_config"] == launch.LOCAL_RAY
+    assert calls[1]["address"] == "10.0.0.1:6379" and "_system_config" not in calls[1]

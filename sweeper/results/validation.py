@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from sweeper.results.file_checks import file_footer, footer_problem
 from sweeper.results.stage_table import StageTable
@@ -66,6 +65,8 @@ def scan(paths: list[str], schema: pa.Schema, cols: list[str]) -> pa.Table:
             .append_column("__fragment_index", pa.array([], pa.int32()))
             .select(cols)
         )
+    import pyarrow.dataset as pads  # pandas with it, on the readers only (not the workers)
+
     fs, _ = fileio.filesystem(paths[0])
     local = [fileio.filesystem(p)[1] for p in paths]
     table = pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table(

@@ -23,7 +23,6 @@ from sweeper.results.attested_rows import (
 )
 from sweeper.results.digests import file_digest
 from sweeper.results.file_checks import file_footer, footer_problem
-from sweeper.results.reader import refresh_cache
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import MEMORY, Experiment, StageFile, by_model
 from sweeper.run.stage import Identified, Stage
@@ -205,6 +204,8 @@ def compact_all(exp: Experiment, stages: list[Stage]) -> list[str]:
     """Compact every model whose shards are all written, in every stage, then refresh the
     caches; returns what was done, a line per stage (`sweeper compact`: e.g. for experiments
     written before compaction existed). The caller holds the experiment's lease."""
+    from sweeper.results.reader import refresh_cache  # the reader: not on a compaction's worker
+
     lines = []
     for stage in stages:
         folded = waiting = memory = 0

@@ -79,6 +79,15 @@ class DataPlane:
 
 
 # ---------------------------------------------------------------------------- the cluster
+# Ray ends a worker idle for 1 s once its node has more workers than CPUs, and a sweep's trial
+# actors, certification tasks and compactions outnumber them: each worker started again imports
+# pyarrow (and torch, to certify). Kept a minute, they bridge the gaps between models (644
+# stand-in trials, benchmarks/sweep_scale.py: 145 workers started, 68 kept; 30% faster). The
+# local Ray takes it here; cluster.yaml, the KubeRay manifest and the Slurm script set it.
+IDLE_WORKER_MS = 60_000
+LOCAL_RAY = {"idle_worker_killing_time_threshold_ms": IDLE_WORKER_MS}  # Ray's _system_config
+
+
 @contextmanager
 def ray_cluster(address: str | None) -> Iterator[None]:
     """Use an already-initialized Ray, join `address` (or $RAY_ADDRESS, as `ray job submit`
@@ -100,6 +109,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
             log_to_driver=False,
             logging_level=logging.ERROR,
             runtime_env=workers_signing_env(),
+            **({"_system_config": LOCAL_RAY} if target == "local" else {}),
         )
     except (ConnectionError, RuntimeError) as e:  # Ray's text may quote the address: scrubbed
         where = f"--address {redact(address)}" if address else f"RAY_ADDRESS={redact(target)}"

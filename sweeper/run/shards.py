@@ -37,7 +37,6 @@ from sweeper.results.shard_counts import all_compacted as all_compacted
 from sweeper.results.shard_counts import progress
 from sweeper.results.stage_table import write_table
 from sweeper.results.storage import Experiment, chunked
-from sweeper.run.cache_refresh import CacheRefresher
 from sweeper.run.compaction import compact
 from sweeper.run.retries import Retries, classify, task_budget
 from sweeper.run.stage import Setting, Shard, Stage
@@ -223,6 +222,9 @@ class StageRunner:
         self.retries = retries or Retries(task_budget(), failure_log)
         self.pending: dict[Any, Job] = {}
         self.remaining: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
+        # the driver's alone: the workers importing this module for its tasks skip the reader
+        from sweeper.run.cache_refresh import CacheRefresher
+
         self.caches = CacheRefresher(exp)  # the stages' caches, refreshed off this loop
         self.done = 0
         self.planned: dict[tuple[str, str, str], int] = {}  # (trial, stage, setting) -> shards
