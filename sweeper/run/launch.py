@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # Tune's loggers are chosen explicitly (`trackers`), and the legacy reporter, which honours
 # verbose=0: the console belongs to sweeper's own progress display.
@@ -102,6 +102,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    local: dict[str, Any] = {"_system_config": LOCAL_RAY} if target == "local" else {}
     try:
         ray.init(
             address=target,
@@ -109,7 +110,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
             log_to_driver=False,
             logging_level=logging.ERROR,
             runtime_env=workers_signing_env(),
-            **({"_system_config": LOCAL_RAY} if target == "local" else {}),
+            **local,
         )
     except (ConnectionError, RuntimeError) as e:  # Ray's text may quote the address: scrubbed
         where = f"--address {redact(address)}" if address else f"RAY_ADDRESS={redact(target)}"
