@@ -73,6 +73,8 @@ def test_search_slots_keep_a_quarter_for_certification_only_while_curves_are_awa
     assert search_slots(1, None).open(0, 3)  # a single slot is never held back
     capped = search_slots(8, 3)
     assert capped.open(2, 4) and not capped.open(3, 0)  # --max-concurrent bounds the trials
+    # an actor Tune keeps idle takes a reserved slot: reuse where one is left beside it
+    assert [search_slots(n, None).reuse for n in (1, 2, 7, 8, 16)] == [False] * 3 + [True] * 2
 
 
 def test_it_proposes_configs_waits_for_curves_and_records_each_proposal(tmp_path):
@@ -188,10 +190,11 @@ def test_other_settings_continue_a_stopped_search(tmp_path):
     assert got not in (None, Searcher.FINISHED) and on.running["y"] not in order
 
 
-def test_under_the_search_tune_keeps_no_trial_actor_for_reuse(tmp_path, monkeypatch):
-    """Tune waits on a searcher that waits for curves with no trial running; an actor it kept
-    for reuse would hold the room certification needs (Tune lets it go after 600 s). The
-    search's Tuner reuses no actor; every other run's does (a trial starts warm)."""
+def test_under_the_search_tune_reuses_actors_only_beside_a_reserve_of_two(tmp_path, monkeypatch):
+    """While the search waits with trials running, Tune keeps one ended trial's actor idle
+    for the next, on a slot of certification's reserve: the search's Tuner reuses actors only
+    where the reserve has two slots (8 and more); every other run's does (a trial starts
+    warm)."""
     from ray import tune
 
     from sweeper.run import launch
@@ -211,9 +214,15 @@ def test_under_the_search_tune_keeps_no_trial_actor_for_reuse(tmp_path, monkeypa
     monkeypatch.setattr(launch, "run_budgets", lambda options, certifier: None)
     searcher, _, exp = make(tmp_path, grid())
     plain = stage_searcher(exp, [TrialConfig(dataset="digits", epochs=1)], [], Callback.handed)
-    for s in (searcher, plain):
+    for s, slots in (
+        (searcher, search_slots(7, None)),
+        (searcher, search_slots(8, None)),
+        (plain, None),
+    ):
+        s.slots = slots
         launch._tuner(exp, s, 1, launch.Resources(), LaunchOptions(), Callback(), None)
-    assert [(c.search_alg, c.reuse_actors) for c in made] == [(searcher, False), (plain, True)]
+    reused = [(c.search_alg, c.reuse_actors) for c in made]
+    assert reused == [(searcher, False), (searcher, True), (plain, True)]
 
 
 class Certifying:

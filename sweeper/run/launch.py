@@ -176,9 +176,8 @@ def _tuner(
         search_alg=searcher,
         num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
-        # Under the search an actor kept for reuse would take the room held back for the
-        # certification of the curves awaited (`Slots`) while other trials train.
-        reuse_actors=not isinstance(searcher, EnvelopeSearcher),
+        # under the search an actor kept for reuse takes a slot held back for certification
+        reuse_actors=not isinstance(searcher, EnvelopeSearcher) or searcher.slots_reuse,
         trial_name_creator=callback.handed.name,
         trial_dirname_creator=callback.handed.dirname,
     )

@@ -69,6 +69,12 @@ class Slots:
         """Whether another trial may start beside `running` while `awaiting` curves are due."""
         return running < self.cap and running < self.total - min(self.reserve, awaiting)
 
+    @property
+    def reuse(self) -> bool:
+        """Whether Tune may keep an ended trial's actor for the next trial: while the search
+        waits it keeps one idle, on a slot of the reserve, and certification needs one left."""
+        return self.reserve >= 2
+
 
 def search_slots(trial_slots: int, asked: int | None) -> Slots:
     """The search's `Slots` on a cluster of `trial_slots`: a quarter of them (at least one, none
@@ -136,6 +142,11 @@ class EnvelopeSearcher(Searcher):
             log.info("search: resuming %d trials it had proposed", len(self.resume))
 
     # ------------------------------------------------------------------ Tune's interface
+    @property
+    def slots_reuse(self) -> bool:
+        """Whether Tune may reuse trial actors on this search's slots (`Slots.reuse`)."""
+        return self.slots is not None and self.slots.reuse
+
     @property
     def pending(self) -> set[str]:
         """Proposed or trained models whose curves have not arrived."""
