@@ -138,6 +138,20 @@ def _sigterm_as_sigint() -> Iterator[None]:
         yield
 
 
+def _tune_fit(tuner: tune.Tuner) -> None:
+    """`tuner.fit()`, then SIGINT's and SIGUSR1's handlers as they were before it: Tune puts its
+    own back only on a signal, and a Ctrl-C while certification goes on would reach a Tune no
+    longer running, and be lost."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        tuner.fit()
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+
 def _run_trial() -> Callable:
     from trainables.tune_trial import run_trial  # torch: only a driver that trains imports it
 
@@ -222,11 +236,13 @@ def run_sweep(
         tuner = functools.partial(
             _tuner, exp, searcher, samples, resources, options, callback, plane.trainable
         )
-        _fit(tuner, searcher, certifier)
+        with _sigterm_as_sigint():
+            _fit(tuner, searcher, certifier)
         if isinstance(searcher, StageSearcher):
             outcome.blocked = searcher.blocked()
-    outcome.interrupted = _interrupted(outcome, to_train, searcher)
-    _settle(certifier, searcher, outcome.interrupted)
+    interrupted = _interrupted(outcome, to_train, searcher)
+    with _sigterm_as_sigint():
+        outcome.interrupted = _settle(certifier, searcher, interrupted)
     outcome.failures += certifier.failure_rows()
     return outcome
 
@@ -255,23 +271,27 @@ def _searcher(
 
 def _fit(tuner: Callable[..., tune.Tuner], searcher: Searcher, certifier: Certifier) -> None:
     """Tune's run, or under the envelope search its rounds (`search_tune.search_rounds`)."""
-    with _sigterm_as_sigint():
-        if isinstance(searcher, EnvelopeSearcher):
-            search_rounds(lambda k: tuner(k).fit(), searcher, certifier)
-        else:
-            tuner().fit()
+    if isinstance(searcher, EnvelopeSearcher):
+        search_rounds(lambda k: _tune_fit(tuner(k)), searcher, certifier)
+    else:
+        _tune_fit(tuner())
 
 
-def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) -> None:
-    """After training: certification cancelled (interrupted) or waited for, and the envelope
-    search's account of its audit, from the curves certified since."""
+def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) -> bool:
+    """After training: certification waited for, or cancelled if the run was `interrupted`
+    before or is meanwhile (Ctrl-C, SIGTERM); then the envelope search's account of its audit,
+    from the curves certified since. Returns whether the run was interrupted."""
+    if not interrupted:
+        try:
+            certifier.wait()
+            certifier.finish()
+        except KeyboardInterrupt:
+            interrupted = True
     if interrupted:
         certifier.cancel()
-    else:
-        certifier.wait()
-        certifier.finish()
     if isinstance(searcher, EnvelopeSearcher):
         searcher.finish()
+    return interrupted
 
 
 def _search_slots(resources: Resources, options: LaunchOptions) -> Slots:
