@@ -61,3 +61,29 @@ def test_without_a_signal_certification_is_waited_for_and_finished():
     certifier.wait = lambda: certifier.calls.append("wait")  # type: ignore[method-assign]
     assert launch._settle(certifier, None, interrupted=False) is False
     assert certifier.calls == ["wait", "finish"]
+
+
+def test_sigterm_while_sweeper_certify_waits_cancels_it_and_says_interrupted(monkeypatch):
+    """SIGTERM (a scheduler's) during `sweeper certify`'s wait: turned into Ctrl-C, the tasks
+    cancelled, the run interrupted (exit 130), not the process killed where it stood."""
+    import os
+    import time
+
+    class Terminated(Certifier):
+        def submit(self, cfg):
+            self.calls.append("submit")
+
+        def failure_rows(self):
+            return []
+
+        def wait(self):
+            self.calls.append("wait")
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the signal's KeyboardInterrupt ends this at once
+
+    certifier = Terminated()
+    monkeypatch.setattr(launch, "_certifier", lambda *a, **kw: certifier)
+    monkeypatch.setattr(launch, "per_process", lambda resources, trials: resources)
+    outcome = launch.certify_trials(None, [object()], None, launch.Resources(), print)
+    assert outcome.interrupted and certifier.calls == ["submit", "wait", "cancel"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

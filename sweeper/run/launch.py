@@ -351,11 +351,7 @@ def certify_trials(
     budget_tasks(certifier, budget)
     for cfg in trials:
         certifier.submit(cfg)
-    try:
-        certifier.wait()
-        certifier.finish()
-    except KeyboardInterrupt:
-        certifier.cancel()
-        outcome.interrupted = True
+    with _sigterm_as_sigint():  # a scheduler's SIGTERM stops it as Ctrl-C does
+        outcome.interrupted = _settle(certifier, None, interrupted=False)
     outcome.failures += certifier.failure_rows()
     return outcome
