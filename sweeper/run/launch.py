@@ -82,7 +82,8 @@ class DataPlane:
 # Ray ends a worker idle for 1 s once its node has more workers than CPUs, and a sweep's trial
 # actors, certification tasks and compactions outnumber them: each worker started again imports
 # pyarrow (and torch, to certify). Kept a minute, they bridge the gaps between models (644
-# stand-in trials, benchmarks/sweep_scale.py: 145 workers started, 68 kept; 30% faster). The
+# stand-in trials, benchmarks/sweep_scale.py: 145-160 workers started, 52-68 with a minute;
+# the sweep 203-214 s against 129-142 s). The
 # local Ray takes it here; cluster.yaml, the KubeRay manifest and the Slurm script set it.
 IDLE_WORKER_MS = 60_000
 LOCAL_RAY = {"idle_worker_killing_time_threshold_ms": IDLE_WORKER_MS}  # Ray's _system_config
