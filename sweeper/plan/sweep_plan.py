@@ -119,6 +119,7 @@ def make_plan(req: PlanRequest) -> Plan:
         raise PlanError(problems + links)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials, spec.name)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
+    problems += halving_problems(spec, all_trials)
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
@@ -183,6 +184,17 @@ def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
             f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"
         ]
     return []
+
+
+def halving_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
+    """`--halving` decides on the trials' proxy: every trial must measure it (proxy_every)."""
+    without = sum(t.proxy_every is None for t in trials)
+    if spec.search.halving is None or not without:
+        return []
+    return [
+        f"--halving needs every trial's proxy, and {without} of {len(trials)} trials have no "
+        "proxy_every: set proxy_every (e.g. 2) in the space's fixed block, or drop --halving"
+    ]
 
 
 def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
@@ -364,3 +376,11 @@ def is_finished(status: dict | None, cfg: TrialConfig | None) -> bool:
     if not status or status["state"] != "finished":
         return False
     return cfg is None or status["epoch"] >= cfg.epochs
+
+
+def is_halted(status: dict | None, halving: int | None) -> bool:
+    """Halted by the halving scheduler at rate `halving` (None: no scheduler, nothing halted):
+    a run under the same rate leaves it; any other run continues it from its checkpoint."""
+    if halving is None or not status:
+        return False
+    return status.get("state") == "halted" and status.get("halving") == halving

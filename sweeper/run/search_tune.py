@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,7 @@ class EnvelopeSearcher(Searcher):
         self.paused = False  # FINISHED returned to end Tune's round: curves awaited
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
+        self.halted: Mapping[str, int] = {}  # the halving scheduler's halted trials (its own)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         self._resume_record(read_search(exp))
 
@@ -205,7 +206,7 @@ class EnvelopeSearcher(Searcher):
         ours = self.running.pop(trial_id, None)
         if ours is None:
             return
-        if error:
+        if error or ours in self.halted:  # no curve will come: never fitted, not proposed again
             self.search.fail(ours)
         else:
             self.awaiting.add(ours)

@@ -1,0 +1,105 @@
+"""Stopping inside a trial (issue 37, item 4): the halving rule on known curves, the proxy's
+carve and radii, its settings, and the record a resumed driver reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sweeper.plan.sweep_plan import is_halted
+from sweeper.results.halving_records import read_halving, write_halving
+from sweeper.results.storage import Experiment
+from sweeper.run.halving import keeps
+from trainables.kernel.config import TrialConfig
+from trainables.kernel.errors import ConfigError
+from trainables.proxy import Proxy, carve, proxy_radii
+
+BASE = dict(dataset="digits", method="gaussian", sigma=0.25, epochs=4)
+
+
+def test_a_rung_keeps_the_top_third_at_any_radius():
+    recorded = [[0.9, 0.5], [0.8, 0.7], [0.7, 0.2], [0.6, 0.1], [0.5, 0.3], [0.4, 0.0]]
+    # the 2/3 quantile: 0.7667 at radius 0, 0.4333 at radius 1
+    kept = [keeps(c, recorded, 3) for c in recorded]
+    assert kept == [True, True, False, False, False, False]
+
+
+def test_a_model_that_leads_at_one_radius_only_continues():
+    recorded = [[0.9, 0.1], [0.8, 0.2], [0.5, 0.6]]
+    assert keeps([0.5, 0.6], recorded, 2)
+
+
+def test_fewer_curves_than_eta_halt_nothing_and_flat_radii_say_nothing():
+    assert keeps([0.0, 0.0], [[0.9, 0.9], [0.0, 0.0]], 3)
+    flat = [[0.5, 0.0], [0.5, 0.0], [0.5, 0.0]]
+    assert all(keeps(c, flat, 2) for c in flat)
+    # zeros tied at the bottom of a radius are not its top, whatever the quantile says
+    assert not keeps([0.3, 0.0], [[0.6, 0.2], [0.3, 0.0], [0.3, 0.0]], 2)
+
+
+def test_the_carve_is_fixed_disjoint_and_refuses_a_split_too_small():
+    train, held = carve(100, 20)
+    assert len(held) == 20 and len(train) == 80 and not set(train) & set(held)
+    assert carve(100, 20) == (train, held) and sorted(train + held) == list(range(100))
+    with pytest.raises(Exception, match="proxy_points \\(100\\) must be below"):
+        carve(100, 100)
+
+
+def test_the_proxy_radii_stop_where_its_draws_can_certify():
+    # σ Φ⁻¹(0.001^(1/100)) = 1.501 σ: radii 0, σ/2, σ, 3σ/2
+    assert proxy_radii(0.5, 100) == [0.0, 0.25, 0.5, 0.75]
+    # 0.001^(1/20) = 0.708: Φ⁻¹ = 0.548 σ
+    assert proxy_radii(0.25, 20) == [0.0, 0.125]
+
+
+def test_the_proxy_settings_leave_other_trials_ids_alone_and_check_themselves():
+    plain = TrialConfig(**BASE)
+    on = TrialConfig(**BASE, proxy_every=2)
+    assert (on.proxy_points, on.proxy_n) == (200, 100) and plain.proxy_points is None
+    assert on.trial_id != plain.trial_id
+    assert "proxy" not in json.dumps(plain.identity())
+    with pytest.raises(ConfigError) as e:
+        TrialConfig(**BASE, proxy_every=4, proxy_n=5)
+    assert "proxy_n must be >= 10" in str(e.value) and "proxy_every (4) must be below" in str(
+        e.value
+    )
+
+
+def test_the_proxy_certifies_held_out_training_inputs_and_leaves_the_model_as_it_was():
+    cfg = TrialConfig(**BASE, proxy_every=1, proxy_points=50, proxy_n=20)
+    proxy = Proxy(cfg, torch.device("cpu"))
+    assert proxy.xs.shape == (50, 1, 8, 8) and proxy.radii == [0.0, 0.125]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).train()
+    before = [p.detach().clone() for p in model.parameters()]
+    first, again = proxy.curve(model, 1), proxy.curve(model, 1)
+    assert first == again and len(first) == 2 and 0 <= first[1] <= first[0] <= 1
+    assert model.training and all(
+        torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
+    )
+    # a constant classifier is right on the held-out inputs of its class, at every radius
+    constant = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    with torch.no_grad():
+        constant[1].weight.zero_()
+        constant[1].bias.copy_(torch.arange(10.0) == 3)
+    share = int((proxy.ys == 3).sum()) / 50
+    assert proxy.curve(constant, 1) == [share, share]
+
+
+def test_the_record_round_trips_and_a_malformed_one_is_left_out(tmp_path):
+    exp = Experiment(str(tmp_path), "e")
+    tmp_path.joinpath("e").mkdir()
+    doc = {"eta": 3, "rungs": {"sigma=0.25/epoch=2/radii=4": {"a" * 12: [0.5, 0.1]}}, "halted": {}}
+    write_halving(exp, doc)
+    assert read_halving(exp) == {**doc, "version": 1}
+    tmp_path.joinpath("e", "halving.json").write_text('{"version": 1, "rungs": [], "halted": {}}')
+    assert read_halving(exp) is None
+
+
+def test_a_halted_trial_stays_halted_only_under_the_same_rate():
+    halted = {"state": "halted", "epoch": 2, "halving": 3}
+    assert is_halted(halted, 3)
+    assert not is_halted(halted, 2) and not is_halted(halted, None)
+    assert not is_halted({"state": "running", "epoch": 2}, 3) and not is_halted(None, 3)
