@@ -42,6 +42,10 @@ def halved(ray_session, tmp_path_factory):
         "run", "grid", space, "--storage", store, "--experiment", "h", "--max-concurrent", "1"
     )
     assert result.exit_code == 0, result.output
+    halted = len(json.loads(Path(store, "h", "halving.json").read_text())["halted"])
+    assert f"({halted} halted by --halving this run, not certified)" in " ".join(
+        result.output.split()
+    )
     return space, Experiment(str(store), "h")
 
 
@@ -65,6 +69,11 @@ def test_the_stalled_trials_are_halted_after_their_first_rung_and_not_certified(
     st = experiment_status(exp)
     assert st.counts()["halted"] == len(record["halted"])
     assert st.counts()["finished"] == len(trials) - len(record["halted"])
+    result = run_cli("envelope", "--storage", Path(exp.root).parent, "--experiment", "h")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stderr.split())
+    assert f"{len(record['halted'])} trials halted by --halving" in text
+    assert "have no results yet" not in text
 
 
 def test_the_same_rate_leaves_them_and_a_run_without_it_continues_them(halved):

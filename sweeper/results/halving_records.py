@@ -56,3 +56,10 @@ def _well_formed(doc: Any) -> bool:
         isinstance(c, list) and all(isinstance(v, (int, float)) for v in c) for c in curves
     )
     return numbers and all(isinstance(e, int) for e in halted.values())
+
+
+def halted_trials(exp: Experiment, trained: set[str]) -> dict[str, int]:
+    """The trials the halving scheduler halted that have not been trained on since (not in
+    `trained`): trial_id -> the epoch it stopped after. Empty without a record."""
+    doc = read_halving(exp) or {"halted": {}}
+    return {tid: e for tid, e in doc["halted"].items() if tid not in trained}
