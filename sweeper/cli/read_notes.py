@@ -14,6 +14,7 @@ from sweeper.cli import display
 
 if TYPE_CHECKING:
     from sweeper.api.reading import Reading
+    from sweeper.api.selection import Coverage
 
 
 def exit_if_left_out(read: Reading, strict: bool) -> None:
@@ -54,10 +55,6 @@ def print_coverage(read: Reading) -> None:
         )
     )
     display.echo(f"{display.plural(c.models, 'model')}{per}, {c.points} certified points", err=True)
-    pruned = read.pruned_without_rows()
-    searched = read.search()
-    skipped = searched.skipped if searched is not None and searched.stopped else 0
-    halted = read.halted()
     if c.unlisted:
         listed = ", ".join(c.unlisted[:10]) + (", …" if len(c.unlisted) > 10 else "")
         display.echo(
@@ -65,6 +62,30 @@ def print_coverage(read: Reading) -> None:
             f"trials list lacks ({listed}): their results, if any, are left out",
             err=True,
         )
+    _without_rows(read, c)
+    if c.dependent_points:
+        display.echo(
+            f"data-dependent smoothing: {display.plural(c.dependent_models, 'model')}; the memory "
+            f"pass adjusted {c.memory_changed} of {c.dependent_points} certificates",
+            err=True,
+        )
+    if c.missing_shards:
+        listed = ", ".join(f"{tid} ({display.plural(n, 'shard')})" for tid, n in c.missing_listed)
+        verb = "is" if c.missing_shards == 1 else "are"
+        display.echo(
+            f"{display.plural(c.missing_shards, 'model')} {verb} missing shards (partial "
+            f"results): {listed}",
+            err=True,
+        )
+
+
+def _without_rows(read: Reading, c: Coverage) -> None:
+    """The planned trials without rows, and why: not yet, skipped by the envelope search,
+    halted by --halving, pruned by the envelope strategy."""
+    pruned = read.pruned_without_rows()
+    searched = read.search()
+    skipped = searched.skipped if searched is not None and searched.stopped else 0
+    halted = read.halted()
     if c.absent > pruned + skipped + halted:
         absent = c.absent - pruned - skipped - halted
         display.echo(f"{absent} of the sweep's {c.planned} trials have no results yet", err=True)
@@ -80,20 +101,6 @@ def print_coverage(read: Reading) -> None:
         display.echo(
             f"{display.plural(pruned, 'trial')} pruned by the envelope strategy (never "
             "certified: no rows; `sweeper table` shows their upper bounds)",
-            err=True,
-        )
-    if c.dependent_points:
-        display.echo(
-            f"data-dependent smoothing: {display.plural(c.dependent_models, 'model')}; the memory "
-            f"pass adjusted {c.memory_changed} of {c.dependent_points} certificates",
-            err=True,
-        )
-    if c.missing_shards:
-        listed = ", ".join(f"{tid} ({display.plural(n, 'shard')})" for tid, n in c.missing_listed)
-        verb = "is" if c.missing_shards == 1 else "are"
-        display.echo(
-            f"{display.plural(c.missing_shards, 'model')} {verb} missing shards (partial "
-            f"results): {listed}",
             err=True,
         )
 
