@@ -206,6 +206,7 @@ def test_under_the_search_tune_reuses_actors_only_beside_a_reserve_of_two(tmp_pa
         handed = TuneTrials({"c": 1})
         certifier = None
         retries = None
+        halving = None  # no scheduler: Tune's FIFO
 
     made: list[tune.TuneConfig] = []
     real = tune.TuneConfig

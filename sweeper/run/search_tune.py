@@ -189,7 +189,7 @@ class EnvelopeSearcher(Searcher):
         as a failed certification, as `collect` counts one."""
         log.info("search: waiting for %d curves, no trial to train meanwhile", len(self.awaiting))
         try:
-            while self.search.decide(self.pending - set(self.search.curves)).kind == "wait":
+            while self._decide().kind == "wait":
                 certifier.poll(poll_every)
                 self.collect()
                 if self.awaiting and not certifier.in_flight:
@@ -232,7 +232,7 @@ class EnvelopeSearcher(Searcher):
             if tid not in self.started and tid not in self.search.curves:
                 return tid
         while self.phase == "search":
-            decision = self.search.decide(self.pending - set(self.search.curves))
+            decision = self._decide()
             if decision.kind == "wait":
                 return None
             if decision.kind == "stop":
@@ -248,6 +248,11 @@ class EnvelopeSearcher(Searcher):
                 return tid
         self.done = True
         return Searcher.FINISHED
+
+    def _decide(self) -> Decision:
+        """The search's decision, its pending models those whose curves have not arrived (a
+        resumed proposal may have its curve already)."""
+        return self.search.decide(self.pending - set(self.search.curves))
 
     def _propose(self, tid: str, phase: str, decision: Decision) -> None:
         gain = None if decision.gain is None else round(decision.gain, 6)
