@@ -1058,3 +1058,19 @@ def test_all_compacted_only_when_every_model_is_compacted_under_every_setting(ex
     assert shards.all_compacted(exp, models, settings)
     assert not shards.all_compacted(exp, models, [*settings, ("empirical", CLEAN.emp_id)])
     assert not shards.all_compacted(exp, [*models, C.trial_id], settings)  # C never ran
+
+
+def test_a_compacted_file_that_does_not_read_back_whole_keeps_its_shards(tmp_path, monkeypatch):
+    """compact verifies the file it wrote from the bytes it digests: a short file raises, and
+    the shards stay for the next attempt."""
+    exp = Experiment(str(tmp_path), "short")
+    cfg = TrialConfig(dataset="digits", method="gaussian", sigma=0.25, epochs=1)
+    spec = CertifySpec(n0=10, n=100, alpha=0.001)
+    certified_rows.trained(exp, cfg)
+    shard = exp.shard_path(cfg.trial_id, spec.cert_id, 0, 1)
+    write_table(certified_rows.rows(exp, cfg, spec, [90, 80, 70]), shard)
+    real = compaction.write_table
+    monkeypatch.setattr(compaction, "write_table", lambda table, to: real(table.slice(0, 2), to))
+    with pytest.raises(RuntimeError, match="reads back 2 rows, not 3: shards kept"):
+        compaction.compact(exp, CERTIFY, cfg.trial_id, spec, 1)
+    assert Path(shard).exists()

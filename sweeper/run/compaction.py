@@ -93,8 +93,7 @@ def compact(
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
         if key := load_signing_key():
             statement = _check_attested(target, "compact", (trial_id, sid), None, key)
-    _verify(target, rows, stage.schema)
-    digest = file_digest(fileio.read_bytes(target))
+    digest = _verified_digest(target, rows, stage.schema)
     for f in files:
         if f.kind in ("shard", "memory"):
             fileio.delete(f.path)
@@ -175,11 +174,14 @@ def _check_unique(table: pa.Table, target: str) -> None:
         raise RuntimeError(f"cannot compact {target}: test points {dup} appear twice")
 
 
-def _verify(target: str, rows: int, schema: pa.Schema) -> None:
-    """The compacted file reads back whole, with the stage's schema and `rows` rows."""
-    table = read_exact([target], schema)
+def _verified_digest(target: str, rows: int, schema: pa.Schema) -> str:
+    """The compacted file's SHA-256, once it reads back whole with the stage's schema and
+    `rows` rows: one read of its bytes for both."""
+    data = fileio.read_bytes(target)
+    table = pq.read_table(pa.BufferReader(data), schema=schema)
     if table.num_rows != rows:
         raise RuntimeError(f"{target} reads back {table.num_rows} rows, not {rows}: shards kept")
+    return file_digest(data)
 
 
 def read_exact(paths: list[str], schema: pa.Schema) -> pa.Table:
