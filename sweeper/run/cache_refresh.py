@@ -18,10 +18,11 @@ a file rewritten since would otherwise be covered with its old bytes' rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from sweeper.results.reader import refresh_cache
@@ -84,28 +85,33 @@ class CacheRefresher:
         return max(MIN_FRESH, self.cached[stage] // 4)
 
     def collect(self, wait: bool = False) -> None:
-        """Take the running refresh's result if it is done (`wait`: once it is). A refresh
-        that failed is only logged: a cache is an optimization, readers fall back to files."""
+        """Take the running refresh's result if it is done (`wait`: once it is)."""
         if self._running is None or not (wait or self._running[1].done()):
             return
         (stage, future), self._running = self._running, None
-        try:
-            self.cached[stage] = future.result()
-        except OSError as e:
+        if not self._took(stage, future.result):
             self.fresh[stage] += 1  # refreshed again at the end
-            log.warning("could not refresh the %s cache: %s", stage, e)
 
     def finish(self, stages: list[StageTable]) -> None:
         """Once every task has ended: each stage's cache holds every compacted model."""
         self.collect(wait=True)
         for stage in stages:
             if self.fresh[stage.name]:
-                try:
-                    self.cached[stage.name] = refresh(self.exp, stage, known=self.known)
-                except OSError as e:
-                    log.warning("could not refresh the %s cache: %s", stage.name, e)
+                self._took(
+                    stage.name, functools.partial(refresh, self.exp, stage, known=self.known)
+                )
                 self.fresh[stage.name] = 0
         self.close()
+
+    def _took(self, stage: str, refreshed: Callable[[], int]) -> bool:
+        """Whether a refresh of `stage` succeeded (its model count kept); a failed one is only
+        logged: a cache is an optimization, readers fall back to files."""
+        try:
+            self.cached[stage] = refreshed()
+        except OSError as e:
+            log.warning("could not refresh the %s cache: %s", stage, e)
+            return False
+        return True
 
     def close(self) -> None:
         """Let a refresh under way end (its write is atomic either way), and the thread."""
