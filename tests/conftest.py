@@ -39,13 +39,15 @@ def _cwd_in_tmp_path(tmp_path, monkeypatch):
     mutant that drops a URI's scheme or a directory, an unset storage) lands there, never in
     the checkout or in mutmut's mutants/ tree. Tests name the repository's files from
     `Path(__file__)`, never from the working directory. What a warm read remembers
-    (`read_memo`, in this process) is the test's own too, never the user's; $XDG_CACHE_HOME
+    (`read_memo`, and the verified statements of `attestation_reads`, in this process) is the
+    test's own too, never the user's; $XDG_CACHE_HOME
     itself is left alone (matplotlib's font cache is there)."""
     monkeypatch.chdir(tmp_path)
-    from sweeper.results import read_memo
+    from sweeper.results import attestation_reads, read_memo
 
     own = tmp_path / ".user-cache" / "sweeper"
-    monkeypatch.setattr(read_memo, "user_cache", lambda *parts: own.joinpath(*parts))
+    for module in (read_memo, attestation_reads):  # the validated files', the statements'
+        monkeypatch.setattr(module, "user_cache", lambda *parts: own.joinpath(*parts))
 
 
 @pytest.fixture(scope="session")

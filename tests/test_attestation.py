@@ -753,3 +753,20 @@ def test_a_refresh_takes_its_own_compaction_s_statement_and_checks_a_file_change
     Path(exp.cache_path("certify")).unlink()
     assert refresh_cache(exp, CERTIFY_ROWS, known={done.digest: done.said}) == 0
     assert verified == ["file"]
+
+
+def test_the_statement_memo_is_rewritten_only_for_what_it_did_not_know(tmp_path):
+    """check_files gives the memo what the run's compactions vouch for at every refresh: a
+    statement it holds already marks nothing to save."""
+    from sweeper.results.attestation_reads import Memo
+
+    memo = Memo("k" * 16)
+    memo.put("d" * 64, {"step": "compact"})
+    memo.save()
+    again = Memo("k" * 16)
+    assert again.get("d" * 64) == {"step": "compact"}
+    again.put("d" * 64, {"step": "compact"})
+    assert not again.changed
+    again.put("d" * 64, {"step": "certify"})
+    assert again.changed
+    assert str(tmp_path) in str(again.path)  # the test's own cache, never the user's

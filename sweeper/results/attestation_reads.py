@@ -160,6 +160,8 @@ class Memo:
         return said if isinstance(said, dict) else None
 
     def put(self, digest: str, said: dict) -> None:
+        if self.known.get(digest) == said:  # nothing new: no rewrite of the file for it
+            return
         self.known[digest] = said
         self.changed = True
 
