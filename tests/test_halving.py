@@ -103,3 +103,54 @@ def test_a_halted_trial_stays_halted_only_under_the_same_rate():
     assert is_halted(halted, 3)
     assert not is_halted(halted, 2) and not is_halted(halted, None)
     assert not is_halted({"state": "running", "epoch": 2}, 3) and not is_halted(None, 3)
+
+
+def _trials(n: int, sigma: float = 0.25):
+    from types import SimpleNamespace
+
+    from sweeper.run.tune_names import TuneTrials
+
+    handed = TuneTrials({})
+    trials = []
+    for k in range(n):
+        cfg = TrialConfig(**{**BASE, "sigma": sigma, "lr": 0.01 * (k + 1)}, proxy_every=1)
+        handed.hand(f"tune{k}", cfg)
+        trials.append(SimpleNamespace(trial_id=f"tune{k}", cfg=cfg))
+    return handed, trials
+
+
+def test_the_scheduler_stops_below_the_rung_records_it_and_resumes_from_the_record(tmp_path):
+    from ray.tune.schedulers import TrialScheduler
+
+    from sweeper.run.halving import Halving
+
+    exp = Experiment(str(tmp_path), "e")
+    tmp_path.joinpath("e").mkdir()
+    handed, trials = _trials(4)
+    halving = Halving(exp, 2, handed)
+    curves = [[0.8, 0.4], [0.6, 0.5], [0.5, 0.3], [0.7, 0.45]]
+    said = [
+        halving.on_trial_result(None, t, {"epoch": 1, "proxy": c})
+        for t, c in zip(trials, curves, strict=True)
+    ]
+    # the first alone continues; the third is lowest at both radii; the fourth is above the
+    # median at both among four
+    assert said == [TrialScheduler.CONTINUE] * 2 + [TrialScheduler.STOP, TrialScheduler.CONTINUE]
+    third = trials[2].cfg.trial_id
+    assert halving.stopped == halving.halted == {third: 1}
+    assert halving.on_trial_result(None, trials[0], {"epoch": 2}) == TrialScheduler.CONTINUE
+    # a new driver reads the rungs and the halts, and has stopped nothing itself yet
+    again = Halving(exp, 2, handed)
+    assert again.halted == {third: 1} and again.stopped == {}
+    assert len(again.rungs["sigma=0.25/epoch=1/radii=2"]) == 4
+    # the halted trial trained on anyway (its halt was not written when the driver died): past
+    # its next rung, the record no longer calls it halted
+    assert again.on_trial_result(None, trials[2], {"epoch": 2, "proxy": [0.9, 0.5]}) == "CONTINUE"
+    assert again.halted == {}
+    # another rate judges every trial anew; σ apart: another σ's rung is not this one's
+    assert Halving(exp, 3, handed).rungs == {}
+    handed_b, other = _trials(1, sigma=0.5)
+    assert (
+        Halving(exp, 2, handed_b).on_trial_result(None, other[0], {"epoch": 1, "proxy": [0.0, 0.0]})
+        == TrialScheduler.CONTINUE
+    )

@@ -55,7 +55,10 @@ def rung_key(sigma: float, epoch: int, radii: int) -> str:
 
 class Halving(FIFOScheduler):
     """Successive halving on the proxy at rate `eta` (module docstring); `handed` names each
-    of Tune's trials' `TrialConfig`. `halted`: trial_id -> the epoch it was halted after."""
+    of Tune's trials' `TrialConfig`. `halted`: trial_id -> the epoch it was halted after, as
+    recorded (earlier runs' too); `stopped`: those this scheduler stopped in this run, the ones
+    whose end in Tune is a halt (a trial the record says halted may be trained again: its
+    trial.json was not written as halted when the driver died)."""
 
     def __init__(self, exp: Experiment, eta: int, handed: TuneTrials):
         super().__init__()
@@ -64,6 +67,7 @@ class Halving(FIFOScheduler):
         same = doc.get("eta") == eta  # under another rate every trial is judged anew
         self.rungs: dict[str, dict[str, list[float]]] = doc["rungs"] if same else {}
         self.halted: dict[str, int] = doc["halted"] if same else {}
+        self.stopped: dict[str, int] = {}
 
     def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
         curve = result.get("proxy")
@@ -74,8 +78,9 @@ class Halving(FIFOScheduler):
         rung = self.rungs.setdefault(rung_key(cfg.sigma, epoch, len(curve)), {})
         rung[cfg.trial_id] = [float(v) for v in curve]
         decision = TrialScheduler.CONTINUE
+        self.halted.pop(cfg.trial_id, None)  # a record's halt its training went past
         if not keeps(curve, list(rung.values()), self.eta):
-            self.halted[cfg.trial_id] = epoch
+            self.halted[cfg.trial_id] = self.stopped[cfg.trial_id] = epoch
             decision = TrialScheduler.STOP
             log.info("halving: %s halted after epoch %d (proxy %s)", cfg.trial_id, epoch, curve)
         write_halving(self.exp, {"eta": self.eta, "rungs": self.rungs, "halted": self.halted})

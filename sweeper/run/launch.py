@@ -283,7 +283,7 @@ def _halving(
         return None
     halving = Halving(exp, eta, handed)
     if isinstance(searcher, EnvelopeSearcher):
-        searcher.halted = halving.halted
+        searcher.halted = halving.stopped
     return halving
 
 

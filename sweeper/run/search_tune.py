@@ -123,7 +123,7 @@ class EnvelopeSearcher(Searcher):
         self.paused = False  # FINISHED returned to end Tune's round: curves awaited
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
-        self.halted: Mapping[str, int] = {}  # the halving scheduler's halted trials (its own)
+        self.halted: Mapping[str, int] = {}  # the trials the halving scheduler stopped (its own)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         self._resume_record(read_search(exp))
 

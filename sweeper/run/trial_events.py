@@ -70,8 +70,8 @@ class SweepCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         cfg = self.handed.of(trial)
-        if self.halving is not None and cfg.trial_id in self.halving.halted:
-            self._halted(cfg, self.halving.halted[cfg.trial_id])
+        if self.halving is not None and cfg.trial_id in self.halving.stopped:
+            self._halted(cfg, self.halving.stopped[cfg.trial_id])
             return
         self.outcome.completed.append(cfg.trial_id)
         self._shrink()
