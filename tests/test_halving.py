@@ -154,3 +154,16 @@ def test_the_scheduler_stops_below_the_rung_records_it_and_resumes_from_the_reco
         Halving(exp, 2, handed_b).on_trial_result(None, other[0], {"epoch": 1, "proxy": [0.0, 0.0]})
         == TrialScheduler.CONTINUE
     )
+
+
+def test_halving_without_the_trials_proxy_is_refused_before_ray(tmp_path):
+    from tests.test_e2e import run_cli
+
+    result = run_cli("run", "grid", "digits", "--storage", tmp_path, "--halving", "3", "--dry-run")
+    assert result.exit_code == 2
+    assert "halving (--halving, search.halving) needs every trial's proxy, and 34 of 34" in (
+        " ".join(result.output.split())
+    )
+    assert "Traceback" not in result.output
+    bad = run_cli("run", "grid", "digits", "--storage", tmp_path, "--halving", "1", "--dry-run")
+    assert bad.exit_code == 2 and "--halving must be an integer >= 2 (got 1)" in bad.output

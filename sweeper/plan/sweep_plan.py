@@ -192,8 +192,9 @@ def halving_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
     if spec.search.halving is None or not without:
         return []
     return [
-        f"--halving needs every trial's proxy, and {without} of {len(trials)} trials have no "
-        "proxy_every: set proxy_every (e.g. 2) in the space's fixed block, or drop --halving"
+        f"halving (--halving, search.halving) needs every trial's proxy, and {without} of "
+        f"{len(trials)} trials have no proxy_every: set proxy_every (e.g. 2) in the space's "
+        "fixed block, or drop the halving"
     ]
 
 
