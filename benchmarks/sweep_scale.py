@@ -222,6 +222,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
 
             record = read_search(exp) or {}
             report["deciding"] = record.get("deciding")
+            report["curve_wait"] = record.get("curve_wait")
             report["proposals"] = len(record.get("proposals", []))
         sign_if_keyed(exp)  # as a driver does, letting go (with --attested)
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
@@ -424,8 +425,16 @@ def searched_line(storage: str, trials: int, bare: float) -> None:
         f"search: {driven['trained']} of {trials} trials trained, sweep {driven['sweep_s']:.1f} s, "
         f"overhead {driven['sweep_s'] / trained:.3f} s/trial trained (bare Tune {bare:.3f} s), "
         f"failures {driven['failures']}; the searcher's CPU {deciding['cpu_s']:.1f} s in "
-        f"{deciding['calls']} calls, {deciding['cpu_s'] / proposals:.3f} s per proposal"
+        f"{deciding['calls']} calls, {deciding['cpu_s'] / proposals:.3f} s per proposal; "
+        f"{_latency(driven.get('curve_wait'))}"
     )
+
+
+def _latency(wait: dict | None) -> str:
+    """The mean seconds from a trial's end to its curve in the search (`curve_wait`)."""
+    if not wait or not wait.get("curves"):
+        return "no curve latency recorded"
+    return f"a curve {wait['seconds'] / wait['curves']:.2f} s after its trial (mean)"
 
 
 def run(trials: int, tenfold: bool, search: bool = False) -> int:

@@ -102,6 +102,10 @@ def test_it_holds_a_trial_back_while_a_curve_is_awaited_on_its_slots(tmp_path):
     assert searcher.suggest("c") is None  # the freed slot is certification's
     curves.certified.add(next(iter(searcher.awaiting)))
     assert searcher.suggest("c") is not None  # the curve arrived: the slot trains again
+    # what the search waited: one curve, from its trial's end to now (this test's seconds)
+    assert searcher.curve_wait["curves"] == 1 and 0 < searcher.curve_wait["seconds"] < 60
+    searcher.write()
+    assert read_search(searcher.exp)["curve_wait"]["curves"] == 1
 
 
 def test_a_failed_trial_is_never_proposed_again(tmp_path):

@@ -125,6 +125,9 @@ class EnvelopeSearcher(Searcher):
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
         self.halted: Mapping[str, int] = {}  # the trials the halving scheduler stopped (its own)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
+        # what the search waits on: seconds from a trial's end in Tune to its curve, summed
+        self.curve_wait = {"curves": 0, "seconds": 0.0}
+        self._ended: dict[str, float] = {}  # trial_id -> when Tune ended it (monotonic)
         self._resume_record(read_search(exp))
 
     def _resume_record(self, doc: dict[str, Any] | None) -> None:
@@ -162,6 +165,9 @@ class EnvelopeSearcher(Searcher):
                 self.search.fail(tid)
             else:
                 self.search.observe(tid, curve)
+            if (ended := self._ended.pop(tid, None)) is not None:
+                self.curve_wait["curves"] += 1
+                self.curve_wait["seconds"] += time.monotonic() - ended
 
     # Ray's annotation leaves out Searcher.FINISHED, which its own searchers return too.
     def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
@@ -210,6 +216,7 @@ class EnvelopeSearcher(Searcher):
             self.search.fail(ours)
         else:
             self.awaiting.add(ours)
+            self._ended[ours] = time.monotonic()
 
     def __getstate__(self) -> dict:
         # Tune pickles its searcher into the experiment state; this one holds the live
@@ -317,6 +324,7 @@ class EnvelopeSearcher(Searcher):
                 "stopped": self.stopped,
                 "audit": self.audit,
                 "deciding": {**self.deciding, "cpu_s": round(self.deciding["cpu_s"], 3)},
+                "curve_wait": {**self.curve_wait, "seconds": round(self.curve_wait["seconds"], 3)},
             },
         )
 
