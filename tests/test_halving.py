@@ -167,3 +167,11 @@ def test_halving_without_the_trials_proxy_is_refused_before_ray(tmp_path):
     assert "Traceback" not in result.output
     bad = run_cli("run", "grid", "digits", "--storage", tmp_path, "--halving", "1", "--dry-run")
     assert bad.exit_code == 2 and "--halving must be an integer >= 2 (got 1)" in bad.output
+
+
+def test_the_dry_run_prices_a_trial_on_the_inputs_it_trains_on():
+    from sweeper.plan.cost import TRAIN_SIZE, train_inputs
+
+    on = TrialConfig(**BASE, proxy_every=2, proxy_points=150)
+    assert train_inputs(on) == TRAIN_SIZE["digits"] - 150
+    assert train_inputs(TrialConfig(**BASE)) == TRAIN_SIZE["digits"]

@@ -27,6 +27,11 @@ labelled steps' randomness is the same as without self-training; the stream's st
 of the checkpoint. train_loss/train_acc cover the labelled steps only; pseudo_loss (unscaled)
 and pseudo_acc the pseudo-labelled ones, pseudo_inputs counts this epoch's pseudo-labelled
 inputs and pseudo_passes the passes over the pseudo-labelled set so far.
+
+The halving scheduler's proxy (`cfg.proxy_every` set; `trainables.proxy`): the loaders batch
+the training split less its held-out inputs, and after every `proxy_every`-th epoch but the
+last, `proxy` (certified accuracy on the held-out inputs at the proxy's radii) joins that
+epoch's metrics.
 """
 
 from __future__ import annotations

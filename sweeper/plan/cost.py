@@ -67,7 +67,9 @@ def attack_epochs(cfg: TrialConfig) -> int:
 
 
 def train_inputs(cfg: TrialConfig) -> int:
-    size = TRAIN_SIZE[cfg.dataset]
+    """The inputs a trial trains on: its split, less the proxy's held-out inputs, at most
+    `train_subset` of them."""
+    size = TRAIN_SIZE[cfg.dataset] - (cfg.proxy_points or 0)
     return size if cfg.train_subset is None else min(size, cfg.train_subset)
 
 
