@@ -175,3 +175,42 @@ def test_the_dry_run_prices_a_trial_on_the_inputs_it_trains_on():
     on = TrialConfig(**BASE, proxy_every=2, proxy_points=150)
     assert train_inputs(on) == TRAIN_SIZE["digits"] - 150
     assert train_inputs(TrialConfig(**BASE)) == TRAIN_SIZE["digits"]
+
+
+def test_a_trial_with_the_proxy_resumes_bitwise_and_never_trains_on_its_held_out_inputs(
+    tmp_path, monkeypatch
+):
+    from test_training import assert_nested_equal
+
+    from trainables import pipeline
+    from trainables.train import fit
+
+    cfg = TrialConfig(
+        **{**BASE, "epochs": 3, "batch_size": 64},
+        arch="digits_cnn",
+        train_subset=300,
+        eval_subset=40,
+        proxy_every=1,
+        proxy_points=60,
+        proxy_n=20,
+    )
+    seen: set[int] = set()
+    real = pipeline.DeviceLoader.__iter__
+
+    def noting(self):
+        for x, y, idx in real(self):
+            if self.shuffle:  # the training batches (the evaluation's are the test split's)
+                seen.update(idx.tolist())
+            yield x, y, idx
+
+    monkeypatch.setattr(pipeline.DeviceLoader, "__iter__", noting)
+    cpu = torch.device("cpu")
+    first = fit(cfg, tmp_path / "a" / "checkpoint.pt", device=cpu, stop_after=1)
+    resumed = fit(cfg, tmp_path / "a" / "checkpoint.pt", device=cpu)
+    straight = fit(cfg, tmp_path / "b" / "checkpoint.pt", device=cpu)
+    assert_nested_equal(resumed.payload()["model"], straight.payload()["model"], "model")
+    assert_nested_equal(resumed.payload()["rng"], straight.payload()["rng"], "rng")
+    assert [h.get("proxy") is not None for h in straight.history] == [True, True, False]
+    assert first.history[0]["proxy"] == straight.history[0]["proxy"]
+    _, held = carve(1347, 60)
+    assert len(seen) == 300 and not seen & set(held)  # the held-out inputs are never trained on
