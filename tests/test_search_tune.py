@@ -12,7 +12,7 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from sweeper.plan.search_spec import SearchSpec
-from sweeper.results.search_records import account, read_search
+from sweeper.results.search_records import account, read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run.search_tune import (
     EnvelopeSearcher,
@@ -187,11 +187,37 @@ def test_other_settings_continue_a_stopped_search(tmp_path):
     # The same settings again: stopped, nothing to train.
     again, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=searcher.plan.spec)
     assert again.suggest("x") == Searcher.FINISHED
+    # ...and under --halving (Tune's, not the search's), or from a record written before a
+    # setting existed: stopped still
+    halved = SearchSpec(mode="envelope", audit=0.0, halving=3)
+    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("h") == "FINISHED"
+    doc = read_search(exp)
+    write_search(
+        exp, {**doc, "settings": {k: v for k, v in doc["settings"].items() if k != "halving"}}
+    )
+    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("o") == "FINISHED"
     # A lower tolerance: the search goes on from the same observations.
     lower = SearchSpec(mode="envelope", audit=0.0, tolerance=1e-6)
     on, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=lower)
     got = on.suggest("y")
     assert got not in (None, Searcher.FINISHED) and on.running["y"] not in order
+
+
+def test_a_stopped_search_stays_stopped_under_halving_and_a_record_from_before_it(tmp_path):
+    """--halving is Tune's, not the search's: a search that stopped and audited, run again
+    under it (or from a record written before the setting existed), neither searches nor
+    audits again (searching again, its audit would pick more points: it spent more)."""
+    trials = grid()
+    searcher, curves, exp = make(tmp_path, trials, spec=SearchSpec(mode="envelope"))
+    order = drive(searcher, curves)
+    doc = read_search(exp)
+    assert doc["stopped"] is not None and any(p["phase"] == "audit" for p in doc["proposals"])
+    halved = SearchSpec(mode="envelope", halving=3)
+    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("h") == "FINISHED"
+    before = {k: v for k, v in doc["settings"].items() if k != "halving"}
+    write_search(exp, {**doc, "settings": before})
+    plain = SearchSpec(mode="envelope")
+    assert make(tmp_path, trials, order, curves=curves, spec=plain)[0].suggest("o") == "FINISHED"
 
 
 def test_under_the_search_tune_reuses_actors_only_beside_a_reserve_of_two(tmp_path, monkeypatch):

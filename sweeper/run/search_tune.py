@@ -37,6 +37,9 @@ from trainables.kernel.config import TrialConfig
 
 log = logging.getLogger(__name__)
 
+# The settings a search's stop and audit follow from: a stopped search stays stopped under them.
+STOP_SETTINGS = ("mode", "tolerance", "budget", "audit")
+
 
 @dataclass(frozen=True)
 class SearchPlan:
@@ -134,9 +137,8 @@ class EnvelopeSearcher(Searcher):
         """Continue the record on storage: its unfinished proposals first; a search that had
         stopped under the same settings goes on to its audit, otherwise it searches again."""
         doc = doc or {}
-        settings = dataclasses.asdict(self.plan.spec)
         self.proposals: list[dict] = [p for p in doc.get("proposals", []) if isinstance(p, dict)]
-        self.stopped = doc.get("stopped") if doc.get("settings") == settings else None
+        self.stopped = doc.get("stopped") if self._same_settings(doc.get("settings")) else None
         self.audit: dict | None = doc.get("audit") if self.stopped else None
         self.resume = list(dict.fromkeys(p.get("trial_id") for p in self.proposals))
         self.resume = [t for t in self.resume if t in self.trainable]
@@ -144,6 +146,14 @@ class EnvelopeSearcher(Searcher):
         self.audit_queue: list[str] = []
         if self.resume:
             log.info("search: resuming %d trials it had proposed", len(self.resume))
+
+    def _same_settings(self, recorded: Any) -> bool:
+        """Whether the record's search had this one's settings, those its decisions read
+        (`STOP_SETTINGS`: not --halving, which is Tune's, nor a setting added since)."""
+        if not isinstance(recorded, dict):
+            return False
+        now = dataclasses.asdict(self.plan.spec)
+        return all(recorded.get(k) == now[k] for k in STOP_SETTINGS)
 
     # ------------------------------------------------------------------ Tune's interface
     @property
