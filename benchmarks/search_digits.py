@@ -1,18 +1,17 @@
 """A real sweep on this machine's CPUs, full grid against `--search envelope` (issue 37,
-"Measured"), and with `--halving ETA` the search with the halving scheduler besides (item 4:
-the space's trials given the proxy, `--proxy-every`, `--proxy-points`), and the full grid with
-the scheduler: epochs trained, wall
-time and the envelope per radius with its 95% interval, in one run.
+"Measured"); with `--halving ETA` also the search under the halving scheduler and the full grid
+under it (item 4: the space's trials given the proxy, `--proxy-every`, `--proxy-points`):
+epochs trained, wall time and the envelope per radius with its 95% interval, in one run.
 
     .venv/bin/python benchmarks/search_digits.py --storage /tmp/search-digits --halving 3
     .venv/bin/python benchmarks/search_digits.py --storage /tmp/s --space digits --smoke
 
 Every sweep goes through `sweeper.Sweep` on a local Ray (every core), each into its own
 experiment (`<space>-full`, `<space>-search`, `<space>-halving`, `<space>-full-halving`) under
---storage; the search with the space's
-search settings and `--tolerance`. Re-running resumes what is there: each run's wall time is
-kept beside the experiment (`<name>.wall.json`) and the sum printed, with the number of runs
-(a resumed run restarts Ray and re-reads storage, so the sum is an upper bound)."""
+--storage; the search with the space's search settings and `--tolerance`. Re-running resumes
+what is there: each run's wall time is kept beside the experiment (`<name>.wall.json`) and the
+sum printed, with the number of runs (a resumed run restarts Ray and re-reads storage, so the
+sum is an upper bound)."""
 
 from __future__ import annotations
 
