@@ -74,7 +74,6 @@ ALTERNATIVES = dict(
     lr_step_offset=1,
     scale_input=False,
     train_multi_noise=False,
-    proxy_every=2,
 )
 
 ALL_FIELDS = {f.name for f in dataclasses.fields(TrialConfig)}
@@ -453,8 +452,6 @@ END_DROP_ALTERNATIVES = dict(lr_end_drop=True)
 # with pseudo-labelled data (its location, pseudo_data, is an environment field).
 PSEUDO_ON = dict(pseudo_data="/data/pseudo.npz", pseudo_fingerprint="0" * 16, pseudo_eta=0.5)
 PSEUDO_ALTERNATIVES = dict(pseudo_fingerprint="f" * 16, pseudo_eta=0.1, pseudo_ratio=2)
-# The halving scheduler's proxy, which only counts when it is on (it carves the training set).
-PROXY_ALTERNATIVES = dict(proxy_points=100, proxy_n=50)
 
 
 def test_trial_id_changes_with_every_identity_field():
@@ -464,7 +461,6 @@ def test_trial_id_changes_with_every_identity_field():
         DDRS_MACER_ALTERNATIVES,
         PSEUDO_ALTERNATIVES,
         END_DROP_ALTERNATIVES,
-        PROXY_ALTERNATIVES,
     )
     assert covered == ALL_FIELDS - ENVIRONMENT_FIELDS, "new field: add an alternative"
     macer = TrialConfig(dataset="digits", method="macer", m_train=2, epochs=20, lr_step_size=10)
@@ -482,11 +478,6 @@ def test_trial_id_changes_with_every_identity_field():
         changed = ddrs_macer.replace(**{name: value})
         assert getattr(changed, name) != getattr(ddrs_macer, name), name
         assert changed.trial_id != ddrs_macer.trial_id, name
-    proxy = TrialConfig(**PINNED, proxy_every=2)
-    for name, value in PROXY_ALTERNATIVES.items():
-        changed = proxy.replace(**{name: value})
-        assert getattr(changed, name) != getattr(proxy, name), name
-        assert changed.trial_id != proxy.trial_id, name
     pseudo = TrialConfig(**PINNED, **PSEUDO_ON)
     assert pseudo.trial_id != PINNED_ID
     for name, value in PSEUDO_ALTERNATIVES.items():

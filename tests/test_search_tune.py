@@ -187,15 +187,6 @@ def test_other_settings_continue_a_stopped_search(tmp_path):
     # The same settings again: stopped, nothing to train.
     again, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=searcher.plan.spec)
     assert again.suggest("x") == Searcher.FINISHED
-    # ...and under --halving (Tune's, not the search's), or from a record written before a
-    # setting existed: stopped still
-    halved = SearchSpec(mode="envelope", audit=0.0, halving=3)
-    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("h") == "FINISHED"
-    doc = read_search(exp)
-    write_search(
-        exp, {**doc, "settings": {k: v for k, v in doc["settings"].items() if k != "halving"}}
-    )
-    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("o") == "FINISHED"
     # A lower tolerance: the search goes on from the same observations.
     lower = SearchSpec(mode="envelope", audit=0.0, tolerance=1e-6)
     on, _, _ = make(tmp_path, trials, finished=order, curves=curves, spec=lower)
@@ -203,21 +194,24 @@ def test_other_settings_continue_a_stopped_search(tmp_path):
     assert got not in (None, Searcher.FINISHED) and on.running["y"] not in order
 
 
-def test_a_stopped_search_stays_stopped_under_halving_and_a_record_from_before_it(tmp_path):
-    """--halving is Tune's, not the search's: a search that stopped and audited, run again
-    under it (or from a record written before the setting existed), neither searches nor
-    audits again (searching again, its audit would pick more points: it spent more)."""
+def test_a_stopped_search_stays_stopped_whatever_else_its_record_s_settings_hold(tmp_path):
+    """A record written by a version with a setting this one lacks (or without one this one
+    has) says the same search when the settings its decisions read are equal: run again, it
+    neither searches nor audits again (searching again, its audit would pick more points: it
+    has spent more)."""
     trials = grid()
     searcher, curves, exp = make(tmp_path, trials, spec=SearchSpec(mode="envelope"))
     order = drive(searcher, curves)
     doc = read_search(exp)
     assert doc["stopped"] is not None and any(p["phase"] == "audit" for p in doc["proposals"])
-    halved = SearchSpec(mode="envelope", halving=3)
-    assert make(tmp_path, trials, order, curves=curves, spec=halved)[0].suggest("h") == "FINISHED"
-    before = {k: v for k, v in doc["settings"].items() if k != "halving"}
-    write_search(exp, {**doc, "settings": before})
     plain = SearchSpec(mode="envelope")
-    assert make(tmp_path, trials, order, curves=curves, spec=plain)[0].suggest("o") == "FINISHED"
+    for settings in ({**doc["settings"], "halving": None}, {"mode": "envelope", "audit": 0.05}):
+        write_search(exp, {**doc, "settings": {**settings, "tolerance": 0.002, "budget": None}})
+        assert (
+            make(tmp_path, trials, order, curves=curves, spec=plain)[0].suggest("o") == "FINISHED"
+        )
+    write_search(exp, {**doc, "settings": {**doc["settings"], "tolerance": 0.01}})
+    assert make(tmp_path, trials, order, curves=curves, spec=plain)[0].suggest("t") != "FINISHED"
 
 
 def test_under_the_search_tune_reuses_actors_only_beside_a_reserve_of_two(tmp_path, monkeypatch):
@@ -236,7 +230,6 @@ def test_under_the_search_tune_reuses_actors_only_beside_a_reserve_of_two(tmp_pa
         handed = TuneTrials({"c": 1})
         certifier = None
         retries = None
-        halving = None  # no scheduler: Tune's FIFO
 
     made: list[tune.TuneConfig] = []
     real = tune.TuneConfig

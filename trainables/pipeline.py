@@ -32,9 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainables.datasets import CROP_FLIP_DATASETS, ImageTensors, load_dataset
+from trainables.datasets import CROP_FLIP_DATASETS, ImageTensors, IndexedFolder, load_dataset
 from trainables.kernel.config import TrialConfig
-from trainables.proxy import training_part
 
 PAD = 4  # RandomCrop's padding for 32x32 CIFAR-style images
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, idx
@@ -164,7 +163,7 @@ def loaders(
     256 at a time. The loader pipeline's crop/flip is torchvision's in the data set (global
     RNG, `num_workers` processes); the device one draws from `augment_generator`."""
     split = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.download, augment=True)
-    train = _first(training_part(split, cfg), cfg.train_subset)  # the proxy's inputs held out
+    train = _first(split, cfg.train_subset)
     test = _first(load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.download), cfg.eval_subset)
     eval_batch = max(cfg.batch_size, 256)
     if which == "device":  # the torchvision transform loaded with the split goes unused
@@ -194,11 +193,9 @@ def loaders(
     )
 
 
-def _first(dataset: Dataset[Any], count: int | None) -> Dataset[Any]:
+def _first(dataset: ImageTensors | IndexedFolder, count: int | None) -> Dataset[Any]:
     """The first `count` inputs of a split (all of them for None or a larger count)."""
-    if count is None or count >= len(dataset):  # type: ignore[arg-type]  # a split or a Subset
-        return dataset
-    return Subset(dataset, range(count))
+    return dataset if count is None or count >= len(dataset) else Subset(dataset, range(count))
 
 
 def split_indices(dataset: Dataset[Any]) -> torch.Tensor:

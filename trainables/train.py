@@ -27,11 +27,6 @@ labelled steps' randomness is the same as without self-training; the stream's st
 of the checkpoint. train_loss/train_acc cover the labelled steps only; pseudo_loss (unscaled)
 and pseudo_acc the pseudo-labelled ones, pseudo_inputs counts this epoch's pseudo-labelled
 inputs and pseudo_passes the passes over the pseudo-labelled set so far.
-
-The halving scheduler's proxy (`cfg.proxy_every` set; `trainables.proxy`): the loaders batch
-the training split less its held-out inputs, and after every `proxy_every`-th epoch but the
-last, `proxy` (certified accuracy on the held-out inputs at the proxy's radii) joins that
-epoch's metrics.
 """
 
 from __future__ import annotations
@@ -53,7 +48,6 @@ from trainables.methods import REGISTRY, Method
 from trainables.methods.base import StepContext, epoch_epsilon, loss_of
 from trainables.models import transfer_weights
 from trainables.pipeline import Batches, split_indices, split_size
-from trainables.proxy import Proxy, proxy_every
 from trainables.train_state import TrainState, build_state
 
 log = logging.getLogger(__name__)
@@ -270,7 +264,6 @@ def fit(
     state = _start(build_state(cfg, device), checkpoint_path, resume_from, init_weights)
     train_loader, test_loader = _ready(state, rank, world_size)
     last = cfg.epochs if stop_after is None else min(cfg.epochs, stop_after)
-    proxy = Proxy(cfg, state.device) if cfg.proxy_every is not None and rank == 0 else None
     while state.epoch < last:
         start = time.perf_counter()
         metrics = {"epoch": state.epoch + 1, "lr": state.optimizer.param_groups[0]["lr"]}
@@ -284,8 +277,6 @@ def fit(
             )
         state.scheduler.step()
         state.epoch += 1
-        if proxy is not None and state.epoch % proxy_every(cfg) == 0 and state.epoch < cfg.epochs:
-            metrics["proxy"] = proxy.curve(attacks.unwrap(state.model), state.epoch)
         metrics["epoch_time_s"] = time.perf_counter() - start
         state.history.append(metrics)
         if checkpoint_path is not None and rank == 0:

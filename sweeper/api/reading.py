@@ -86,12 +86,6 @@ class Reading:
         """The envelope search's account (None: no search ran)."""
         return selection.search_account(self.exp, self.results.frame)
 
-    def halted(self) -> int:
-        """Trials the halving scheduler stopped inside training (no rows: never certified)."""
-        from sweeper.results.halving_records import halted_trials
-
-        return len(halted_trials(self.exp, set(self.results.frame["trial_id"])))
-
     def pruned_without_rows(self) -> int:
         """Trials the envelope strategy pruned that have no certified rows (done, not missing)."""
         from sweeper.results.envelope_records import pruned

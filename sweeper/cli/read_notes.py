@@ -81,22 +81,15 @@ def print_coverage(read: Reading) -> None:
 
 def _without_rows(read: Reading, c: Coverage) -> None:
     """The planned trials without rows, and why: not yet, skipped by the envelope search,
-    halted by --halving, pruned by the envelope strategy."""
+    pruned by the envelope strategy."""
     pruned = read.pruned_without_rows()
     searched = read.search()
     skipped = searched.skipped if searched is not None and searched.stopped else 0
-    halted = read.halted()
-    if c.absent > pruned + skipped + halted:
-        absent = c.absent - pruned - skipped - halted
+    if c.absent > pruned + skipped:
+        absent = c.absent - pruned - skipped
         display.echo(f"{absent} of the sweep's {c.planned} trials have no results yet", err=True)
     for line in searched.lines() if searched is not None else []:
         display.echo(line, err=True)
-    if halted and searched is None:  # the search's account says it otherwise
-        display.echo(
-            f"{display.plural(halted, 'trial')} halted by --halving (stopped inside training on "
-            "their proxy, never certified): the envelope is of the trials trained",
-            err=True,
-        )
     if pruned:
         display.echo(
             f"{display.plural(pruned, 'trial')} pruned by the envelope strategy (never "

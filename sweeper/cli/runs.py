@@ -216,13 +216,10 @@ def _done(ran: Ran, storage: str) -> None:
     searched = ran.searched
     done = f"done: {len(ran.trials)} trials"
     if searched is not None:
-        halted = f", {searched.halted} halted by --halving" if searched.halted else ""
         done = (
             f"done: the envelope search trained {searched.trained} of {len(ran.trials)} trials "
-            f"({searched.skipped} skipped, {searched.audited} by its audit{halted})"
+            f"({searched.skipped} skipped, {searched.audited} by its audit)"
         )
-    elif ran.outcome is not None and ran.outcome.halted:
-        done += f" ({len(ran.outcome.halted)} halted by --halving this run, not certified)"
     console.print(
         f"{done}. Next: {sweeper_command()} envelope --storage {storage} --experiment "
         f"{ran.plan.exp.name} --radii 0:2:0.25",

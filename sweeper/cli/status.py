@@ -196,7 +196,6 @@ def event_line(event) -> str:
         "trial_started": f"trial {tid} started",
         "trial_epoch": f"trial {tid} finished epoch {detail}",
         "trial_finished": f"trial {tid} trained",
-        "trial_halted": f"trial {tid} halted {detail} (--halving: not certified)",
         "trial_failed": f"trial {tid} failed (train): {detail}",
         "shards_planned": f"trial {tid}: shards queued ({detail})",
         "shard_done": f"trial {tid}: shard {detail} written",

@@ -67,9 +67,7 @@ def attack_epochs(cfg: TrialConfig) -> int:
 
 
 def train_inputs(cfg: TrialConfig) -> int:
-    """The inputs a trial trains on: its split, less the proxy's held-out inputs, at most
-    `train_subset` of them."""
-    size = TRAIN_SIZE[cfg.dataset] - (cfg.proxy_points or 0)
+    size = TRAIN_SIZE[cfg.dataset]
     return size if cfg.train_subset is None else min(size, cfg.train_subset)
 
 

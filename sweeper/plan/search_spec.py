@@ -1,9 +1,7 @@
 """Which grid points a run trains: all of them (`full`, the default) or as the envelope search
 decides (`envelope`: `sweeper.run.envelope_search`), declared once with `setting`: a space's
 `search:` block (or `search: envelope`), `sweeper run grid`'s `--search`, `--tolerance`,
-`--budget`, `--audit`, `--halving` and `Sweep.run(search=...)` are read from these lines.
-`halving` (stopping inside trials on their proxy, `sweeper.run.halving`) works under either
-mode.
+`--budget`, `--audit`, and `Sweep.run(search=...)` are read from these lines.
 
 The search has no statistical guarantee: the envelope it reports is of the models it trained.
 Its defaults come from the replay on the published SmoothAdv logs (`benchmarks/envelope_search.py`,
@@ -15,14 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainables.kernel.field_types import type_problems
-from trainables.kernel.settings import (
-    AtLeast,
-    NotBelow,
-    OneOf,
-    Positive,
-    bound_problems,
-    setting,
-)
+from trainables.kernel.settings import NotBelow, OneOf, Positive, bound_problems, setting
 
 SEARCHES = ("full", "envelope")
 SEARCH_ONLY = ("tolerance", "budget", "audit")  # the settings only search envelope reads
@@ -56,16 +47,6 @@ class SearchSpec:
         "training cost it spent (the highest upper bounds and a random sample; at least one "
         "unless 0) and report how much they raise the envelope.",
         NotBelow(0),
-    )
-
-    halving: int | None = setting(
-        None,
-        "successive halving inside trials, at rate ETA: at each proxy report (a trial's "
-        "proxy_every) a trial continues only if, at some radius, its certified accuracy on the "
-        "carved validation split is in the top 1/ETA of its sigma's at that epoch; the others "
-        "stop, uncertified, resumable from their checkpoints (null: off).",
-        AtLeast(2),
-        flag="--halving",
     )
 
     def problems(self) -> list[str]:

@@ -119,7 +119,6 @@ def make_plan(req: PlanRequest) -> Plan:
         raise PlanError(problems + links)
     problems += [] if req.restarting else sweep_conflict(exp, all_trials, spec.name)
     problems += stage_problems(exp, trials) + parallel_problems(spec, all_trials)
-    problems += halving_problems(spec, all_trials)
     if problems:
         raise PlanError(problems)
     return Plan(spec, exp, trials, all_trials)
@@ -184,18 +183,6 @@ def parallel_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
             f"trials with data_parallel={k} need resources.gpu >= {k} (got {spec.resources.gpu:g})"
         ]
     return []
-
-
-def halving_problems(spec: SweepSpec, trials: list[TrialConfig]) -> list[str]:
-    """`--halving` decides on the trials' proxy: every trial must measure it (proxy_every)."""
-    without = sum(t.proxy_every is None for t in trials)
-    if spec.search.halving is None or not without:
-        return []
-    return [
-        f"halving (--halving, search.halving) needs every trial's proxy, and {without} of "
-        f"{len(trials)} trials have no proxy_every: set proxy_every (e.g. 2) in the space's "
-        "fixed block, or drop the halving"
-    ]
 
 
 def stage_problems(exp: Experiment, trials: list[TrialConfig]) -> list[str]:
@@ -377,11 +364,3 @@ def is_finished(status: dict | None, cfg: TrialConfig | None) -> bool:
     if not status or status["state"] != "finished":
         return False
     return cfg is None or status["epoch"] >= cfg.epochs
-
-
-def is_halted(status: dict | None, halving: int | None) -> bool:
-    """Halted by the halving scheduler at rate `halving` (None: no scheduler, nothing halted):
-    a run under the same rate leaves it; any other run continues it from its checkpoint."""
-    if halving is None or not status:
-        return False
-    return status.get("state") == "halted" and status.get("halving") == halving

@@ -25,7 +25,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.results.halving_records import halted_trials
 from sweeper.results.storage import Experiment
 from trainables.kernel import fileio
 
@@ -62,9 +61,8 @@ def read_search(exp: Experiment) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class SearchAccount:
     """What the views say of a search: grid points in its universe, trained (by the search or
-    before it), audited, skipped (never trained), halted (`--halving`: stopped inside training,
-    not certified), whether and why it stopped, and how much the audit raised the envelope
-    (largest over the radii; None before the audit is certified)."""
+    before it), audited, skipped (never trained), whether and why it stopped, and how much the
+    audit raised the envelope (largest over the radii; None before the audit is certified)."""
 
     universe: int
     trained: int
@@ -73,17 +71,15 @@ class SearchAccount:
     stopped: str | None
     gain: float | None
     audit_raised: float | None
-    halted: int = 0  # stopped inside training by --halving (in no count above)
 
     def lines(self) -> list[str]:
         """The account in words, the no-guarantee sentence first."""
         out = [NO_GUARANTEE.format(trained=self.trained, universe=self.universe)]
         state = f"stopped ({self.stopped})" if self.stopped else "not stopped yet"
         largest = f"; largest expected gain left {self.gain:.4f}" if self.gain is not None else ""
-        halted = f", {self.halted} halted by --halving" if self.halted else ""
         out.append(
             f"search {state}{largest}: {self.trained} trained, {self.audited} of them by the "
-            f"audit, {self.skipped} skipped{halted}"
+            f"audit, {self.skipped} skipped"
         )
         if self.audit_raised is not None:
             out.append(
@@ -102,16 +98,14 @@ def account(exp: Experiment, finished: set[str]) -> SearchAccount | None:
     audited = {p.get("trial_id") for p in doc.get("proposals", []) if p.get("phase") == "audit"}
     universe = int(doc.get("universe") or 0)
     trained = len(finished)
-    halted = len(halted_trials(exp, finished))
     stopped = doc.get("stopped") or {}
     raised = (doc.get("audit") or {}).get("raised")
     return SearchAccount(
         universe=universe,
         trained=trained,
         audited=len(audited & finished),
-        skipped=max(universe - trained - halted, 0),
+        skipped=max(universe - trained, 0),
         stopped=stopped.get("reason"),
         gain=stopped.get("gain"),
         audit_raised=max(raised) if raised else (0.0 if raised == [] else None),
-        halted=halted,
     )

@@ -8,8 +8,7 @@ per sweep.json; a trial.json until its size or time changes; the cache's timing 
 `sweeper status --watch` costs one listing per directory and the files that changed.
 
 A trial's state, as a person needs it after any interruption:
-pending (not started), skipped (the envelope search stopped without training it), halted
-(the halving scheduler stopped it on its proxy: not certified, resumable from its checkpoint),
+pending (not started), skipped (the envelope search stopped without training it),
 blocked (its parent failed), training (trial.json says running and a
 driver holds the lease), interrupted (says running, but no driver is alive: re-run to resume),
 certifying (trained, shards missing, a driver alive), trained (trained, shards missing, nothing
@@ -48,7 +47,6 @@ from trainables.kernel.trial_status import parse_status, read_raw
 STATES = (
     "pending",
     "skipped",
-    "halted",
     "blocked",
     "training",
     "interrupted",
@@ -326,8 +324,6 @@ def _state(
         return "failed", "train: " + (failure.line() if failure else doc.get("error", ""))
     if state == "running":
         return ("training" if alive else "interrupted"), ""
-    if state == "halted":  # by the halving scheduler: not certified, its checkpoint kept
-        return "halted", ""
     if state != "finished":
         return "pending", ""
     if certify.total is None or certify.done >= certify.total:
@@ -349,8 +345,7 @@ def _searched(exp: Experiment, rows: list[TrialRow]) -> SearchAccount | None:
         for row in rows:
             if row.state == "pending" and row.trial_id not in proposed:
                 row.state = "skipped"
-    untrained = ("pending", "skipped", "halted", "blocked")
-    trained = {r.trial_id for r in rows if r.state not in untrained}
+    trained = {r.trial_id for r in rows if r.state not in ("pending", "skipped", "blocked")}
     return account(exp, trained)
 
 

@@ -191,11 +191,6 @@ class Experiment:
         return fileio.join(self.root, "search.json")
 
     @property
-    def halving_json(self) -> str:
-        """The halving scheduler's rungs: each trial's proxy there, and the trials it halted."""
-        return fileio.join(self.root, "halving.json")
-
-    @property
     def tune_dir(self) -> str:
         return fileio.join(self.root, "tune")
 

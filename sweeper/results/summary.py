@@ -53,8 +53,7 @@ class Summary:
 
 def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
     states = {s: 0 for s in STATES} | dict(st.counts())
-    # the search will not train them, nor a run under the same --halving the halted ones
-    trials = [t for t in st.trials if t.state not in ("skipped", "halted")]
+    trials = [t for t in st.trials if t.state != "skipped"]  # the search will not train them
     epochs = (sum(min(t.epoch, t.epochs) for t in trials), sum(t.epochs for t in trials))
     rows = (sum(t.points[0] for t in trials), sum(t.points[1] for t in trials))
     elapsed = st.now - st.driver.since if st.driver is not None else None
@@ -92,7 +91,7 @@ def summarize(st: Status, window_s: float = WINDOW_S) -> Summary:
 def _shards(st: Status) -> dict[str, tuple[int, int | None]]:
     out = {}
     for stage in ("certify", "empirical"):
-        shards = [t.shards[stage] for t in st.trials if t.state not in ("skipped", "halted")]
+        shards = [t.shards[stage] for t in st.trials if t.state != "skipped"]
         totals = [s.total for s in shards if s.total is not None]
         done = sum(s.done for s in shards)
         if done or totals:

@@ -35,7 +35,6 @@ from sweeper.results.credentials import redact, scrub
 from sweeper.results.storage import Experiment
 from sweeper.run.capacity import Capacity, per_process
 from sweeper.run.certify_stage import CERTIFY
-from sweeper.run.halving import Halving
 from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, run_budgets
@@ -190,7 +189,6 @@ def _tuner(
     )
     tune_config = tune.TuneConfig(
         search_alg=searcher,
-        scheduler=callback.halving,  # None: Tune's FIFO
         num_samples=samples,
         max_concurrent_trials=options.max_concurrent,
         # under the search an actor kept for reuse takes a slot held back for certification
@@ -212,11 +210,9 @@ def run_sweep(
     room: Capacity | None = None,
     plane: DataPlane = DataPlane(),
     search: SearchPlan | None = None,
-    halving: int | None = None,
 ) -> Outcome:
     """Train `to_train` with Ray Tune (every trial, or as the envelope `search` decides),
     certify every trial as it finishes (and the already `finished` ones with missing shards).
-    `halving`: successive halving's rate on the trials' proxy (`run.halving`), None: off.
     Ray must be initialized (see `ray_cluster`); `room`, the autoscaler request
     (`sweeper.run.capacity`), shrinks as trials end."""
     outcome = Outcome()
@@ -235,8 +231,7 @@ def run_sweep(
             exp, (to_train, finished), search, curves, certifier, handed, resources, options
         )
         shrink = (room, len(to_train)) if room is not None else None
-        stops = _halving(exp, halving, handed, searcher)
-        callback = SweepCallback(exp, certifier, outcome, on_event, handed, shrink, stops)
+        callback = SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
         # under the search the searcher ends each round; Tune's count would end it unasked
         samples = -1 if isinstance(searcher, EnvelopeSearcher) else len(to_train)
         tuner = functools.partial(
@@ -275,18 +270,6 @@ def _searcher(
     return searcher, replace(options, max_concurrent=searcher.slots.cap)
 
 
-def _halving(
-    exp: Experiment, eta: int | None, handed: TuneTrials, searcher: Searcher
-) -> Halving | None:
-    """The halving scheduler at rate `eta` (None: none), its halted trials told the search."""
-    if eta is None:
-        return None
-    halving = Halving(exp, eta, handed)
-    if isinstance(searcher, EnvelopeSearcher):
-        searcher.halted = halving.stopped
-    return halving
-
-
 def _fit(tuner: Callable[..., tune.Tuner], searcher: Searcher, certifier: Certifier) -> None:
     """Tune's run, or under the envelope search its rounds (`search_tune.search_rounds`)."""
     if isinstance(searcher, EnvelopeSearcher):
@@ -322,7 +305,7 @@ def _search_slots(resources: Resources, options: LaunchOptions) -> Slots:
 def _interrupted(outcome: Outcome, to_train: list[TrialConfig], searcher: Searcher | None) -> bool:
     """Whether the run stopped before its training was done: a trial it was to train has not
     ended (under the search: it had not finished, or a trial it started has not ended)."""
-    ended = {*outcome.completed, *outcome.failed, *outcome.blocked, *outcome.halted}
+    ended = set(outcome.completed) | set(outcome.failed) | set(outcome.blocked)
     if isinstance(searcher, EnvelopeSearcher):
         return not searcher.done or any(t not in ended for t in searcher.started)
     return any(t.trial_id not in ended for t in to_train)

@@ -1,6 +1,6 @@
 """What a run of a sweep left (`run grid`, `certify`, `empirical` alike): the trials it
 trained, every failure with the trial and the stage it happened in, the trials blocked by a
-failed parent, those the halving scheduler stopped, and whether it was cut short."""
+failed parent, and whether it was cut short."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ Failure = tuple[str, str, str]  # (trial_id, stage: "train", "certify" or "empir
 @dataclass
 class Outcome:
     completed: list[str] = field(default_factory=list)  # trials trained in this run
-    halted: dict[str, int] = field(default_factory=dict)  # --halving: trial_id -> its epoch
     failures: list[Failure] = field(default_factory=list)
     blocked: dict[str, str] = field(default_factory=dict)  # trial_id -> its failed parent
     interrupted: bool = False

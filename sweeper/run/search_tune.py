@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +126,6 @@ class EnvelopeSearcher(Searcher):
         self.paused = False  # FINISHED returned to end Tune's round: curves awaited
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
-        self.halted: Mapping[str, int] = {}  # the trials the halving scheduler stopped (its own)
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         # what the search waits on: seconds from a trial's end in Tune to its curve, summed
         self.curve_wait = {"curves": 0, "seconds": 0.0}
@@ -149,7 +148,7 @@ class EnvelopeSearcher(Searcher):
 
     def _same_settings(self, recorded: Any) -> bool:
         """Whether the record's search had this one's settings, those its decisions read
-        (`STOP_SETTINGS`: not --halving, which is Tune's, nor a setting added since)."""
+        (`STOP_SETTINGS`: not a setting added since, nor one that changes none of them)."""
         if not isinstance(recorded, dict):
             return False
         now = dataclasses.asdict(self.plan.spec)
@@ -222,7 +221,7 @@ class EnvelopeSearcher(Searcher):
         ours = self.running.pop(trial_id, None)
         if ours is None:
             return
-        if error or ours in self.halted:  # no curve will come: never fitted, not proposed again
+        if error:
             self.search.fail(ours)
         else:
             self.awaiting.add(ours)

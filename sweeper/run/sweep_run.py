@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING
 
 from sweeper.plan.param_space import ParamSpace, run_command
 from sweeper.plan.spec import Resources
-from sweeper.plan.sweep_plan import (
-    Plan,
-    PlanError,
-    is_finished,
-    is_halted,
-    retire_trials,
-    trial_states,
-)
+from sweeper.plan.sweep_plan import Plan, PlanError, is_finished, retire_trials, trial_states
 from sweeper.results.sweep_file import (
     SETTINGS,
     declared_settings,
@@ -127,7 +120,8 @@ def train_and_certify(
     from sweeper.run.launch import run_sweep
 
     states = trial_states(plan.exp, plan.trials) if states is None else states
-    finished, to_train = _left(plan, states)
+    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
+    to_train = [t for t in plan.trials if not is_finished(states[t.trial_id], t)]
     wanted = min(len(to_train), options.max_concurrent or len(to_train)) or 1
     with driving(
         plan.exp, options.address, resources, wanted, options.wait_for_nodes, watchers
@@ -157,20 +151,7 @@ def train_and_certify(
                 on_event,
                 room,
                 search=search,
-                halving=plan.spec.search.halving,
             )
-
-
-def _left(plan: Plan, states: dict) -> tuple[list[TrialConfig], list[TrialConfig]]:
-    """(finished, to train) of the plan's trials: neither those halved under this run's rate."""
-    finished = [t for t in plan.trials if is_finished(states[t.trial_id], t)]
-    halving = plan.spec.search.halving
-    to_train = [
-        t
-        for t in plan.trials
-        if not is_finished(states[t.trial_id], t) and not is_halted(states[t.trial_id], halving)
-    ]
-    return finished, to_train
 
 
 def certify(

@@ -1,6 +1,6 @@
 """What the driver does at Tune's trial events (`SweepCallback`): report them, certify each
-trial that finished, record a failed one with the full text of its error and a halted one
-(`run.halving`) as such, and guard each trial with its budgets (`retries`)."""
+trial that finished, record a failed one with the full text of its error, and guard each
+trial with its budgets (`retries`)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,11 @@ from trainables.kernel.trial_status import read_status, write_status
 
 if TYPE_CHECKING:
     from sweeper.run.envelope_run import Certifier
-    from sweeper.run.halving import Halving
 
 
 class SweepCallback(tune.Callback):
-    """Reports trial events, certifies finished trials, records failures and the trials
-    `halving` stopped; guards each trial with its budgets (`retries`: errors and node losses
-    apart; `launch._tuner` sets them)."""
+    """Reports trial events, certifies finished trials, records failures; guards each trial
+    with its budgets (`retries`: errors and node losses apart; `launch._tuner` sets them)."""
 
     def __init__(
         self,
@@ -37,20 +35,17 @@ class SweepCallback(tune.Callback):
         on_event: Callable[[Event], None],
         handed: TuneTrials,
         room: tuple[Capacity, int] | None = None,
-        halving: Halving | None = None,
     ):
         self.exp, self.certifier, self.outcome, self.on_event = exp, certifier, outcome, on_event
         self.handed = handed  # the TrialConfig of each of Tune's trials
         self.room = room  # the autoscaler request and the number of trials to train
         self.retries = run_budgets(LaunchOptions(), certifier)
-        self.halving = halving  # the halving scheduler (Tune's), if the run has one
 
     def _shrink(self) -> None:
         """Ask the autoscaler only for the trials still to come, so the cluster drains."""
         if self.room is not None:
             capacity, total = self.room
-            ended = len(self.outcome.completed) + len(self.outcome.halted)
-            left = total - ended - len(self.outcome.failed)
+            left = total - len(self.outcome.completed) - len(self.outcome.failed)
             capacity.set(min(capacity.count, left))
 
     def __getstate__(self) -> dict:
@@ -70,30 +65,10 @@ class SweepCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         cfg = self.handed.of(trial)
-        if self.halving is not None and cfg.trial_id in self.halving.stopped:
-            self._halted(cfg, self.halving.stopped[cfg.trial_id])
-            return
         self.outcome.completed.append(cfg.trial_id)
         self._shrink()
         self.on_event(Event("trial_finished", cfg.trial_id))
         self.certifier.submit(cfg)
-
-    def _halted(self, cfg, epoch: int) -> None:
-        """A trial the halving scheduler stopped: not certified; trial.json says so, with the
-        rate that halted it (a run under the same rate leaves it, `sweep_run`)."""
-        assert self.halving is not None
-        self.outcome.halted[cfg.trial_id] = epoch
-        self._shrink()
-        status = read_status(self.exp.trial_dir(cfg.trial_id)) or {"metrics": {}}
-        write_status(
-            self.exp.trial_dir(cfg.trial_id),
-            cfg,
-            "halted",
-            epoch,
-            status["metrics"],
-            halving=self.halving.eta,
-        )
-        self.on_event(Event("trial_halted", cfg.trial_id, f"after epoch {epoch}"))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         cfg = self.handed.of(trial)

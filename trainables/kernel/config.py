@@ -31,7 +31,6 @@ from trainables.kernel.config_parts import (
 from trainables.kernel.ddrs_settings import DDRSPart
 from trainables.kernel.errors import ConfigError
 from trainables.kernel.field_types import float_fields, type_problems
-from trainables.kernel.proxy_settings import ProxyPart
 from trainables.methods import (
     METHOD_SETTINGS,
     PROTOCOL,
@@ -54,9 +53,6 @@ ADDED_FIELDS: dict[str, Any] = {
     "ddrs_macer_loss": "macer",
     "ddrs_noise_pairing": "own",
     "lr_end_drop": True,
-    "proxy_every": None,
-    "proxy_points": None,
-    "proxy_n": None,
 }
 
 
@@ -64,14 +60,7 @@ ADDED_FIELDS: dict[str, Any] = {
 # on, so the fields (and the results' columns) keep the order of config_parts.
 @dataclass(frozen=True)
 class TrialConfig(
-    ProxyPart,
-    RunPart,
-    OptimisationPart,
-    SelfTrainingPart,
-    DDRSPart,
-    MethodPart,
-    AttackPart,
-    ModelPart,
+    RunPart, OptimisationPart, SelfTrainingPart, DDRSPart, MethodPart, AttackPart, ModelPart
 ):
     """One trial. Defaults are the SmoothAdv paper's CIFAR-10 protocol (appendix D), but where
     the method's row (`trainables.methods.REGISTRY`) gives its code's (MACER: main.py's)."""
@@ -120,7 +109,6 @@ class TrialConfig(
             changes.update(self.ddrs_resolved(self.method, self.dataset))
         if self.self_training:
             changes.update(self.self_training_resolved())
-        changes.update(self.proxy_resolved())
         return changes
 
     def _default_value(self, value: Any) -> Any:
@@ -174,7 +162,6 @@ class TrialConfig(
             *self.self_training_problems(self.dataset, ddrs),
             *self.optimisation_problems(),
             *self.run_problems(self.dataset, self.batch_size, ddrs or self.pseudo_data is not None),
-            *self.proxy_problems(self.epochs),
         ]
 
     # ------------------------------------------------------------------ identity
