@@ -147,8 +147,8 @@ class EnvelopeSearcher(Searcher):
             log.info("search: resuming %d trials it had proposed", len(self.resume))
 
     def _same_settings(self, recorded: Any) -> bool:
-        """Whether the record's search had this one's settings, those its decisions read
-        (`STOP_SETTINGS`: not a setting added since, nor one that changes none of them)."""
+        """Whether the record's search had this one's settings: those its stop and audit
+        follow from (`STOP_SETTINGS`), whatever other settings either version has."""
         if not isinstance(recorded, dict):
             return False
         now = dataclasses.asdict(self.plan.spec)
@@ -174,7 +174,8 @@ class EnvelopeSearcher(Searcher):
                 self.search.fail(tid)
             else:
                 self.search.observe(tid, curve)
-            if (ended := self._ended.pop(tid, None)) is not None:
+            ended = self._ended.pop(tid, None)
+            if curve is not None and ended is not None:  # a curve, not a failure, came
                 self.curve_wait["curves"] += 1
                 self.curve_wait["seconds"] += time.monotonic() - ended
 
