@@ -44,7 +44,8 @@ from sweeper.plan.search_spec import SearchSpec
 from sweeper.plan.spaces import load_space
 from sweeper.plan.throughput import SHIPPED
 from sweeper.results.storage import Experiment
-from sweeper.run.search_tune import EnvelopeSearcher, search_plan, search_slots
+from sweeper.run.search_room import search_slots
+from sweeper.run.search_tune import EnvelopeSearcher, search_plan
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 

@@ -224,6 +224,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
             report["deciding"] = record.get("deciding")
             report["curve_wait"] = record.get("curve_wait")
             report["proposals"] = len(record.get("proposals", []))
+            report["rounds"] = len(list(Path(exp.tune_dir).glob("run-*")))  # Tune's rounds
         sign_if_keyed(exp)  # as a driver does, letting go (with --attested)
     report["failures"] = len(outcome.failed) + len(outcome.certify_failures)
     report["rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -426,7 +427,7 @@ def searched_line(storage: str, trials: int, bare: float) -> None:
         f"overhead {driven['sweep_s'] / trained:.3f} s/trial trained (bare Tune {bare:.3f} s), "
         f"failures {driven['failures']}; the searcher's CPU {deciding['cpu_s']:.1f} s in "
         f"{deciding['calls']} calls, {deciding['cpu_s'] / proposals:.3f} s per proposal; "
-        f"{_latency(driven.get('curve_wait'))}"
+        f"{_latency(driven.get('curve_wait'))}; Tune's rounds {driven.get('rounds')}"
     )
 
 

@@ -96,3 +96,54 @@ def test_on_one_slot_the_search_waits_for_curves_between_tune_s_rounds(ray_sessi
     record = json.loads(Path(exp.search_json).read_text())
     assert record["stopped"]["reason"] == "exhausted" and len(record["proposals"]) == 2
     assert len(list(Path(exp.tune_dir).glob("run-*"))) >= 2  # a round ended on the wait
+
+
+def test_tune_waits_for_a_curve_in_its_own_loop_where_certification_has_room(
+    ray_session, tmp_path, monkeypatch
+):
+    """One trial at a time on 2 CPUs: when both initial models are trained, the search waits
+    for their curves with no trial in Tune, and Tune waits in its own loop (asking every
+    second) while certification runs on the CPU beside the last trial's: one round, no restart
+    of its trial actors. `TUNE_WAIT_S` raised so a slow machine cannot end the round."""
+    from sweeper.run import search_tune
+
+    monkeypatch.setattr(search_tune, "TUNE_WAIT_S", 300.0)
+    two = SPACE.replace(
+        "sigma: [0.25, 0.5], epsilon: [0.25, 0.5, 1.0]", "sigma: [0.25], epsilon: [0.5]"
+    )
+    space = write_space(tmp_path, two, "two.yaml")
+    store = tmp_path / "store"
+    result = run_cli(
+        "run", "grid", space, "--storage", store, "--experiment", "w", "--max-concurrent", 1
+    )
+    assert result.exit_code == 0, result.output
+    exp = Experiment(str(store), "w")
+    record = json.loads(Path(exp.search_json).read_text())
+    assert record["stopped"]["reason"] == "exhausted" and len(record["proposals"]) == 2
+    assert record["waits"]["in_tune"] >= 1 and record["waits"]["rounds"] == 0
+    assert len(list(Path(exp.tune_dir).glob("run-*"))) == 1
+
+
+def test_certification_room_reads_the_cluster_s_placement_groups(ray_session):
+    """On the session's Ray (2 CPUs): a placement group of both CPUs leaves a 1-CPU task no
+    room, whether or not anything runs in it; removed, the room is back."""
+    import time
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from sweeper.plan.spec import Resources
+    from sweeper.run.capacity import certification_room
+
+    task = Resources(cpu=1, gpu=0)
+    assert certification_room(task)
+    group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
+    ray.get(group.ready(), timeout=60)
+    try:
+        assert not certification_room(task)
+    finally:
+        remove_placement_group(group)
+    deadline = time.monotonic() + 30
+    while not certification_room(task) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the removal is asynchronous
+    assert certification_room(task)

@@ -6,6 +6,8 @@ test in test_search_e2e.py runs it under Tune)."""
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +16,11 @@ from ray.tune.search import Searcher
 from sweeper.plan.search_spec import SearchSpec
 from sweeper.results.search_records import account, read_search, write_search
 from sweeper.results.storage import Experiment
-from sweeper.run.search_tune import (
-    EnvelopeSearcher,
-    SearchPlan,
-    Slots,
-    search_rounds,
-    search_slots,
-)
+from sweeper.plan.spec import Resources
+from sweeper.run import search_tune
+from sweeper.run.capacity import room_beside_groups
+from sweeper.run.search_room import Slots, search_slots, tune_interrupted
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_rounds
 from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
 
@@ -313,3 +313,93 @@ def test_a_curve_that_cannot_come_counts_failed_and_ctrl_c_between_rounds_ends_t
     stop = Certifying(searcher, curves, stop=True)
     search_rounds(lambda k: tune_round(searcher, rounds), searcher, stop)
     assert len(rounds) == 1 and searcher.paused and not searcher.done  # the run is interrupted
+
+
+def ended_in_tune(searcher, room=True):
+    """The initial design of `TWO` proposed and ended in Tune, its curves awaited: the search
+    has nothing to propose and no trial in Tune; `room`: certification's beside Tune's."""
+    searcher.room = lambda: room
+    assert searcher.suggest("a") is not None and searcher.suggest("b") is not None
+    searcher.on_trial_complete("a")
+    searcher.on_trial_complete("b")
+    assert not searcher.running and len(searcher.awaiting) == 2
+
+
+def test_tune_waits_in_its_own_loop_while_certification_has_room_beside_it(tmp_path, monkeypatch):
+    """No round ends (a restart of every trial actor): Tune's loop asks again every second and
+    the curves, certified meanwhile, decide; the record counts the wait."""
+    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: False)
+    searcher, curves, exp = make(tmp_path, grid(**TWO), spec=SearchSpec("envelope", audit=0.0))
+    ended_in_tune(searcher)
+    assert searcher.suggest("c") is None and searcher.suggest("c") is None  # Tune waits
+    curves.certified |= searcher.awaiting
+    assert searcher.suggest("c") == Searcher.FINISHED and searcher.done  # from the curves
+    assert not searcher.paused and searcher.waits == {"in_tune": 1, "rounds": 0}
+    searcher.finish()  # the run's last record
+    assert read_search(exp)["waits"] == {"in_tune": 1, "rounds": 0}
+
+
+def test_the_round_ends_without_room_after_tune_wait_s_or_once_tune_caught_a_ctrl_c(
+    tmp_path, monkeypatch
+):
+    """Tune's loop holds the room of the trials that just ended and does not look at signals:
+    the search ends the round when certification has no room beside it, when the wait passes
+    `TUNE_WAIT_S`, or once Tune has caught a Ctrl-C (the driver's own wait then sees it)."""
+    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: False)
+    spec = SearchSpec("envelope", audit=0.0)
+    cramped, _, _ = make(tmp_path / "1", grid(**TWO), spec=spec)
+    ended_in_tune(cramped, room=False)
+    assert cramped.suggest("c") == Searcher.FINISHED and cramped.paused and not cramped.done
+    assert cramped.waits == {"in_tune": 0, "rounds": 1}
+    monkeypatch.setattr(search_tune, "TUNE_WAIT_S", 0.2)
+    slow, _, _ = make(tmp_path / "2", grid(**TWO), spec=spec)
+    ended_in_tune(slow)
+    assert slow.suggest("c") is None
+    time.sleep(0.25)
+    assert slow.suggest("c") == Searcher.FINISHED and slow.paused
+    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: True)
+    stopped, _, _ = make(tmp_path / "3", grid(**TWO), spec=spec)
+    ended_in_tune(stopped)
+    assert stopped.suggest("c") == Searcher.FINISHED and stopped.paused
+
+
+def test_tune_interrupted_reads_tune_s_own_sigint_handler():
+    """Ray Tune catches SIGINT with a handler of its own while it runs (ray.tune.tune's
+    `_setup_signal_catching`) and puts the one before back when a signal comes: how the search,
+    called from Tune's loop, knows a Ctrl-C came (the loop itself does not look)."""
+    from ray.tune.tune import _setup_signal_catching
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    caught = []
+    signal.signal(signal.SIGINT, lambda *_: caught.append(1))  # the driver's, before Tune's
+    try:
+        assert tune_interrupted()  # no Tune running: nothing of Tune's catches a Ctrl-C
+        event = _setup_signal_catching()
+        assert not tune_interrupted()
+        signal.raise_signal(signal.SIGINT)
+        assert event.is_set() and tune_interrupted() and not caught
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def test_certification_has_room_beside_placement_groups_only_where_a_node_has_it():
+    """Tune holds its trials' room in placement groups (ended trials' too, until it processes
+    their stops): a task fits only in what a node has beside the groups placed on it."""
+    nodes = [
+        {"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}},
+        {"NodeID": "b", "Alive": False, "Resources": {"CPU": 8.0}},
+    ]
+
+    def group(cpu, gpu=0.0, node="a", state="CREATED"):
+        asked = {"CPU": cpu, **({"GPU": gpu} if gpu else {})}
+        return {"state": state, "bundles": {"0": asked}, "bundles_to_node_id": {"0": node}}
+
+    task = Resources(cpu=2, gpu=0.25)
+    assert room_beside_groups(nodes, [], task)
+    assert room_beside_groups(nodes, [group(2, 0.75)], task)  # 2 CPUs, 0.25 GPU left
+    assert not room_beside_groups(nodes, [group(2, 0.75), group(1)], task)  # 1 CPU left
+    assert not room_beside_groups(nodes, [group(2, 1.0)], task)  # no GPU left
+    assert room_beside_groups(nodes, [group(4, 1.0, state="REMOVED")], task)
+    assert room_beside_groups(nodes, [group(2, 0.5), group(0.5, 0.25)], Resources(cpu=1.5))
+    assert not room_beside_groups(nodes[1:], [], Resources(cpu=1))  # a dead node hosts nothing

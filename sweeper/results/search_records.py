@@ -7,13 +7,16 @@ by the run (`sweeper.run.search_tune`) after every proposal and when it stops, r
      "proposals": [{"trial_id", "phase": "search" | "audit", "why", "gain", "cost"}, ...],
      "stopped": null | {"reason", "gain", "spent", "models"},
      "audit": null | {"trials": [...], "before": [...], "after": [...], "raised": [...]},
-     "deciding": {"calls", "cpu_s"}, "curve_wait": {"curves", "seconds"}}
+     "deciding": {"calls", "cpu_s"}, "curve_wait": {"curves", "seconds"},
+     "waits": {"in_tune", "rounds"}}
 
 `deciding`: Tune's calls for a trial in the run that wrote the record and the CPU seconds they
 took in the driver (reading curves, deciding, writing this record; not certification's poll):
 the control plane's cost of the search (`benchmarks/sweep_scale.py --search`). `curve_wait`:
 of the curves that came in that run, how many and the seconds from each trial's end in Tune to
 its curve in the search, summed (certification's latency, which the search waits on).
+`waits`: in that run, the waits for curves with no trial of the search in Tune that Tune's own
+loop served (`in_tune`) and those that ended Tune's round (`rounds`; `search_tune`).
 
 The record explains decisions; it decides nothing that a reader counts: every number a view
 shows comes from the certification rows. The search has no guarantee, and the views say so."""

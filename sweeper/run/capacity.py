@@ -230,3 +230,35 @@ def cluster_slots(resources: Resources) -> int:
     if resources.gpu:
         return max(1, int(total.get("GPU", 0) / resources.gpu))
     return max(1, int(total.get("CPU", 1) / max(resources.cpu, 1e-6)))
+
+
+def room_beside_groups(nodes: list[Mapping], groups: list[Mapping], need: Resources) -> bool:
+    """Whether some alive node of `nodes` (`ray.nodes()`) has room for `need` outside the
+    placement groups created on it (`groups`: `ray.util.placement_group_table()`'s values).
+    A group holds its room whether or not anything runs in it: Ray Tune's trials hold theirs
+    until Tune processes their actors' stops, and a task outside them cannot use it."""
+    held: dict[str, dict[str, float]] = {}
+    for group in groups:
+        if group.get("state") != "CREATED":
+            continue
+        where = group.get("bundles_to_node_id", {})
+        for index, asked in group.get("bundles", {}).items():
+            node = held.setdefault(where.get(index, ""), {})
+            for key, amount in asked.items():
+                node[key] = node.get(key, 0.0) + amount
+    for n in nodes:
+        if not n.get("Alive"):
+            continue
+        total, taken = n.get("Resources", {}), held.get(n.get("NodeID", ""), {})
+        if all(total.get(k, 0.0) - taken.get(k, 0.0) >= v - 1e-9 for k, v in bundle(need).items()):
+            return True
+    return False
+
+
+def certification_room(need: Resources) -> bool:
+    """`room_beside_groups` on the connected cluster (Ray initialized): whether a task of
+    `need` could start beside the room placement groups hold."""
+    import ray
+
+    groups = list(ray.util.placement_group_table().values())
+    return room_beside_groups(ray.nodes(), groups, need)

@@ -33,19 +33,14 @@ from sweeper.plan.spec import CertifySpec, Resources
 from sweeper.plan.sweep_plan import address_credentials_problem
 from sweeper.results.credentials import redact, scrub
 from sweeper.results.storage import Experiment
-from sweeper.run.capacity import Capacity, per_process
+from sweeper.run.capacity import Capacity, certification_room, per_process
 from sweeper.run.certify_stage import CERTIFY
 from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, run_budgets
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_tune import (
-    EnvelopeSearcher,
-    SearchPlan,
-    Slots,
-    search_rounds,
-    search_slots,
-)
+from sweeper.run.search_room import Slots, search_slots
+from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_rounds
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
 from sweeper.run.stage import Stage
@@ -267,6 +262,9 @@ def _searcher(
     searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
     searcher.poll = certifier.poll
     searcher.slots = _search_slots(resources, options)
+    # Tune may wait for a curve in its own loop while a certification task has room beside it
+    task = per_process(resources, [*to_train, *finished])
+    searcher.room = functools.partial(certification_room, task)
     return searcher, replace(options, max_concurrent=searcher.slots.cap)
 
 
@@ -296,7 +294,7 @@ def _settle(certifier: Certifier, searcher: Searcher | None, interrupted: bool) 
 
 
 def _search_slots(resources: Resources, options: LaunchOptions) -> Slots:
-    """Trials trained at once under the envelope search (`search_tune.search_slots`)."""
+    """Trials trained at once under the envelope search (`search_room.search_slots`)."""
     from sweeper.run.capacity import cluster_slots
 
     return search_slots(cluster_slots(resources), options.max_concurrent)

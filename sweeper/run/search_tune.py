@@ -3,11 +3,13 @@
 from the curves certification has produced (`search_curves`); it holds back a trial while the
 slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bounds the rest.
 
-Tune runs in rounds (`search_rounds`): when the search waits for curves with none of its trials
-left in Tune, it ends the round instead of returning None, since Tune would then block in its
-searcher loop for up to 600 s without processing its actors' stops, holding the room of the
-trials that just ended, which their certification needs (on one slot, all of it). Between
-rounds the driver polls certification until the search has something to do.
+When the search waits for curves with none of its trials left in Tune, Tune waits in its
+searcher loop (asking every second; `suggest` polls certification meanwhile) without processing
+its actors' stops: the room of the trials that just ended stays held. So Tune waits there only
+while certification has room beside that (`room`), for at most `TUNE_WAIT_S`, and not after a
+Ctrl-C, which its loop does not look at; otherwise the search ends Tune's round, the driver
+polls certification until the search has something to do, and a new round goes on
+(`search_rounds`): a round costs a restart of every trial actor, each a new process.
 
 Its state is on storage: the models trained and their certification rows (the observations,
 read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
@@ -32,6 +34,7 @@ from sweeper.results.search_records import read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_search import Decision, EnvelopeSearch
 from sweeper.run.search_curves import Curves
+from sweeper.run.search_room import TUNE_WAIT_S, Slots, tune_interrupted
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
@@ -55,36 +58,6 @@ class SearchPlan:
     radii: list[float]
     chance: float
     points: int = 500  # test points a model is certified on (the noise of its accuracy)
-
-
-@dataclass(frozen=True)
-class Slots:
-    """How many trials the search trains at once: at most `cap`, and while models await their
-    curves, `reserve` of the cluster's `total` trial slots (one per awaiting model) left free so
-    their certification starts. With no curve awaited every slot trains: a small machine is not
-    left half idle (on 2 slots a fixed reservation trained one trial at a time)."""
-
-    total: int
-    cap: int
-    reserve: int
-
-    def open(self, running: int, awaiting: int) -> bool:
-        """Whether another trial may start beside `running` while `awaiting` curves are due."""
-        return running < self.cap and running < self.total - min(self.reserve, awaiting)
-
-    @property
-    def reuse(self) -> bool:
-        """Whether Tune may keep an ended trial's actor for the next trial: while the search
-        waits it keeps one idle, on a slot of the reserve, and certification needs one left."""
-        return self.reserve >= 2
-
-
-def search_slots(trial_slots: int, asked: int | None) -> Slots:
-    """The search's `Slots` on a cluster of `trial_slots`: a quarter of them (at least one, none
-    of a single slot) kept for certification while curves are awaited; `asked`
-    (--max-concurrent) caps the trials."""
-    reserve = max(1, trial_slots // 4) if trial_slots > 1 else 0
-    return Slots(trial_slots, min(trial_slots, asked) if asked else trial_slots, reserve)
 
 
 class EnvelopeSearcher(Searcher):
@@ -126,6 +99,10 @@ class EnvelopeSearcher(Searcher):
         self.paused = False  # FINISHED returned to end Tune's round: curves awaited
         self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
+        # whether certification has room beside Tune's (the launcher's); None: Tune never waits
+        self.room: Callable[[], bool] | None = None
+        self._tune_waits: float | None = None  # since when Tune waits in its loop (monotonic)
+        self.waits = {"in_tune": 0, "rounds": 0}  # waits for curves: in Tune's loop, or rounds
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         # what the search waits on: seconds from a trial's end in Tune to its curve, summed
         self.curve_wait = {"curves": 0, "seconds": 0.0}
@@ -190,14 +167,31 @@ class EnvelopeSearcher(Searcher):
         ours = self._next() if room else None
         self.deciding["calls"] += 1
         self.deciding["cpu_s"] += time.thread_time() - start
-        if ours is None and not self.running:  # nothing of ours in Tune: end its round
-            self.paused = True
+        if ours is None and not self.running:  # nothing of ours in Tune
+            if self._tune_may_wait():
+                return None
+            self.paused, self._tune_waits = True, None
+            self.waits["rounds"] += 1
             return Searcher.FINISHED
+        if self._tune_waits is not None:  # Tune's loop waited, and goes on with this
+            self.waits["in_tune"] += 1
+            self._tune_waits = None
         if ours is None or ours == Searcher.FINISHED:
             return ours
         self.running[trial_id] = ours
         self.started.add(ours)
         return self.handed.hand(trial_id, self.trainable[ours])
+
+    def _tune_may_wait(self) -> bool:
+        """Whether Tune may wait in its searcher loop for the curves awaited rather than end
+        its round (module docstring): while certification has room beside Tune's, for at
+        most `TUNE_WAIT_S`, and not once Tune has caught a Ctrl-C."""
+        now = time.monotonic()
+        if self._tune_waits is None:
+            self._tune_waits = now
+        if self.room is None or now - self._tune_waits >= TUNE_WAIT_S or tune_interrupted():
+            return False
+        return self.room()
 
     def await_curves(self, certifier: Any, poll_every: float = 0.5) -> bool:
         """Between Tune's rounds: poll `certifier` until the search no longer waits (True), or
@@ -335,6 +329,7 @@ class EnvelopeSearcher(Searcher):
                 "audit": self.audit,
                 "deciding": {**self.deciding, "cpu_s": round(self.deciding["cpu_s"], 3)},
                 "curve_wait": {**self.curve_wait, "seconds": round(self.curve_wait["seconds"], 3)},
+                "waits": self.waits,
             },
         )
 

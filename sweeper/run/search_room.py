@@ -1,0 +1,52 @@
+"""The room the envelope search leaves on the cluster (`search_tune`): how many trials it
+trains at once while curves are awaited (`Slots`), and how long Ray Tune may wait in its
+searcher loop for a curve (`TUNE_WAIT_S`, `tune_interrupted`) rather than end its round."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+# How long Tune may wait in its searcher loop for a curve before the search ends its round: a
+# warm curve comes in about 2 s, a round's restart costs 6 s on 2 cores (8 trial actors, each a
+# new process importing Tune); a GPU model's certification takes minutes, which a round's
+# restart does not matter beside (docs/guide/envelope-search.md).
+TUNE_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How many trials the search trains at once: at most `cap`, and while models await their
+    curves, `reserve` of the cluster's `total` trial slots (one per awaiting model) left free so
+    their certification starts. With no curve awaited every slot trains: a small machine is not
+    left half idle (on 2 slots a fixed reservation trained one trial at a time)."""
+
+    total: int
+    cap: int
+    reserve: int
+
+    def open(self, running: int, awaiting: int) -> bool:
+        """Whether another trial may start beside `running` while `awaiting` curves are due."""
+        return running < self.cap and running < self.total - min(self.reserve, awaiting)
+
+    @property
+    def reuse(self) -> bool:
+        """Whether Tune may keep an ended trial's actor for the next trial: while the search
+        waits it keeps one idle, on a slot of the reserve, and certification needs one left."""
+        return self.reserve >= 2
+
+
+def search_slots(trial_slots: int, asked: int | None) -> Slots:
+    """The search's `Slots` on a cluster of `trial_slots`: a quarter of them (at least one, none
+    of a single slot) kept for certification while curves are awaited; `asked`
+    (--max-concurrent) caps the trials."""
+    reserve = max(1, trial_slots // 4) if trial_slots > 1 else 0
+    return Slots(trial_slots, min(trial_slots, asked) if asked else trial_slots, reserve)
+
+
+def tune_interrupted() -> bool:
+    """Whether Tune has caught a Ctrl-C (or SIGUSR1) in this run, or catches none: its handler
+    (Ray 2.60's `tune.tune._setup_signal_catching`) puts back the one before it when a signal
+    comes, and is not installed outside the main thread (tests/test_search_tune.py)."""
+    handler = signal.getsignal(signal.SIGINT)
+    return getattr(handler, "__name__", "") != "signal_interrupt_tune_run"
