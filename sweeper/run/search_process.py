@@ -132,6 +132,15 @@ def one_thread() -> Any:
     matrices are small (tens to hundreds of rows), where OpenBLAS's threads cost more than they
     give, and a driver shares its cores with Ray's workers: measured on 2 busy cores, one
     64-row `cho_solve` took 5.5 ms of CPU on two threads (spinning) against 0.1 ms on one."""
-    from threadpoolctl import threadpool_limits
+    return _blas().limit(limits=1, user_api="blas")
 
-    return threadpool_limits(1, "blas")
+
+@functools.cache
+def _blas() -> Any:
+    """The process's BLAS libraries, found once (numpy's and scipy's are loaded with this
+    module): `threadpool_limits` searches the loaded libraries at every use, 2.3 ms of CPU here
+    and more in a driver that has loaded Ray's (2.8 s of a search's 60 s in py-spy's samples,
+    `benchmarks/sweep_scale.py --search`); a kept controller's limit, 0.02 ms."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
