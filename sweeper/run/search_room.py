@@ -10,9 +10,9 @@ from dataclasses import dataclass
 # How long Tune may wait in its searcher loop for a curve before the search ends its round. A
 # wait that has room (`capacity.certification_room`) ends when the curves come: a warm curve
 # comes in about 2 s, in 5-20 s behind a queue of certification (the stand-in's 644 trials,
-# `benchmarks/sweep_scale.py --search`; with 10 s a third of its runs had 2-3 rounds), in
-# minutes on a GPU. The bound is for what the room check cannot see; a round's restart costs
-# about 6 s on 2 cores (8 trial actors, each a new process importing Tune), small beside it.
+# `benchmarks/sweep_scale.py --search`), in minutes on a GPU. The bound is for what the room
+# check cannot see; a round's restart costs about 6 s on 2 cores (8 trial actors, each a new
+# process importing Tune), small beside a minute. A wait without room ends its round at once.
 TUNE_WAIT_S = 60.0
 
 
