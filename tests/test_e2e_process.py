@@ -173,3 +173,52 @@ def test_sigterm_leaves_a_resumable_experiment(tmp_path):
     assert payload["epoch"] == cfg.epochs and payload["history"][0] == held["history"][0]
     assert read_status(exp.trial_dir(cfg.trial_id))["state"] == "finished"
     assert Path(exp.certify_dir, cfg.trial_id).is_dir()
+
+
+SEARCH_SLOW_CERTIFY = """
+fixed: {dataset: digits, epochs: 1, batch_size: 64, train_subset: 128, eval_subset: 60, lr: 0.05, warmup_epochs: 1, method: smoothadv, attack: pgd, steps: 1, sigma: 0.25, epsilon: 0.5}
+grids:
+  - name: sa
+    axes: {m_train: [1, 2]}
+resources: {cpu: 1, gpu: 0}
+certify: {n0: 16, n: 2000000, alpha: 0.01, skip: 1, max_points: 60, batch_size: 1000, shard_size: 60}
+search: {mode: envelope, tolerance: 0.05, audit: 0.0}
+"""
+
+
+def test_sigterm_while_tune_waits_for_a_curve_in_its_loop_ends_the_search(tmp_path):
+    """Both models trained one at a time on 2 CPUs, the first certified (one task of n = 2M
+    draws per point: far longer than this test) while the second trains: once it has, the search waits for both curves in
+    Tune's own loop (a CPU beside the last trial's room), which does not look at signals.
+    SIGTERM then ends the run, interrupted (exit 130), with no round of Tune after it; a lost
+    one would leave the driver waiting for the curves (this test's timeout)."""
+    space = tmp_path / "search.yaml"
+    space.write_text(textwrap.dedent(SEARCH_SLOW_CERTIFY))
+    exp = Experiment(str(tmp_path / "store"), "wait")
+    args = ["run", "grid", str(space), "--storage", exp.storage, "--experiment", "wait"]
+    log = tmp_path / "run.log"  # not a pipe: the progress display would fill it unread
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [*SWEEPER, *args, "--max-concurrent", "1"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+    try:
+        trials = [t.trial_id for t in expand(load_space(str(space)))]
+        while not all(
+            (read_status(exp.trial_dir(t)) or {}).get("state") == "finished" for t in trials
+        ):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3)  # Tune has processed the last trial's end: it waits in its loop
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, log.read_text()[-3000:]
+    record = json.loads(Path(exp.search_json).read_text())
+    assert record["waits"]["rounds"] == 0 and record["stopped"] is None
+    assert len(list(Path(exp.tune_dir).glob("run-*"))) == 1

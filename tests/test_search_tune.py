@@ -14,12 +14,12 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from sweeper.plan.search_spec import SearchSpec
+from sweeper.plan.spec import Resources
 from sweeper.results.search_records import account, read_search, write_search
 from sweeper.results.storage import Experiment
-from sweeper.plan.spec import Resources
 from sweeper.run import search_tune
 from sweeper.run.capacity import room_beside_groups
-from sweeper.run.search_room import Slots, search_slots, tune_interrupted
+from sweeper.run.search_room import Slots, search_slots, tune_catches_signals
 from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_rounds
 from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
@@ -328,7 +328,7 @@ def ended_in_tune(searcher, room=True):
 def test_tune_waits_in_its_own_loop_while_certification_has_room_beside_it(tmp_path, monkeypatch):
     """No round ends (a restart of every trial actor): Tune's loop asks again every second and
     the curves, certified meanwhile, decide; the record counts the wait."""
-    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: False)
+    monkeypatch.setattr(search_tune, "tune_catches_signals", lambda: True)
     searcher, curves, exp = make(tmp_path, grid(**TWO), spec=SearchSpec("envelope", audit=0.0))
     ended_in_tune(searcher)
     assert searcher.suggest("c") is None and searcher.suggest("c") is None  # Tune waits
@@ -344,8 +344,9 @@ def test_the_round_ends_without_room_after_tune_wait_s_or_once_tune_caught_a_ctr
 ):
     """Tune's loop holds the room of the trials that just ended and does not look at signals:
     the search ends the round when certification has no room beside it, when the wait passes
-    `TUNE_WAIT_S`, or once Tune has caught a Ctrl-C (the driver's own wait then sees it)."""
-    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: False)
+    `TUNE_WAIT_S`, or where Tune catches no Ctrl-C; one Tune caught during the wait ends the
+    run (no round after it)."""
+    monkeypatch.setattr(search_tune, "tune_catches_signals", lambda: True)
     spec = SearchSpec("envelope", audit=0.0)
     cramped, _, _ = make(tmp_path / "1", grid(**TWO), spec=spec)
     ended_in_tune(cramped, room=False)
@@ -357,13 +358,28 @@ def test_the_round_ends_without_room_after_tune_wait_s_or_once_tune_caught_a_ctr
     assert slow.suggest("c") is None
     time.sleep(0.25)
     assert slow.suggest("c") == Searcher.FINISHED and slow.paused
-    monkeypatch.setattr(search_tune, "tune_interrupted", lambda: True)
-    stopped, _, _ = make(tmp_path / "3", grid(**TWO), spec=spec)
-    ended_in_tune(stopped)
-    assert stopped.suggest("c") == Searcher.FINISHED and stopped.paused
+    catching = [True]  # Tune's handler, there at the round's start, gone on a Ctrl-C
+    monkeypatch.setattr(search_tune, "tune_catches_signals", lambda: catching[0])
+    stopped, curves, _ = make(tmp_path / "3", grid(**TWO), spec=spec)
+    rounds: list[list[str]] = []
+
+    def interrupted_round(k):
+        ended_in_tune(stopped)
+        assert stopped.suggest("c") is None  # Tune waits in its loop
+        catching[0] = False  # a Ctrl-C: Tune's handler caught it and put the one before back
+        assert stopped.suggest("c") == Searcher.FINISHED and stopped.interrupted
+        rounds.append([])
+
+    search_rounds(interrupted_round, stopped, Certifying(stopped, curves))
+    assert len(rounds) == 1 and not stopped.done  # no round after it: the run is interrupted
+    assert stopped.waits == {"in_tune": 0, "rounds": 0}  # a Ctrl-C, not a wait, ended it
+    catching[0] = False  # no handler of Tune's (a driver off the main thread): no wait in Tune
+    threaded, _, _ = make(tmp_path / "4", grid(**TWO), spec=spec)
+    ended_in_tune(threaded)
+    assert threaded.suggest("c") == Searcher.FINISHED and not threaded.interrupted
 
 
-def test_tune_interrupted_reads_tune_s_own_sigint_handler():
+def test_tune_catches_signals_reads_tune_s_own_sigint_handler():
     """Ray Tune catches SIGINT with a handler of its own while it runs (ray.tune.tune's
     `_setup_signal_catching`) and puts the one before back when a signal comes: how the search,
     called from Tune's loop, knows a Ctrl-C came (the loop itself does not look)."""
@@ -373,11 +389,11 @@ def test_tune_interrupted_reads_tune_s_own_sigint_handler():
     caught = []
     signal.signal(signal.SIGINT, lambda *_: caught.append(1))  # the driver's, before Tune's
     try:
-        assert tune_interrupted()  # no Tune running: nothing of Tune's catches a Ctrl-C
+        assert not tune_catches_signals()  # no Tune running
         event = _setup_signal_catching()
-        assert not tune_interrupted()
+        assert tune_catches_signals()
         signal.raise_signal(signal.SIGINT)
-        assert event.is_set() and tune_interrupted() and not caught
+        assert event.is_set() and not tune_catches_signals() and not caught
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -1,6 +1,6 @@
 """The room the envelope search leaves on the cluster (`search_tune`): how many trials it
 trains at once while curves are awaited (`Slots`), and how long Ray Tune may wait in its
-searcher loop for a curve (`TUNE_WAIT_S`, `tune_interrupted`) rather than end its round."""
+searcher loop for a curve (`TUNE_WAIT_S`, `tune_catches_signals`) rather than end its round."""
 
 from __future__ import annotations
 
@@ -46,9 +46,10 @@ def search_slots(trial_slots: int, asked: int | None) -> Slots:
     return Slots(trial_slots, min(trial_slots, asked) if asked else trial_slots, reserve)
 
 
-def tune_interrupted() -> bool:
-    """Whether Tune has caught a Ctrl-C (or SIGUSR1) in this run, or catches none: its handler
-    (Ray 2.60's `tune.tune._setup_signal_catching`) puts back the one before it when a signal
-    comes, and is not installed outside the main thread (tests/test_search_tune.py)."""
+def tune_catches_signals() -> bool:
+    """Whether Ray Tune's own SIGINT handler is installed (Ray 2.60's
+    `tune.tune._setup_signal_catching`): from the start of a Tune run in the main thread until
+    a Ctrl-C (or SIGUSR1) comes, when it puts back the handler before it
+    (tests/test_search_tune.py). Tune's searcher loop does not look at what it caught."""
     handler = signal.getsignal(signal.SIGINT)
-    return getattr(handler, "__name__", "") != "signal_interrupt_tune_run"
+    return getattr(handler, "__name__", "") == "signal_interrupt_tune_run"

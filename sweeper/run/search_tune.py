@@ -6,10 +6,11 @@ slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bound
 When the search waits for curves with none of its trials left in Tune, Tune waits in its
 searcher loop (asking every second; `suggest` polls certification meanwhile) without processing
 its actors' stops: the room of the trials that just ended stays held. So Tune waits there only
-while certification has room beside that (`room`), for at most `TUNE_WAIT_S`, and not after a
-Ctrl-C, which its loop does not look at; otherwise the search ends Tune's round, the driver
-polls certification until the search has something to do, and a new round goes on
-(`search_rounds`): a round costs a restart of every trial actor, each a new process.
+while certification has room beside that (`room`), for at most `TUNE_WAIT_S`, and only where
+Tune's own SIGINT handler is there; otherwise the search ends Tune's round, the driver polls
+certification until the search has something to do, and a new round goes on (`search_rounds`):
+a round costs a restart of every trial actor, each a new process. Tune's loop does not look at
+signals: a Ctrl-C (or SIGTERM) it caught meanwhile ends the round and the run (`interrupted`).
 
 Its state is on storage: the models trained and their certification rows (the observations,
 read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
@@ -34,7 +35,7 @@ from sweeper.results.search_records import read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_search import Decision, EnvelopeSearch
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_room import TUNE_WAIT_S, Slots, tune_interrupted
+from sweeper.run.search_room import TUNE_WAIT_S, Slots, tune_catches_signals
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
@@ -102,6 +103,8 @@ class EnvelopeSearcher(Searcher):
         # whether certification has room beside Tune's (the launcher's); None: Tune never waits
         self.room: Callable[[], bool] | None = None
         self._tune_waits: float | None = None  # since when Tune waits in its loop (monotonic)
+        self._catching: bool | None = None  # Tune's SIGINT handler there at its round's start
+        self.interrupted = False  # Tune caught a Ctrl-C while it waited in its loop
         self.waits = {"in_tune": 0, "rounds": 0}  # waits for curves: in Tune's loop, or rounds
         self.deciding = {"calls": 0, "cpu_s": 0.0}  # this driver's suggest calls, their CPU
         # what the search waits on: seconds from a trial's end in Tune to its curve, summed
@@ -158,6 +161,8 @@ class EnvelopeSearcher(Searcher):
 
     # Ray's annotation leaves out Searcher.FINISHED, which its own searchers return too.
     def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
+        if self._catching is None:  # a round's first call: Tune's handler is there or not
+            self._catching = tune_catches_signals()
         if self.poll is not None:  # Tune may block in this call: certification goes on
             self.poll()
         start = time.thread_time()  # this thread's: Ray's own threads in the driver left out
@@ -170,8 +175,9 @@ class EnvelopeSearcher(Searcher):
         if ours is None and not self.running:  # nothing of ours in Tune
             if self._tune_may_wait():
                 return None
-            self.paused, self._tune_waits = True, None
-            self.waits["rounds"] += 1
+            self.paused, self._tune_waits, self._catching = True, None, None
+            if not self.interrupted:  # a wait that ended the round, not a Ctrl-C that ends all
+                self.waits["rounds"] += 1
             return Searcher.FINISHED
         if self._tune_waits is not None:  # Tune's loop waited, and goes on with this
             self.waits["in_tune"] += 1
@@ -185,13 +191,16 @@ class EnvelopeSearcher(Searcher):
     def _tune_may_wait(self) -> bool:
         """Whether Tune may wait in its searcher loop for the curves awaited rather than end
         its round (module docstring): while certification has room beside Tune's, for at
-        most `TUNE_WAIT_S`, and not once Tune has caught a Ctrl-C."""
+        most `TUNE_WAIT_S`, and only while Tune's own SIGINT handler is there to catch a
+        Ctrl-C; one it caught meanwhile ends the run (`interrupted`, `search_rounds`)."""
         now = time.monotonic()
         if self._tune_waits is None:
             self._tune_waits = now
-        if self.room is None or now - self._tune_waits >= TUNE_WAIT_S or tune_interrupted():
+        if self._catching and not tune_catches_signals():
+            self.interrupted = True
+        if self.room is None or not self._catching or self.interrupted:
             return False
-        return self.room()
+        return now - self._tune_waits < TUNE_WAIT_S and self.room()
 
     def await_curves(self, certifier: Any, poll_every: float = 0.5) -> bool:
         """Between Tune's rounds: poll `certifier` until the search no longer waits (True), or
@@ -337,11 +346,14 @@ class EnvelopeSearcher(Searcher):
 def search_rounds(fit: Callable[[int], object], searcher: EnvelopeSearcher, certifier: Any) -> None:
     """Tune's rounds under the search: `fit(k)` runs round k; another starts once the curves
     a round ended on have come (`EnvelopeSearcher.await_curves`), none after the search is
-    done or a round was interrupted (a trial of it still unfinished, or Ctrl-C meanwhile)."""
+    done or a round was interrupted (a trial of it still unfinished, a Ctrl-C Tune caught while
+    it waited in its loop, or one meanwhile)."""
     rounds = 0
     while True:
         fit(rounds)
-        if not searcher.paused or searcher.running or not searcher.await_curves(certifier):
+        if not searcher.paused or searcher.running or searcher.interrupted:
+            return
+        if not searcher.await_curves(certifier):
             return
         rounds += 1
 
