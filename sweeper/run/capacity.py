@@ -53,7 +53,7 @@ class ClusterView:
 
     def hosts(self, r: Resources) -> bool:
         """Has some node room for one trial (when idle)?"""
-        return any(n.get("CPU", 0) >= r.cpu and n.get("GPU", 0) >= r.gpu for n in self.nodes)
+        return any(fits(n, r) for n in self.nodes)
 
     def describe(self) -> str:
         """e.g. `2 nodes: {CPU: 1}, {CPU: 2, GPU: 1}`."""
@@ -74,6 +74,11 @@ def per_process(resources: Resources, trials: list[TrialConfig]) -> Resources:
     (CERTIFY runs in one process, on one GPU)."""
     k = max((t.data_parallel or 1 for t in trials), default=1)
     return Resources(cpu=max(resources.cpu / k, 1.0), gpu=resources.gpu / k) if k > 1 else resources
+
+
+def fits(room: Mapping[str, float], r: Resources) -> bool:
+    """Whether `room` (a node's resources, or what is left of them) holds `r`."""
+    return all(room.get(k, 0.0) >= v - 1e-9 for k, v in bundle(r).items())
 
 
 def asks(r: Resources) -> str:
@@ -250,7 +255,7 @@ def room_beside_groups(nodes: list[Mapping], groups: list[Mapping], need: Resour
         if not n.get("Alive"):
             continue
         total, taken = n.get("Resources", {}), held.get(n.get("NodeID", ""), {})
-        if all(total.get(k, 0.0) - taken.get(k, 0.0) >= v - 1e-9 for k, v in bundle(need).items()):
+        if fits({k: v - taken.get(k, 0.0) for k, v in total.items()}, need):
             return True
     return False
 

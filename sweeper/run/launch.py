@@ -212,6 +212,7 @@ def run_sweep(
     (`sweeper.run.capacity`), shrinks as trials end."""
     outcome = Outcome()
     resources_task = per_process(resources, [*to_train, *finished])
+    sizes = (resources, resources_task)  # a trial's, a certification task's
     curves = None if search is None else Curves(exp, certify, search.radii)
     tapped = on_event if curves is None else curves.tap(on_event)
     declared = [*finished, *to_train]  # under the search: those it may train
@@ -223,7 +224,7 @@ def run_sweep(
         constants = {"cpus_per_trial": resources.cpu, "fault": os.environ.get(FAULT_ENV, "")}
         handed = TuneTrials(constants)
         searcher, options = _searcher(
-            exp, (to_train, finished), search, curves, certifier, handed, resources, options
+            exp, (to_train, finished), search, curves, certifier, handed, sizes, options
         )
         shrink = (room, len(to_train)) if room is not None else None
         callback = SweepCallback(exp, certifier, outcome, on_event, handed, shrink)
@@ -250,20 +251,21 @@ def _searcher(
     curves: Curves | None,
     certifier: Certifier,
     handed: TuneTrials,
-    resources: Resources,
+    resources: tuple[Resources, Resources],
     options: LaunchOptions,
 ) -> tuple[StageSearcher | EnvelopeSearcher, LaunchOptions]:
     """What Tune trains, of `trials` (to train, finished): every one, parents first, or what
-    the envelope `search` proposes, its slots capping the trials at once (in the options)."""
+    the envelope `search` proposes, its slots capping the trials at once (in the options);
+    `resources`: a trial's and a certification task's."""
     to_train, finished = trials
     if search is None or curves is None:
         return stage_searcher(exp, to_train, finished, handed), options
     curves.certifier = certifier
     searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
     searcher.poll = certifier.poll
-    searcher.slots = _search_slots(resources, options)
+    trial, task = resources
+    searcher.slots = _search_slots(trial, options)
     # Tune may wait for a curve in its own loop while a certification task has room beside it
-    task = per_process(resources, [*to_train, *finished])
     searcher.room = functools.partial(certification_room, task)
     return searcher, replace(options, max_concurrent=searcher.slots.cap)
 
