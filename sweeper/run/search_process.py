@@ -105,7 +105,10 @@ class Believer:
         self.process, gp = process, process.gp
         self.x = columns(x)
         self.v = solve_triangular(gp.L_, gp.kernel_(gp.X_train_, self.x), lower=True)
-        noise = y * (1 - y) / points + 1e-6  # as `Process` weighs an observation
+        # as `Process` weighs an observation; a believed accuracy is a prediction, which can
+        # pass 0 or 1, where p(1 - p) would be a negative variance (a crash of the driver)
+        p = np.clip(y, 0.0, 1.0)
+        noise = p * (1 - p) / points + 1e-6
         c_pp = gp.kernel_(self.x) + np.diag(noise) - self.v.T @ self.v
         self.factor = cho_factor(c_pp, lower=True)
         self.weights = cho_solve(self.factor, y - process.predict(self.x)[0])
