@@ -212,3 +212,18 @@ def test_no_two_modules_share_a_name_outside_the_commands():
         if path.name != "__init__.py" and layer(name) != "cli":
             names.setdefault(path.stem, []).append(name)
     assert {stem: where for stem, where in names.items() if len(where) > 1} == {}
+
+
+def test_a_certification_worker_imports_neither_pandas_nor_scipy_stats():
+    """What a shard's and a compaction's Ray worker imports before its first task: each new
+    worker paid about 0.2 s of CPU for pandas (through `pyarrow.dataset`) and 0.5 s for
+    `scipy.stats`, which neither uses (py-spy over a searched stand-in sweep's workers)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import sweeper.run.shards, sweeper.run.certify_stage, sweeper.run.compaction; "
+        "loaded = {'pandas', 'scipy.stats', 'pyarrow.dataset'} & set(sys.modules); "
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

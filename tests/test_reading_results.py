@@ -726,7 +726,9 @@ def test_read_tables_reads_file_by_file_when_the_one_scan_fails(tmp_path, monkey
     def failing(*args, **kwargs):
         raise OSError("the listing failed")
 
-    monkeypatch.setattr(rows_module.pads, "dataset", failing)
+    import pyarrow.dataset as pads
+
+    monkeypatch.setattr(pads, "dataset", failing)
     table = read_tables([a, b], MEMORY_SCHEMA)
     assert table.schema == MEMORY_SCHEMA and table.equals(expected)
 

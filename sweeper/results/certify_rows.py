@@ -14,13 +14,10 @@ import typing
 from dataclasses import dataclass, field, fields
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from sweeper.results.legacy_memory import read_memory, valid_memory
 from sweeper.results.provenance import certified_checks, not_estimated
 from sweeper.results.reader import read_stage
 from sweeper.results.stage_table import StageTable, trial_parts
@@ -32,6 +29,8 @@ from trainables.kernel.certificates import max_radius as max_radius  # its home;
 from trainables.kernel.config import ENVIRONMENT_FIELDS, TrialConfig
 
 if typing.TYPE_CHECKING:
+    import pandas as pd  # imported where used: a shard's worker needs none of it
+
     from sweeper.results.attestation_reads import Attestations
 
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
@@ -183,6 +182,8 @@ class Results:
 
 def read_tables(files: list[str], schema: pa.Schema = SCHEMA) -> pa.Table:
     """Files of one kind as one table; a file that is not valid Parquet is named in the error."""
+    import pyarrow.dataset as pads  # here: it imports pandas, which a shard's worker never needs
+
     if not files:
         return schema.empty_table()
     fs, _ = fileio.filesystem(files[0])
@@ -206,8 +207,11 @@ def load_results(exp: Experiment, columns: list[str] | None = None) -> Results:
     validation and the DDRS columns need), with the shards still missing and the files left
     out as invalid (legacy DDRS memory files among them: `legacy_memory`; the envelope
     strategy's records of models the sweep never declared: `envelope_records.vouched`)."""
+    import pandas as pd
+
     from sweeper.results.attestation_reads import reading_key
     from sweeper.results.envelope_records import vouched
+    from sweeper.results.legacy_memory import read_memory, valid_memory
 
     if not fileio.exists(exp.root):
         raise ResultsError(f"no experiment at {exp.root}: check --storage and --experiment")
