@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.plan.spec import CertifySpec
 from sweeper.results import Experiment, load_results
-from sweeper.results import certify_rows as rows_module
 from sweeper.results.certify_rows import (
     CERTIFY_ROWS,
     MEMORY_SCHEMA,
