@@ -46,7 +46,7 @@ def lower_confidence_bound(
 
     Equals statsmodels' `proportion_confint(nA, n, alpha=2*alpha, method="beta")[0]`,
     i.e. `beta.ppf(alpha, nA, n - nA + 1)`, and 0 when nA = 0. Works elementwise on arrays.
-    Computed as `scipy.special.betaincinv(nA, n - nA + 1, alpha)`, the same function bit for
+    Computed as `scipy.special.betaincinv(nA, n - nA + 1, alpha)`, the same numbers bit for
     bit since scipy 1.12 (both Boost's; tests/test_smoothing.py): importing `scipy.stats` cost
     each new Ray worker 0.5 s of CPU before its first shard, `scipy.special` is loaded anyway.
     """
