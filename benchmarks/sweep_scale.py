@@ -16,7 +16,9 @@ model. Ray is local, with fake resources at the space's packing: 16 CPUs and 2 G
 so 8 trials (cpu 2, gpu 0.25 each) and 8 certification tasks run at once on this machine.
 
 1. A driver process runs `tune.Tuner` over the same number of trivial trials ("bare Tune"),
-   then the sweep; it reports both wall times and its own peak RSS.
+   then the sweep; it reports both wall times, its own peak RSS, and the whole machine's busy
+   and idle CPU-seconds during the sweep per trial (`/proc/stat`: Ray's workers and daemons
+   included; on 2 saturated cores what a sweep costs shows there, not in wall time alone).
 2. The reads a user makes afterwards, timed in this process (imports done first): `envelope`
    (load_results + envelope at 0:2.25:0.25), `status` (experiment_status) and `report`
    (build_report + write_report).
@@ -159,6 +161,25 @@ def bare_tune(trials: int, storage: str) -> float:
     return time.perf_counter() - start
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, idle) CPU-seconds of the whole machine since boot, from /proc/stat (Linux; zeros
+    elsewhere): every process's CPU, Ray's workers and daemons with the driver, which a
+    driver's own clock leaves out, and a load that wall time hides (two cores saturated)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0, 0.0
+    user, nice, system, idle, iowait, irq, softirq = (int(v) for v in fields[:7])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
+
+
+def _cpu_line(driven: dict, trained: int) -> str:
+    """The machine's busy and idle CPU-seconds per trained trial during a sweep."""
+    busy, idle = driven.get("cpu_s") or (0.0, 0.0)
+    return f"machine CPU per trial {busy / trained:.3f} s busy, {idle / trained:.3f} s idle"
+
+
 def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bool = False) -> None:
     """One driver: (bare Tune), then the sweep through the real launcher (`search`: under the
     envelope search, its searcher and cost the sweep's own); writes JSON."""
@@ -190,7 +211,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
         logging_level="ERROR",
         _system_config=LOCAL_RAY,  # as the launcher's local Ray (`ray_cluster`)
     )
-    report = {"bare_s": bare_tune(trials, storage) if bare else None}
+    report: dict[str, object] = {"bare_s": bare_tune(trials, storage) if bare else None}
     if name == BARE_ONLY:  # bare Tune alone, over as many trials as a search trained
         Path(out).write_text(json.dumps(report))
         ray.shutdown()
@@ -212,7 +233,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
             from sweeper.run.search_tune import search_plan
 
             searched = search_plan(SearchSpec(mode="envelope"), plan, spec.certify, gpu=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), machine_cpu()
         outcome = run_sweep(
             exp,
             to_train,
@@ -226,6 +247,7 @@ def drive(storage: str, name: str, trials: int, bare: bool, out: str, search: bo
             search=searched,
         )
         report["sweep_s"] = time.perf_counter() - start
+        report["cpu_s"] = [after - before for after, before in zip(machine_cpu(), cpu, strict=True)]
         report["trained"] = len(outcome.completed)
         if search:  # the searcher's own account of its CPU (search_records: `deciding`)
             from sweeper.results.search_records import read_search
@@ -444,7 +466,8 @@ def searched_line(storage: str, trials: int, bare: float) -> None:
         f"{bare_same:.3f} s, {per - bare_same:.3f} s above it), "
         f"failures {driven['failures']}; the searcher's CPU {deciding['cpu_s']:.1f} s in "
         f"{deciding['calls']} calls, {deciding['cpu_s'] / proposals:.3f} s per proposal; "
-        f"{_latency(driven.get('curve_wait'))}; Tune's rounds {driven.get('rounds')}"
+        f"{_latency(driven.get('curve_wait'))}; Tune's rounds {driven.get('rounds')}; "
+        f"{_cpu_line(driven, trained)}"
     )
 
 
@@ -469,7 +492,7 @@ def run(trials: int, tenfold: bool, search: bool = False) -> int:
         rows = trials * 500
         print(
             f"{trials} trials: sweep {driven['sweep_s']:.1f} s, bare Tune {driven['bare_s']:.1f} s, "
-            f"failures {driven['failures']}; reads "
+            f"failures {driven['failures']}; {_cpu_line(driven, trials)}; reads "
             + ", ".join(f"{k} {v:.3f} s" for k, v in reads.items())
         )
         if os.environ.get("SWEEPER_SIGNING_KEY"):
