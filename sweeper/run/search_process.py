@@ -44,7 +44,7 @@ class Process:
         else:
             tuned = {"optimizer": None}
         self.offset = float(y.mean()) if offset is None else float(offset)
-        self.gp = regressor()(kernel, alpha=y * (1 - y) / points + 1e-6, **tuned)
+        self.gp = regressor()(kernel, alpha=accuracy_noise(y, points), **tuned)
         with warnings.catch_warnings():
             # a length scale at its bound (an axis that does not matter) is an answer here
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -84,6 +84,15 @@ def regressor() -> Any:
     return Conditioned
 
 
+def accuracy_noise(y: np.ndarray, points: int) -> np.ndarray:
+    """The variance of each accuracy `y`, a mean over `points` test points: p(1 − p)/points,
+    plus a jitter. A believed accuracy (`Believer`) is a prediction, which can pass 0 or 1,
+    where p(1 − p) would be a negative variance (its factorisation failed, ending the driver):
+    it is weighed as an accuracy at the bound."""
+    p = np.clip(y, 0.0, 1.0)
+    return p * (1 - p) / points + 1e-6
+
+
 def columns(x: np.ndarray) -> np.ndarray:
     return x if x.shape[1] else np.zeros((len(x), 1))
 
@@ -105,10 +114,7 @@ class Believer:
         self.process, gp = process, process.gp
         self.x = columns(x)
         self.v = solve_triangular(gp.L_, gp.kernel_(gp.X_train_, self.x), lower=True)
-        # as `Process` weighs an observation; a believed accuracy is a prediction, which can
-        # pass 0 or 1, where p(1 - p) would be a negative variance (a crash of the driver)
-        p = np.clip(y, 0.0, 1.0)
-        noise = p * (1 - p) / points + 1e-6
+        noise = accuracy_noise(y, points)  # as `Process` weighs an observation
         c_pp = gp.kernel_(self.x) + np.diag(noise) - self.v.T @ self.v
         self.factor = cho_factor(c_pp, lower=True)
         self.weights = cho_solve(self.factor, y - process.predict(self.x)[0])
