@@ -339,6 +339,56 @@ def test_tune_waits_in_its_own_loop_while_certification_has_room_beside_it(tmp_p
     assert read_search(exp)["waits"] == {"in_tune": 1, "rounds": 0}
 
 
+class Polled(Certifying):
+    """`Certifying`, each poll's timeout recorded; `slow`: its tasks run on, no curve comes;
+    `after`: called with the number of polls after each."""
+
+    def __init__(self, searcher, curves, alive=True, slow=False, after=None):
+        super().__init__(searcher, curves, alive)
+        self.timeouts: list[float] = []
+        self.slow, self.after = slow, after
+
+    def poll(self, timeout=0):
+        self.timeouts.append(timeout)
+        if not self.slow:
+            super().poll(timeout)
+        if self.after is not None:
+            self.after(len(self.timeouts))
+
+
+def test_while_tune_waits_in_its_loop_one_call_polls_certification_until_the_curves_decide(
+    tmp_path, monkeypatch
+):
+    """Tune asks every second and certification goes on only when polled: the call Tune waits
+    on polls it, each poll back when a task ends (`IN_TUNE_POLL_S` at most), until a curve
+    lets the search go on, not one poll a second."""
+    monkeypatch.setattr(search_tune, "tune_catches_signals", lambda: True)
+    spec = SearchSpec("envelope", audit=0.0)
+    searcher, curves, _ = make(tmp_path / "1", grid(**TWO), spec=spec)
+    ended_in_tune(searcher)
+    searcher.certifier = certifier = Polled(searcher, curves)  # a curve a poll
+    assert searcher.suggest("c") == Searcher.FINISHED and searcher.done  # in one call
+    assert certifier.timeouts == [0, search_tune.IN_TUNE_POLL_S]
+    assert searcher.waits == {"in_tune": 1, "rounds": 0} and not searcher.awaiting
+    # nothing certifying: back to Tune at once (it asks again in a second)
+    idle, curves, _ = make(tmp_path / "2", grid(**TWO), spec=spec)
+    ended_in_tune(idle)
+    idle.certifier = Polled(idle, curves, alive=False)
+    assert idle.suggest("c") is None and idle.certifier.timeouts == [0]
+    # a Ctrl-C Tune caught while the call polls ends the round and the run
+    catching = [True]
+    monkeypatch.setattr(search_tune, "tune_catches_signals", lambda: catching[0])
+    stopped, curves, _ = make(tmp_path / "3", grid(**TWO), spec=spec)
+    ended_in_tune(stopped)
+
+    def ctrl_c_at_the_third(polls: int) -> None:
+        catching[0] = polls < 3
+
+    stopped.certifier = Polled(stopped, curves, slow=True, after=ctrl_c_at_the_third)
+    assert stopped.suggest("c") == Searcher.FINISHED and stopped.interrupted
+    assert stopped.certifier.timeouts == [0] + [search_tune.IN_TUNE_POLL_S] * 2
+
+
 def test_the_round_ends_without_room_after_tune_wait_s_or_once_tune_caught_a_ctrl_c(
     tmp_path, monkeypatch
 ):

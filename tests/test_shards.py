@@ -948,8 +948,8 @@ def test_by_default_tasks_run_on_ray_not_retried_by_ray_and_gpu_tasks_keep_their
     never retried by Ray (max_retries=0: the runner retries, `sweeper.run.retries`), and
     declared with max_calls=0 when it uses a GPU (Ray would otherwise start a fresh worker,
     and a CUDA context, for every GPU task); a compaction with one CPU. An exception of the
-    task's code is not retried. A poll waits for all pending tasks at once, at most its
-    timeout."""
+    task's code is not retried. A poll waits at most its timeout for the first pending task to
+    end, then takes every other one ended by then."""
     bench.fail = {("certify", A.trial_id, 0): ValueError("no such checkpoint")}
     work = bench.work(SPEC2)
     runner = shards.StageRunner(bench.exp, work, Resources(cpu=2, gpu=0.5), print, sizer)
@@ -959,7 +959,8 @@ def test_by_default_tasks_run_on_ray_not_retried_by_ray_and_gpu_tasks_keep_their
     assert fake_ray.calls == [
         (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
         (*gpu_shard, {"num_cpus": 2, "num_gpus": 0.5}),
-        ("wait", [0, 1], 2, 3),
+        ("wait", [0, 1], 1, 3),
+        ("wait", [1], 1, 0),
         ("get", 0),
         ("get", 1),
     ]

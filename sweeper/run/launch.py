@@ -262,7 +262,7 @@ def _searcher(
         return stage_searcher(exp, to_train, finished, handed), options
     curves.certifier = certifier
     searcher = EnvelopeSearcher(exp, search, to_train, finished, curves, handed)
-    searcher.poll = certifier.poll
+    searcher.certifier = certifier
     trial, task = resources
     searcher.slots = _search_slots(trial, options)
     # Tune may wait for a curve in its own loop while a certification task has room beside it

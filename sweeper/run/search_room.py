@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # check cannot see; a round's restart costs about 6 s on 2 cores (8 trial actors, each a new
 # process importing Tune), small beside a minute. A wait without room ends its round at once.
 TUNE_WAIT_S = 60.0
+# How long a poll of certification waits for a task to end while Tune waits on the search (its
+# searcher loop blocked in `suggest`): how soon a Ctrl-C, the room gone or `TUNE_WAIT_S` is seen.
+IN_TUNE_POLL_S = 0.25
 
 
 @dataclass(frozen=True)

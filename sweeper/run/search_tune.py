@@ -4,8 +4,9 @@ from the curves certification has produced (`search_curves`); it holds back a tr
 slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bounds the rest.
 
 When the search waits for curves with none of its trials left in Tune, Tune waits in its
-searcher loop (asking every second; `suggest` polls certification meanwhile) without processing
-its actors' stops: the room of the trials that just ended stays held. So Tune waits there only
+searcher loop (asking every second; the call it waits on polls certification until a curve lets
+the search go on) without processing its actors' stops: the room of the trials that just ended
+stays held. So Tune waits there only
 while certification has room beside that (`room`), for at most `TUNE_WAIT_S`, and only where
 Tune's own SIGINT handler is there; otherwise the search ends Tune's round, the driver polls
 certification until the search has something to do, and a new round goes on (`search_rounds`):
@@ -35,7 +36,7 @@ from sweeper.results.search_records import read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run.envelope_search import Decision, EnvelopeSearch
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_room import TUNE_WAIT_S, Slots, tune_catches_signals
+from sweeper.run.search_room import IN_TUNE_POLL_S, TUNE_WAIT_S, Slots, tune_catches_signals
 from sweeper.run.tune_names import TuneTrials
 from trainables.kernel.config import TrialConfig
 
@@ -98,7 +99,7 @@ class EnvelopeSearcher(Searcher):
         self.started: set[str] = set()
         self.done = False  # FINISHED returned: nothing more to train
         self.paused = False  # FINISHED returned to end Tune's round: curves awaited
-        self.poll: Callable[[], None] | None = None  # certification's poll (the launcher's)
+        self.certifier: Any = None  # certification, polled while Tune waits (the launcher's)
         self.slots: Slots | None = None  # the cluster's room for trials (the launcher's)
         # whether certification has room beside Tune's (the launcher's); None: Tune never waits
         self.room: Callable[[], bool] | None = None
@@ -163,16 +164,12 @@ class EnvelopeSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         if self._catching is None:  # a round's first call: Tune's handler is there or not
             self._catching = tune_catches_signals()
-        if self.poll is not None:  # Tune may block in this call: certification goes on
-            self.poll()
-        start = time.thread_time()  # this thread's: Ray's own threads in the driver left out
-        self.collect()
-        # While curves are due, certification's slots are held back: asked again as one ends.
-        room = self.slots is None or self.slots.open(len(self.running), len(self.awaiting))
-        ours = self._next() if room else None
-        self.deciding["calls"] += 1
-        self.deciding["cpu_s"] += time.thread_time() - start
-        if ours is None and not self.running:  # nothing of ours in Tune
+        if self.certifier is not None:  # Tune may block in this call: certification goes on
+            self.certifier.poll()
+        ours = self._collect_next()
+        if ours is None and not self.running:  # nothing of ours in Tune: Tune waits on this call
+            ours = self._wait_in_tune()
+        if ours is None and not self.running:
             if self._tune_may_wait():
                 return None
             self.paused, self._tune_waits, self._catching = True, None, None
@@ -187,6 +184,29 @@ class EnvelopeSearcher(Searcher):
         self.running[trial_id] = ours
         self.started.add(ours)
         return self.handed.hand(trial_id, self.trainable[ours])
+
+    def _collect_next(self) -> str | None:
+        """The curves come since, then what to train next (None: nothing now)."""
+        start = time.thread_time()  # this thread's: Ray's own threads in the driver left out
+        self.collect()
+        # While curves are due, certification's slots are held back: asked again as one ends.
+        room = self.slots is None or self.slots.open(len(self.running), len(self.awaiting))
+        ours = self._next() if room else None
+        self.deciding["calls"] += 1
+        self.deciding["cpu_s"] += time.thread_time() - start
+        return ours
+
+    def _wait_in_tune(self) -> str | None:
+        """While Tune may wait in its loop (`_tune_may_wait`), certification polled in this
+        call until a task of it ends, and the search asked again as each curve comes: Tune
+        asks only every second, and certification goes on only when polled (a model's shards,
+        then its compaction), so a wait took seconds more than its curves (module docstring).
+        Returns what to train, or None once Tune may no longer wait or nothing certifies."""
+        while self.certifier is not None and self.certifier.in_flight and self._tune_may_wait():
+            self.certifier.poll(IN_TUNE_POLL_S)
+            if (ours := self._collect_next()) is not None:  # a decision remembered: no new curve
+                return ours
+        return None
 
     def _tune_may_wait(self) -> bool:
         """Whether Tune may wait in its searcher loop for the curves awaited rather than end

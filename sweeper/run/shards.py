@@ -165,7 +165,11 @@ class RayTasks:
     def wait(self, handles: list, timeout: float) -> list:
         import ray
 
-        ready, _ = ray.wait(handles, num_returns=len(handles), timeout=timeout)
+        # Back at the first task to end, with every other ended by then: waiting for all of
+        # them held each step of a certification (shards, then their compaction) a poll long.
+        ready, rest = ray.wait(handles, num_returns=1, timeout=timeout)
+        if ready and rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         return ready
 
     def get(self, handle: Any) -> Any:
