@@ -40,8 +40,11 @@ def _column_digest(column: pa.ChunkedArray) -> str:
         values = encoded.indices
     else:
         values = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    valid = values.is_valid().to_numpy(zero_copy_only=False)
-    filled = values.fill_null(False if pa.types.is_boolean(values.type) else 0)
+    if values.null_count:
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        values = values.fill_null(False if pa.types.is_boolean(values.type) else 0)
+    else:  # the same bytes without asking Arrow for them (most columns have no null)
+        valid = np.ones(len(values), dtype=bool)
     digest.update(np.packbits(valid).tobytes())
-    digest.update(np.ascontiguousarray(filled.to_numpy(zero_copy_only=False)).tobytes())
+    digest.update(np.ascontiguousarray(values.to_numpy(zero_copy_only=False)).tobytes())
     return digest.hexdigest()

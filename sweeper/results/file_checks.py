@@ -121,13 +121,15 @@ def schema_problem(have: pa.Schema | str, schema: pa.Schema) -> str | None:
     its schema is exactly the stage's)."""
     if isinstance(have, str):
         return have
+    types = dict(zip(have.names, have.types, strict=True))  # a schema's `names` is a new list
     for f in schema:
-        if f.name not in have.names:
+        if f.name not in types:
             if f.name not in LEGACY_OPTIONAL:
                 return f"column {f.name!r} is missing"
-        elif not _type_ok(have.field(f.name).type, f):
-            return f"column {f.name!r} is {have.field(f.name).type}, not {f.type}"
-    extra = [n for n in have.names if n not in schema.names]
+        elif not _type_ok(types[f.name], f):
+            return f"column {f.name!r} is {types[f.name]}, not {f.type}"
+    wanted = set(schema.names)
+    extra = [n for n in have.names if n not in wanted]
     return f"unexpected columns {extra}" if extra else None
 
 
