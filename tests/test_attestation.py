@@ -306,12 +306,13 @@ def _trained(tmp_path, space: str = SPACE):
 
 
 def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_shards(
-    tmp_path, signing_env
+    tmp_path, signing_env, monkeypatch
 ):
     """Each shard's rows carry the worker's statement (the attested checkpoint, the model,
     setting and shard); compaction refuses a shard whose rows changed or one moved to another
     shard's place, folds unattested shards into an unattested file, and signs what it folds
-    from attested ones."""
+    from attested ones: the rows it verified, read once (a shard rewritten after it was read
+    is not what is folded)."""
     import shutil
 
     import pyarrow.parquet as pq
@@ -371,7 +372,23 @@ def test_certified_rows_are_signed_per_shard_and_compaction_folds_only_verified_
         statement_of(pq.read_table(target.replace(exp.root, legacy.root)), signing_env.public)
         is None
     )
+    from sweeper.run import compaction
+
+    read_bytes, reads = compaction.fileio.read_bytes, []
+
+    def read_then_rewrite(location, limit=None):  # the shard changed once compaction read it
+        data = read_bytes(location, limit)
+        if location == paths[0]:
+            reads.append(location)
+            pq.write_table(changed, paths[0])
+        return data
+
+    monkeypatch.setattr(compaction.fileio, "read_bytes", read_then_rewrite)
     compact(exp, CERTIFY, cfg.trial_id, setting, len(planned))
+    assert reads == [paths[0]]  # read once
+    first = table.column("idx")[0].as_py()
+    out = pq.read_table(target).to_pydict()
+    assert out["count"][out["idx"].index(first)] == table.column("count")[0].as_py()  # honest
     folded = statement_of(pq.read_table(target), signing_env.public)
     assert folded is not None and folded.step == "compact"
     assert folded.settings["finish"] == "sweeper.run.certify_stage.finish"  # DDRS: memory pass

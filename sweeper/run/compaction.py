@@ -69,18 +69,21 @@ def compact(
                 f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing"
             )
         _check_footers(shards, stage)
+        # Each shard read once: the rows verified are the rows folded, with no second read
+        # that a shard rewritten in between would answer.
+        shard_bytes = [fileio.read_bytes(f.path) for f in shards]
         key = load_signing_key()
-        inputs = _attested_shards(shards, stage.name, key) if key else None
+        inputs = _attested_shards(shards, shard_bytes, stage.name, key) if key else None
         if inputs is not None and any(f.kind == "memory" for f in files):
             log.warning(
                 "compacting %s/%s unsigned: a legacy memory file is unattested", trial_id, sid
             )
             inputs = None
-        table = read_exact([f.path for f in shards], stage.schema).sort_by("idx")
+        table = read_exact(shard_bytes, stage.schema).sort_by("idx")
         if stage.finish is not None:
             table = stage.finish(exp, trial_id, setting, table)
         _check_unique(table, target)
-        table = table.replace_schema_metadata(_metadata(shards[0].path))
+        table = table.replace_schema_metadata(_metadata(shard_bytes[0]))
         if key is not None and inputs is not None:
             made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
             if stage.finish is not None:  # e.g. the DDRS memory pass, attested with the rows
@@ -92,7 +95,8 @@ def compact(
         _check_footers([f for f in files if f.path == target], stage)
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
         if key := load_signing_key():
-            statement = _check_attested(target, "compact", (trial_id, sid), None, key)
+            data = fileio.read_bytes(target)
+            statement = _check_attested(target, data, "compact", (trial_id, sid), None, key)
     digest = _verified_digest(target, rows, stage.schema)
     for f in files:
         if f.kind in ("shard", "memory"):
@@ -110,23 +114,21 @@ def _fs_path(location: str):
     return fileio.filesystem(location)
 
 
-def _metadata(shard_path: str) -> dict:
+def _metadata(shard: bytes) -> dict:
     """The first shard's file metadata (backend, normalization, config) for the compacted
     file, without what is the shard's own (its number, its attestation)."""
-    fs, path = _fs_path(shard_path)
-    meta = unsigned_metadata(pq.read_schema(path, filesystem=fs).metadata)
+    meta = unsigned_metadata(pq.read_schema(pa.BufferReader(shard)).metadata)
     return {k: v for k, v in meta.items() if k != b"sweeper.shard"}
 
 
 def _check_attested(
-    path: str, step: str, model: tuple[str, str], shard: str | None, key: SigningKey
+    path: str, data: bytes, step: str, model: tuple[str, str], shard: str | None, key: SigningKey
 ) -> Statement | None:
-    """The file's statement, verified with `key`, of `step`, of its model (trial, setting) and
-    `shard` ("i/k"; None: a compacted file); None when it carries none (unattested);
-    RuntimeError naming the file when it fails."""
-    fs, local = _fs_path(path)
+    """The statement of the file at `path` (its bytes `data`), verified with `key`, of
+    `step`, of its model (trial, setting) and `shard` ("i/k"; None: a compacted file); None
+    when it carries none (unattested); RuntimeError naming the file when it fails."""
     try:
-        statement = statement_of(pq.read_table(local, filesystem=fs), key.public)
+        statement = statement_of(pq.read_table(pa.BufferReader(data)), key.public)
     except AttestationError as e:
         raise RuntimeError(f"cannot compact {path}: {e}") from None
     if statement is not None and (problem := place_problem(said_by(statement), step, model, shard)):
@@ -134,14 +136,17 @@ def _check_attested(
     return statement
 
 
-def _attested_shards(shards: list[StageFile], step: str, key: SigningKey) -> dict[str, str] | None:
-    """The compaction's inputs: each shard's rows, every shard verified (`_check_attested`)
-    and all of one checkpoint; None when a shard is unattested (written without a key: the
-    compacted file is then unattested too, and the reads mark it)."""
+def _attested_shards(
+    shards: list[StageFile], shard_bytes: list[bytes], step: str, key: SigningKey
+) -> dict[str, str] | None:
+    """The compaction's inputs: each shard's rows, every shard verified (`_check_attested`,
+    on its bytes `shard_bytes`) and all of one checkpoint; None when a shard is unattested
+    (written without a key: the compacted file is then unattested too, and the reads mark
+    it)."""
     inputs, checkpoints, unattested = {}, set(), []
-    for f in shards:
+    for f, data in zip(shards, shard_bytes, strict=True):
         shard = f"{f.index}/{f.count}"
-        statement = _check_attested(f.path, step, f.model, shard, key)
+        statement = _check_attested(f.path, data, step, f.model, shard, key)
         if statement is None:
             unattested.append(f.path)
             continue
@@ -184,15 +189,16 @@ def _verified_digest(target: str, rows: int, schema: pa.Schema) -> str:
     return file_digest(data)
 
 
-def read_exact(paths: list[str], schema: pa.Schema) -> pa.Table:
-    """Files of one stage as one table with `schema` (columns a legacy file lacks are null)."""
-    if not paths:
+def read_exact(files: list[bytes], schema: pa.Schema) -> pa.Table:
+    """Files of one stage, by their bytes, as one table with `schema` (columns a legacy file
+    lacks are null)."""
+    if not files:
         return schema.empty_table()
-    fs, _ = _fs_path(paths[0])
     import pyarrow.dataset as pads
 
-    local = [_fs_path(p)[1] for p in paths]
-    return pads.dataset(local, format="parquet", filesystem=fs, schema=schema).to_table()
+    parquet = pads.ParquetFileFormat()
+    fragments = [parquet.make_fragment(pa.BufferReader(data)) for data in files]
+    return pads.FileSystemDataset(fragments, schema, parquet).to_table()
 
 
 @dataclass(frozen=True)
