@@ -58,52 +58,65 @@ def compact(
     """Fold a model's `count` shards into its compacted file (after `stage.finish`), verify
     the file, then delete the shards (and a legacy memory file). Idempotent."""
     sid = setting.setting_id
-    statement: Statement | None = None
+    key = load_signing_key()
     target = exp.compacted_path(stage.name, trial_id, sid, count)
     files = exp.stage_files(stage.name, within=exp.setting_dir(stage.name, trial_id, sid))
-    shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
+    written: bytes | None = None  # the compacted file's bytes, once read back
     if not fileio.exists(target):
-        missing = sorted(set(range(count)) - {f.index for f in shards})
-        if missing:
-            raise RuntimeError(
-                f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing"
-            )
-        _check_footers(shards, stage)
-        # Each shard read once: the rows verified are the rows folded, with no second read
-        # that a shard rewritten in between would answer.
-        shard_bytes = [fileio.read_bytes(f.path) for f in shards]
-        key = load_signing_key()
-        inputs = _attested_shards(shards, shard_bytes, stage.name, key) if key else None
-        if inputs is not None and any(f.kind == "memory" for f in files):
-            log.warning(
-                "compacting %s/%s unsigned: a legacy memory file is unattested", trial_id, sid
-            )
-            inputs = None
-        table = read_exact(shard_bytes, stage.schema).sort_by("idx")
-        if stage.finish is not None:
-            table = stage.finish(exp, trial_id, setting, table)
-        _check_unique(table, target)
-        table = table.replace_schema_metadata(_metadata(shard_bytes[0]))
-        if key is not None and inputs is not None:
-            made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
-            if stage.finish is not None:  # e.g. the DDRS memory pass, attested with the rows
-                made["finish"] = f"{stage.finish.__module__}.{stage.finish.__qualname__}"
-            table, statement = signed_with(table, key, "compact", inputs, made)
-        write_table(table, target)
-        rows = table.num_rows
+        rows, statement = _fold(exp, stage, (trial_id, setting, count), files, key)
     else:
         _check_footers([f for f in files if f.path == target], stage)
         rows = pq.read_metadata(_fs_path(target)[1], filesystem=_fs_path(target)[0]).num_rows
-        if key := load_signing_key():
-            data = fileio.read_bytes(target)
-            statement = _check_attested(target, data, "compact", (trial_id, sid), None, key)
-    digest = _verified_digest(target, rows, stage.schema)
+        statement = None
+        if key is not None:
+            written = fileio.read_bytes(target)  # the bytes verified are the bytes digested
+            statement = _check_attested(target, written, "compact", (trial_id, sid), None, key)
+    digest = _verified_digest(target, rows, stage.schema, written)
     for f in files:
         if f.kind in ("shard", "memory"):
             fileio.delete(f.path)
     if statement is None or key is None:
         return Compacted(rows, digest)
     return Compacted(rows, digest, said_by(statement), key.key_id)
+
+
+def _fold(
+    exp: Experiment,
+    stage: Stage,
+    model: tuple[str, Identified, int],
+    files: list[StageFile],
+    key: SigningKey | None,
+) -> tuple[int, Statement | None]:
+    """Write the compacted file of `model` (trial_id, setting, shard count) from its shards
+    among `files`, signed with `key` when every shard is attested; returns its rows and its
+    statement (None: unattested)."""
+    trial_id, setting, count = model
+    sid = setting.setting_id
+    target = exp.compacted_path(stage.name, trial_id, sid, count)
+    shards = sorted((f for f in files if f.kind == "shard" and f.count == count), key=_index)
+    if missing := sorted(set(range(count)) - {f.index for f in shards}):
+        raise RuntimeError(f"cannot compact {trial_id}/{sid}: shards {missing} of {count} missing")
+    _check_footers(shards, stage)
+    # Each shard read once: the rows verified are the rows folded, with no second read that a
+    # shard rewritten in between would answer.
+    shard_bytes = [fileio.read_bytes(f.path) for f in shards]
+    inputs = _attested_shards(shards, shard_bytes, stage.name, key) if key else None
+    if inputs is not None and any(f.kind == "memory" for f in files):
+        log.warning("compacting %s/%s unsigned: a legacy memory file is unattested", trial_id, sid)
+        inputs = None
+    table = read_exact(shard_bytes, stage.schema).sort_by("idx")
+    if stage.finish is not None:
+        table = stage.finish(exp, trial_id, setting, table)
+    _check_unique(table, target)
+    table = table.replace_schema_metadata(_metadata(shard_bytes[0]))
+    statement = None
+    if key is not None and inputs is not None:
+        made = {"trial_id": trial_id, "setting_id": sid, "stage": stage.name, "shards": count}
+        if stage.finish is not None:  # e.g. the DDRS memory pass, attested with the rows
+            made["finish"] = f"{stage.finish.__module__}.{stage.finish.__qualname__}"
+        table, statement = signed_with(table, key, "compact", inputs, made)
+    write_table(table, target)
+    return table.num_rows, statement
 
 
 def _index(f: StageFile) -> int:
@@ -179,10 +192,10 @@ def _check_unique(table: pa.Table, target: str) -> None:
         raise RuntimeError(f"cannot compact {target}: test points {dup} appear twice")
 
 
-def _verified_digest(target: str, rows: int, schema: pa.Schema) -> str:
+def _verified_digest(target: str, rows: int, schema: pa.Schema, data: bytes | None) -> str:
     """The compacted file's SHA-256, once it reads back whole with the stage's schema and
-    `rows` rows: one read of its bytes for both."""
-    data = fileio.read_bytes(target)
+    `rows` rows: one read of its bytes for both (`data`, if read already)."""
+    data = fileio.read_bytes(target) if data is None else data
     table = pq.read_table(pa.BufferReader(data), schema=schema)
     if table.num_rows != rows:
         raise RuntimeError(f"{target} reads back {table.num_rows} rows, not {rows}: shards kept")
