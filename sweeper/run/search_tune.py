@@ -66,8 +66,8 @@ class EnvelopeSearcher(Searcher):
     """The search over `plan.universe`; `to_train`: the trials this run may train (the
     unfinished ones), `finished`: those trained already (their curves read back or awaited
     from this run's certification); `handed`: what Tune is handed of a trial (its
-    `TrialConfig`, and what every trial carries besides). `collect` (set by the launcher)
-    polls certification."""
+    `TrialConfig`, and what every trial carries besides). `certifier` (set by the launcher)
+    is certification, polled in the calls Tune makes."""
 
     def __init__(
         self,
