@@ -370,6 +370,7 @@ def test_while_tune_waits_in_its_loop_one_call_polls_certification_until_the_cur
     assert searcher.suggest("c") == Searcher.FINISHED and searcher.done  # in one call
     assert certifier.timeouts == [0, search_tune.IN_TUNE_POLL_S]
     assert searcher.waits == {"in_tune": 1, "rounds": 0} and not searcher.awaiting
+    assert searcher.deciding["calls"] == 3  # Tune's calls ("a", "b", "c"), not the polls
     # nothing certifying: back to Tune at once (it asks again in a second)
     idle, curves, _ = make(tmp_path / "2", grid(**TWO), spec=spec)
     ended_in_tune(idle)

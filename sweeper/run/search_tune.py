@@ -166,6 +166,7 @@ class EnvelopeSearcher(Searcher):
             self._catching = tune_catches_signals()
         if self.certifier is not None:  # Tune may block in this call: certification goes on
             self.certifier.poll()
+        self.deciding["calls"] += 1
         ours = self._collect_next()
         if ours is None and not self.running:  # nothing of ours in Tune: Tune waits on this call
             ours = self._wait_in_tune()
@@ -192,7 +193,6 @@ class EnvelopeSearcher(Searcher):
         # While curves are due, certification's slots are held back: asked again as one ends.
         room = self.slots is None or self.slots.open(len(self.running), len(self.awaiting))
         ours = self._next() if room else None
-        self.deciding["calls"] += 1
         self.deciding["cpu_s"] += time.thread_time() - start
         return ours
 
