@@ -6,6 +6,7 @@ test in test_search_e2e.py runs it under Tune)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -19,7 +20,13 @@ from sweeper.results.search_records import account, read_search, write_search
 from sweeper.results.storage import Experiment
 from sweeper.run import search_tune
 from sweeper.run.capacity import room_beside_groups
-from sweeper.run.search_room import Slots, search_slots, tune_catches_signals
+from sweeper.run.search_room import (
+    PENDING_ENV,
+    Slots,
+    one_pending,
+    search_slots,
+    tune_catches_signals,
+)
 from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_rounds
 from sweeper.run.tune_names import TuneTrials
 from tests.test_envelope_search import RADII, cost, grid, landscape
@@ -470,3 +477,31 @@ def test_certification_has_room_beside_placement_groups_only_where_a_node_has_it
     assert room_beside_groups(nodes, [group(4, 1.0, state="REMOVED")], task)
     assert room_beside_groups(nodes, [group(2, 0.5), group(0.5, 0.25)], Resources(cpu=1.5))
     assert not room_beside_groups(nodes[1:], [], Resources(cpu=1))  # a dead node hosts nothing
+
+
+def test_under_the_search_tune_keeps_one_trial_pending_unless_the_user_set_it(monkeypatch):
+    """Tune's "auto" keeps as many trials pending as the concurrency limit, each with an actor
+    requested and dropped when a cached actor takes the trial: under the search it keeps one
+    (`one_pending`), read by Tune itself; a user's setting is left as it is."""
+    from ray.tune.execution.tune_controller import _get_max_pending_trials
+    from ray.tune.search import ConcurrencyLimiter, SearchGenerator
+
+    from sweeper.run import launch
+
+    limited = SearchGenerator(ConcurrencyLimiter(Searcher(), max_concurrent=8))
+    monkeypatch.delenv(PENDING_ENV, raising=False)
+    assert _get_max_pending_trials(limited) == 8  # Tune's "auto"
+    with one_pending():
+        assert _get_max_pending_trials(limited) == 1
+    assert PENDING_ENV not in os.environ
+    monkeypatch.setenv(PENDING_ENV, "3")
+    with one_pending():
+        assert _get_max_pending_trials(limited) == 3
+    monkeypatch.delenv(PENDING_ENV)
+    seen = []
+    monkeypatch.setattr(
+        launch, "search_rounds", lambda *a: seen.append(_get_max_pending_trials(limited))
+    )
+    searcher = EnvelopeSearcher.__new__(EnvelopeSearcher)
+    launch._fit(lambda k=0: None, searcher, None)
+    assert seen == [1]

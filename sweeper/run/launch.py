@@ -39,7 +39,7 @@ from sweeper.run.launch_options import LaunchOptions, trackers
 from sweeper.run.outcome import Outcome
 from sweeper.run.retries import Budget, budget_tasks, run_budgets
 from sweeper.run.search_curves import Curves
-from sweeper.run.search_room import Slots, search_slots
+from sweeper.run.search_room import Slots, one_pending, search_slots
 from sweeper.run.search_tune import EnvelopeSearcher, SearchPlan, search_rounds
 from sweeper.run.shards import Event, StageRunner, Work, test_size
 from sweeper.run.signing import workers_signing_env
@@ -273,7 +273,8 @@ def _searcher(
 def _fit(tuner: Callable[..., tune.Tuner], searcher: Searcher, certifier: Certifier) -> None:
     """Tune's run, or under the envelope search its rounds (`search_tune.search_rounds`)."""
     if isinstance(searcher, EnvelopeSearcher):
-        search_rounds(lambda k: _tune_fit(tuner(k)), searcher, certifier)
+        with one_pending():
+            search_rounds(lambda k: _tune_fit(tuner(k)), searcher, certifier)
     else:
         _tune_fit(tuner())
 
