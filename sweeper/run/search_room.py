@@ -74,7 +74,9 @@ def one_pending() -> Iterator[None]:
     a request's actor process starts first. Measured on the stand-in's search (trials that
     take no time, docs/guide/envelope-search.md): 23 actors created for 183 trials that 3 of
     them ran; 7-8 with one pending. The search proposes as its slots free, and a proposal
-    staged ahead is only one decided on fewer curves."""
+    staged ahead is only one decided on fewer curves. The cost: trials that could start
+    together start an actor's start apart (Tune asks for the next once the pending one runs);
+    the autoscaler is asked for the trials to come by the launcher (`capacity.Capacity`)."""
     if PENDING_ENV in os.environ:
         yield
         return
