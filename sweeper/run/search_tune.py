@@ -6,8 +6,8 @@ slots certification needs are taken (`Slots`), Tune's `ConcurrencyLimiter` bound
 When the search waits for curves with none of its trials left in Tune, Tune waits in its
 searcher loop (asking every second; the call it waits on polls certification until a curve lets
 the search go on) without processing its actors' stops: the room of the trials that just ended
-stays held. So Tune waits there only
-while certification has room beside that (`room`), for at most `TUNE_WAIT_S`, and only where
+stays held. So Tune waits there only while certification has room beside that (`room`), for at
+most `TUNE_WAIT_S`, and only where
 Tune's own SIGINT handler is there; otherwise the search ends Tune's round, the driver polls
 certification until the search has something to do, and a new round goes on (`search_rounds`):
 a round costs a restart of every trial actor, each a new process. Tune's loop does not look at
