@@ -7,11 +7,11 @@ When the search waits for curves with none of its trials left in Tune, Tune wait
 searcher loop (asking every second; the call it waits on polls certification until a curve lets
 the search go on) without processing its actors' stops: the room of the trials that just ended
 stays held. So Tune waits there only while certification has room beside that (`room`), for at
-most `TUNE_WAIT_S`, and only where
-Tune's own SIGINT handler is there; otherwise the search ends Tune's round, the driver polls
-certification until the search has something to do, and a new round goes on (`search_rounds`):
-a round costs a restart of every trial actor, each a new process. Tune's loop does not look at
-signals: a Ctrl-C (or SIGTERM) it caught meanwhile ends the round and the run (`interrupted`).
+most `TUNE_WAIT_S`, and only where Tune's own SIGINT handler is there; otherwise the search
+ends Tune's round, the driver polls certification until the search has something to do, and a
+new round goes on (`search_rounds`): a round costs a restart of every trial actor, each a new
+process. Tune's loop does not look at signals: a Ctrl-C (or SIGTERM) it caught meanwhile ends
+the round and the run (`interrupted`).
 
 Its state is on storage: the models trained and their certification rows (the observations,
 read back), and `search.json` (`results.search_records`: every proposal, the stop, the audit).
